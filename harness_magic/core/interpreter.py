@@ -1,0 +1,231 @@
+"""The ``python_interpreter`` and ``list_variables`` tools over a backend.
+
+A backend executes model code with a fresh namespace per call. The tool
+decides which cache handles the code references, hands the backend copies
+(never the cached objects), and stores whatever the code ``save``-d under new
+handles, reporting the resolved names.
+
+Backends implement :class:`InterpreterBackend`. :class:`InProcessInterpreter`
+runs code in this process: convenient, **not a security boundary**. The
+sandboxed worker lives in :mod:`harness_magic.core.sandbox`.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import json
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Collection, Protocol
+
+from harness_magic.core.cache.names import resolve_handle_name
+from harness_magic.core.format import format_tool_output, truncate_middle
+from harness_magic.core.tools import ToolOutput, ToolSpec
+
+__all__ = [
+    "ExecutionResult",
+    "InterpreterBackend",
+    "InProcessInterpreter",
+    "referenced_names",
+    "make_interpreter_tools",
+    "STDOUT_MAX_CHARS",
+]
+
+STDOUT_MAX_CHARS = 4_000
+"""Printed output beyond this is cut to head and tail: the model reads it all."""
+
+_NO_VALUE = object()
+
+
+@dataclass
+class ExecutionResult:
+    """What one interpreter call produced."""
+
+    stdout: str = ""
+    """Everything printed (already captured; the tool bounds it)."""
+    value: Any = _NO_VALUE
+    """Value of a trailing expression, if the code ended with one."""
+    saved: list[tuple[str, Any]] = field(default_factory=list)
+    """``save(name, value)`` calls in order, with the names ``save`` returned."""
+    charts: list[bytes] = field(default_factory=list)
+    """PNG images of figures the code drew."""
+    error: str | None = None
+    """Readable traceback when the code raised, else None."""
+
+    @property
+    def has_value(self) -> bool:
+        return self.value is not _NO_VALUE
+
+
+class InterpreterBackend(Protocol):
+    """Runs model code. Implementations must not share state between calls."""
+
+    name: str
+
+    def execute(self, code: str, inputs: dict[str, Any], taken_names: Collection[str]) -> ExecutionResult:
+        """Run ``code`` with ``inputs`` as locals.
+
+        ``save(name, value)`` inside the code returns the handle the cache will
+        assign, computed from ``taken_names`` plus earlier saves of this call.
+        """
+        ...
+
+    def close(self) -> None: ...
+
+
+def referenced_names(code: str) -> set[str]:
+    """Identifiers the code mentions (a superset of the handles it reads)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set()
+    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+
+
+def split_trailing_expression(code: str, filename: str = "<agent>") -> tuple[Any, Any]:
+    """Compile ``code`` into (body, trailing expression or None)."""
+    tree = ast.parse(code, filename=filename, mode="exec")
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    body = compile(tree, filename, "exec")
+    return body, (compile(last, filename, "eval") if last is not None else None)
+
+
+def _capture_figures() -> list[bytes]:
+    """PNG bytes of open matplotlib figures, closing them; [] without matplotlib."""
+    import sys
+
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return []
+    images = []
+    for number in plt.get_fignums():
+        buffer = io.BytesIO()
+        plt.figure(number).savefig(buffer, format="png", dpi=80, bbox_inches="tight")
+        images.append(buffer.getvalue())
+    plt.close("all")
+    return images
+
+
+class InProcessInterpreter:
+    """Runs code in this process with a fresh namespace per call.
+
+    Not a security boundary: code here can reach anything the process can.
+    """
+
+    name = "inprocess"
+
+    def execute(self, code: str, inputs: dict[str, Any], taken_names: Collection[str]) -> ExecutionResult:
+        result = ExecutionResult()
+        taken = set(taken_names)
+
+        def save(name: str, value: Any) -> str:
+            handle = resolve_handle_name(name, taken)
+            taken.add(handle)
+            result.saved.append((handle, value))
+            return handle
+
+        namespace: dict[str, Any] = {"__name__": "__agent__", "save": save, **inputs}
+        stdout = io.StringIO()
+        try:
+            body, trailing = split_trailing_expression(code)
+            with contextlib.redirect_stdout(stdout):
+                exec(body, namespace)
+                if trailing is not None:
+                    result.value = eval(trailing, namespace)
+        except Exception as exc:  # the model's code failed: report, never raise
+            frames = traceback.extract_tb(exc.__traceback__)
+            agent_frames = [f for f in frames if f.filename == "<agent>"]
+            lines = traceback.format_list(agent_frames) + traceback.format_exception_only(type(exc), exc)
+            result.error = "Traceback (most recent call last):\n" + "".join(lines)
+        result.stdout = stdout.getvalue()
+        result.charts = _capture_figures()
+        return result
+
+    def close(self) -> None:
+        pass
+
+
+def _describe_result(
+    execution: ExecutionResult, cache: Any, turn: Callable[[], int | None]
+) -> ToolOutput:
+    parts: list[str] = []
+    handles: list[str] = []
+    artifacts: list[dict[str, Any]] = []
+    if execution.stdout:
+        parts.append("stdout:\n" + truncate_middle(execution.stdout, STDOUT_MAX_CHARS))
+    for expected, value in execution.saved:
+        handle = cache.put(expected, value, turn=turn(), tool="python_interpreter")
+        handles.append(handle)
+        snapshot = json.dumps(cache.snapshot(handle), ensure_ascii=False)
+        parts.append(f"Saved as `{handle}`\nSnapshot: {snapshot}")
+    if execution.error is None and execution.has_value and execution.value is not None:
+        formatted = format_tool_output(execution.value, cache, "result")
+        handles.extend(formatted.handles)
+        parts.append(formatted.text if not formatted.handles else formatted.text)
+    import base64
+
+    for png in execution.charts:
+        artifacts.append({"kind": "image/png", "data": base64.b64encode(png).decode("ascii")})
+    if execution.charts:
+        parts.append(f"[{len(execution.charts)} chart(s) drawn and shown to the user]")
+    if execution.error is not None:
+        parts.append(truncate_middle(execution.error, STDOUT_MAX_CHARS))
+    text = "\n".join(parts) if parts else "(no output)"
+    return ToolOutput(text=text, is_error=execution.error is not None, handles=handles, artifacts=artifacts)
+
+
+def make_interpreter_tools(
+    cache: Any,
+    backend: InterpreterBackend,
+    *,
+    current_turn: Callable[[], int | None] = lambda: None,
+) -> list[ToolSpec]:
+    """Build the bound ``python_interpreter`` and ``list_variables`` tools."""
+
+    def python_interpreter(code: str) -> ToolOutput:
+        if not isinstance(code, str) or not code.strip():
+            return ToolOutput(text="`code` must be a non-empty string of Python source.", is_error=True)
+        wanted = referenced_names(code) & set(cache.names())
+        inputs = {name: cache.view(name) for name in sorted(wanted)}
+        execution = backend.execute(code, inputs, cache.names())
+        return _describe_result(execution, cache, current_turn)
+
+    def list_variables() -> ToolOutput:
+        names = cache.names()
+        if not names:
+            return ToolOutput(text="The cache is empty: no handles yet.")
+        lines = [json.dumps({"name": n, **_listing(cache.snapshot(n))}, ensure_ascii=False) for n in names]
+        return ToolOutput(text=truncate_middle("\n".join(lines), STDOUT_MAX_CHARS * 2))
+
+    return [
+        ToolSpec(
+            name="python_interpreter",
+            description=(
+                "Run Python code. Cached handles are available as local variables by name. "
+                "pandas (pd), numpy (np) and matplotlib are importable. The namespace is fresh on "
+                "every call: keep results with save(name, value), which returns the handle they get. "
+                "The value of a trailing expression is returned."
+            ),
+            parameters={
+                "type": "object",
+                "properties": {"code": {"type": "string", "description": "Python source to run."}},
+                "required": ["code"],
+            },
+            handler=python_interpreter,
+        ),
+        ToolSpec(
+            name="list_variables",
+            description="List the cached handles with type and shape.",
+            parameters={"type": "object", "properties": {}},
+            handler=list_variables,
+        ),
+    ]
+
+
+def _listing(snapshot: dict[str, Any]) -> dict[str, Any]:
+    keep = ("type", "shape", "columns", "dtype", "length")
+    return {k: snapshot[k] for k in keep if k in snapshot}
