@@ -1,1 +1,88 @@
-"""harness_magic: a bash-free data agent for Jupyter (placeholder until the API lands)."""
+"""harness_magic: a bash-free data agent inside Jupyter.
+
+``%load_ext harness_magic`` registers the ``%%agent`` magics (the notebook
+layer). Everything else here is the pure core, importable without IPython:
+
+    from harness_magic import Harness, ProviderAdapter, ToolSpec, SessionCache
+
+Names are resolved lazily so that ``import harness_magic`` (and loading the
+extension) stays cheap: pandas and litellm load only when first needed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS: dict[str, str] = {
+    # loop
+    "Harness": "harness_magic.core.loop",
+    "AsyncHarness": "harness_magic.core.loop",
+    "RunResult": "harness_magic.core.loop",
+    "MaxTurnsExceeded": "harness_magic.core.loop",
+    # transcript
+    "Message": "harness_magic.core.messages",
+    "TextBlock": "harness_magic.core.messages",
+    "ToolUseBlock": "harness_magic.core.messages",
+    "ToolResultBlock": "harness_magic.core.messages",
+    "Usage": "harness_magic.core.messages",
+    # tools
+    "ToolSpec": "harness_magic.core.tools",
+    "ToolOutput": "harness_magic.core.tools",
+    "ToolError": "harness_magic.core.tools",
+    # provider seam
+    "ProviderAdapter": "harness_magic.core.provider",
+    "AsyncProviderAdapter": "harness_magic.core.provider",
+    "ProviderResponse": "harness_magic.core.provider",
+    "ProviderError": "harness_magic.core.provider",
+    "LiteLLMTransport": "harness_magic.core.provider",
+    # offline models
+    "ScriptedModel": "harness_magic.core.offline",
+    "ScriptedTurn": "harness_magic.core.offline",
+    "ReplayModel": "harness_magic.core.offline",
+    # cache and formatter
+    "SessionCache": "harness_magic.core.cache",
+    "format_tool_output": "harness_magic.core.format",
+    # interpreter
+    "InProcessInterpreter": "harness_magic.core.interpreter",
+    "make_interpreter_tools": "harness_magic.core.interpreter",
+    # logs
+    "read_log": "harness_magic.core.log",
+    "reconstruct_transcript": "harness_magic.core.log",
+    # events
+    "Event": "harness_magic.core.events",
+    # sessions
+    "AgentSession": "harness_magic.core.session",
+    "AgentConfig": "harness_magic.core.session",
+}
+
+__all__ = sorted([*_EXPORTS, "load_ipython_extension", "unload_ipython_extension", "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'harness_magic' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register the magics (``%load_ext harness_magic``)."""
+    from harness_magic.notebook.magics import load_extension
+
+    load_extension(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """Undo :func:`load_ipython_extension`."""
+    from harness_magic.notebook.magics import unload_extension
+
+    unload_extension(ipython)

@@ -1,0 +1,149 @@
+"""Events the loop emits. Logging, widgets and terminal output subscribe.
+
+Every event is a small frozen dataclass with a ``kind`` literal. Events carry
+harness types only, never provider objects or raw cached payloads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Union
+
+from harness_magic.core.messages import Message, ToolResultBlock, ToolUseBlock, Usage
+
+__all__ = [
+    "RunStarted",
+    "TurnStarted",
+    "TextDelta",
+    "AssistantMessage",
+    "ToolCallStarted",
+    "ToolCallFinished",
+    "ReminderAdded",
+    "TurnFinished",
+    "RunFinished",
+    "SubagentEvent",
+    "Notice",
+    "Event",
+    "EventHandler",
+]
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    run_id: str
+    model: str
+    max_turns: int
+    prompt: str
+    run_file: str | None
+    kind: Literal["run_started"] = "run_started"
+
+
+@dataclass(frozen=True)
+class TurnStarted:
+    turn: int
+    """1-based provider turn within the run."""
+    max_turns: int
+    kind: Literal["turn_started"] = "turn_started"
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """A piece of model text as it streams in."""
+
+    turn: int
+    text: str
+    kind: Literal["text_delta"] = "text_delta"
+
+
+@dataclass(frozen=True)
+class AssistantMessage:
+    """The model's complete message for a turn (after streaming)."""
+
+    turn: int
+    message: Message
+    usage: Usage
+    kind: Literal["assistant_message"] = "assistant_message"
+
+
+@dataclass(frozen=True)
+class ToolCallStarted:
+    turn: int
+    tool_use: ToolUseBlock
+    kind: Literal["tool_call_started"] = "tool_call_started"
+
+
+@dataclass(frozen=True)
+class ToolCallFinished:
+    turn: int
+    tool_use: ToolUseBlock
+    result: ToolResultBlock
+    duration_s: float
+    handles: tuple[str, ...] = ()
+    """Cache handles the call created."""
+    artifacts: tuple[dict[str, Any], ...] = ()
+    """Display-only extras such as PNG charts; never sent to the model."""
+    snapshots: tuple[dict[str, Any], ...] = ()
+    """Snapshots of ``handles``, in the same order, for rendering."""
+    kind: Literal["tool_call_finished"] = "tool_call_finished"
+
+
+@dataclass(frozen=True)
+class ReminderAdded:
+    """A suffix reminder appended before a provider call."""
+
+    turn: int
+    text: str
+    kind: Literal["reminder_added"] = "reminder_added"
+
+
+@dataclass(frozen=True)
+class TurnFinished:
+    turn: int
+    usage: Usage
+    """Usage of this turn's provider call."""
+    total_usage: Usage
+    """Usage summed over the run so far."""
+    elapsed_s: float
+    kind: Literal["turn_finished"] = "turn_finished"
+
+
+@dataclass(frozen=True)
+class RunFinished:
+    result: Any
+    """The :class:`~harness_magic.core.loop.RunResult`."""
+    kind: Literal["run_finished"] = "run_finished"
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something the user should see that is not part of the transcript."""
+
+    text: str
+    level: Literal["info", "warning", "error"] = "info"
+    kind: Literal["notice"] = "notice"
+
+
+@dataclass(frozen=True)
+class SubagentEvent:
+    """An event from a subagent's run, wrapped with its parent tool call."""
+
+    parent_tool_use_id: str
+    event: Any
+    depth: int = 1
+    kind: Literal["subagent_event"] = "subagent_event"
+
+
+Event = Union[
+    RunStarted,
+    TurnStarted,
+    TextDelta,
+    AssistantMessage,
+    ToolCallStarted,
+    ToolCallFinished,
+    ReminderAdded,
+    TurnFinished,
+    RunFinished,
+    Notice,
+    SubagentEvent,
+]
+EventHandler = Callable[[Event], None]

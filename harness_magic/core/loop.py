@@ -1,0 +1,622 @@
+"""The ReAct loop: :class:`Harness` (sync) and :class:`AsyncHarness`.
+
+One implementation of the protocol (:class:`_Run`) is driven by a sync and an
+async driver; they differ only in how they await the provider.
+
+Invariants kept here:
+
+* The system prompt is fixed at construction; nothing can change it.
+* Every tool use is answered by exactly one tool result, in order, before the
+  next provider call — also for unknown, hidden, failing or denied tools, at
+  the turn limit, and when the run is interrupted.
+* Reminders are appended to the conversation suffix, never the prefix.
+* Tool handlers are already bound; the loop passes only model arguments.
+* Every result goes through :func:`~harness_magic.core.format.format_tool_output`.
+* Every turn is logged to JSONL as it happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, AsyncGenerator, Callable, Sequence
+
+from harness_magic.core.events import (
+    AssistantMessage,
+    Event,
+    EventHandler,
+    ReminderAdded,
+    RunFinished,
+    RunStarted,
+    TextDelta,
+    ToolCallFinished,
+    ToolCallStarted,
+    TurnFinished,
+    TurnStarted,
+)
+from harness_magic.core.format import format_exception, format_tool_output
+from harness_magic.core.log import RunLogger, system_hash
+from harness_magic.core.messages import (
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+    message_to_dict,
+    unanswered_tool_uses,
+)
+from harness_magic.core.provider import INVALID_ARGUMENTS_KEY, ProviderError, ProviderResponse
+from harness_magic.core.tools import ToolError, ToolOutput, ToolSpec
+
+__all__ = ["Harness", "AsyncHarness", "RunResult", "MaxTurnsExceeded", "ReminderHook", "RUN_STATUSES"]
+
+ReminderHook = Callable[[int, int], "str | None"]
+
+RUN_STATUSES = ("completed", "max_turns_exceeded", "error", "interrupted")
+"""Statuses a run can end with (budget statuses are added by the control plane)."""
+
+INTERRUPTED_RESULT = "Interrupted by the user before this tool call finished; it had no effect on the cache."
+"""Error result that answers tool calls cut off by an interrupt."""
+SKIPPED_RESULT = "Not run: the run stopped ({reason}) before this tool call."
+"""Error result for tool calls left unanswered when a run stops early."""
+
+
+class MaxTurnsExceeded(Exception):
+    """Raised by :meth:`Harness.run` / :meth:`Harness.ask` when the turn limit is hit."""
+
+    def __init__(self, turns: int) -> None:
+        super().__init__(f"the run stopped after {turns} turns without a final answer")
+        self.turns = turns
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Outcome of one run (one prompt and the turns it took)."""
+
+    status: str
+    """One of :data:`RUN_STATUSES` or a budget status such as ``budget_cost``."""
+    text: str
+    """Final model text (empty when the run did not complete)."""
+    turns: int
+    """Provider calls made in this run."""
+    usage: Usage = field(default_factory=Usage)
+    """Tokens (cached included) and cost summed over the run."""
+    run_id: str | None = None
+    session_id: str | None = None
+    run_file: str | None = None
+    """Path of the JSONL log of this run."""
+    error: str | None = None
+    """Readable reason when ``status`` is not ``completed``."""
+    model: str | None = None
+    elapsed_s: float = 0.0
+    handles: tuple[str, ...] = ()
+    """Cache handles created during the run, in order."""
+    messages: tuple[Message, ...] = ()
+    """The whole transcript after the run."""
+    charts: tuple[str, ...] = ()
+    """Base64 PNG charts drawn during the run, in order."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "completed"
+
+    def __repr__(self) -> str:
+        return (
+            f"RunResult(status={self.status!r}, turns={self.turns}, tokens={self.usage.total_tokens}, "
+            f"cost=${self.usage.cost:.4f}, run_id={self.run_id!r})"
+        )
+
+
+class _Stop(Exception):
+    """Internal: a check decided the run must stop with ``status``."""
+
+    def __init__(self, status: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class _HarnessBase:
+    def __init__(
+        self,
+        adapter: Any,
+        system: str,
+        tools: list[ToolSpec],
+        max_turns: int = 25,
+        run_dir: str = "./runs",
+        cache: Any | None = None,
+    ) -> None:
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {max_turns!r}")
+        if not isinstance(system, str):
+            raise TypeError(f"system must be a string, got {type(system).__name__}")
+        names = [t.name for t in tools]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate tool names: {', '.join(duplicates)}")
+        if cache is None:
+            from harness_magic.core.cache import SessionCache
+
+            cache = SessionCache()
+        self._adapter = adapter
+        self._system = system
+        self._tools = list(tools)
+        self._max_turns = max_turns
+        self._run_dir = run_dir
+        self._cache = cache
+        self._messages: list[Message] = []
+        self._reminders: list[ReminderHook] = []
+        self._handlers: list[EventHandler] = []
+        self._run_file: str | None = None
+        self._turn: int | None = None
+        self._checks: list[Callable[["_Run"], None]] = []
+        self._tool_guards: list[Callable[[ToolSpec, ToolUseBlock], "str | None"]] = []
+        self._tool_validators: list[Callable[[ToolSpec, ToolUseBlock, ToolOutput], "str | None"]] = []
+
+    # -- public surface -------------------------------------------------------------
+
+    @property
+    def system(self) -> str:
+        """The system prompt; fixed at construction."""
+        return self._system
+
+    @property
+    def cache(self) -> Any:
+        return self._cache
+
+    @property
+    def adapter(self) -> Any:
+        return self._adapter
+
+    @property
+    def tools(self) -> list[ToolSpec]:
+        """All tools (visible or not), in their stable order."""
+        return list(self._tools)
+
+    @property
+    def messages(self) -> list[Message]:
+        """A copy of the canonical history."""
+        return list(self._messages)
+
+    @property
+    def max_turns(self) -> int:
+        return self._max_turns
+
+    @property
+    def run_file(self) -> str | None:
+        """Path to the JSONL log of the latest run, or None before the first run."""
+        return self._run_file
+
+    @property
+    def current_turn(self) -> int | None:
+        """Turn number while a run is in progress (for cache provenance)."""
+        return self._turn
+
+    def register_reminder(self, hook: ReminderHook) -> None:
+        """Register ``hook(turn, max_turns) -> str | None``, called before each provider call.
+
+        A returned string is appended to the conversation suffix.
+        """
+        self._reminders.append(hook)
+
+    def subscribe(self, handler: EventHandler) -> Callable[[], None]:
+        """Call ``handler(event)`` for every event; returns an unsubscribe function."""
+        self._handlers.append(handler)
+        return lambda: self._handlers.remove(handler) if handler in self._handlers else None
+
+    def add_tool(self, tool: ToolSpec) -> None:
+        """Append a tool (order is kept stable so the request prefix stays cacheable)."""
+        if any(t.name == tool.name for t in self._tools):
+            raise ValueError(f"a tool named {tool.name!r} already exists")
+        self._tools.append(tool)
+
+    def add_check(self, check: Callable[["_Run"], None]) -> None:
+        """Register a per-turn check (budgets); it raises ``_Stop`` to end the run."""
+        self._checks.append(check)
+
+    def add_tool_guard(self, guard: Callable[[ToolSpec, ToolUseBlock], "str | None"]) -> None:
+        """Register ``guard(spec, use) -> error text | None`` run before a tool (approvals)."""
+        self._tool_guards.append(guard)
+
+    def add_tool_validator(self, validator: Callable[[ToolSpec, ToolUseBlock, ToolOutput], "str | None"]) -> None:
+        """Register ``validator(spec, use, output) -> error text | None`` run after a tool."""
+        self._tool_validators.append(validator)
+
+    def reset_history(self) -> None:
+        """Forget the conversation (the cache is kept)."""
+        self._messages = []
+
+    def set_history(self, messages: Sequence[Message]) -> None:
+        """Replace the conversation (retry from a checkpoint)."""
+        self._messages = list(messages)
+
+    def visible_tools(self) -> list[ToolSpec]:
+        return [t for t in self._tools if t.visible]
+
+    # -- internals --------------------------------------------------------------------
+
+    def _emit(self, event: Event) -> None:
+        for handler in list(self._handlers):
+            try:
+                handler(event)
+            except Exception as exc:  # a renderer bug must not break the transcript
+                warnings.warn(f"event handler {handler!r} failed on {event.kind}: {exc!r}", RuntimeWarning)
+
+    def _new_run(self, user_message: str, run_id: str | None, session_id: str | None, fresh: bool) -> "_Run":
+        if not isinstance(user_message, str) or not user_message.strip():
+            raise ValueError("user_message must be a non-empty string")
+        if fresh:
+            self._messages = []
+        return _Run(self, user_message, run_id or uuid.uuid4().hex[:12], session_id)
+
+
+class _Run:
+    """State and protocol steps of one run; drivers call the steps in order."""
+
+    def __init__(self, harness: _HarnessBase, prompt: str, run_id: str, session_id: str | None) -> None:
+        self.h = harness
+        self.prompt = prompt
+        self.run_id = run_id
+        self.session_id = session_id
+        self.turn = 0
+        self.usage = Usage()
+        self.tool_calls = 0
+        self.handles: list[str] = []
+        self.charts: list[str] = []
+        self.started = time.monotonic()
+        self.model = getattr(harness._adapter, "model", "unknown")
+        history = list(harness._messages)
+        self.logger = RunLogger(harness._run_dir, run_id)
+        harness._run_file = str(self.logger.path)
+        self.logger.start(
+            session_id=session_id,
+            model=self.model,
+            system=harness._system,
+            tools=harness._tools,
+            history=history,
+            prompt=prompt,
+            max_turns=harness._max_turns,
+        )
+        harness._messages.append(Message(role="user", content=(TextBlock(text=prompt),)))
+        self.logged_upto = len(history)
+        self.final_text = ""
+        harness._emit(
+            RunStarted(run_id=run_id, model=self.model, max_turns=harness._max_turns, prompt=prompt,
+                       run_file=harness._run_file)
+        )
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+    # -- steps --------------------------------------------------------------------------
+
+    def before_call(self) -> tuple[str, list[Message], list[ToolSpec], list[str]]:
+        """Run checks, add reminders; returns what the provider call needs."""
+        h = self.h
+        for check in h._checks:
+            check(self)
+        if self.turn >= h._max_turns:
+            raise _Stop("max_turns_exceeded", f"reached max_turns={h._max_turns} without a final answer")
+        self.turn += 1
+        h._turn = self.turn
+        h._emit(TurnStarted(turn=self.turn, max_turns=h._max_turns))
+        reminders = []
+        for hook in h._reminders:
+            text = hook(self.turn, h._max_turns)
+            if text:
+                reminders.append(text)
+        for text in reminders:
+            self._append_suffix_text(text)
+            h._emit(ReminderAdded(turn=self.turn, text=text))
+        return h._system, list(h._messages), h.visible_tools(), reminders
+
+    def _append_suffix_text(self, text: str) -> None:
+        messages = self.h._messages
+        block = TextBlock(text=text)
+        if messages and messages[-1].role == "user":
+            messages[-1] = Message(role="user", content=messages[-1].content + (block,))
+        else:
+            messages.append(Message(role="user", content=(block,)))
+
+    def on_text(self, text: str) -> None:
+        self.h._emit(TextDelta(turn=self.turn, text=text))
+
+    def after_response(self, response: ProviderResponse, latency_s: float, tools: list[ToolSpec],
+                       reminders: list[str]) -> list[ToolUseBlock]:
+        h = self.h
+        appended = h._messages[self.logged_upto :]
+        h._messages.append(response.message)
+        self.logged_upto = len(h._messages)
+        self.usage = self.usage + response.usage
+        raw = {k: v for k, v in response.raw.items() if k != "_cost"}
+        h_cache = h._cache
+        self.logger.write(
+            "turn",
+            turn=self.turn,
+            request={
+                "system_sha256": system_hash(h._system),
+                "messages_appended": [message_to_dict(m) for m in appended],
+                "visible_tools": [t.name for t in tools],
+                "reminders": reminders,
+            },
+            response={
+                "message": message_to_dict(response.message),
+                "usage": response.usage.to_dict(),
+                "stop_reason": response.stop_reason,
+                "model": response.model,
+            },
+            provider_response=raw,
+            latency_s=round(latency_s, 6),
+            usage=response.usage.to_dict(),
+            cumulative_usage=self.usage.to_dict(),
+            cache=h_cache.metadata() if hasattr(h_cache, "metadata") else [],
+        )
+        h._emit(AssistantMessage(turn=self.turn, message=response.message, usage=response.usage))
+        if response.message.text:
+            self.final_text = response.message.text
+        return response.message.tool_uses
+
+    def dispatch_all(self, uses: list[ToolUseBlock]) -> None:
+        """Answer every tool use, in order, with exactly one result."""
+        h = self.h
+        results: list[ToolResultBlock] = []
+        meta: list[dict[str, Any]] = []
+        try:
+            for use in uses:
+                started = time.monotonic()
+                h._emit(ToolCallStarted(turn=self.turn, tool_use=use))
+                output = self._dispatch_one(use)
+                duration = time.monotonic() - started
+                block = ToolResultBlock(tool_use_id=use.id, content=output.text, is_error=output.is_error)
+                results.append(block)
+                self.tool_calls += 1
+                self.handles.extend(output.handles)
+                self.charts.extend(a["data"] for a in output.artifacts if a.get("kind") == "image/png")
+                snapshots = tuple(self._snapshot(name) for name in output.handles)
+                meta.append({"tool_use_id": use.id, "name": use.name, "is_error": output.is_error,
+                             "duration_s": round(duration, 6), "handles": list(output.handles),
+                             "content_chars": len(output.text)})
+                h._emit(ToolCallFinished(turn=self.turn, tool_use=use, result=block, duration_s=duration,
+                                         handles=tuple(output.handles), artifacts=tuple(output.artifacts),
+                                         snapshots=snapshots))
+        finally:
+            # On interrupt, answer what is left so the transcript stays consistent.
+            answered = {r.tool_use_id for r in results}
+            for use in uses:
+                if use.id not in answered:
+                    results.append(ToolResultBlock(tool_use_id=use.id, content=INTERRUPTED_RESULT, is_error=True))
+            h._messages.append(Message(role="user", content=tuple(results)))
+            self.logger.write("tools", turn=self.turn, results=meta)
+
+    def _snapshot(self, name: str) -> dict[str, Any]:
+        try:
+            return self.h._cache.snapshot(name)
+        except Exception:
+            return {}
+
+    def _dispatch_one(self, use: ToolUseBlock) -> ToolOutput:
+        h = self.h
+        spec = next((t for t in h._tools if t.name == use.name), None)
+        visible = [t.name for t in h.visible_tools()]
+        if spec is None or not spec.visible:
+            what = "is not loaded yet" if spec is not None else "does not exist"
+            hint = (f" Call load_connectors(connector_name={spec.connector!r}) first."
+                    if spec is not None and spec.connector else "")
+            return ToolOutput(
+                text=f"Tool {use.name!r} {what}.{hint} Available tools: {', '.join(visible) or '(none)'}.",
+                is_error=True,
+            )
+        if INVALID_ARGUMENTS_KEY in use.input:
+            return ToolOutput(text=f"Arguments for {use.name!r} were not valid JSON: {use.input[INVALID_ARGUMENTS_KEY]}",
+                              is_error=True)
+        for guard in h._tool_guards:
+            refusal = guard(spec, use)
+            if refusal:
+                return ToolOutput(text=refusal, is_error=True)
+        try:
+            value = spec.handler(**use.input)
+        except TypeError as exc:
+            if _is_argument_error(exc, spec.handler):
+                expected = ", ".join(spec.parameters.get("properties", {})) or "none"
+                return ToolOutput(text=f"Bad arguments for {use.name!r}: {exc}. Parameters: {expected}.",
+                                  is_error=True)
+            return ToolOutput(text=format_exception(exc), is_error=True)
+        except ToolError as exc:
+            return ToolOutput(text=str(exc), is_error=True)
+        except Exception as exc:
+            return ToolOutput(text=format_exception(exc), is_error=True)
+        output = format_tool_output(value, h._cache, spec.result_name or spec.name)
+        for validator in h._tool_validators:
+            problem = validator(spec, use, output)
+            if problem:
+                output = dataclasses.replace(output, text=f"{output.text}\nVerification failed: {problem}",
+                                             is_error=True)
+        return output
+
+    def finish(self, status: str, error: str | None = None) -> RunResult:
+        h = self.h
+        leftover = unanswered_tool_uses(h._messages)
+        if leftover:
+            reason = error or status
+            h._messages.append(Message(role="user", content=tuple(
+                ToolResultBlock(tool_use_id=u.id, content=SKIPPED_RESULT.format(reason=reason), is_error=True)
+                for u in leftover)))
+        appended = h._messages[self.logged_upto :]
+        self.logged_upto = len(h._messages)
+        text = self.final_text if status == "completed" else ""
+        result = RunResult(
+            status=status,
+            text=text,
+            turns=self.turn,
+            usage=self.usage,
+            run_id=self.run_id,
+            session_id=self.session_id,
+            run_file=str(self.logger.path),
+            error=error,
+            model=self.model,
+            elapsed_s=self.elapsed_s,
+            handles=tuple(self.handles),
+            messages=tuple(h._messages),
+            charts=tuple(self.charts),
+        )
+        self.logger.write(
+            "run_end",
+            status=status,
+            text=text,
+            error=error,
+            turns=self.turn,
+            tool_calls=self.tool_calls,
+            usage=self.usage.to_dict(),
+            elapsed_s=round(self.elapsed_s, 6),
+            handles=list(self.handles),
+            messages_appended=[message_to_dict(m) for m in appended],
+        )
+        self.logger.close()
+        h._turn = None
+        h._emit(RunFinished(result=result))
+        return result
+
+    def turn_finished(self, response: ProviderResponse) -> None:
+        self.h._emit(TurnFinished(turn=self.turn, usage=response.usage, total_usage=self.usage,
+                                  elapsed_s=self.elapsed_s))
+
+
+def _is_argument_error(exc: TypeError, handler: Callable[..., Any]) -> bool:
+    """True when ``exc`` came from calling ``handler`` with wrong arguments."""
+    tb = exc.__traceback__
+    depth = 0
+    while tb is not None:
+        depth += 1
+        tb = tb.tb_next
+    return depth <= 1
+
+
+class Harness(_HarnessBase):
+    """The synchronous ReAct loop.
+
+    Owns the message list, dispatches tools, applies suffix-only reminders and
+    logs every turn to JSONL. The system prompt is never changed after
+    construction. ``Agent``-style conveniences live in
+    :class:`~harness_magic.core.session.AgentSession`.
+    """
+
+    def run_result(self, user_message: str, *, run_id: str | None = None,
+                   session_id: str | None = None) -> RunResult:
+        """Start a fresh conversation with ``user_message`` and run to the end."""
+        return self._drive(self._new_run(user_message, run_id, session_id, fresh=True))
+
+    def ask_result(self, user_message: str, *, run_id: str | None = None,
+                   session_id: str | None = None) -> RunResult:
+        """Continue the current conversation with ``user_message``."""
+        return self._drive(self._new_run(user_message, run_id, session_id, fresh=False))
+
+    def run(self, user_message: str) -> str:
+        """Like :meth:`run_result` but returns the text; raises on failure."""
+        return _text_or_raise(self.run_result(user_message))
+
+    def ask(self, user_message: str) -> str:
+        """Like :meth:`ask_result` but returns the text; raises on failure."""
+        return _text_or_raise(self.ask_result(user_message))
+
+    def _drive(self, run: _Run) -> RunResult:
+        try:
+            while True:
+                system, messages, tools, reminders = run.before_call()
+                started = time.monotonic()
+                response = self._adapter.complete(system, messages, tools, on_text=run.on_text)
+                uses = run.after_response(response, time.monotonic() - started, tools, reminders)
+                if uses:
+                    run.dispatch_all(uses)
+                run.turn_finished(response)
+                if not uses:
+                    return run.finish("completed")
+        except _Stop as stop:
+            return run.finish(stop.status, stop.reason)
+        except ProviderError as exc:
+            return run.finish("error", f"provider error: {exc}")
+        except (ValueError, OSError) as exc:  # e.g. a broken offline script or log
+            return run.finish("error", f"{type(exc).__name__}: {exc}")
+        except KeyboardInterrupt:
+            return run.finish("interrupted", "interrupted by the user")
+
+
+class AsyncHarness(_HarnessBase):
+    """Async variant of :class:`Harness`; needs an ``AsyncProviderAdapter``.
+
+    ``run_stream`` / ``ask_stream`` yield the same events subscribers get,
+    ending with :class:`~harness_magic.core.events.RunFinished`.
+    """
+
+    async def run_result(self, user_message: str, *, run_id: str | None = None,
+                         session_id: str | None = None) -> RunResult:
+        return await self._drive(self._new_run(user_message, run_id, session_id, fresh=True))
+
+    async def ask_result(self, user_message: str, *, run_id: str | None = None,
+                         session_id: str | None = None) -> RunResult:
+        return await self._drive(self._new_run(user_message, run_id, session_id, fresh=False))
+
+    async def run(self, user_message: str) -> str:
+        return _text_or_raise(await self.run_result(user_message))
+
+    async def ask(self, user_message: str) -> str:
+        return _text_or_raise(await self.ask_result(user_message))
+
+    async def run_stream(self, user_message: str) -> AsyncGenerator[Event, None]:
+        """Stream events for a fresh conversation."""
+        async for event in self._stream(user_message, fresh=True):
+            yield event
+
+    async def ask_stream(self, user_message: str) -> AsyncGenerator[Event, None]:
+        """Stream events for a follow-up in the current conversation."""
+        async for event in self._stream(user_message, fresh=False):
+            yield event
+
+    async def _stream(self, user_message: str, *, fresh: bool) -> AsyncGenerator[Event, None]:
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        unsubscribe = self.subscribe(queue.put_nowait)
+        try:
+            run = self._new_run(user_message, None, None, fresh=fresh)
+            task = asyncio.ensure_future(self._drive(run))
+            task.add_done_callback(lambda _: queue.put_nowait(None))
+            while True:
+                event = await queue.get()
+                if event is None:
+                    break
+                yield event
+            await task
+        finally:
+            unsubscribe()
+
+    async def _drive(self, run: _Run) -> RunResult:
+        try:
+            while True:
+                system, messages, tools, reminders = run.before_call()
+                started = time.monotonic()
+                response = await self._adapter.complete(system, messages, tools, on_text=run.on_text)
+                uses = run.after_response(response, time.monotonic() - started, tools, reminders)
+                if uses:
+                    run.dispatch_all(uses)
+                run.turn_finished(response)
+                if not uses:
+                    return run.finish("completed")
+        except _Stop as stop:
+            return run.finish(stop.status, stop.reason)
+        except ProviderError as exc:
+            return run.finish("error", f"provider error: {exc}")
+        except (ValueError, OSError) as exc:  # e.g. a broken offline script or log
+            return run.finish("error", f"{type(exc).__name__}: {exc}")
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            return run.finish("interrupted", "interrupted by the user")
+
+
+def _text_or_raise(result: RunResult) -> str:
+    if result.status == "max_turns_exceeded":
+        raise MaxTurnsExceeded(result.turns)
+    if result.status != "completed":
+        raise RuntimeError(result.error or result.status)
+    return result.text
