@@ -1,0 +1,35 @@
+"""Shared fixtures: a scripted OpenAI-compatible server and harness builders."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from scripted_server import ScriptedServer  # noqa: E402
+
+
+@pytest.fixture
+def server():
+    """A running scripted server; set ``server.replies`` before the run."""
+    with ScriptedServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+def http_adapter(server):
+    """Factory: a ProviderAdapter talking litellm over HTTP to ``server``."""
+    from harness_magic import ProviderAdapter
+
+    def make(stream: bool = True, **options: Any) -> ProviderAdapter:
+        options.setdefault("sleep", lambda s: None)
+        return ProviderAdapter("openai/test-model", api_base=server.api_base, api_key="sk-test", stream=stream,
+                               **options)
+
+    return make
