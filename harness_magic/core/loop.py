@@ -129,6 +129,7 @@ class _HarnessBase:
         max_turns: int = 25,
         run_dir: str = "./runs",
         cache: Any | None = None,
+        log_extra: dict[str, Any] | None = None,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {max_turns!r}")
@@ -156,6 +157,8 @@ class _HarnessBase:
         self._checks: list[Callable[["_Run"], None]] = []
         self._tool_guards: list[Callable[[ToolSpec, ToolUseBlock], "str | None"]] = []
         self._tool_validators: list[Callable[[ToolSpec, ToolUseBlock, ToolOutput], "str | None"]] = []
+        self._log_extra: dict[str, Any] = dict(log_extra or {})
+        self._active_run: "_Run | None" = None
 
     # -- public surface -------------------------------------------------------------
 
@@ -190,6 +193,11 @@ class _HarnessBase:
     def run_file(self) -> str | None:
         """Path to the JSONL log of the latest run, or None before the first run."""
         return self._run_file
+
+    @property
+    def current_run(self) -> "_Run | None":
+        """The run in progress (``run_id``, ``logger``, ``turn``, ``current_tool_use``), or None."""
+        return self._active_run
 
     @property
     def current_turn(self) -> int | None:
@@ -280,7 +288,11 @@ class _Run:
             history=history,
             prompt=prompt,
             max_turns=harness._max_turns,
+            extra=harness._log_extra or None,
         )
+        self.current_tool_use: ToolUseBlock | None = None
+        """The tool use being dispatched right now (tools that link child runs read its id)."""
+        harness._active_run = self
         harness._messages.append(Message(role="user", content=(TextBlock(text=prompt),)))
         self.logged_upto = len(history)
         self.final_text = ""
@@ -370,7 +382,11 @@ class _Run:
             for use in uses:
                 started = time.monotonic()
                 h._emit(ToolCallStarted(turn=self.turn, tool_use=use))
-                output = self._dispatch_one(use)
+                self.current_tool_use = use
+                try:
+                    output = self._dispatch_one(use)
+                finally:
+                    self.current_tool_use = None
                 duration = time.monotonic() - started
                 block = ToolResultBlock(tool_use_id=use.id, content=output.text, is_error=output.is_error)
                 results.append(block)
@@ -478,6 +494,7 @@ class _Run:
         )
         self.logger.close()
         h._turn = None
+        h._active_run = None
         h._emit(RunFinished(result=result))
         return result
 
