@@ -1,0 +1,32 @@
+"""The sandboxed interpreter: model code runs in an OS-confined worker process.
+
+The boundary is a separate process, forked per session from a clean,
+pre-warmed launcher (never from the kernel), confined by the layers in
+:mod:`.confinement` (environment allowlist, closed descriptors, own process
+group, death with the parent, dropped root, Landlock, seccomp, a network
+namespace, rlimits) and watched by the kernel (wall-clock timeout, RSS
+watchdog, output caps). Data crosses as Arrow IPC / ``.npy`` files mapped
+read-only (:mod:`.transfer`); the kernel never unpickles or evaluates anything
+the worker produced. The AST pre-check and audit hook in :mod:`.checks` only
+make refusals friendly: they are not part of the boundary.
+"""
+
+from harness_magic.core.sandbox.backend import (
+    CONFINING_LAYERS,
+    DEFAULT_TIMEOUT_S,
+    SandboxedInterpreter,
+    SandboxUnavailableError,
+    UnconfinedWarning,
+    probe_confinement,
+)
+from harness_magic.core.sandbox.protocol import RemoteObject
+
+__all__ = [
+    "SandboxedInterpreter",
+    "SandboxUnavailableError",
+    "UnconfinedWarning",
+    "probe_confinement",
+    "RemoteObject",
+    "CONFINING_LAYERS",
+    "DEFAULT_TIMEOUT_S",
+]

@@ -1,0 +1,489 @@
+"""``SandboxedInterpreter``: the interpreter backend whose boundary is an OS-confined process.
+
+One launcher per kernel process (started on first use, shared by every session)
+forks one worker per :class:`SandboxedInterpreter`. A call writes the inputs the
+code references into the session's input directory, sends the code over a pipe
+and waits — with a wall-clock timeout and an RSS watchdog — for a reply frame.
+A worker that crashes, times out or is killed is restarted on the next call; the
+call that lost it gets a readable error result.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Collection, Iterable
+from typing import Any
+
+from harness_magic.core.cache.names import resolve_handle_name
+from harness_magic.core.interpreter import ExecutionResult
+from harness_magic.core.sandbox import confinement
+from harness_magic.core.sandbox.protocol import ProtocolError, recv_frame, send_frame
+from harness_magic.core.sandbox.transfer import RESULT_MAX_BYTES, read_result, write_input
+
+__all__ = [
+    "SandboxedInterpreter",
+    "SandboxUnavailableError",
+    "UnconfinedWarning",
+    "probe_confinement",
+    "DEFAULT_TIMEOUT_S",
+    "CONFINING_LAYERS",
+]
+
+DEFAULT_TIMEOUT_S = 60.0
+"""Wall-clock seconds one call may run: analyses taking longer should be split."""
+
+LAUNCHER_START_TIMEOUT_S = 120.0
+"""Cold start imports pandas, pyarrow and matplotlib (and may build the font cache)."""
+
+SPAWN_TIMEOUT_S = 30.0
+"""A forked worker confines itself in milliseconds; this only guards a stuck launcher."""
+
+WATCHDOG_INTERVAL_S = 0.05
+"""How often the parent samples the worker's anonymous RSS while it runs."""
+
+STDOUT_CAP_CHARS = 1_000_000
+"""Printed characters the worker keeps per call; the rest is counted, not stored."""
+
+OPEN_FILES_LIMIT = 256
+"""Descriptors the worker may hold: enough for inputs, results and fonts."""
+
+CPU_SECONDS_LIMIT = 3600
+"""CPU seconds over a worker's whole life (it is restarted when it hits this)."""
+
+CONFINING_LAYERS = ("landlock", "seccomp")
+"""At least one of these must hold for untrusted code to run without the unconfined opt-in."""
+
+_MAX_SAVES = 100
+"""Matches the worker's cap on save() calls per run."""
+
+_CONTROL_MAX_BYTES = 1 << 16
+"""Launcher replies are a pid or an exit status."""
+
+
+def _total_memory() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+class SandboxUnavailableError(RuntimeError):
+    """The OS offers no confinement here, and unconfined mode was not opted into."""
+
+
+class UnconfinedWarning(UserWarning):
+    """Untrusted code is about to run without OS confinement."""
+
+
+def _shm_root() -> str:
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+    return base
+
+
+class _Launcher:
+    """The kernel's handle on the launcher process (one per kernel, shared)."""
+
+    _shared: _Launcher | None = None
+    _shared_lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.root = tempfile.mkdtemp(prefix=f"harness-sandbox-{os.getpid()}-", dir=_shm_root())
+        os.chmod(self.root, 0o711)
+        empty = os.path.join(self.root, "empty")
+        os.mkdir(empty, 0o555)
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__)))))
+        env = confinement.clean_environment({"PYTHONPATH": package_root})
+        self.log_path = os.path.join(self.root, "launcher.log")
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-s", "-m", "harness_magic.core.sandbox.launcher",
+                 str(child.fileno())],
+                env=env, cwd=empty, pass_fds=[child.fileno()], close_fds=True, start_new_session=True,
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            )
+        child.close()
+        self.sock = parent
+        self.lock = threading.Lock()
+        self.sock.settimeout(LAUNCHER_START_TIMEOUT_S)
+        try:
+            ready = json.loads(self.sock.recv(_CONTROL_MAX_BYTES))
+        except (OSError, ValueError) as exc:
+            self.close()
+            raise SandboxUnavailableError(f"sandbox launcher failed to start: {exc}; {self._log_tail()}") from exc
+        if not ready:
+            raise SandboxUnavailableError(f"sandbox launcher failed to start; {self._log_tail()}")
+        self.pid = ready["pid"]
+
+    def _log_tail(self) -> str:
+        try:
+            with open(self.log_path, "rb") as log:
+                return log.read()[-2000:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    @classmethod
+    def shared(cls) -> _Launcher:
+        with cls._shared_lock:
+            if cls._shared is None or cls._shared.process.poll() is not None:
+                cls._shared = cls()
+                atexit.register(cls._shared.close)
+            return cls._shared
+
+    def request(self, message: dict[str, Any], fds: Iterable[int] = (), timeout: float = SPAWN_TIMEOUT_S) -> dict:
+        with self.lock:
+            self.sock.settimeout(timeout)
+            socket.send_fds(self.sock, [json.dumps(message).encode()], list(fds))
+            data = self.sock.recv(_CONTROL_MAX_BYTES)
+        if not data:
+            raise SandboxUnavailableError(f"sandbox launcher exited; {self._log_tail()}")
+        return json.loads(data)
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+
+
+class _Worker:
+    def __init__(self, pid: int, req_fd: int, resp_fd: int, hello: dict[str, Any]) -> None:
+        self.pid, self.req_fd, self.resp_fd, self.hello = pid, req_fd, resp_fd, hello
+
+    def kill(self) -> None:
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def close_fds(self) -> None:
+        for fd in (self.req_fd, self.resp_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def anon_rss(self) -> int:
+        try:
+            with open(f"/proc/{self.pid}/status", "rb") as status:
+                for line in status:
+                    if line.startswith(b"RssAnon:"):
+                        return int(line.split()[1]) * 1024
+        except (OSError, ValueError):
+            pass
+        return 0
+
+
+class SandboxedInterpreter:
+    """Runs model code in an OS-confined worker process (see the package docstring).
+
+    ``layers`` picks the optional OS layers (default: all of ``confinement.OS_LAYERS``
+    the machine offers); tests pass one layer at a time. ``ast_precheck`` and
+    ``audit_hooks`` add friendly refusals only. Where neither Landlock nor seccomp
+    holds, construction raises :class:`SandboxUnavailableError` unless
+    ``allow_unconfined=True``, which warns with :class:`UnconfinedWarning`.
+    """
+
+    name = "sandbox"
+
+    def __init__(
+        self,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        memory_limit: int | None = None,
+        rss_limit: int | None = None,
+        cpu_seconds: int = CPU_SECONDS_LIMIT,
+        result_max_bytes: int = RESULT_MAX_BYTES,
+        stdout_max_chars: int = STDOUT_CAP_CHARS,
+        layers: Collection[str] | None = None,
+        ast_precheck: bool = True,
+        audit_hooks: bool = True,
+        allow_unconfined: bool = False,
+    ) -> None:
+        unknown = set(layers or ()) - set(confinement.OS_LAYERS)
+        if unknown:
+            raise ValueError(f"unknown sandbox layers {sorted(unknown)}; known: {confinement.OS_LAYERS}")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout!r}")
+        total = _total_memory()
+        self.timeout = float(timeout)
+        self.rss_limit = int(rss_limit) if rss_limit is not None else int(total * 0.75)
+        self.result_max_bytes = int(result_max_bytes)
+        self.allow_unconfined = allow_unconfined
+        self._layers = tuple(confinement.OS_LAYERS if layers is None else layers)
+        self._limits = {
+            "cpu_seconds": int(cpu_seconds),
+            # Generous: the data, Arrow's and BLAS's reservations, and mapped inputs.
+            "address_space": int(memory_limit) if memory_limit is not None else total + 8 * 1024**3,
+            "file_size": self.result_max_bytes + (1 << 20),
+            "open_files": OPEN_FILES_LIMIT,
+            "stdout_chars": int(stdout_max_chars),
+        }
+        self._ast_precheck, self._audit_hooks = ast_precheck, audit_hooks
+        self._launcher = _Launcher.shared()
+        self.session_dir = tempfile.mkdtemp(prefix="session-", dir=self._launcher.root)
+        self.input_dir = os.path.join(self.session_dir, "inputs")
+        self.scratch_dir = os.path.join(self.session_dir, "scratch")
+        os.mkdir(self.input_dir, 0o755)
+        os.mkdir(self.scratch_dir, 0o700)
+        self._worker: _Worker | None = None
+        self._seq = 0
+        self._lock = threading.Lock()
+        self.restarts = 0
+        self._closed = False
+        self._start_worker()  # fail early (and refuse) rather than on the model's first call
+
+    # -- public ----------------------------------------------------------------------------
+
+    @property
+    def layers(self) -> dict[str, Any]:
+        """Which confinement layers hold in the current worker (``True``/description, or why not)."""
+        status = dict(self._worker.hello["layers"]) if self._worker else {}
+        for name in confinement.OS_LAYERS:
+            status.setdefault(name, "not requested")
+        status["rss_watchdog"] = True
+        status["ast_precheck"] = self._ast_precheck
+        status["audit_hooks"] = self._audit_hooks
+        return status
+
+    @property
+    def worker_pid(self) -> int | None:
+        return self._worker.pid if self._worker else None
+
+    def execute(self, code: str, inputs: dict[str, Any], taken_names: Collection[str]) -> ExecutionResult:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("this SandboxedInterpreter is closed")
+            self._seq += 1
+            seq = self._seq
+            written: list[str] = []
+            try:
+                worker = self._ensure_worker()
+                descs = {}
+                for name, value in inputs.items():
+                    desc = write_input(name, value, self.input_dir, str(seq))
+                    if "file" in desc:
+                        written.append(os.path.join(self.input_dir, desc["file"]))
+                    descs[name] = desc
+                send_frame(worker.req_fd, {"op": "exec", "seq": seq, "code": code, "inputs": descs,
+                                           "taken": sorted(taken_names)})
+                reply = self._wait(worker)
+                if isinstance(reply, ExecutionResult):
+                    return reply
+                return self._build_result(reply, taken_names)
+            except (BrokenPipeError, EOFError, ProtocolError) as exc:
+                return self._lost_worker(f"the sandbox worker failed: {type(exc).__name__}: {exc}")
+            finally:
+                for path in written:
+                    _unlink(path)
+                self._clean_scratch_outputs()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._stop_worker()
+            shutil.rmtree(self.session_dir, ignore_errors=True)
+
+    def __enter__(self) -> SandboxedInterpreter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- worker lifecycle ------------------------------------------------------------------
+
+    def _start_worker(self) -> _Worker:
+        req_r, req_w = os.pipe()
+        resp_r, resp_w = os.pipe()
+        config = {"session_dir": self.session_dir, "input_dir": self.input_dir, "scratch_dir": self.scratch_dir,
+                  "layers": list(self._layers), "limits": self._limits, "ast_precheck": self._ast_precheck,
+                  "audit_hooks": self._audit_hooks}
+        try:
+            reply = self._launcher.request({"op": "spawn", "config": config}, [req_r, resp_w])
+        except (OSError, SandboxUnavailableError):
+            self._launcher = _Launcher.shared()  # it died: start a new one once
+            reply = self._launcher.request({"op": "spawn", "config": config}, [req_r, resp_w])
+        finally:
+            os.close(req_r)
+            os.close(resp_w)
+        worker = _Worker(int(reply["pid"]), req_w, resp_r, {})
+        ready, _, _ = select.select([resp_r], [], [], SPAWN_TIMEOUT_S)
+        try:
+            if not ready:
+                raise ProtocolError("worker did not report in time")
+            hello = recv_frame(resp_r)
+        except (EOFError, ProtocolError) as exc:
+            worker.kill()
+            worker.close_fds()
+            raise SandboxUnavailableError(f"sandbox worker failed to start: {exc}") from exc
+        if hello.get("op") != "hello":
+            worker.kill()
+            worker.close_fds()
+            raise SandboxUnavailableError(f"sandbox worker failed to confine itself: {hello.get('error')}")
+        worker.hello = hello
+        self._worker = worker
+        held = [n for n in CONFINING_LAYERS if n in self._layers and _holds(hello["layers"].get(n))]
+        if not held:
+            if not self.allow_unconfined:
+                self._stop_worker()
+                detail = {n: hello["layers"].get(n, "not requested") for n in CONFINING_LAYERS}
+                raise SandboxUnavailableError(
+                    f"no OS confinement is available here ({detail}); refusing to run untrusted code. "
+                    "Pass allow_unconfined=True (AgentMagics.sandbox = 'unconfined') to run it anyway."
+                )
+            warnings.warn("sandbox worker runs WITHOUT OS confinement (allow_unconfined=True): "
+                          "model code can read files and reach the network", UnconfinedWarning, stacklevel=3)
+        return worker
+
+    def _ensure_worker(self) -> _Worker:
+        if self._worker is None:
+            self.restarts += 1
+            return self._start_worker()
+        return self._worker
+
+    def _stop_worker(self) -> dict[str, Any]:
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return {}
+        worker.kill()
+        worker.close_fds()
+        try:
+            return self._launcher.request({"op": "reap", "pid": worker.pid, "wait": 2.0})
+        except (OSError, ValueError, SandboxUnavailableError):
+            return {}
+
+    def _lost_worker(self, why: str) -> ExecutionResult:
+        status = self._stop_worker()
+        if status.get("signal"):
+            why += f" (killed by {signal.Signals(status['signal']).name})"
+        elif status.get("status") is not None:
+            why += f" (exit status {status['status']})"
+        return ExecutionResult(error=f"SandboxError: {why}. The worker was restarted; the session is intact.")
+
+    def _wait(self, worker: _Worker) -> dict[str, Any] | ExecutionResult:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                worker.kill()
+                return self._lost_worker(f"the code ran past the {self.timeout:g}-second time limit and was stopped")
+            ready, _, _ = select.select([worker.resp_fd], [], [], min(WATCHDOG_INTERVAL_S, left))
+            if ready:
+                try:
+                    reply = recv_frame(worker.resp_fd)
+                except EOFError:
+                    return self._lost_worker("the sandbox worker died (crash or memory limit)")
+                if reply.get("recycle"):
+                    self._stop_worker()
+                if reply.get("op") != "result":
+                    return self._lost_worker(f"the sandbox worker failed: {str(reply.get('error'))[-2000:]}")
+                return reply
+            rss = worker.anon_rss()
+            if rss > self.rss_limit:
+                worker.kill()
+                return self._lost_worker(
+                    f"the code used {rss / 2**20:.0f} MiB, over the {self.rss_limit / 2**20:.0f} MiB memory limit")
+
+    def _build_result(self, reply: dict[str, Any], taken_names: Collection[str]) -> ExecutionResult:
+        result = ExecutionResult()
+        stdout = reply.get("stdout", "")
+        if not isinstance(stdout, str):
+            raise ProtocolError("stdout is not text")
+        dropped = reply.get("stdout_dropped", 0)
+        if isinstance(dropped, int) and dropped > 0:
+            stdout += f"\n... [{dropped} more characters of output dropped]"
+        notes = reply.get("notes", [])
+        if isinstance(notes, list):
+            for note in notes[:20]:
+                stdout += f"\n[sandbox] {str(note)[:500]}"
+        result.stdout = stdout
+        error = reply.get("error")
+        if error is not None:
+            result.error = str(error)
+        taken = set(taken_names)
+        saved = reply.get("saved", [])
+        if not isinstance(saved, list) or len(saved) > _MAX_SAVES:
+            raise ProtocolError("malformed saved list")
+        for item in saved:
+            if not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], str):
+                raise ProtocolError("malformed saved entry")
+            handle = resolve_handle_name(item[0], taken)  # never trust the worker's arithmetic
+            taken.add(handle)
+            result.saved.append((handle, self._read(item[1])))
+        if reply.get("value") is not None:
+            result.value = self._read(reply["value"])
+        charts = reply.get("charts", [])
+        if isinstance(charts, list):
+            for chart in charts[:20]:
+                png = base64.b64decode(chart, validate=True) if isinstance(chart, str) else b""
+                if png.startswith(b"\x89PNG\r\n\x1a\n"):
+                    result.charts.append(png)
+        return result
+
+    def _read(self, desc: Any) -> Any:
+        try:
+            return read_result(desc, self.scratch_dir, self.result_max_bytes)
+        except ProtocolError as exc:
+            raise ProtocolError(f"result refused: {exc}") from exc
+
+    def _clean_scratch_outputs(self) -> None:
+        try:
+            names = os.listdir(self.scratch_dir)
+        except OSError:
+            return
+        for name in names:
+            if name.startswith("out_"):
+                _unlink(os.path.join(self.scratch_dir, name))
+
+
+def _holds(status: Any) -> bool:
+    return status is True or (isinstance(status, str) and not status.startswith(("unavailable", "not ")))
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def probe_confinement() -> dict[str, bool | str]:
+    """Which confinement layers this machine offers, tried for real in a throwaway worker.
+
+    Keys: ``env``, ``fds``, ``process_group``, ``pdeathsig``, ``rlimits``, ``netns``,
+    ``drop_root``, ``landlock``, ``seccomp``, ``rss_watchdog``, plus ``confined``
+    (whether untrusted code may run without the unconfined opt-in).
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnconfinedWarning)
+        sandbox = SandboxedInterpreter(allow_unconfined=True, ast_precheck=False, audit_hooks=False)
+    try:
+        layers = sandbox.layers
+    finally:
+        sandbox.close()
+    report: dict[str, bool | str] = {}
+    for name in (*confinement.BASE_LAYERS, *confinement.OS_LAYERS, "rss_watchdog"):
+        value = layers.get(name, False)
+        report[name] = value if isinstance(value, (bool, str)) else str(value)
+    report["confined"] = any(_holds(report.get(n)) for n in CONFINING_LAYERS)
+    return report

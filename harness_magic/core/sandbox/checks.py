@@ -1,0 +1,148 @@
+"""Friendly checks: an AST pre-check and a PEP 578 audit hook.
+
+**Neither is a security boundary.** Code that shares an interpreter with these
+checks can get around them (string-built attribute names, re-exported modules,
+C extensions). They exist so that a model which tries something unavailable
+gets a clear message instead of a confusing OS error, and so the in-process mode
+stops honest mistakes. The boundary is the worker process and its OS layers.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+import threading
+from collections.abc import Callable
+
+__all__ = [
+    "ALLOWED_IMPORTS",
+    "SandboxViolation",
+    "precheck",
+    "install_audit_hook",
+    "audit_active",
+]
+
+ALLOWED_IMPORTS = frozenset({
+    "pandas", "numpy", "pyarrow", "matplotlib", "math", "cmath", "statistics", "json", "re", "datetime",
+    "collections", "itertools", "functools", "operator", "string", "textwrap", "decimal", "fractions",
+    "random", "typing", "dataclasses", "enum", "heapq", "bisect", "copy", "pprint", "calendar", "time",
+    "zoneinfo", "warnings", "io", "csv", "uuid", "hashlib", "base64", "difflib", "unicodedata",
+    "numbers", "abc", "contextlib", "array", "secrets", "locale", "struct", "binascii", "html",
+    "scipy", "sklearn", "statsmodels", "seaborn", "dateutil", "pytz",
+})
+"""Top-level modules model code may import: data work, not system access."""
+
+_FORBIDDEN_CALLS = frozenset({
+    "eval", "exec", "compile", "__import__", "open", "breakpoint", "input", "globals", "vars",
+    "get_ipython", "exit", "quit", "help",
+})
+
+_FORBIDDEN_ATTRIBUTES = frozenset({
+    "__globals__", "__builtins__", "__subclasses__", "__bases__", "__base__", "__mro__", "__code__",
+    "__closure__", "__dict__", "__getattribute__", "__reduce__", "__reduce_ex__", "__class__",
+    "__self__", "__func__", "__module__", "__loader__", "__spec__", "__import__", "__traceback__",
+    "__setattr__", "__delattr__", "__getattr__", "__kwdefaults__", "__defaults__", "__objclass__",
+    "f_globals", "f_locals", "f_back", "f_builtins", "f_code", "tb_frame", "tb_next", "gi_frame",
+    "gi_code", "cr_frame", "ag_frame", "co_code", "func_globals", "_getframe", "modules",
+    "system", "popen", "environ", "getenv", "compat",
+})
+
+
+class SandboxViolation(PermissionError):
+    """Model code asked for something the sandbox does not offer (a friendly refusal)."""
+
+
+def precheck(code: str) -> str | None:
+    """A friendly message when the code plainly reaches for unavailable features, else None."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return None  # compiling reports the syntax error with its location
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            for name in names:
+                top = name.split(".")[0]
+                if top not in ALLOWED_IMPORTS or (isinstance(node, ast.ImportFrom) and node.level):
+                    return (f"import of {name!r} is not available in the sandbox. Imports other than "
+                            f"{', '.join(sorted(ALLOWED_IMPORTS))} are not available.")
+        elif isinstance(node, ast.Name) and node.id in _FORBIDDEN_CALLS:
+            return f"{node.id!r} is not available in the sandbox: work with the cached handles instead."
+        elif isinstance(node, ast.Attribute) and node.attr in _FORBIDDEN_ATTRIBUTES:
+            return f"attribute {node.attr!r} is not available in the sandbox."
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+            "__" in node.value and any(a in node.value for a in _FORBIDDEN_ATTRIBUTES if a.startswith("__"))
+        ):
+            return "strings naming interpreter internals are not available in the sandbox."
+    return None
+
+
+_state = threading.local()
+_installed: list[Callable[..., None]] = []
+
+_PROGRAM_EVENTS = ("os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
+                   "subprocess.Popen", "pty.spawn")
+_NETWORK_PREFIXES = ("socket.", "urllib.Request", "http.client.")
+_FILE_CHANGE_EVENTS = ("os.remove", "os.rmdir", "os.rename", "os.mkdir", "os.chmod", "os.chown",
+                       "os.link", "os.symlink", "os.truncate", "shutil.rmtree", "shutil.copyfile",
+                       "shutil.move", "os.utime")
+_INTROSPECTION_EVENTS = ("sys._getframe", "sys._current_frames", "gc.get_objects", "gc.get_referrers",
+                         "gc.get_referents", "sys.settrace", "sys.setprofile", "sys.addaudithook",
+                         "builtins.input", "builtins.breakpoint", "marshal.loads", "pickle.find_class",
+                         "os.kill", "os.killpg", "signal.pthread_kill", "cpython.run_stdin")
+_RESTRICTED_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "__code__",
+                               "gi_code", "f_globals"})
+
+
+def audit_active() -> bool:
+    return getattr(_state, "active", False)
+
+
+class _Active:
+    def __init__(self, writable: str | None) -> None:
+        self.writable = writable
+
+    def __enter__(self) -> None:
+        _state.active = True
+        _state.writable = self.writable
+
+    def __exit__(self, *exc: object) -> None:
+        _state.active = False
+
+
+def _hook(event: str, args: tuple) -> None:
+    if not getattr(_state, "active", False):
+        return
+    message = None
+    if event.startswith(_PROGRAM_EVENTS):
+        message = "running programs or processes is not available in the sandbox"
+    elif event.startswith(_NETWORK_PREFIXES):
+        message = "network access is not available in the sandbox"
+    elif event in _FILE_CHANGE_EVENTS:
+        message = "changing files is not available in the sandbox"
+    elif event in _INTROSPECTION_EVENTS:
+        message = f"{event} is not available in the sandbox"
+    elif event == "object.__getattr__" and len(args) > 1 and args[1] in _RESTRICTED_ATTRS:
+        message = f"attribute {args[1]!r} is not available in the sandbox"
+    elif event == "open" and args:
+        path, mode = args[0], args[1] if len(args) > 1 else "r"
+        writing = isinstance(mode, str) and any(c in mode for c in "wax+")
+        if isinstance(args[-1], int) and args[-1] & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC):
+            writing = True
+        text = os.fsdecode(path) if isinstance(path, (str, bytes)) else ""
+        writable = getattr(_state, "writable", None)
+        if writing and not (writable and text and os.path.abspath(text).startswith(writable + os.sep)):
+            message = "writing files is not available in the sandbox: save(name, value) keeps results"
+        elif text.startswith(("/proc", "/sys")) or "/.ssh" in text or "jupyter/runtime" in text:
+            message = "reading system or credential files is not available in the sandbox"
+    if message is not None:
+        raise SandboxViolation(message)
+
+
+def install_audit_hook(writable: str | None = None) -> _Active:
+    """Install the (process-wide, permanent) hook once; returns a context manager that arms it."""
+    if not _installed:
+        sys.addaudithook(_hook)
+        _installed.append(_hook)
+    return _Active(os.path.abspath(writable) if writable else None)

@@ -1,0 +1,394 @@
+"""OS confinement layers for the sandbox worker, each applied and probed on its own.
+
+Every ``apply_*`` function runs inside the freshly forked worker (never in the
+kernel process) and raises :class:`LayerError` when the layer cannot be put in
+place. The worker applies them in a fixed order (see ``LAYER_ORDER``) because
+later layers forbid the system calls earlier ones need: rlimits and the network
+namespace before dropping root, dropping root before ``no_new_privs`` and
+Landlock, seccomp last.
+
+Layers:
+
+``env``            allowlisted environment (no API keys, tokens, ``SSH_AUTH_SOCK``).
+``fds``            stdin/stdout/stderr on ``/dev/null``, every other descriptor closed.
+``process_group``  own session and process group, so the parent kills it whole.
+``pdeathsig``      ``PR_SET_PDEATHSIG`` = SIGKILL: dies with the launcher.
+``rlimits``        CPU seconds, address space, file size, open files, core dumps off.
+``netns``          empty network namespace (``unshare``), opportunistic.
+``drop_root``      when root: uid/gid 65534 if the Python install is readable by it,
+                   else every capability dropped (uid 0 kept, DAC owner rights remain).
+``landlock``       read only the Python install and the session inputs, write only scratch;
+                   TCP bind/connect and signals/abstract sockets outside the domain denied
+                   where the kernel ABI has them.
+``seccomp``        no exec, no process fork (threads allowed), no ptrace, no sockets, no
+                   signals to other processes, no raising limits, no namespaces/mounts.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import resource
+import signal
+import sys
+from collections.abc import Iterable
+
+__all__ = [
+    "LayerError",
+    "OS_LAYERS",
+    "BASE_LAYERS",
+    "ENV_ALLOWLIST",
+    "UNPRIVILEGED_UID",
+    "clean_environment",
+    "apply_fds",
+    "apply_process_group",
+    "apply_pdeathsig",
+    "apply_rlimits",
+    "apply_netns",
+    "apply_drop_root",
+    "apply_no_new_privs",
+    "apply_landlock",
+    "apply_seccomp",
+    "landlock_abi",
+    "python_read_paths",
+]
+
+BASE_LAYERS = ("env", "fds", "process_group", "pdeathsig", "rlimits")
+"""Always applied: cheap, and they cannot fail on any Linux."""
+
+OS_LAYERS = ("netns", "drop_root", "landlock", "seccomp")
+"""Applied when available; at least one of landlock/seccomp must hold unless unconfined is opted into."""
+
+UNPRIVILEGED_UID = 65534
+"""``nobody``: owns no files, so a worker running as it reads only world-readable data."""
+
+ENV_ALLOWLIST = ("LANG", "LC_ALL", "LC_CTYPE", "LC_NUMERIC", "TZ", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                 "MKL_NUM_THREADS", "ARROW_DEFAULT_MEMORY_POOL")
+"""The only variables copied from the kernel's environment: none can hold a credential."""
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_libc.prctl.restype = ctypes.c_int
+
+PR_SET_PDEATHSIG = 1
+PR_SET_NO_NEW_PRIVS = 38
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+CLONE_THREAD = 0x00010000
+
+_SYS_LANDLOCK_CREATE_RULESET = 444
+_SYS_LANDLOCK_ADD_RULE = 445
+_SYS_LANDLOCK_RESTRICT_SELF = 446
+_SYS_CAPSET = 126
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+_LANDLOCK_RULE_PATH_BENEATH = 1
+
+
+class LayerError(OSError):
+    """A confinement layer could not be applied."""
+
+
+def _errno_error(what: str) -> LayerError:
+    code = ctypes.get_errno()
+    return LayerError(code, f"{what}: {os.strerror(code)}")
+
+
+def clean_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The allowlisted environment for the launcher: nothing secret survives."""
+    env = {k: v for k, v in os.environ.items() if k in ENV_ALLOWLIST}
+    env.setdefault("LANG", "C.UTF-8")
+    # BLAS thread pools started before fork can deadlock the forked worker.
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.update({"PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg",
+                "PATH": "/nonexistent"})
+    env.update(extra or {})
+    return env
+
+
+# -- base layers --------------------------------------------------------------------------
+
+
+def apply_fds(keep: Iterable[int]) -> None:
+    """Point 0/1/2 at /dev/null and close every other descriptor except ``keep``."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    keep = sorted({fd for fd in keep if fd > 2})
+    low = 3
+    for fd in keep + [None]:
+        high = fd if fd is not None else 65536
+        if high > low:
+            os.closerange(low, high)
+        low = (fd or 0) + 1
+
+
+def apply_process_group() -> None:
+    os.setsid()
+
+
+def apply_pdeathsig(expected_parent: int) -> None:
+    """SIGKILL when the launcher dies; exit now if it already has."""
+    if _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise _errno_error("prctl(PR_SET_PDEATHSIG)")
+    if os.getppid() != expected_parent:
+        os._exit(70)
+
+
+def apply_rlimits(*, cpu_seconds: int, address_space: int, file_size: int, open_files: int) -> None:
+    limits = {
+        resource.RLIMIT_CORE: 0,
+        resource.RLIMIT_CPU: cpu_seconds,
+        resource.RLIMIT_AS: address_space,
+        resource.RLIMIT_FSIZE: file_size,
+        resource.RLIMIT_NOFILE: open_files,
+    }
+    for which, value in limits.items():
+        soft, hard = resource.getrlimit(which)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        resource.setrlimit(which, (value, value))
+
+
+# -- OS layers ----------------------------------------------------------------------------
+
+
+def apply_netns() -> None:
+    """An empty network namespace: only a downed loopback exists inside."""
+    flags = CLONE_NEWNET if os.geteuid() == 0 else CLONE_NEWUSER | CLONE_NEWNET
+    if _libc.unshare(flags) != 0:
+        raise _errno_error("unshare(CLONE_NEWNET)")
+
+
+def python_read_paths() -> list[str]:
+    """Directories the worker must read to keep importing: the Python install and site-packages."""
+    import harness_magic
+
+    candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                  os.path.dirname(os.path.abspath(harness_magic.__file__))}
+    for entry in sys.path:
+        if entry and os.path.isdir(entry) and any(
+            os.path.abspath(entry).startswith(os.path.abspath(p)) for p in (sys.prefix, sys.base_prefix)
+        ):
+            candidates.add(entry)
+    for extra in ("/usr/share/zoneinfo", "/etc/localtime", "/usr/share/fonts"):
+        if os.path.exists(extra):
+            candidates.add(extra)
+    return sorted(os.path.realpath(p) for p in candidates)
+
+
+def _readable_by(uid: int, paths: Iterable[str]) -> str | None:
+    """The first path (or ancestor) ``uid`` could not traverse/read by mode bits, else None."""
+    import stat
+
+    for path in paths:
+        current = os.path.realpath(path)
+        chain = []
+        while True:
+            chain.append(current)
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+        for item in chain:
+            try:
+                st = os.stat(item)
+            except OSError:
+                return item
+            need = stat.S_IXOTH if stat.S_ISDIR(st.st_mode) else stat.S_IROTH
+            if st.st_uid == uid:
+                continue
+            if not st.st_mode & need:
+                return item
+    return None
+
+
+def apply_drop_root(read_paths: Iterable[str], chown_paths: Iterable[str] = ()) -> str:
+    """Stop being root. Returns how: ``"uid 65534"`` or ``"capabilities dropped"``; ``"not root"``."""
+    if os.geteuid() != 0:
+        return "not root"
+    blocked = _readable_by(UNPRIVILEGED_UID, read_paths)
+    if blocked is None:
+        for path in chown_paths:
+            os.chown(path, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+        os.setgroups([])
+        os.setresgid(UNPRIVILEGED_UID, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+        os.setresuid(UNPRIVILEGED_UID, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+        return f"uid {UNPRIVILEGED_UID}"
+    # The interpreter lives where nobody cannot read (e.g. /root/.pyenv): keep uid 0
+    # but give up every capability, including the bounding set.
+    for cap in range(64):
+        if _libc.prctl(24, cap, 0, 0, 0) != 0 and ctypes.get_errno() == errno.EINVAL:  # PR_CAPBSET_DROP
+            break
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()
+    if _libc.syscall(_SYS_CAPSET, header, data) != 0:
+        raise _errno_error("capset")
+    return f"capabilities dropped (uid 0 kept: {blocked} is not readable by uid {UNPRIVILEGED_UID})"
+
+
+def apply_no_new_privs() -> None:
+    if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise _errno_error("prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+# -- Landlock -----------------------------------------------------------------------------
+
+_FS_EXECUTE = 1 << 0
+_FS_WRITE_FILE = 1 << 1
+_FS_READ_FILE = 1 << 2
+_FS_READ_DIR = 1 << 3
+_FS_REMOVE_DIR = 1 << 4
+_FS_REMOVE_FILE = 1 << 5
+_FS_MAKE_CHAR = 1 << 6
+_FS_MAKE_DIR = 1 << 7
+_FS_MAKE_REG = 1 << 8
+_FS_MAKE_SOCK = 1 << 9
+_FS_MAKE_FIFO = 1 << 10
+_FS_MAKE_BLOCK = 1 << 11
+_FS_MAKE_SYM = 1 << 12
+_FS_REFER = 1 << 13
+_FS_TRUNCATE = 1 << 14
+_FS_IOCTL_DEV = 1 << 15
+_FILE_ONLY = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
+_NET_BIND_TCP = 1 << 0
+_NET_CONNECT_TCP = 1 << 1
+_SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0
+_SCOPE_SIGNAL = 1 << 1
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version, 0 when absent or disabled."""
+    value = _libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0),
+                          ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION))
+    return max(int(value), 0)
+
+
+def _handled_fs(abi: int) -> int:
+    rights = (1 << 13) - 1
+    if abi >= 2:
+        rights |= _FS_REFER
+    if abi >= 3:
+        rights |= _FS_TRUNCATE
+    if abi >= 5:
+        rights |= _FS_IOCTL_DEV
+    return rights
+
+
+def apply_landlock(read_paths: Iterable[str], write_paths: Iterable[str]) -> int:
+    """Restrict the filesystem to ``read_paths`` (read) and ``write_paths`` (read/write). Returns the ABI."""
+    abi = landlock_abi()
+    if abi < 1:
+        raise LayerError(errno.EOPNOTSUPP, "Landlock is not supported or not enabled by this kernel")
+    handled = _handled_fs(abi)
+    attr = _RulesetAttr(handled_access_fs=handled)
+    size = 8
+    if abi >= 4:
+        attr.handled_access_net = _NET_BIND_TCP | _NET_CONNECT_TCP
+        size = 16
+    if abi >= 6:
+        attr.scoped = _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL
+        size = 24
+    ruleset = _libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size),
+                            ctypes.c_uint32(0))
+    if ruleset < 0:
+        raise _errno_error("landlock_create_ruleset")
+    read = _FS_READ_FILE | _FS_READ_DIR
+    write = handled & ~(_FS_EXECUTE | _FS_MAKE_CHAR | _FS_MAKE_BLOCK | _FS_MAKE_SOCK | _FS_MAKE_SYM
+                        | _FS_MAKE_FIFO | _FS_IOCTL_DEV)
+    try:
+        rules = [(p, read) for p in read_paths] + [(p, write) for p in write_paths]
+        rules.append((os.devnull, _FS_READ_FILE | _FS_WRITE_FILE))
+        for path, access in rules:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            try:
+                if not os.path.isdir(path):
+                    access &= _FILE_ONLY
+                rule = _PathBeneathAttr(allowed_access=access & handled, parent_fd=fd)
+                if _libc.syscall(_SYS_LANDLOCK_ADD_RULE, ctypes.c_int(ruleset),
+                                 ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH), ctypes.byref(rule),
+                                 ctypes.c_uint32(0)) != 0:
+                    raise _errno_error(f"landlock_add_rule({path})")
+            finally:
+                os.close(fd)
+        if _libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
+            raise _errno_error("landlock_restrict_self")
+    finally:
+        os.close(ruleset)
+    return abi
+
+
+# -- seccomp ------------------------------------------------------------------------------
+
+_DENY_ALWAYS = (
+    "execve", "execveat", "fork", "vfork", "ptrace", "process_vm_readv", "process_vm_writev", "kcmp",
+    "socket", "socketpair", "connect", "bind", "listen", "accept", "accept4",
+    "setrlimit", "tkill", "pidfd_open", "pidfd_getfd", "pidfd_send_signal",
+    "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
+    "fsmount", "fspick", "mount_setattr", "keyctl", "add_key", "request_key", "bpf", "perf_event_open",
+    "userfaultfd", "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
+    "reboot", "swapon", "swapoff", "acct", "setuid", "setgid", "setreuid", "setregid", "setresuid",
+    "setresgid", "setgroups", "setfsuid", "setfsgid", "capset", "personality", "io_uring_setup",
+    "io_uring_enter", "io_uring_register", "open_by_handle_at", "name_to_handle_at", "quotactl",
+    "mknod", "mknodat", "syslog", "iopl", "ioperm", "settimeofday", "clock_settime", "adjtimex",
+    "sethostname", "setdomainname", "vhangup", "fanotify_init", "lookup_dcookie",
+)
+"""System calls the worker never needs; each fails with EPERM."""
+
+_TIOCSTI = 0x5412
+
+
+def apply_seccomp(own_pid: int) -> int:
+    """Load the deny-list filter. Returns the number of rules. Requires libseccomp (Debian: libseccomp2)."""
+    try:
+        import pyseccomp as sc
+    except (ImportError, OSError) as exc:  # pyseccomp raises when libseccomp.so.2 is missing
+        raise LayerError(errno.ENOSYS, f"pyseccomp/libseccomp unavailable: {exc}") from exc
+    eperm = sc.ERRNO(errno.EPERM)
+    filt = sc.SyscallFilter(sc.ALLOW)
+    rules = 0
+
+    def add(action: int, name: str, *args: object) -> None:
+        nonlocal rules
+        try:
+            filt.add_rule(action, name, *args)
+            rules += 1
+        except (ValueError, OSError):  # syscall unknown on this architecture
+            pass
+
+    for name in _DENY_ALWAYS:
+        add(eperm, name)
+    # Threads yes, processes no: clone without CLONE_THREAD is a fork.
+    add(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
+    # clone3 passes flags in memory seccomp cannot read; ENOSYS makes glibc fall back to clone.
+    add(sc.ERRNO(errno.ENOSYS), "clone3")
+    for name in ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
+        add(eperm, name, sc.Arg(0, sc.NE, own_pid))
+    add(eperm, "prlimit64", sc.Arg(2, sc.NE, 0))  # reading limits is fine, setting is not
+    add(eperm, "ioctl", sc.Arg(1, sc.EQ, _TIOCSTI))
+    filt.load()
+    return rules
+
+
+def probe_seccomp_library() -> bool | str:
+    try:
+        import pyseccomp as sc
+
+        sc.SyscallFilter(sc.ALLOW)
+        return True
+    except Exception as exc:  # noqa: BLE001 - any failure means the layer is unavailable
+        return f"unavailable: {type(exc).__name__}: {exc} (install libseccomp2)"
