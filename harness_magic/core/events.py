@@ -23,6 +23,7 @@ __all__ = [
     "RunFinished",
     "SubagentEvent",
     "Notice",
+    "VerificationChecked",
     "Event",
     "EventHandler",
 ]
@@ -124,6 +125,20 @@ class Notice:
 
 
 @dataclass(frozen=True)
+class VerificationChecked:
+    """Outcome of the user's after-tool checks on one tool call's result handles."""
+
+    turn: int | None
+    tool_use_id: str
+    tool: str
+    passed: bool
+    """False when any check failed (the model got an error result)."""
+    checks: tuple[dict[str, Any], ...] = ()
+    """``{"rule", "handle", "ok", "detail"}`` per check that applied."""
+    kind: Literal["verification_checked"] = "verification_checked"
+
+
+@dataclass(frozen=True)
 class SubagentEvent:
     """An event from a subagent's run, wrapped with its parent tool call."""
 
@@ -145,5 +160,6 @@ Event = Union[
     RunFinished,
     Notice,
     SubagentEvent,
+    VerificationChecked,
 ]
 EventHandler = Callable[[Event], None]
