@@ -94,7 +94,7 @@ class Transport(Protocol):
 _CACHE_MARK = {"type": "ephemeral"}
 
 
-def _render_message(message: Message) -> list[dict[str, Any]]:
+def _render_message(message: Message, parts: bool) -> list[dict[str, Any]]:
     if message.role == "assistant":
         text = message.text
         rendered: dict[str, Any] = {"role": "assistant", "content": text or None}
@@ -111,7 +111,9 @@ def _render_message(message: Message) -> list[dict[str, Any]]:
         return [rendered]
     out: list[dict[str, Any]] = []
     for result in message.tool_results:
-        content = f"ERROR: {result.content}" if result.is_error else result.content
+        content: Any = f"ERROR: {result.content}" if result.is_error else result.content
+        if parts:  # the same shape marked or not, so moving the marker keeps the prefix byte-stable
+            content = [{"type": "text", "text": content}]
         out.append({"role": "tool", "tool_call_id": result.tool_use_id, "content": content})
     texts = [b.text for b in message.content if isinstance(b, TextBlock)]
     if texts:
@@ -146,14 +148,14 @@ def render_request(
         system_part["cache_control"] = dict(_CACHE_MARK)
     rendered = [{"role": "system", "content": [system_part]}]
     for message in messages:
-        rendered.extend(_render_message(message))
+        rendered.extend(_render_message(message, cache_markers))
     if cache_markers:
         for item in reversed(rendered):
             if item["role"] in ("user", "tool"):
                 _mark_last(item)
                 break
-    payload: dict[str, Any] = {"model": model, "messages": rendered}
-    if tools:
+    payload: dict[str, Any] = {"model": model}
+    if tools:  # tools before messages: the stable part of the request comes first
         payload["tools"] = [
             {
                 "type": "function",
@@ -165,6 +167,7 @@ def render_request(
             }
             for t in tools
         ]
+    payload["messages"] = rendered
     return payload
 
 

@@ -1,0 +1,33 @@
+# Two commands set everything up on a fresh machine that has Python 3.11+:
+#   make demo   - run the quickstart notebook with the offline model (no API key)
+#   make test   - install test dependencies (incl. Debian packages) and run the whole suite
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test venv bench clean lab
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt -e ".[test]"
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m harness_magic.demo
+
+test: $(STAMP)
+	bash scripts/system-deps.sh
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg
+
+bench: $(STAMP)
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab notebooks
+
+clean:
+	rm -rf $(VENV) runs test-artifacts
