@@ -1,7 +1,51 @@
-"""Session cache: the agent's working memory (handles, snapshots, spill)."""
+"""Session cache: the agent's working memory (handles, snapshots, spill, copy boundary).
 
+Modules, one job each:
+
+* :mod:`.names` — handle names: valid identifiers, never a silent overwrite.
+* :mod:`.snapshot` — ``ls`` + ``head`` summaries, bounded JSON.
+* :mod:`.sizing` — fast memory estimates for the byte budget.
+* :mod:`.boundary` — copies handed out that cannot change the cache.
+* :mod:`.spill` — exact on-disk formats (Parquet, Arrow IPC, ``.npy``, pickle).
+* :mod:`.session` — :class:`SessionCache`: hot set, spill, hydrate, checkpoints.
+* :mod:`.errors` — the exception hierarchy and :class:`SpillWarning`.
+"""
+
+from harness_magic.core.cache.boundary import boundary_copy
+from harness_magic.core.cache.errors import (
+    BoundaryCopyError,
+    CacheError,
+    CheckpointError,
+    SpillReadError,
+    SpillWarning,
+    UnknownHandleError,
+)
 from harness_magic.core.cache.names import resolve_handle_name, sanitize_identifier
-from harness_magic.core.cache.session import SessionCache
-from harness_magic.core.cache.snapshot import make_snapshot
+from harness_magic.core.cache.session import (
+    DEFAULT_HOT_COUNT,
+    DEFAULT_MEMORY_BUDGET_BYTES,
+    HandleInfo,
+    SessionCache,
+)
+from harness_magic.core.cache.sizing import estimate_nbytes
+from harness_magic.core.cache.snapshot import SNAPSHOT_MAX_BYTES, make_snapshot, snapshot_json
 
-__all__ = ["SessionCache", "make_snapshot", "resolve_handle_name", "sanitize_identifier"]
+__all__ = [
+    "SessionCache",
+    "HandleInfo",
+    "make_snapshot",
+    "snapshot_json",
+    "boundary_copy",
+    "estimate_nbytes",
+    "resolve_handle_name",
+    "sanitize_identifier",
+    "CacheError",
+    "UnknownHandleError",
+    "SpillReadError",
+    "BoundaryCopyError",
+    "CheckpointError",
+    "SpillWarning",
+    "DEFAULT_HOT_COUNT",
+    "DEFAULT_MEMORY_BUDGET_BYTES",
+    "SNAPSHOT_MAX_BYTES",
+]

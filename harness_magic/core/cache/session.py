@@ -1,77 +1,495 @@
-"""SessionCache (first version: in memory only)."""
+"""SessionCache: the agent's working memory.
+
+Contract:
+
+* **Handles.** :meth:`SessionCache.put` stores a value under a handle derived
+  from the preferred name (:func:`resolve_handle_name`: a valid identifier,
+  ``name``, ``name_2``, ...) and returns it. Nothing is ever overwritten.
+* **Snapshots and listings never hydrate.** A snapshot is computed once, at
+  put time; :meth:`names`, :meth:`snapshot`, :meth:`location`,
+  :meth:`entries` and :meth:`metadata` read only bookkeeping.
+* **Hot set.** At most ``hot_count`` values and ``memory_budget_bytes``
+  (estimated by :func:`estimate_nbytes`) stay in memory; the least recently
+  used values beyond either bound spill to disk (:mod:`.spill`) and come back
+  transparently on :meth:`get`/:meth:`view`. Recency is updated by
+  :meth:`put`, :meth:`get`, :meth:`view`/:meth:`views` (interpreter
+  injection) and :meth:`copy_to` (subagent input). The value just touched is
+  never spilled by that same call, so a single value larger than the whole
+  budget stays in memory while it is the most recent one.
+* **Immutability.** Cached values are treated as immutable: :meth:`view`
+  returns a copy-boundary value (:func:`boundary_copy`) that in-place
+  mutation cannot turn back into the cache. :meth:`get` returns the cached
+  object itself, for trusted harness code that only reads it. Because values
+  never change, a spill file, once written, stays valid: spilling a value
+  again after it was hydrated just drops the in-memory copy.
+* **Faults.** A spill that the disk refuses (unwritable or full directory) or
+  that no format can hold leaves the value in memory with a
+  :class:`SpillWarning`; nothing is lost. A spill file that was deleted or
+  corrupted raises :class:`SpillReadError` naming the handle when the value is
+  needed; the other handles keep working.
+* **Files.** Spill files live in ``spill_dir`` (default: a fresh temporary
+  directory per cache) and are removed by :meth:`retire`, :meth:`clear` and
+  :meth:`close` (also when the cache is garbage-collected or the process exits).
+* **Checkpoints.** :meth:`save` writes every value, snapshot and provenance to
+  a directory; :meth:`load` rebuilds a cache from it, lazily (values stay on
+  disk until used).
+* **Threads.** Every public method holds one re-entrant lock.
+"""
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+import json
+import os
+import shutil
+import tempfile
+import threading
+import warnings
+import weakref
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
+from harness_magic.core.cache.boundary import boundary_copy
+from harness_magic.core.cache.errors import (
+    CheckpointError,
+    SpillReadError,
+    SpillWarning,
+    UnknownHandleError,
+)
 from harness_magic.core.cache.names import resolve_handle_name
+from harness_magic.core.cache.sizing import estimate_nbytes
 from harness_magic.core.cache.snapshot import make_snapshot
+from harness_magic.core.cache.spill import SpillRecord, SpillUnsupported, format_for_path, read_value, write_value
 
-__all__ = ["SessionCache"]
+__all__ = [
+    "SessionCache",
+    "HandleInfo",
+    "DEFAULT_HOT_COUNT",
+    "DEFAULT_MEMORY_BUDGET_BYTES",
+    "CHECKPOINT_MANIFEST",
+    "CHECKPOINT_VERSION",
+]
+
+DEFAULT_HOT_COUNT = 10
+"""Handles kept in memory: enough for a working set of derivations, small enough to bound memory."""
+DEFAULT_MEMORY_BUDGET_BYTES = 2 * 1024**3
+"""In-memory bytes the hot set may hold: comfortable on a laptop kernel next to the user's own data."""
+CHECKPOINT_MANIFEST = "manifest.json"
+"""File in a checkpoint directory listing handles, formats, snapshots and provenance."""
+CHECKPOINT_VERSION = 1
+"""Bumped when the manifest layout changes; :meth:`SessionCache.load` refuses other versions."""
+
+_ABSENT: Any = object()
+"""Marks an entry whose value is on disk only."""
 
 
 @dataclass
 class _Entry:
+    name: str
     value: Any
     snapshot: dict[str, Any]
-    turn: int | None = None
-    tool: str | None = None
+    size_bytes: int
+    turn: int | None
+    tool: str | None
+    record: SpillRecord | None = None
+    """File that holds the value exactly (kept after hydration: values never change)."""
+    spillable: bool = True
+    """False after a spill failed; the value then stays in memory until retired."""
+
+    @property
+    def in_memory(self) -> bool:
+        return self.value is not _ABSENT
+
+
+@dataclass(frozen=True)
+class HandleInfo:
+    """One row of a handle listing (``%agent_vars``, logs). Never holds the payload."""
+
+    name: str
+    """The handle."""
+    type: str
+    """Snapshot type: ``dataframe``, ``series``, ``ndarray``, ``str``, ``dict``, ..."""
+    shape: list[int] | None
+    """Shape for frames and arrays, ``[length]`` for strings and containers, else None."""
+    size_bytes: int
+    """Estimated in-memory size (see :func:`estimate_nbytes`)."""
+    location: str
+    """``"memory"`` or ``"disk"``."""
+    storage: str | None
+    """Format of its spill file (``parquet``, ``arrow``, ``npy``, ``pickle``) or None if never spilled."""
+    turn: int | None
+    """Turn that created it."""
+    tool: str | None
+    """Tool that created it."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _SpillDir:
+    """The directory and files a cache owns; cleanup runs at close, GC or exit."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.requested = path
+        self.path: Path | None = None
+        self.created = False
+        self.files: set[Path] = set()
+
+    def ensure(self) -> Path:
+        if self.path is None:
+            if self.requested is None:
+                self.path, self.created = Path(tempfile.mkdtemp(prefix="harness_magic_cache_")), True
+            else:
+                self.requested.mkdir(parents=True, exist_ok=True)
+                self.path = self.requested
+        return self.path
+
+    def forget(self, path: Path) -> None:
+        self.files.discard(path)
+        path.unlink(missing_ok=True)
+
+    def cleanup(self) -> None:
+        for path in list(self.files):
+            try:
+                self.forget(path)
+            except OSError:
+                pass
+        if self.created and self.path is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
+            self.path, self.created = None, False
 
 
 class SessionCache:
-    """Named values the agent works with; handles are valid identifiers."""
+    """Named values the agent works with (see the module docstring for the contract)."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        hot_count: int = DEFAULT_HOT_COUNT,
+        memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+        spill_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if not isinstance(hot_count, int) or hot_count < 0:
+            raise ValueError(f"hot_count must be a non-negative int, got {hot_count!r}")
+        if not isinstance(memory_budget_bytes, int) or memory_budget_bytes < 0:
+            raise ValueError(f"memory_budget_bytes must be a non-negative int, got {memory_budget_bytes!r}")
+        self.hot_count = hot_count
+        self.memory_budget_bytes = memory_budget_bytes
         self._entries: dict[str, _Entry] = {}
+        self._recency: OrderedDict[str, None] = OrderedDict()  # least recent first
+        self._dir = _SpillDir(Path(spill_dir) if spill_dir is not None else None)
+        self._serial = 0
+        self._lock = threading.RLock()
+        self._finalizer = weakref.finalize(self, self._dir.cleanup)
+
+    # ------------------------------------------------------------------ handles
 
     def put(self, preferred_name: str, value: Any, *, turn: int | None = None, tool: str | None = None) -> str:
-        name = resolve_handle_name(preferred_name, self._entries)
-        self._entries[name] = _Entry(value, make_snapshot(value), turn, tool)
-        return name
+        """Store ``value``; return its handle (``preferred_name`` made valid and unique)."""
+        with self._lock:
+            name = resolve_handle_name(preferred_name, self._entries)
+            self._entries[name] = _Entry(name, value, make_snapshot(value), estimate_nbytes(value), turn, tool)
+            self._touch(name)
+            self._enforce(pinned={name})
+            return name
 
     def get(self, name: str) -> Any:
-        try:
-            return self._entries[name].value
-        except KeyError:
-            raise KeyError(f"no handle {name!r}; known handles: {', '.join(self._entries) or '(none)'}") from None
+        """The cached object itself (hydrated if on disk; treat as read-only)."""
+        with self._lock:
+            entry = self._require(name)
+            value = self._hydrate(entry)
+            self._touch(name)
+            self._enforce(pinned={name})
+            return value
 
     def view(self, name: str) -> Any:
-        """A copy of the value that cannot change what the cache holds."""
-        return copy.deepcopy(self.get(name))
+        """A copy-boundary value for the interpreter or a subagent: mutating it cannot change the cache."""
+        return self.views([name])[name]
+
+    def views(self, names: Iterable[str]) -> dict[str, Any]:
+        """Copy-boundary values of several handles, hydrated together (none spills another)."""
+        with self._lock:
+            wanted = list(dict.fromkeys(names))
+            entries = [self._require(n) for n in wanted]
+            values = {e.name: self._hydrate(e) for e in entries}
+            for n in wanted:
+                self._touch(n)
+            self._enforce(pinned=set(wanted))
+            return {n: boundary_copy(v, handle=n) for n, v in values.items()}
+
+    def copy_to(
+        self,
+        target: SessionCache,
+        names: Iterable[str],
+        *,
+        turn: int | None = None,
+        tool: str | None = None,
+    ) -> dict[str, str]:
+        """Put boundary copies of ``names`` into ``target``; map each to its handle there.
+
+        Used for subagent inputs (and publishing results back): the handles
+        count as used here, and collisions in ``target`` are suffixed, never
+        overwritten.
+        """
+        return {n: target.put(n, v, turn=turn, tool=tool) for n, v in self.views(names).items()}
 
     def snapshot(self, name: str) -> dict[str, Any]:
-        self.get(name)
-        return self._entries[name].snapshot
+        """The snapshot made at put time (a copy; never hydrates)."""
+        with self._lock:
+            return copy.deepcopy(self._require(name).snapshot)
 
     def names(self) -> list[str]:
-        return list(self._entries)
+        """Handles in creation order (never hydrates)."""
+        with self._lock:
+            return list(self._entries)
 
     def location(self, name: str) -> str:
-        self.get(name)
-        return "memory"
+        """``"memory"`` or ``"disk"`` (never hydrates)."""
+        with self._lock:
+            return "memory" if self._require(name).in_memory else "disk"
 
     def retire(self, name: str) -> None:
-        self.get(name)
-        del self._entries[name]
+        """Forget a handle explicitly: its value and spill file are dropped."""
+        with self._lock:
+            entry = self._require(name)
+            del self._entries[name]
+            self._recency.pop(name, None)
+            if entry.record is not None:
+                self._dir.forget(entry.record.path)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._entries
+        with self._lock:
+            return name in self._entries
 
     def __len__(self) -> int:
-        return len(self._entries)
+        with self._lock:
+            return len(self._entries)
+
+    # ------------------------------------------------------------------ listings
+
+    def entries(self) -> list[HandleInfo]:
+        """One :class:`HandleInfo` per handle, in creation order (never hydrates)."""
+        with self._lock:
+            return [self._info(e) for e in self._entries.values()]
 
     def metadata(self) -> list[dict[str, Any]]:
-        """Per-handle metadata for logs: never payloads."""
-        return [
-            {"name": n, "type": e.snapshot.get("type"), "shape": e.snapshot.get("shape"),
-             "location": "memory", "turn": e.turn, "tool": e.tool}
-            for n, e in self._entries.items()
-        ]
+        """Per-handle metadata for logs, JSON-serialisable: never payloads."""
+        return [info.as_dict() for info in self.entries()]
+
+    def usage(self) -> dict[str, int]:
+        """Counts and bytes of the hot set against its bounds."""
+        with self._lock:
+            hot = [e for e in self._entries.values() if e.in_memory]
+            return {
+                "handles": len(self._entries),
+                "in_memory": len(hot),
+                "on_disk": len(self._entries) - len(hot),
+                "memory_bytes": sum(e.size_bytes for e in hot),
+                "hot_count": self.hot_count,
+                "memory_budget_bytes": self.memory_budget_bytes,
+            }
+
+    # ------------------------------------------------------------------ lifecycle
 
     def clear(self) -> None:
-        self._entries.clear()
+        """Drop every handle and its spill file."""
+        with self._lock:
+            for name in list(self._entries):
+                self.retire(name)
 
     def close(self) -> None:
-        self.clear()
+        """Drop every handle and remove the spill directory (if the cache created it)."""
+        with self._lock:
+            self.clear()
+            self._dir.cleanup()
+
+    def __enter__(self) -> SessionCache:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """Write every handle (value, snapshot, provenance) to ``directory``; return the manifest path.
+
+        All or nothing: if any value cannot be written, :class:`CheckpointError`
+        names them and no manifest is written. Spilled values are hard-linked
+        (or copied) from their spill files, so nothing is hydrated.
+        """
+        with self._lock:
+            root = Path(directory)
+            root.mkdir(parents=True, exist_ok=True)
+            rows, failures = [], []
+            for entry in self._entries.values():
+                try:
+                    record = self._checkpoint_file(entry, root)
+                except (OSError, SpillUnsupported, SpillReadError) as exc:
+                    failures.append(f"{entry.name} ({type(exc).__name__}: {exc})")
+                    continue
+                rows.append({
+                    "name": entry.name, "file": record.path.name, "format": record.format,
+                    "snapshot": entry.snapshot, "size_bytes": entry.size_bytes,
+                    "turn": entry.turn, "tool": entry.tool,
+                })
+            if failures:
+                raise CheckpointError(f"checkpoint to {root} failed for: {'; '.join(failures)}")
+            manifest = {
+                "kind": "harness_magic.session_cache", "version": CHECKPOINT_VERSION,
+                "hot_count": self.hot_count, "memory_budget_bytes": self.memory_budget_bytes,
+                "recency": list(self._recency), "entries": rows,
+            }
+            path = root / CHECKPOINT_MANIFEST
+            tmp = root / f"{CHECKPOINT_MANIFEST}.tmp"
+            tmp.write_text(json.dumps(manifest, indent=1, allow_nan=False), encoding="utf-8")
+            os.replace(tmp, path)
+            return path
+
+    @classmethod
+    def load(
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        hot_count: int | None = None,
+        memory_budget_bytes: int | None = None,
+        spill_dir: str | os.PathLike[str] | None = None,
+    ) -> SessionCache:
+        """A cache rebuilt from a :meth:`save` checkpoint; values stay on disk until used.
+
+        Files are hard-linked (or copied) into the new cache's spill directory,
+        so the checkpoint stays independent of the cache. Raises
+        :class:`CheckpointError` for a missing or foreign manifest or a missing file.
+        """
+        root = Path(directory)
+        try:
+            manifest = json.loads((root / CHECKPOINT_MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"no readable checkpoint manifest in {root}: {exc}") from exc
+        if manifest.get("kind") != "harness_magic.session_cache" or manifest.get("version") != CHECKPOINT_VERSION:
+            raise CheckpointError(f"{root / CHECKPOINT_MANIFEST} is not a version {CHECKPOINT_VERSION} cache checkpoint")
+        missing = [row["name"] for row in manifest["entries"] if not (root / row["file"]).is_file()]
+        if missing:
+            raise CheckpointError(f"checkpoint {root} lacks the files of: {', '.join(missing)}")
+        cache = cls(
+            hot_count=manifest["hot_count"] if hot_count is None else hot_count,
+            memory_budget_bytes=manifest["memory_budget_bytes"] if memory_budget_bytes is None
+            else memory_budget_bytes,
+            spill_dir=spill_dir,
+        )
+        for row in manifest["entries"]:
+            source = root / row["file"]
+            target = Path(f"{cache._new_stem(row['name'])}{source.suffix}")
+            _link_or_copy(source, target)
+            cache._dir.files.add(target)
+            record = SpillRecord(target, row["format"])
+            if format_for_path(target) != record.format:
+                raise CheckpointError(f"handle {row['name']!r}: file {row['file']} does not match format {row['format']}")
+            cache._entries[row["name"]] = _Entry(row["name"], _ABSENT, row["snapshot"], row["size_bytes"],
+                                                 row["turn"], row["tool"], record=record)
+        for name in manifest.get("recency", []):
+            if name in cache._entries:
+                cache._recency[name] = None
+        for name in cache._entries:
+            cache._recency.setdefault(name, None)
+        return cache
+
+    # ------------------------------------------------------------------ internals
+
+    def _require(self, name: str) -> _Entry:
+        try:
+            return self._entries[name]
+        except (KeyError, TypeError):
+            known = ", ".join(self._entries) or "(none)"
+            raise UnknownHandleError(f"no handle {name!r}; known handles: {known}", handle=str(name)) from None
+
+    def _touch(self, name: str) -> None:
+        self._recency[name] = None
+        self._recency.move_to_end(name)
+
+    def _info(self, entry: _Entry) -> HandleInfo:
+        snap = entry.snapshot
+        shape = snap.get("shape")
+        if shape is None and isinstance(snap.get("length"), int):
+            shape = [snap["length"]]
+        return HandleInfo(
+            name=entry.name, type=str(snap.get("type")), shape=shape, size_bytes=entry.size_bytes,
+            location="memory" if entry.in_memory else "disk",
+            storage=entry.record.format if entry.record else None, turn=entry.turn, tool=entry.tool,
+        )
+
+    def _new_stem(self, name: str) -> Path:
+        self._serial += 1
+        return self._dir.ensure() / f"{name}-{self._serial}"
+
+    def _enforce(self, pinned: set[str]) -> None:
+        """Spill least-recently-used values until the hot set fits both bounds."""
+        hot = [self._entries[n] for n in self._recency if self._entries[n].in_memory]
+        count, total = len(hot), sum(e.size_bytes for e in hot)
+        for entry in hot:  # least recent first
+            if count <= self.hot_count and total <= self.memory_budget_bytes:
+                return
+            if entry.name in pinned or not entry.spillable:
+                continue
+            if self._spill(entry):
+                count, total = count - 1, total - entry.size_bytes
+
+    def _spill(self, entry: _Entry) -> bool:
+        """Move one value to disk; on failure warn, keep it in memory and return False."""
+        if entry.record is None:
+            try:
+                entry.record = write_value(entry.value, self._new_stem(entry.name))
+            except (OSError, SpillUnsupported) as exc:
+                entry.spillable = False
+                reason = "the disk refused it" if isinstance(exc, OSError) else "no format can hold it"
+                warnings.warn(
+                    f"handle {entry.name!r} could not be spilled to disk ({reason}: {type(exc).__name__}: {exc}); "
+                    "it stays in memory and nothing is lost",
+                    SpillWarning,
+                    stacklevel=4,
+                )
+                return False
+            self._dir.files.add(entry.record.path)
+        entry.value = _ABSENT
+        return True
+
+    def _hydrate(self, entry: _Entry) -> Any:
+        if entry.in_memory:
+            return entry.value
+        assert entry.record is not None
+        try:
+            value = read_value(entry.record)
+        except Exception as exc:
+            raise SpillReadError(
+                f"handle {entry.name!r} could not be read back from disk "
+                f"({type(exc).__name__}: {exc}); its snapshot is still listed: retire it or recompute it",
+                handle=entry.name,
+            ) from exc
+        entry.value = value
+        return value
+
+    def _checkpoint_file(self, entry: _Entry, root: Path) -> SpillRecord:
+        if entry.record is not None:
+            target = root / f"{entry.name}{entry.record.path.suffix}"
+            if not entry.record.path.is_file():
+                raise SpillReadError(f"spill file of {entry.name!r} is missing", handle=entry.name)
+            if target.exists() and target.resolve() == entry.record.path.resolve():
+                return SpillRecord(target, entry.record.format)
+            _link_or_copy(entry.record.path, target)
+            return SpillRecord(target, entry.record.format)
+        for stale in root.glob(f"{entry.name}.*"):
+            if stale.name != CHECKPOINT_MANIFEST:
+                stale.unlink(missing_ok=True)
+        return write_value(entry.value, root / entry.name)
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """Hard-link ``source`` to ``target`` (O(1); files are never modified), else copy it."""
+    target.unlink(missing_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
