@@ -99,6 +99,13 @@ class RunResult:
     """The whole transcript after the run."""
     charts: tuple[str, ...] = ()
     """Base64 PNG charts drawn during the run, in order."""
+    subagent_usage: Usage = field(default_factory=Usage)
+    """Usage reported by subagents of this run (``add_child_usage``); not in ``usage``."""
+
+    @property
+    def total_usage(self) -> Usage:
+        """``usage`` plus ``subagent_usage``: what the run cost in all."""
+        return self.usage + self.subagent_usage
 
     @property
     def ok(self) -> bool:
@@ -254,6 +261,26 @@ class _HarnessBase:
             except Exception as exc:  # a renderer bug must not break the transcript
                 warnings.warn(f"event handler {handler!r} failed on {event.kind}: {exc!r}", RuntimeWarning)
 
+    def add_child_usage(self, usage: Usage) -> None:
+        """Count a subagent's usage in the current run (budgets, ``RunResult.subagent_usage``)."""
+        run = self._active_run
+        if run is None:
+            raise RuntimeError("add_child_usage needs a run in progress")
+        run.child_usage = run.child_usage + usage
+
+    def log_event(self, name: str, **fields: Any) -> None:
+        """Write an ``event`` record to the current run's log (no-op between runs)."""
+        run = self._active_run
+        if run is not None:
+            run.logger.write("event", name=name, turn=run.turn, **fields)
+
+    def _resume_run(self, run_id: str | None, session_id: str | None) -> "_Run":
+        if not self._messages or self._messages[-1].role != "user":
+            raise ValueError("resume needs a history ending with a user message (a prompt or tool results)")
+        if unanswered_tool_uses(self._messages):
+            raise ValueError("resume needs every tool use in the history answered")
+        return _Run(self, None, run_id or uuid.uuid4().hex[:12], session_id)
+
     def _new_run(self, user_message: str, run_id: str | None, session_id: str | None, fresh: bool) -> "_Run":
         if not isinstance(user_message, str) or not user_message.strip():
             raise ValueError("user_message must be a non-empty string")
@@ -265,13 +292,15 @@ class _HarnessBase:
 class _Run:
     """State and protocol steps of one run; drivers call the steps in order."""
 
-    def __init__(self, harness: _HarnessBase, prompt: str, run_id: str, session_id: str | None) -> None:
+    def __init__(self, harness: _HarnessBase, prompt: str | None, run_id: str, session_id: str | None) -> None:
         self.h = harness
         self.prompt = prompt
         self.run_id = run_id
         self.session_id = session_id
         self.turn = 0
         self.usage = Usage()
+        self.child_usage = Usage()
+        """Usage reported by subagents (``add_child_usage``)."""
         self.tool_calls = 0
         self.handles: list[str] = []
         self.charts: list[str] = []
@@ -293,11 +322,12 @@ class _Run:
         self.current_tool_use: ToolUseBlock | None = None
         """The tool use being dispatched right now (tools that link child runs read its id)."""
         harness._active_run = self
-        harness._messages.append(Message(role="user", content=(TextBlock(text=prompt),)))
+        if prompt is not None:  # None: resume from the history as it is (retry from a checkpoint)
+            harness._messages.append(Message(role="user", content=(TextBlock(text=prompt),)))
         self.logged_upto = len(history)
         self.final_text = ""
         harness._emit(
-            RunStarted(run_id=run_id, model=self.model, max_turns=harness._max_turns, prompt=prompt,
+            RunStarted(run_id=run_id, model=self.model, max_turns=harness._max_turns, prompt=prompt or "",
                        run_file=harness._run_file)
         )
 
@@ -479,6 +509,7 @@ class _Run:
             handles=tuple(self.handles),
             messages=tuple(h._messages),
             charts=tuple(self.charts),
+            subagent_usage=self.child_usage,
         )
         self.logger.write(
             "run_end",
@@ -488,6 +519,7 @@ class _Run:
             turns=self.turn,
             tool_calls=self.tool_calls,
             usage=self.usage.to_dict(),
+            subagent_usage=self.child_usage.to_dict(),
             elapsed_s=round(self.elapsed_s, 6),
             handles=list(self.handles),
             messages_appended=[message_to_dict(m) for m in appended],
@@ -531,6 +563,10 @@ class Harness(_HarnessBase):
                    session_id: str | None = None) -> RunResult:
         """Continue the current conversation with ``user_message``."""
         return self._drive(self._new_run(user_message, run_id, session_id, fresh=False))
+
+    def resume_result(self, *, run_id: str | None = None, session_id: str | None = None) -> RunResult:
+        """Run from the current history without a new prompt (after :meth:`set_history`)."""
+        return self._drive(self._resume_run(run_id, session_id))
 
     def run(self, user_message: str) -> str:
         """Like :meth:`run_result` but returns the text; raises on failure."""
@@ -576,6 +612,10 @@ class AsyncHarness(_HarnessBase):
     async def ask_result(self, user_message: str, *, run_id: str | None = None,
                          session_id: str | None = None) -> RunResult:
         return await self._drive(self._new_run(user_message, run_id, session_id, fresh=False))
+
+    async def resume_result(self, *, run_id: str | None = None, session_id: str | None = None) -> RunResult:
+        """Run from the current history without a new prompt (after :meth:`set_history`)."""
+        return await self._drive(self._resume_run(run_id, session_id))
 
     async def run(self, user_message: str) -> str:
         return _text_or_raise(await self.run_result(user_message))
