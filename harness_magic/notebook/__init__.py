@@ -1,0 +1,1 @@
+"""The notebook layer: magics, live widgets, terminal output. Imports the core, never the reverse."""

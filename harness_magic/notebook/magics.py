@@ -1,0 +1,506 @@
+"""``%%agent`` and friends: IPython glue over :class:`~harness_magic.core.session.AgentSession`.
+
+Magics (``%load_ext harness_magic``):
+
+``%%agent [-m M] [--new] [--reset] [--in NAME[=HANDLE] ...] [--out HANDLE[=NAME] ...] [--max-turns N]``
+    Ask the agent; the cell body is the prompt, verbatim. The cell's value is
+    the :class:`~harness_magic.core.loop.RunResult`, shown as the final output.
+``%agent_vars [HANDLE]``
+    Every cached handle, or one handle's snapshot.
+``%agent_push NAME [HANDLE]`` / ``%agent_pull HANDLE [NAME]``
+    Copy a value into the agent's cache / out of it. Nothing else crosses.
+``%agent_export PATH [--run RUN_ID | --all]``
+    Write runs as ``.jsonl`` (the log), ``.html`` (self-contained) or ``.md``.
+
+Settings are traitlets on :class:`AgentMagics` (``%config AgentMagics.model =
+"..."`` or ``c.AgentMagics.model`` in a config file), mapped onto a plain
+:class:`~harness_magic.core.session.AgentConfig`. Bad input raises a one-line
+:class:`UsageError`.
+"""
+
+from __future__ import annotations
+
+import copy
+import keyword
+from pathlib import Path
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from traitlets import Bool, Integer, Unicode, observe, validate
+
+__all__ = ["AgentMagics", "load_extension", "unload_extension", "LIVE_MODES"]
+
+LIVE_MODES = ("auto", "widgets", "rich", "off")
+"""``auto``: widgets in a kernel, rich in a terminal; ``off``: final output only."""
+SANDBOX_MODES = ("worker", "inprocess")
+"""Mirrors :data:`harness_magic.core.session.SANDBOX_MODES` (not imported: loading stays cheap)."""
+OFFLINE_PREFIXES = ("offline/", "scripted/", "replay/")
+"""Mirrors :data:`harness_magic.core.offline.OFFLINE_PREFIXES`."""
+DEFAULT_MODEL = "openai/gpt-4o-mini"
+"""Mirrors :data:`harness_magic.core.session.DEFAULT_MODEL`."""
+_SESSION_TRAITS = ("api_base", "sandbox", "hot_count", "memory_budget", "spill_dir", "run_dir", "stream")
+"""Settings baked into a session: changing one starts a new session at the next use."""
+_RESULT_TYPE = ("harness_magic.core.loop", "RunResult")
+
+
+def _check_handle(name: str, what: str) -> str:
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise UsageError(f"bad {what} {name!r}: it must be a valid Python identifier")
+    return name
+
+
+def _split_pair(spec: str, what: str) -> tuple[str, str]:
+    left, sep, right = spec.partition("=")
+    if sep and not right:
+        raise UsageError(f"bad {what} {spec!r}: nothing after '='")
+    return left, right or left
+
+
+def copy_value(value: Any) -> Any:
+    """A copy for crossing the boundary: frames and arrays copy their data, the rest deep-copies."""
+    try:
+        copier = getattr(value, "copy", None)
+        module = type(value).__module__.split(".")[0]
+        if copier is not None and module in ("pandas", "numpy"):
+            return copier(deep=True) if module == "pandas" else copier()
+        return copy.deepcopy(value)
+    except Exception as exc:
+        raise UsageError(f"cannot copy a {type(value).__name__} across to the agent: {exc}") from None
+
+
+def _validate_model(model: str) -> str:
+    if not isinstance(model, str) or not model.strip() or any(c.isspace() for c in model):
+        raise UsageError(f"bad model {model!r}: give a litellm model id such as {DEFAULT_MODEL!r} or 'offline/quickstart'")
+    if model.startswith("offline/"):
+        from harness_magic.core.offline import builtin_scripts
+
+        name = model.partition("/")[2]
+        if name not in builtin_scripts():
+            raise UsageError(f"no built-in offline model {model!r}; allowed: "
+                             + ", ".join(f"offline/{s}" for s in builtin_scripts()))
+    elif model.startswith(("scripted/", "replay/")):
+        path = model.partition("/")[2]
+        if not Path(path).is_file():
+            raise UsageError(f"model {model!r}: file {path!r} not found (relative to {Path.cwd()})")
+    return model
+
+
+@magics_class
+class AgentMagics(Magics):
+    """The agent magics and their settings."""
+
+    model = Unicode(DEFAULT_MODEL, help="Model id: any litellm id, or offline/<name>, scripted/<file.json>, "
+                    "replay/<run.jsonl>.").tag(config=True)
+    api_base = Unicode(None, allow_none=True, help="Base URL of an OpenAI-compatible server (e.g. a local "
+                       "model); None uses the provider's default.").tag(config=True)
+    max_turns = Integer(25, help="Provider calls one %%agent cell may make.").tag(config=True)
+    sandbox = Unicode("worker", help="Interpreter backend: 'worker' (confined subprocess) or 'inprocess' "
+                      "(no security boundary; for development).").tag(config=True)
+    hot_count = Integer(10, help="Handles kept in memory before older ones spill to disk.").tag(config=True)
+    memory_budget = Integer(None, allow_none=True, help="Bytes of cached values kept in memory before "
+                            "spilling; None: count only.").tag(config=True)
+    spill_dir = Unicode(None, allow_none=True, help="Directory for spilled handles; None: a temporary "
+                        "directory.").tag(config=True)
+    run_dir = Unicode("runs", help="Directory for the JSONL run logs.").tag(config=True)
+    stream = Bool(True, help="Stream model text as it arrives.").tag(config=True)
+    live = Unicode("auto", help="Live view: 'auto', 'widgets', 'rich' or 'off'.").tag(config=True)
+
+    # -- validation -------------------------------------------------------------------------
+
+    @validate("model")
+    def _valid_model(self, proposal: Any) -> str:
+        return _validate_model(proposal["value"])
+
+    @validate("sandbox")
+    def _valid_sandbox(self, proposal: Any) -> str:
+        if proposal["value"] not in SANDBOX_MODES:
+            raise UsageError(f"sandbox {proposal['value']!r} is not valid; allowed: {', '.join(SANDBOX_MODES)}")
+        return proposal["value"]
+
+    @validate("live")
+    def _valid_live(self, proposal: Any) -> str:
+        if proposal["value"] not in LIVE_MODES:
+            raise UsageError(f"live {proposal['value']!r} is not valid; allowed: {', '.join(LIVE_MODES)}")
+        return proposal["value"]
+
+    @validate("max_turns", "hot_count")
+    def _valid_positive(self, proposal: Any) -> int:
+        if proposal["value"] < 1:
+            raise UsageError(f"{proposal['trait'].name} must be at least 1, got {proposal['value']}")
+        return proposal["value"]
+
+    @validate("memory_budget")
+    def _valid_budget(self, proposal: Any) -> int | None:
+        if proposal["value"] is not None and proposal["value"] < 0:
+            raise UsageError(f"memory_budget must be a number of bytes >= 0, got {proposal['value']}")
+        return proposal["value"]
+
+    @observe(*_SESSION_TRAITS)
+    def _settings_changed(self, change: Any) -> None:
+        self._stale = True
+
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+        super().__init__(shell=shell, **kwargs)
+        self._session: Any = None
+        self._recorder: Any = None
+        self._stale = False
+
+    # -- session ----------------------------------------------------------------------------
+
+    @property
+    def session(self) -> Any:
+        """The agent session, created on first use (and again after a session setting changed)."""
+        if self._session is None or self._stale:
+            from harness_magic.core.export import RunRecorder
+            from harness_magic.core.session import AgentConfig, AgentSession
+
+            if self._session is not None:
+                self._session.close()
+                print("agent settings changed: started a new session (conversation and cache are fresh)")
+            config = AgentConfig(
+                model=self.model, api_base=self.api_base, max_turns=self.max_turns, sandbox=self.sandbox,
+                run_dir=self.run_dir, hot_count=self.hot_count, memory_budget_bytes=self.memory_budget,
+                spill_dir=self.spill_dir, stream=self.stream,
+            )
+            self._session = AgentSession(config)
+            self._recorder = RunRecorder()
+            self._session.subscribe(self._recorder)
+            self._stale = False
+        return self._session
+
+    def record_for(self, result: Any) -> Any:
+        """The run record a result belongs to (a bare one for foreign results)."""
+        from harness_magic.core.export import RunRecord
+
+        if self._recorder is not None and result.run_id:
+            found = self._recorder.find(result.run_id)
+            if found is not None:
+                return found
+        return RunRecord(run_id=result.run_id, model=result.model, run_file=result.run_file,
+                         turn=result.turns, usage=result.usage, elapsed_s=result.elapsed_s, result=result)
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+    def _in_kernel(self) -> bool:
+        return getattr(self.shell, "kernel", None) is not None
+
+    def _live_renderer(self) -> tuple[Any, Any]:
+        """(handler, widget to display or None) for this run."""
+        mode = self.live
+        if mode == "auto":
+            mode = "widgets" if self._in_kernel() else "rich"
+        if mode == "widgets":
+            from harness_magic.notebook.render import WidgetRunView
+
+            view = WidgetRunView()
+            return view, view.widget
+        if mode == "rich":
+            from harness_magic.notebook.render import TerminalRenderer
+
+            return TerminalRenderer(), None
+        return None, None
+
+    # -- %%agent ----------------------------------------------------------------------------
+
+    @no_var_expand
+    @magic_arguments()
+    @argument("-m", "--model", default=None, help="Model for this cell (default: AgentMagics.model).")
+    @argument("--new", action="store_true", help="Start a fresh conversation (the cache is kept).")
+    @argument("--reset", action="store_true", help="Clear the conversation and the cache first.")
+    @argument("--in", dest="inputs", action="append", default=[], metavar="NAME[=HANDLE]",
+              help="Copy notebook variable NAME into the cache as HANDLE (default NAME). Repeatable.")
+    @argument("--out", dest="outputs", action="append", default=[], metavar="HANDLE[=NAME]",
+              help="After the run, copy handle HANDLE into the notebook as NAME (default HANDLE). Repeatable.")
+    @argument("--max-turns", type=int, default=None, help="Turn limit for this cell.")
+    @cell_magic
+    def agent(self, line: str, cell: str) -> Any:
+        """Ask the data agent; the cell body is the prompt.
+
+        Successive cells continue one conversation over one session cache.
+        The agent's code runs in its own interpreter: it sees only cached
+        handles, never this notebook's variables.
+        """
+        args = parse_argstring(self.agent, line)
+        prompt = (cell or "").strip("\n")
+        if not prompt.strip():
+            raise UsageError("%%agent needs a prompt: write it in the cell body below the %%agent line")
+        if args.new and args.reset:
+            raise UsageError("use --new or --reset, not both (--reset already starts a new conversation)")
+        model = _validate_model(args.model) if args.model is not None else self.model
+        if args.max_turns is not None and args.max_turns < 1:
+            raise UsageError(f"--max-turns must be at least 1, got {args.max_turns}")
+        inputs = [self._input_pair(spec) for spec in args.inputs]
+        outputs = []
+        for spec in args.outputs:
+            handle, name = _split_pair(spec, "--out")
+            outputs.append((_check_handle(handle, "handle"), _check_handle(name, "variable name")))
+
+        session = self.session
+        if args.reset:
+            session.reset()
+        elif args.new:
+            session.new_conversation()
+        notes = [self._push(value, handle) for value, handle in inputs]
+        if notes:
+            prompt += "\n\n(Inputs copied from the notebook into the cache: " + "; ".join(notes) + ".)"
+
+        handler, widget = self._live_renderer()
+        unsubscribe = session.subscribe(handler) if handler is not None else None
+        if widget is not None:
+            from IPython.display import display
+
+            display(widget)
+        try:
+            result = session.ask(prompt, model=model, max_turns=args.max_turns)
+        finally:
+            if unsubscribe is not None:
+                unsubscribe()
+
+        missing = [h for h, _ in outputs if h not in session.cache]
+        for handle, name in outputs:
+            if handle in session.cache:
+                self.shell.user_ns[name] = copy_value(session.cache.view(handle))
+        if missing:
+            self._show_result(result)
+            raise UsageError(f"--out: no handle {', '.join(map(repr, missing))} after the run; "
+                             f"handles: {', '.join(session.cache.names()) or '(none)'}")
+        return result
+
+    def _show_result(self, result: Any) -> None:
+        from IPython.display import display
+
+        display(result)
+
+    def _input_pair(self, spec: str) -> tuple[Any, str]:
+        name, handle = _split_pair(spec, "--in")
+        _check_handle(name, "variable name")
+        _check_handle(handle, "handle")
+        if name not in self.shell.user_ns:
+            raise UsageError(f"--in: no variable {name!r} in the notebook")
+        return self.shell.user_ns[name], handle
+
+    def _push(self, value: Any, handle: str) -> str:
+        """Copy ``value`` into the cache as ``handle`` (replacing an older value of that handle)."""
+        cache = self.session.cache
+        if handle in cache:
+            cache.retire(handle)
+        actual = cache.put(handle, copy_value(value))
+        snap = cache.snapshot(actual)
+        shape = snap.get("shape")
+        described = snap.get("type", type(value).__name__)
+        if isinstance(shape, (list, tuple)):
+            described += " " + "×".join(str(s) for s in shape)
+        return f"`{actual}` ({described})"
+
+    # -- line magics ------------------------------------------------------------------------
+
+    @no_var_expand
+    @magic_arguments()
+    @argument("handle", nargs="?", default=None, help="Show this handle's snapshot instead of the list.")
+    @line_magic
+    def agent_vars(self, line: str) -> None:
+        """List the agent's cached handles (name, type, shape, size, where, turn, tool), or one snapshot."""
+        args = parse_argstring(self.agent_vars, line)
+        cache = self.session.cache
+        from harness_magic.core import export
+
+        if args.handle is not None:
+            _check_handle(args.handle, "handle")
+            if args.handle not in cache:
+                raise UsageError(f"no handle {args.handle!r}; handles: {', '.join(cache.names()) or '(none)'}")
+            snap = cache.snapshot(args.handle)
+            import json
+
+            self._show(export.render_snapshot_html(args.handle, snap),
+                       f"{args.handle}: " + json.dumps(snap, ensure_ascii=False, default=str))
+            return
+        rows = handle_rows(cache)
+        if not rows:
+            self._show("<i>The agent's cache is empty.</i>", "The agent's cache is empty.")
+            return
+        self._show(export_rows_html(rows), rows_text(rows))
+
+    @no_var_expand
+    @magic_arguments()
+    @argument("name", help="Notebook variable to copy into the agent's cache.")
+    @argument("handle", nargs="?", default=None, help="Handle to store it under (default: NAME).")
+    @line_magic
+    def agent_push(self, line: str) -> None:
+        """Copy a notebook variable into the agent's cache."""
+        args = parse_argstring(self.agent_push, line)
+        value, handle = self._input_pair(f"{args.name}={args.handle or args.name}")
+        note = self._push(value, handle)
+        print(f"pushed {args.name} → {note}")
+
+    @no_var_expand
+    @magic_arguments()
+    @argument("handle", help="Cached handle to copy out.")
+    @argument("name", nargs="?", default=None, help="Notebook variable to bind (default: HANDLE).")
+    @line_magic
+    def agent_pull(self, line: str) -> None:
+        """Copy a cached handle into a notebook variable."""
+        args = parse_argstring(self.agent_pull, line)
+        handle = _check_handle(args.handle, "handle")
+        name = _check_handle(args.name or handle, "variable name")
+        cache = self.session.cache
+        if handle not in cache:
+            raise UsageError(f"no handle {handle!r}; handles: {', '.join(cache.names()) or '(none)'}")
+        self.shell.user_ns[name] = copy_value(cache.view(handle))
+        print(f"pulled {handle} → {name}")
+
+    @no_var_expand
+    @magic_arguments()
+    @argument("path", help="Target file: .jsonl (log), .html (self-contained transcript) or .md.")
+    @argument("--run", default=None, metavar="RUN_ID", help="Export this run (default: the latest).")
+    @argument("--all", action="store_true", help="Export every run of this session.")
+    @line_magic
+    def agent_export(self, line: str) -> None:
+        """Write runs of this session to a file."""
+        from harness_magic.core import export
+
+        args = parse_argstring(self.agent_export, line)
+        if args.run and args.all:
+            raise UsageError("use --run RUN_ID or --all, not both")
+        suffix = Path(args.path).suffix.lower()
+        if suffix not in export.EXPORT_FORMATS:
+            raise UsageError(f"cannot export to {args.path!r}: use one of {', '.join(export.EXPORT_FORMATS)}")
+        records = [r for r in (self._recorder.records if self._recorder else []) if r.result is not None]
+        if not records:
+            raise UsageError("no runs to export yet: run an %%agent cell first")
+        if args.run:
+            chosen = [r for r in records if r.run_id == args.run]
+            if not chosen:
+                raise UsageError(f"no run {args.run!r}; runs: {', '.join(str(r.run_id) for r in records)}")
+        elif args.all:
+            chosen = records
+        else:
+            chosen = records[-1:]
+        try:
+            path = export.export_runs(chosen, args.path)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"export failed: {exc}") from None
+        what = f"{len(chosen)} runs" if len(chosen) > 1 else f"run {chosen[0].run_id}"
+        print(f"exported {what} to {path}")
+
+    # -- display ----------------------------------------------------------------------------
+
+    def _show(self, html_text: str, plain: str) -> None:
+        if self._in_kernel():
+            from IPython.display import display
+
+            display({"text/html": html_text, "text/plain": plain}, raw=True)
+        else:
+            print(plain)
+
+
+def handle_rows(cache: Any) -> list[dict[str, Any]]:
+    """name, type, shape, size, where, turn, tool for every handle."""
+    entries = cache.entries() if hasattr(cache, "entries") else cache.metadata()
+    rows = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            entry = entry.as_dict() if hasattr(entry, "as_dict") else vars(entry)
+        shape = entry.get("shape")
+        size = next((entry[k] for k in ("size_bytes", "size", "nbytes") if entry.get(k) is not None), None)
+        where = entry.get("location") or "memory"
+        if where == "disk" and entry.get("storage"):
+            where = f"disk ({entry['storage']})"
+        rows.append({
+            "name": entry.get("name"),
+            "type": entry.get("type"),
+            "shape": "×".join(str(s) for s in shape) if isinstance(shape, (list, tuple)) else (shape or ""),
+            "size": _size(size),
+            "where": where,
+            "turn": "" if entry.get("turn") is None else entry.get("turn"),
+            "tool": entry.get("tool") or "",
+        })
+    return rows
+
+
+def _size(nbytes: Any) -> str:
+    if not isinstance(nbytes, (int, float)):
+        return ""
+    for unit in ("B", "KB", "MB", "GB"):
+        if nbytes < 1024 or unit == "GB":
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    return ""
+
+
+_COLUMNS = ("name", "type", "shape", "size", "where", "turn", "tool")
+
+
+def export_rows_html(rows: list[dict[str, Any]]) -> str:
+    import html
+
+    head = "".join(f'<th style="text-align:left;padding:1px 8px">{c}</th>' for c in _COLUMNS)
+    body = "".join(
+        "<tr>" + "".join(f'<td style="padding:1px 8px">{html.escape(str(r[c]))}</td>' for c in _COLUMNS) + "</tr>"
+        for r in rows
+    )
+    return f'<table class="agent-vars"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def rows_text(rows: list[dict[str, Any]]) -> str:
+    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in _COLUMNS}
+    lines = ["  ".join(c.ljust(widths[c]) for c in _COLUMNS)]
+    lines += ["  ".join(str(r[c]).ljust(widths[c]) for c in _COLUMNS).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+# -- IPython connectivity -------------------------------------------------------------------
+
+_LOADED: dict[int, AgentMagics] = {}
+
+
+def _formatters(shell: Any) -> dict[str, Any]:
+    formatters = shell.display_formatter.formatters
+    return {m: formatters[m] for m in ("text/html", "text/markdown") if m in formatters}
+
+
+def load_extension(shell: Any) -> None:
+    """Register the magics and the final-output formatter for RunResult."""
+    if id(shell) in _LOADED:
+        return
+    magics = AgentMagics(shell=shell, parent=shell)
+    shell.register_magics(magics)
+    shell.configurables.append(magics)
+    from harness_magic.core import export
+
+    def as_html(result: Any) -> str:
+        return export.render_answer_html(magics.record_for(result))
+
+    def as_markdown(result: Any) -> str:
+        return export.render_answer_markdown(magics.record_for(result))
+
+    formatters = _formatters(shell)
+    if "text/html" in formatters:
+        formatters["text/html"].for_type_by_name(*_RESULT_TYPE, as_html)
+    if "text/markdown" in formatters:
+        formatters["text/markdown"].for_type_by_name(*_RESULT_TYPE, as_markdown)
+    _LOADED[id(shell)] = magics
+
+
+def unload_extension(shell: Any) -> None:
+    """Undo :func:`load_extension`: magics, configurable, formatters, session."""
+    magics = _LOADED.pop(id(shell), None)
+    if magics is None:
+        return
+    table = shell.magics_manager.magics
+    table["cell"].pop("agent", None)
+    for name in ("agent_vars", "agent_push", "agent_pull", "agent_export"):
+        table["line"].pop(name, None)
+    shell.magics_manager.registry.pop(type(magics).__name__, None)
+    if magics in shell.configurables:
+        shell.configurables.remove(magics)
+    for formatter in _formatters(shell).values():
+        formatter.deferred_printers.pop(_RESULT_TYPE, None)
+        for cls in list(formatter.type_printers):
+            if (cls.__module__, cls.__name__) == _RESULT_TYPE:
+                formatter.type_printers.pop(cls)
+    magics.close()
