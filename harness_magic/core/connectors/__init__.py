@@ -1,0 +1,64 @@
+"""Connectors: tools disclosed progressively, with safety classes and approvals.
+
+See :mod:`.registry` for the model-facing protocol (catalogue,
+``load_connectors``, ``<connector>__<tool>`` names) and :mod:`.approval` for
+the approver callback the notebook implements. Built-ins: :func:`files_connector`,
+:func:`duckdb_connector`, :func:`sql_connector`.
+"""
+
+from harness_magic.core.connectors.approval import (
+    ApprovalDecision,
+    ApprovalPolicy,
+    ApprovalRequest,
+    Approver,
+)
+from harness_magic.core.connectors.classify import Classification, classify_sql
+from harness_magic.core.connectors.registry import (
+    LOAD_TOOL_NAME,
+    Connector,
+    ConnectorRegistry,
+    ConnectorResult,
+    InstalledConnectors,
+    ToolContext,
+    tool_from_function,
+)
+
+__all__ = [
+    "ApprovalDecision",
+    "ApprovalPolicy",
+    "ApprovalRequest",
+    "Approver",
+    "Classification",
+    "classify_sql",
+    "Connector",
+    "ConnectorRegistry",
+    "ConnectorResult",
+    "InstalledConnectors",
+    "ToolContext",
+    "tool_from_function",
+    "LOAD_TOOL_NAME",
+    "files_connector",
+    "duckdb_connector",
+    "sql_connector",
+    "connectors_from_config",
+]
+
+
+def __getattr__(name: str):  # built-ins import their engines lazily
+    if name == "files_connector":
+        from harness_magic.core.connectors.files import files_connector
+
+        return files_connector
+    if name == "duckdb_connector":
+        from harness_magic.core.connectors.duckdb_connector import duckdb_connector
+
+        return duckdb_connector
+    if name == "sql_connector":
+        from harness_magic.core.connectors.sql import sql_connector
+
+        return sql_connector
+    if name == "connectors_from_config":
+        from harness_magic.core.connectors.config import connectors_from_config
+
+        return connectors_from_config
+    raise AttributeError(name)
