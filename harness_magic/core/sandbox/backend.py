@@ -287,7 +287,7 @@ class SandboxedInterpreter:
                     descs[name] = desc
                 send_frame(worker.req_fd, {"op": "exec", "seq": seq, "code": code, "inputs": descs,
                                            "taken": sorted(taken_names)})
-                reply = self._wait(worker)
+                reply = self._wait(worker, seq)
                 if isinstance(reply, ExecutionResult):
                     return reply
                 return self._build_result(reply, taken_names)
@@ -380,7 +380,7 @@ class SandboxedInterpreter:
             why += f" (exit status {status['status']})"
         return ExecutionResult(error=f"SandboxError: {why}. The worker was restarted; the session is intact.")
 
-    def _wait(self, worker: _Worker) -> dict[str, Any] | ExecutionResult:
+    def _wait(self, worker: _Worker, seq: int) -> dict[str, Any] | ExecutionResult:
         deadline = time.monotonic() + self.timeout
         while True:
             left = deadline - time.monotonic()
@@ -393,6 +393,8 @@ class SandboxedInterpreter:
                     reply = recv_frame(worker.resp_fd)
                 except EOFError:
                     return self._lost_worker("the sandbox worker died (crash or memory limit)")
+                if reply.get("op") == "result" and reply.get("seq") != seq:
+                    continue  # a stale or forged frame: the real reply follows
                 if reply.get("recycle"):
                     self._stop_worker()
                 if reply.get("op") != "result":

@@ -242,8 +242,13 @@ def read_result(desc: Any, directory: str, max_bytes: int = RESULT_MAX_BYTES) ->
             import numpy as np
 
             with os.fdopen(fd, "rb", closefd=False) as handle:
-                version = np.lib.format.read_magic(handle)
-                shape, _, dtype = np.lib.format._read_array_header(handle, version)
+                fmt = np.lib.format
+                version = fmt.read_magic(handle)
+                readers = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}
+                if version not in readers:
+                    raise ProtocolError(f".npy format version {version} is not accepted")
+                reader = readers[version]
+                shape, _, dtype = reader(handle)
                 if dtype.hasobject:
                     raise ProtocolError("object arrays are not accepted")
                 if int(np.prod(shape, dtype=np.float64)) * dtype.itemsize > size:
