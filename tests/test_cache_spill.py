@@ -1,0 +1,160 @@
+"""Spec: the hot set is bounded by count and bytes; LRU values spill and hydrate transparently."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from harness_magic.core.cache import DEFAULT_HOT_COUNT, SessionCache
+
+
+def _frame(i: int, rows: int = 10) -> pd.DataFrame:
+    return pd.DataFrame({"i": np.full(rows, i), "x": np.arange(rows, dtype="float64")})
+
+
+def _locations(cache: SessionCache) -> dict[str, str]:
+    return {e.name: e.location for e in cache.entries()}
+
+
+def test_default_hot_set_keeps_ten_handles_in_memory(tmp_path) -> None:
+    assert DEFAULT_HOT_COUNT == 10
+    with SessionCache(spill_dir=tmp_path) as cache:
+        names = [cache.put(f"frame_{i}", _frame(i)) for i in range(12)]
+        assert [cache.location(n) for n in names] == ["disk"] * 2 + ["memory"] * 10
+
+
+def test_least_recently_used_handles_spill_by_count(tmp_path) -> None:
+    with SessionCache(hot_count=2, spill_dir=tmp_path) as cache:
+        a, b, c = (cache.put(n, _frame(i)) for i, n in enumerate("abc"))
+        assert _locations(cache) == {a: "disk", b: "memory", c: "memory"}
+
+
+def test_least_recently_used_handles_spill_by_bytes(tmp_path) -> None:
+    one_mb = 1_000_000
+    with SessionCache(hot_count=100, memory_budget_bytes=int(2.5 * one_mb), spill_dir=tmp_path) as cache:
+        names = [cache.put(f"arr_{i}", np.zeros(one_mb // 8)) for i in range(4)]
+        assert [cache.location(n) for n in names] == ["disk", "disk", "memory", "memory"]
+        assert cache.usage()["memory_bytes"] <= 2.5 * one_mb
+
+
+def test_get_hydrates_transparently_and_makes_the_handle_recent(tmp_path) -> None:
+    with SessionCache(hot_count=2, spill_dir=tmp_path) as cache:
+        a, b, c = (cache.put(n, _frame(i)) for i, n in enumerate("abc"))
+        assert cache.get(a)["i"].iloc[0] == 0
+        assert _locations(cache) == {a: "memory", b: "disk", c: "memory"}
+
+
+def test_view_counts_as_use_for_recency(tmp_path) -> None:
+    with SessionCache(hot_count=2, spill_dir=tmp_path) as cache:
+        a, b = cache.put("a", _frame(0)), cache.put("b", _frame(1))
+        cache.view(a)
+        c = cache.put("c", _frame(2))
+        assert _locations(cache) == {a: "memory", b: "disk", c: "memory"}
+
+
+def test_views_hydrates_several_handles_without_spilling_each_other(tmp_path) -> None:
+    with SessionCache(hot_count=1, spill_dir=tmp_path) as cache:
+        names = [cache.put(f"f{i}", _frame(i)) for i in range(3)]
+        values = cache.views(names)
+        assert [values[n]["i"].iloc[0] for n in names] == [0, 1, 2]
+
+
+def test_copy_to_puts_boundary_copies_into_another_cache_and_counts_as_use(tmp_path) -> None:
+    with SessionCache(hot_count=2, spill_dir=tmp_path / "p") as parent, \
+            SessionCache(spill_dir=tmp_path / "s") as sub:
+        a, b = parent.put("sales", _frame(0)), parent.put("other", _frame(1))
+        sub.put("sales", 1)
+        mapping = parent.copy_to(sub, [a])
+        parent.put("newest", _frame(2))
+        assert mapping == {"sales": "sales_2"}
+        assert _locations(parent)["other"] == "disk" and _locations(parent)["sales"] == "memory"
+        sub.get("sales_2").iloc[0, 0] = 99
+        assert parent.get("sales").iloc[0, 0] == 0
+
+
+def test_listing_and_snapshots_never_hydrate(tmp_path) -> None:
+    with SessionCache(hot_count=0, spill_dir=tmp_path) as cache:
+        a = cache.put("a", _frame(0))
+        cache.put("b", 1)
+        assert cache.location(a) == "disk"
+        cache.names(), cache.snapshot(a), cache.metadata(), cache.entries(), cache.usage(), a in cache, len(cache)
+        assert cache.location(a) == "disk"
+
+
+def test_spilled_handle_keeps_its_snapshot(tmp_path) -> None:
+    with SessionCache(hot_count=0, spill_dir=tmp_path) as cache:
+        a = cache.put("a", _frame(0, rows=3))
+        before = cache.snapshot(a)
+        cache.put("b", 1)
+        assert cache.snapshot(a) == before and before["shape"] == [3, 2]
+
+
+def test_rehydrated_value_spills_again_without_rewriting_its_file(tmp_path) -> None:
+    with SessionCache(hot_count=1, spill_dir=tmp_path) as cache:
+        a = cache.put("a", _frame(0))
+        cache.put("b", _frame(1))
+        files = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
+        cache.get(a)  # hydrate a, spill b
+        cache.get("b")  # hydrate b, spill a again: its file is reused
+        assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir() if p.name in files} == files
+
+
+def test_value_larger_than_budget_stays_in_memory_while_most_recent(tmp_path) -> None:
+    with SessionCache(memory_budget_bytes=1_000, spill_dir=tmp_path) as cache:
+        big = cache.put("big", np.zeros(10_000))
+        assert cache.location(big) == "memory"
+        cache.put("next", np.zeros(10_000))
+        assert cache.location(big) == "disk"
+
+
+def test_retire_removes_the_handle_and_its_spill_file(tmp_path) -> None:
+    with SessionCache(hot_count=0, spill_dir=tmp_path) as cache:
+        a = cache.put("a", _frame(0))
+        cache.put("b", 1)
+        assert any(p.name.startswith("a-") for p in tmp_path.iterdir())
+        cache.retire(a)
+        assert a not in cache
+        assert not any(p.name.startswith("a-") for p in tmp_path.iterdir())
+
+
+def test_close_removes_spill_files(tmp_path) -> None:
+    cache = SessionCache(hot_count=0, spill_dir=tmp_path)
+    cache.put("a", _frame(0))
+    cache.put("b", np.zeros(3))
+    cache.put("c", 1)
+    assert list(tmp_path.iterdir())
+    cache.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_default_spill_directory_is_private_and_removed_on_close(tmp_path, monkeypatch) -> None:
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where mkdtemp puts the private directory
+    cache = SessionCache(hot_count=0)
+    cache.put("a", _frame(0))
+    cache.put("b", 1)
+    [private] = list(tmp_path.iterdir())
+    assert private.name.startswith("harness_magic_cache_") and list(private.iterdir())
+    cache.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_metadata_reports_location_and_storage_but_no_payload(tmp_path) -> None:
+    with SessionCache(hot_count=0, spill_dir=tmp_path) as cache:
+        cache.put("secret_frame", pd.DataFrame({"token": ["sk-very-secret"]}), turn=3, tool="sql")
+        cache.put("b", 1)
+        row = cache.metadata()[0]
+        assert row == {"name": "secret_frame", "type": "dataframe", "shape": [1, 1], "size_bytes": row["size_bytes"],
+                       "location": "disk", "storage": "parquet", "turn": 3, "tool": "sql"}
+        assert "sk-very-secret" not in repr(cache.metadata())
+
+
+def test_size_estimate_is_fast_for_object_columns_and_close_for_numeric(tmp_path) -> None:
+    from harness_magic.core.cache import estimate_nbytes
+
+    numeric = pd.DataFrame({"a": np.zeros(1000), "b": np.zeros(1000, dtype="int32")})
+    assert estimate_nbytes(numeric) == numeric.memory_usage(index=True, deep=False).sum()
+    objects = pd.DataFrame({"o": pd.Series(["x" * 100] * 1000, dtype=object)})
+    deep = objects.memory_usage(index=True, deep=True).sum()
+    assert 0.8 * deep <= estimate_nbytes(objects) <= 1.2 * deep
