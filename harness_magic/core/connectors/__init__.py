@@ -3,7 +3,7 @@
 See :mod:`.registry` for the model-facing protocol (catalogue,
 ``load_connectors``, ``<connector>__<tool>`` names) and :mod:`.approval` for
 the approver callback the notebook implements. Built-ins: :func:`files_connector`,
-:func:`duckdb_connector`, :func:`sql_connector`.
+:func:`duckdb_connector`, :func:`sql_connector` (their engines are imported on first use).
 """
 
 from harness_magic.core.connectors.approval import (
@@ -13,6 +13,9 @@ from harness_magic.core.connectors.approval import (
     Approver,
 )
 from harness_magic.core.connectors.classify import Classification, classify_sql
+from harness_magic.core.connectors.config import connectors_from_config
+from harness_magic.core.connectors.duckdb_connector import duckdb_connector
+from harness_magic.core.connectors.files import files_connector
 from harness_magic.core.connectors.registry import (
     LOAD_TOOL_NAME,
     Connector,
@@ -22,6 +25,7 @@ from harness_magic.core.connectors.registry import (
     ToolContext,
     tool_from_function,
 )
+from harness_magic.core.connectors.sql import sql_connector
 
 __all__ = [
     "ApprovalDecision",
@@ -43,22 +47,3 @@ __all__ = [
     "connectors_from_config",
 ]
 
-
-def __getattr__(name: str):  # built-ins import their engines lazily
-    if name == "files_connector":
-        from harness_magic.core.connectors.files import files_connector
-
-        return files_connector
-    if name == "duckdb_connector":
-        from harness_magic.core.connectors.duckdb_connector import duckdb_connector
-
-        return duckdb_connector
-    if name == "sql_connector":
-        from harness_magic.core.connectors.sql import sql_connector
-
-        return sql_connector
-    if name == "connectors_from_config":
-        from harness_magic.core.connectors.config import connectors_from_config
-
-        return connectors_from_config
-    raise AttributeError(name)

@@ -1,0 +1,43 @@
+"""Build connectors from plain configuration (a list of dicts, e.g. from a config file).
+
+Each entry names a built-in with ``type`` and passes the rest as options::
+
+    [{"type": "files", "roots": ["data"]},
+     {"type": "duckdb", "files": {"sales": "data/sales.parquet"}},
+     {"type": "sql", "name": "warehouse", "url": "postgresql+psycopg://..."}]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from harness_magic.core.connectors.approval import ApprovalPolicy
+from harness_magic.core.connectors.registry import Connector, ConnectorRegistry
+
+__all__ = ["connectors_from_config", "BUILTIN_TYPES"]
+
+BUILTIN_TYPES = ("files", "duckdb", "sql")
+
+
+def connector_from_config(entry: Mapping[str, Any]) -> Connector:
+    options = dict(entry)
+    kind = options.pop("type", None)
+    if kind == "files":
+        from harness_magic.core.connectors.files import files_connector
+
+        return files_connector(options.pop("roots"), **options)
+    if kind == "duckdb":
+        from harness_magic.core.connectors.duckdb_connector import duckdb_connector
+
+        return duckdb_connector(options.pop("files", None), **options)
+    if kind == "sql":
+        from harness_magic.core.connectors.sql import sql_connector
+
+        return sql_connector(options.pop("url"), **options)
+    raise ValueError(f"connector type {kind!r} is unknown; built-ins: {', '.join(BUILTIN_TYPES)}")
+
+
+def connectors_from_config(entries: Iterable[Mapping[str, Any]], *, approval: ApprovalPolicy | None = None
+                           ) -> ConnectorRegistry:
+    """A registry holding one connector per entry."""
+    return ConnectorRegistry([connector_from_config(e) for e in entries], approval=approval)

@@ -1,0 +1,187 @@
+"""The ``duckdb`` connector: SQL over cached frames and configured files, in-process.
+
+Each query gets a fresh in-memory DuckDB connection in which
+
+* every cached DataFrame handle the SQL names is registered as a view of a
+  copy (``cache.view``), so SQL can never change what the cache holds;
+* every configured file is a view (``files={"sales": "data/sales.parquet"}``);
+* file access is then locked down: only the configured files are readable
+  (``allowed_paths``, ``enable_external_access=false``, configuration locked),
+  so ``read_csv('/etc/passwd')`` fails inside the engine.
+
+Only read statements run (see :mod:`.classify`); COPY, ATTACH, INSTALL and
+the like are refused. Results stream out as Arrow batches up to the row cap.
+A timer interrupts a statement that runs past the timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Any, Mapping
+
+from harness_magic.core.connectors._results import (
+    DEFAULT_BATCH_ROWS,
+    DEFAULT_MAX_ROWS,
+    DEFAULT_TIMEOUT_S,
+    cap_rows,
+    truncation_note,
+)
+from harness_magic.core.connectors.classify import SQLClassificationError, classify_sql
+from harness_magic.core.connectors.registry import Connector, ConnectorResult, ToolContext
+from harness_magic.core.tools import ToolError
+
+__all__ = ["duckdb_connector", "DuckDBEngine"]
+
+_READERS = {".parquet": "read_parquet", ".pq": "read_parquet", ".csv": "read_csv_auto", ".tsv": "read_csv_auto",
+            ".json": "read_json_auto", ".jsonl": "read_json_auto", ".ndjson": "read_json_auto"}
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+class DuckDBEngine:
+    """Runs read-only SQL over cache frames and configured files."""
+
+    def __init__(self, files: Mapping[str, str | os.PathLike[str]] | None = None, *,
+                 max_rows: int = DEFAULT_MAX_ROWS, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 batch_rows: int = DEFAULT_BATCH_ROWS) -> None:
+        self.files: dict[str, Path] = {}
+        for view, path in (files or {}).items():
+            if not _IDENT.fullmatch(view):
+                raise ValueError(f"duckdb file view name {view!r} must be an identifier")
+            real = Path(os.path.realpath(os.fspath(path)))
+            if real.suffix.lower() not in _READERS:
+                raise ValueError(f"duckdb cannot read {os.fspath(path)!r}; supported: {', '.join(sorted(_READERS))}")
+            if not real.is_file():
+                raise ValueError(f"duckdb file {os.fspath(path)!r} does not exist")
+            self.files[view] = real
+        self.max_rows, self.timeout_s, self.batch_rows = max_rows, timeout_s, batch_rows
+
+    def connect(self, cache: Any, sql: str | None) -> Any:
+        import duckdb
+
+        con = duckdb.connect(":memory:")
+        for view, path in self.files.items():
+            reader = _READERS[path.suffix.lower()]
+            con.execute(f'CREATE VIEW "{view}" AS SELECT * FROM {reader}({_quote(str(path))})')
+        wanted = set(_IDENT.findall(sql)) if sql is not None else set(cache.names() if cache is not None else [])
+        for handle in sorted(wanted - set(self.files)):
+            if cache is not None and handle in cache and _is_frame(cache, handle):
+                con.register(handle, cache.view(handle))
+        paths = "[" + ", ".join(_quote(str(p)) for p in self.files.values()) + "]"
+        con.execute(f"SET allowed_paths = {paths}")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+        return con
+
+    def query(self, cache: Any, sql: str, max_rows: int | None = None) -> tuple[Any, bool]:
+        import duckdb
+        import pyarrow as pa
+
+        cap = cap_rows(max_rows, self.max_rows)
+        con = self.connect(cache, sql)
+        timer = threading.Timer(self.timeout_s, con.interrupt)
+        timer.daemon = True
+        timer.start()
+        try:
+            relation = con.sql(sql)
+            if relation is None:
+                return pa.table({}).to_pandas(), False
+            reader = relation.to_arrow_reader(self.batch_rows)
+            batches, rows, truncated = [], 0, False
+            for batch in reader:
+                if rows + len(batch) > cap:
+                    batches.append(batch.slice(0, cap - rows))
+                    truncated = True
+                    break
+                batches.append(batch)
+                rows += len(batch)
+            table = pa.Table.from_batches(batches, schema=reader.schema)
+            return table.to_pandas(), truncated
+        except duckdb.InterruptException as exc:
+            raise ToolError(f"The statement timed out after {self.timeout_s:g} s and was interrupted.") from exc
+        except duckdb.Error as exc:
+            first = str(exc).strip().splitlines()[0]
+            raise ToolError(f"duckdb error: {first}") from exc
+        finally:
+            timer.cancel()
+            con.close()
+
+
+def _is_frame(cache: Any, handle: str) -> bool:
+    try:
+        return str(cache.snapshot(handle).get("type", "")).lower() == "dataframe"
+    except Exception:
+        return False
+
+
+def duckdb_connector(
+    files: Mapping[str, str | os.PathLike[str]] | None = None,
+    *,
+    name: str = "duckdb",
+    description: str | None = None,
+    max_rows: int = DEFAULT_MAX_ROWS,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> Connector:
+    """SQL over cached DataFrame handles and ``files`` (view name -> path), in-process."""
+    engine = DuckDBEngine(files, max_rows=max_rows, timeout_s=timeout_s)
+    connector = Connector(
+        name, description or "In-process DuckDB SQL over cached DataFrame handles (by handle name) and "
+                             "configured files; results come back as handles.")
+    connector.engine = engine  # type: ignore[attr-defined]
+
+    @connector.tool()
+    def list_tables(context: ToolContext) -> Any:
+        """List what SQL can query: cached DataFrame handles and configured file views."""
+        out = [{"name": view, "kind": "file", "path": path.name} for view, path in engine.files.items()]
+        for handle in context.cache.names():
+            if handle not in engine.files and _is_frame(context.cache, handle):
+                out.append({"name": handle, "kind": "cached frame", "rows": context.cache.snapshot(handle).get("shape", [None])[0]})
+        return out if out else "Nothing to query yet: no cached frames and no configured files."
+
+    @connector.tool()
+    def describe(table: str, context: ToolContext) -> Any:
+        """Columns and DuckDB types of a cached frame or file view.
+
+        Args:
+            table: A name from list_tables.
+        """
+        if not _IDENT.fullmatch(table or ""):
+            raise ToolError(f"{table!r} is not a table name")
+        con = engine.connect(context.cache, table)
+        try:
+            rows = con.execute(f'DESCRIBE "{table}"').fetchall()
+        except Exception as exc:
+            raise ToolError(f"No table {table!r}; use {connector.name}__list_tables") from exc
+        finally:
+            con.close()
+        return {"table": table, "columns": [{"name": r[0], "type": r[1]} for r in rows]}
+
+    @connector.tool(result_name=f"{name}_result")
+    def query(sql: str, context: ToolContext, name: str | None = None, max_rows: int | None = None) -> Any:
+        """Run one read-only DuckDB SQL statement; cached frames are tables named by their handle.
+
+        Args:
+            sql: One SELECT/WITH/... statement, e.g. SELECT region, sum(x) FROM sales GROUP BY 1.
+            name: Preferred handle name for the result.
+            max_rows: Fetch at most this many rows (cannot exceed the connector's cap).
+        """
+        try:
+            classification = classify_sql(sql)
+        except SQLClassificationError as exc:
+            raise ToolError(f"Cannot run this SQL: {exc}.") from None
+        if len(classification.statements) > 1:
+            raise ToolError("Send one statement per call.")
+        if not classification.is_read:
+            raise ToolError(f"Refused: the statement is classified {classification.summary}; "
+                            f"{connector.name}__query runs read-only statements. Save results as handles instead.")
+        frame, truncated = engine.query(context.cache, sql, max_rows)
+        cap = cap_rows(max_rows, engine.max_rows)
+        return ConnectorResult(frame, truncation_note(len(frame), cap, truncated), name=name)
+
+    return connector
