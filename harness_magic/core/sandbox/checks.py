@@ -87,11 +87,11 @@ _NETWORK_PREFIXES = ("socket.", "urllib.Request", "http.client.")
 _FILE_CHANGE_EVENTS = ("os.remove", "os.rmdir", "os.rename", "os.mkdir", "os.chmod", "os.chown",
                        "os.link", "os.symlink", "os.truncate", "shutil.rmtree", "shutil.copyfile",
                        "shutil.move", "os.utime")
-_INTROSPECTION_EVENTS = ("sys._getframe", "sys._current_frames", "gc.get_objects", "gc.get_referrers",
+_INTROSPECTION_EVENTS = ("sys._current_frames", "gc.get_objects", "gc.get_referrers",
                          "gc.get_referents", "sys.settrace", "sys.setprofile", "sys.addaudithook",
-                         "builtins.input", "builtins.breakpoint", "marshal.loads", "pickle.find_class",
+                         "builtins.input", "builtins.breakpoint", "pickle.find_class",
                          "os.kill", "os.killpg", "signal.pthread_kill", "cpython.run_stdin")
-_RESTRICTED_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "__code__",
+_RESTRICTED_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame",
                                "gi_code", "f_globals"})
 
 

@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import traceback
+import types
 from typing import Any
 
 from harness_magic.core.cache.names import resolve_handle_name
@@ -189,7 +190,12 @@ def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any) -> dict[st
         if refusal is not None:
             reply.update(error=f"SandboxViolation: {refusal}", stdout="", stdout_dropped=0)
             return reply
-    namespace: dict[str, Any] = {"__name__": "__agent__", "__builtins__": builtins, "save": save}
+    # A real module object, registered while the code runs: dataclasses, pickling by
+    # reference and typing look classes up through sys.modules[cls.__module__].
+    module = types.ModuleType("__agent__")
+    namespace: dict[str, Any] = module.__dict__
+    namespace.update({"__builtins__": builtins, "save": save})
+    sys.modules["__agent__"] = module
     value: Any = None
     has_value = False
     old_out, old_err = sys.stdout, sys.stderr
@@ -226,6 +232,7 @@ def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any) -> dict[st
     reply["stdout"] = out.value()
     reply["stdout_dropped"] = out.dropped
     namespace.clear()
+    sys.modules.pop("__agent__", None)
     # A thread the model started would outlive the call and could touch later ones: recycle.
     if threading.active_count() > 1:
         reply["recycle"] = True
