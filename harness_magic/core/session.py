@@ -81,6 +81,8 @@ class AgentSession:
         extra_tools: list[ToolSpec] | None = None,
         backend: Any | None = None,
         cache: SessionCache | None = None,
+        connectors: Any | None = None,
+        subagents: bool | dict[str, Any] = False,
     ) -> None:
         self.config = config or AgentConfig()
         self.session_id = uuid.uuid4().hex[:12]
@@ -93,6 +95,45 @@ class AgentSession:
         self._extra_tools = list(extra_tools or [])
         self._handlers: list[EventHandler] = []
         self.harness = self._build_harness(adapter or self.adapter_for(self.config.model))
+        self.connectors: Any | None = None
+        """The :class:`~harness_magic.core.connectors.InstalledConnectors` of this session, or None."""
+        if connectors is not None:
+            self.connectors = connectors.install(self.harness)
+        if subagents:
+            self.enable_subagents(**(subagents if isinstance(subagents, dict) else {}))
+
+    # -- connectors and subagents -------------------------------------------------------------
+
+    def add_connector(self, connector: Any, *, approval: Any | None = None) -> Any:
+        """Register a connector (hidden until the model loads it); creates the registry on first use.
+
+        ``approval`` (an ApprovalPolicy) replaces the registry's policy when given.
+        """
+        from harness_magic.core.connectors import ConnectorRegistry
+
+        if self.connectors is None:
+            self.connectors = ConnectorRegistry(approval=approval).install(self.harness)
+        elif approval is not None:
+            self.connectors.registry.approval = approval
+        return self.connectors.registry.register(connector)
+
+    def enable_subagents(self, **options: Any) -> ToolSpec:
+        """Add the ``subagent`` tool; the subagent's interpreter uses this session's sandbox backend."""
+        from harness_magic.core.subagent import enable_subagents
+
+        session = self
+
+        class _SessionBackend:
+            name = "session"
+
+            def execute(self, code: str, inputs: dict[str, Any], taken_names: Any) -> Any:
+                return session.backend.execute(code, inputs, taken_names)
+
+            def close(self) -> None:
+                pass
+
+        options.setdefault("backend", _SessionBackend())
+        return enable_subagents(self.harness, **options)
 
     # -- construction ---------------------------------------------------------------------
 
