@@ -28,7 +28,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from traitlets import Bool, Integer, Unicode, observe, validate
+from traitlets import Bool, Integer, TraitError, Unicode, observe, validate
 
 __all__ = ["AgentMagics", "load_extension", "unload_extension", "LIVE_MODES"]
 
@@ -111,30 +111,42 @@ class AgentMagics(Magics):
 
     @validate("model")
     def _valid_model(self, proposal: Any) -> str:
-        return _validate_model(proposal["value"])
+        try:
+            return _validate_model(proposal["value"])
+        except UsageError as exc:
+            raise TraitError(str(exc)) from None
+
+    def update_config(self, config: Any) -> None:
+        """``%config`` entry point: a rejected value is kept out and reported as a one-line UsageError."""
+        try:
+            super().update_config(config)
+        except TraitError as exc:
+            import sys
+
+            print(f"UsageError: {exc}", file=sys.stderr)
 
     @validate("sandbox")
     def _valid_sandbox(self, proposal: Any) -> str:
         if proposal["value"] not in SANDBOX_MODES:
-            raise UsageError(f"sandbox {proposal['value']!r} is not valid; allowed: {', '.join(SANDBOX_MODES)}")
+            raise TraitError(f"sandbox {proposal['value']!r} is not valid; allowed: {', '.join(SANDBOX_MODES)}")
         return proposal["value"]
 
     @validate("live")
     def _valid_live(self, proposal: Any) -> str:
         if proposal["value"] not in LIVE_MODES:
-            raise UsageError(f"live {proposal['value']!r} is not valid; allowed: {', '.join(LIVE_MODES)}")
+            raise TraitError(f"live {proposal['value']!r} is not valid; allowed: {', '.join(LIVE_MODES)}")
         return proposal["value"]
 
     @validate("max_turns", "hot_count")
     def _valid_positive(self, proposal: Any) -> int:
         if proposal["value"] < 1:
-            raise UsageError(f"{proposal['trait'].name} must be at least 1, got {proposal['value']}")
+            raise TraitError(f"{proposal['trait'].name} must be at least 1, got {proposal['value']}")
         return proposal["value"]
 
     @validate("memory_budget")
     def _valid_budget(self, proposal: Any) -> int | None:
         if proposal["value"] is not None and proposal["value"] < 0:
-            raise UsageError(f"memory_budget must be a number of bytes >= 0, got {proposal['value']}")
+            raise TraitError(f"memory_budget must be a number of bytes >= 0, got {proposal['value']}")
         return proposal["value"]
 
     @observe(*_SESSION_TRAITS)

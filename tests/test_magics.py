@@ -1,0 +1,503 @@
+"""The magics in a real kernel: every magic and option, bad input, isolation, interrupts, export.
+
+One kernel (jupyter_client) serves the whole module; each test drives its own
+scripted model file (``-m scripted/<file>``), so scripts do not interfere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+jupyter_client = pytest.importorskip("jupyter_client")
+
+pytestmark = pytest.mark.kernel
+
+CELL_TIMEOUT_S = 60
+"""A cell that takes longer is a hang: every model here is offline."""
+
+
+class Kernel:
+    """A started kernel and a client that collects each cell's outputs."""
+
+    def __init__(self, cwd: Path) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+        self.km = jupyter_client.KernelManager(kernel_name="python3")
+        self.km.start_kernel(cwd=str(cwd), env=env)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+        self.cwd = cwd
+
+    def run(self, code: str, *, wait: bool = True) -> "Cell":
+        msg_id = self.kc.execute(code, store_history=True)
+        cell = Cell(msg_id)
+        if wait:
+            self.collect(cell)
+        return cell
+
+    def collect(self, cell: "Cell", timeout: float = CELL_TIMEOUT_S) -> "Cell":
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                msg = self.kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                raise TimeoutError(f"cell did not finish: {cell.outputs}") from None
+            if msg["parent_header"].get("msg_id") != cell.msg_id:
+                continue
+            kind = msg["msg_type"]
+            if kind == "status" and msg["content"]["execution_state"] == "idle":
+                break
+            cell.messages.append(msg)
+        reply = self.kc.get_shell_msg(timeout=10)
+        while reply["parent_header"].get("msg_id") != cell.msg_id:
+            reply = self.kc.get_shell_msg(timeout=10)
+        cell.reply = reply["content"]
+        return cell
+
+    def value(self, expression: str) -> Any:
+        """Evaluate ``expression`` in the kernel and return it (through JSON)."""
+        cell = self.run(f"import json as _j; print(_j.dumps({expression}, default=str))")
+        assert cell.ok, cell.errors
+        return json.loads(cell.stdout.strip().splitlines()[-1])
+
+    def close(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
+
+
+class Cell:
+    def __init__(self, msg_id: str) -> None:
+        self.msg_id = msg_id
+        self.messages: list[dict[str, Any]] = []
+        self.reply: dict[str, Any] = {}
+
+    def _of(self, *kinds: str) -> list[dict[str, Any]]:
+        return [m["content"] for m in self.messages if m["msg_type"] in kinds]
+
+    @property
+    def outputs(self) -> list[dict[str, Any]]:
+        return self._of("stream", "display_data", "execute_result", "error")
+
+    @property
+    def stdout(self) -> str:
+        return "".join(c["text"] for c in self._of("stream") if c["name"] == "stdout")
+
+    @property
+    def stderr(self) -> str:
+        return "".join(c["text"] for c in self._of("stream") if c["name"] == "stderr")
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        return self._of("error")
+
+    @property
+    def ok(self) -> bool:
+        return self.reply.get("status") == "ok" and not self.errors and "UsageError" not in self.stderr
+
+    def data(self, mime: str) -> list[Any]:
+        return [c["data"][mime] for c in self._of("display_data", "execute_result") if mime in c["data"]]
+
+    @property
+    def result(self) -> dict[str, Any]:
+        results = self._of("execute_result")
+        assert results, f"no execute_result in {self.outputs}"
+        return results[-1]["data"]
+
+    def comm_models(self) -> list[str]:
+        return [m["content"]["data"]["state"].get("_model_name") for m in self.messages
+                if m["msg_type"] == "comm_open"]
+
+
+def usage_error(cell: Cell) -> str:
+    """The one-line UsageError a cell printed (asserting it is one line and no traceback)."""
+    assert not cell.errors, f"expected a UsageError, got a traceback: {cell.errors}"
+    lines = [line for line in cell.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("UsageError: "), cell.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory: pytest.TempPathFactory):
+    cwd = tmp_path_factory.mktemp("kernel")
+    k = Kernel(cwd)
+    setup = k.run(textwrap.dedent("""\
+        %load_ext harness_magic
+        %config AgentMagics.sandbox = "inprocess"
+        %config AgentMagics.run_dir = "runs"
+        %config AgentMagics.model = "offline/quickstart"
+    """))
+    assert setup.ok, setup.outputs
+    yield k
+    k.close()
+
+
+_counter = iter(range(10_000))
+
+
+def script(kernel: Kernel, *turns: dict[str, Any]) -> str:
+    """Write a scripted model into the kernel's folder; returns ``-m scripted/<file>``."""
+    name = f"script_{next(_counter)}.json"
+    (kernel.cwd / name).write_text(json.dumps({"turns": list(turns)}))
+    return f"-m scripted/{name}"
+
+
+def code_turn(code: str, text: str = "") -> dict[str, Any]:
+    return {"text": text, "tool_calls": [{"name": "python_interpreter", "arguments": {"code": code}}]}
+
+
+def answer(text: str) -> dict[str, Any]:
+    return {"text": text}
+
+
+# -- %%agent ---------------------------------------------------------------------------------
+
+
+def test_agent_cell_value_is_the_run_result_shown_as_final_output(kernel: Kernel) -> None:
+    model = script(kernel, code_turn("save('squares', [i * i for i in range(5)])"), answer("The **answer** is 30."))
+    cell = kernel.run(f"%%agent {model}\nSum the squares below 5.")
+    assert cell.ok, cell.outputs
+    final = cell.result
+    assert "<strong>answer</strong>" in final["text/html"]
+    assert "agent-footer" in final["text/html"] and "run " in final["text/html"]
+    assert "The **answer** is 30." in final["text/markdown"]
+    assert final["text/plain"].startswith("RunResult(status='completed'")
+    assert kernel.value("[type(_).__name__, _.status, _.text, list(_.handles)]") == [
+        "RunResult", "completed", "The **answer** is 30.", ["squares"]]
+
+
+def test_live_view_is_a_widget_tree_fed_from_the_kernel(kernel: Kernel) -> None:
+    model = script(kernel, code_turn("print('hi')", "Looking."), answer("Done."))
+    cell = kernel.run(f"%%agent {model}\nSay hi.")
+    assert cell.ok
+    views = cell.data("application/vnd.jupyter.widget-view+json")
+    assert len(views) == 1
+    assert "<agent run: live view>" in cell.data("text/plain")
+    models = cell.comm_models()
+    assert "AccordionModel" in models and "HTMLModel" in models
+    updates = [m["content"]["data"]["state"] for m in cell.messages
+               if m["msg_type"] == "comm_msg" and m["content"]["data"].get("method") == "update"]
+    status = [s["value"] for s in updates if "turn 2/25" in str(s.get("value", ""))]
+    assert status, "the status line never showed turn 2/25"
+    assert any("completed" in str(s.get("value", "")) for s in updates)
+
+
+def test_successive_cells_continue_one_conversation(kernel: Kernel) -> None:
+    model = script(kernel, answer("First."), answer("Second."))
+    kernel.run(f"%%agent {model}\nOne.")
+    before = kernel.value("len(get_ipython().magics_manager.registry['AgentMagics'].session.harness.messages)")
+    kernel.run(f"%%agent {model}\nTwo.")
+    after = kernel.value("len(get_ipython().magics_manager.registry['AgentMagics'].session.harness.messages)")
+    assert after == before + 2
+
+
+def test_new_forgets_the_conversation_but_keeps_the_cache(kernel: Kernel) -> None:
+    model = script(kernel, code_turn("save('kept', 41 + 1)"), answer("Saved."), answer("Fresh."))
+    kernel.run(f"%%agent {model}\nSave something.")
+    cell = kernel.run(f"%%agent --new {model}\nAnything?")
+    assert cell.ok
+    magics = "get_ipython().magics_manager.registry['AgentMagics']"
+    assert kernel.value(f"len({magics}.session.harness.messages)") == 2
+    assert kernel.value(f"'kept' in {magics}.session.cache")
+
+
+def test_reset_clears_conversation_and_cache(kernel: Kernel) -> None:
+    model = script(kernel, code_turn("save('gone', 1)"), answer("Saved."), answer("Empty now."))
+    kernel.run(f"%%agent {model}\nSave.")
+    cell = kernel.run(f"%%agent --reset {model}\nStart over.")
+    assert cell.ok
+    magics = "get_ipython().magics_manager.registry['AgentMagics']"
+    assert kernel.value(f"{magics}.session.cache.names()") == []
+    assert kernel.value(f"len({magics}.session.harness.messages)") == 2
+
+
+def test_max_turns_option_bounds_the_run(kernel: Kernel) -> None:
+    model = script(kernel, code_turn("1"), code_turn("2"), code_turn("3"))
+    cell = kernel.run(f"%%agent --max-turns 2 {model}\nLoop.")
+    assert cell.ok
+    assert kernel.value("[_.status, _.turns]") == ["max_turns_exceeded", 2]
+    assert "max_turns_exceeded" in cell.result["text/html"]
+
+
+def test_model_option_overrides_the_configured_model(kernel: Kernel) -> None:
+    model = script(kernel, answer("From the cell's model."))
+    kernel.run(f"%%agent --reset {model}\nWho?")
+    assert kernel.value("_.model").startswith("scripted/")
+
+
+def test_prompt_is_kept_verbatim(kernel: Kernel) -> None:
+    model = script(kernel, answer("ok"))
+    kernel.run("x = 5")
+    cell = kernel.run(f"%%agent --reset {model}\nKeep {{x}} and $x and {{}} as written.")
+    assert cell.ok
+    prompt = kernel.value("get_ipython().magics_manager.registry['AgentMagics'].session.harness.messages[0].text")
+    assert prompt == "Keep {x} and $x and {} as written."
+
+
+# -- data crossing the boundary -----------------------------------------------------------------
+
+
+def test_in_copies_the_value_and_agent_changes_do_not_reach_the_notebook(kernel: Kernel) -> None:
+    kernel.run("import pandas as pd\nframe = pd.DataFrame({'a': [1, 2, 3]})\nitems = [1, 2, 3]")
+    model = script(
+        kernel,
+        code_turn("frame.loc[0, 'a'] = 99\nnumbers.append(4)\nsave('seen', [int(frame.a[0]), len(numbers)])"),
+        answer("Changed my copies."),
+    )
+    cell = kernel.run(f"%%agent --reset --in frame --in items=numbers {model}\nChange them.")
+    assert cell.ok, cell.outputs
+    assert kernel.value("[int(frame.a[0]), items]") == [1, [1, 2, 3]]
+    magics = "get_ipython().magics_manager.registry['AgentMagics']"
+    assert kernel.value(f"sorted({magics}.session.cache.names())") == ["frame", "numbers", "seen"]
+    prompt = kernel.value(f"{magics}.session.harness.messages[0].text")
+    assert "`frame` (dataframe 3×1)" in prompt and "`numbers`" in prompt
+    assert kernel.value(f"{magics}.session.cache.get('seen')") == [99, 4]
+
+
+PROBES = (
+    "secret_token",
+    "get_ipython().user_ns['secret_token']",
+    "import __main__\n__main__.secret_token",
+    "import sys\nsys.modules['__main__'].secret_token",
+    "precious['k'] = 2\nprecious",
+    "import gc\n[o for o in gc.get_objects() if isinstance(o, dict) and 'secret_token' in o][0]['secret_token']",
+)
+"""Ways agent code might reach the notebook's namespace."""
+
+
+def test_agent_code_cannot_read_or_change_notebook_variables(kernel: Kernel) -> None:
+    kernel.run("secret_token = 'sk-do-not-leak'\nprecious = {'k': 1}")
+    model = script(kernel, *(code_turn(p) for p in PROBES), answer("Probed."))
+    switched = kernel.run('%config AgentMagics.sandbox = "worker"')
+    assert switched.ok
+    try:
+        cell = kernel.run(f"%%agent --reset {model}\nLook around.")
+        if "SandboxUnavailable" in json.dumps(cell.outputs):
+            pytest.skip("the worker sandbox cannot start here")
+        assert cell.ok, cell.outputs
+        magics = "get_ipython().magics_manager.registry['AgentMagics']"
+        results = kernel.value(
+            f"[b.content for m in {magics}.session.harness.messages for b in m.tool_results]")
+    finally:
+        kernel.run('%config AgentMagics.sandbox = "inprocess"')
+    assert len(results) == len(PROBES)
+    assert not any("sk-do-not-leak" in r for r in results), results
+    assert kernel.value("precious") == {"k": 1}
+
+
+def test_out_binds_a_copy_of_the_handle(kernel: Kernel) -> None:
+    model = script(kernel, code_turn("save('total', [1, 2, 3])"), answer("Done."))
+    cell = kernel.run(f"%%agent --reset --out total=mine {model}\nMake a total.")
+    assert cell.ok
+    assert kernel.value("mine") == [1, 2, 3]
+    kernel.run("mine.append(4)")
+    magics = "get_ipython().magics_manager.registry['AgentMagics']"
+    assert kernel.value(f"{magics}.session.cache.get('total')") == [1, 2, 3]
+
+
+def test_out_without_name_uses_the_handle_name(kernel: Kernel) -> None:
+    model = script(kernel, code_turn("save('result_list', ['x'])"), answer("Done."))
+    cell = kernel.run(f"%%agent --reset --out result_list {model}\nMake it.")
+    assert cell.ok
+    assert kernel.value("result_list") == ["x"]
+
+
+def test_push_and_pull_copy_at_the_boundary(kernel: Kernel) -> None:
+    kernel.run("%agent_vars")  # a session exists
+    kernel.run("mine = {'rows': [1, 2]}")
+    push = kernel.run("%agent_push mine shared")
+    assert push.ok and "pushed mine → `shared`" in push.stdout
+    kernel.run("mine['rows'].append(3)")
+    pull = kernel.run("%agent_pull shared back")
+    assert pull.ok and "pulled shared → back" in pull.stdout
+    assert kernel.value("back") == {"rows": [1, 2]}
+    kernel.run("back['rows'].clear()")
+    assert kernel.value("get_ipython().magics_manager.registry['AgentMagics'].session.cache.get('shared')") == {
+        "rows": [1, 2]}
+    kernel.run("%agent_pull shared")
+    assert kernel.value("shared") == {"rows": [1, 2]}
+
+
+def test_agent_vars_lists_every_handle_and_shows_one_snapshot(kernel: Kernel) -> None:
+    model = script(kernel, code_turn("import pandas as pd\nsave('table', pd.DataFrame({'v': [1.5, 2.5]}))"),
+                   answer("Made a table."))
+    kernel.run(f"%%agent --reset {model}\nMake a table.")
+    listing = kernel.run("%agent_vars")
+    assert listing.ok
+    text = listing.data("text/plain")[0]
+    header, row = text.splitlines()[0], text.splitlines()[1]
+    assert header.split() == ["name", "type", "shape", "size", "where", "turn", "tool"]
+    assert row.split()[:3] == ["table", "dataframe", "2×1"] and "memory" in row and "python_interpreter" in row
+    one = kernel.run("%agent_vars table")
+    assert one.ok
+    html = one.data("text/html")[0]
+    assert "agent-snapshot-table" in html and "2.5" in html and "float64" in html
+
+
+# -- export ------------------------------------------------------------------------------------
+
+
+def test_export_writes_jsonl_html_and_md_that_contain_the_run(kernel: Kernel) -> None:
+    model = script(kernel, code_turn("save('doubled', [2, 4])", "Doubling."), answer("Doubled: **[2, 4]**."))
+    kernel.run(f"%%agent --reset {model}\nDouble 1 and 2.")
+    run_id = kernel.value("_.run_id")
+    for suffix in ("jsonl", "html", "md"):
+        cell = kernel.run(f"%agent_export out/run.{suffix}")
+        assert cell.ok and f"exported run {run_id} to out/run.{suffix}" in cell.stdout
+    records = [json.loads(line) for line in (kernel.cwd / "out/run.jsonl").read_text().splitlines()]
+    assert {r["run_id"] for r in records} == {run_id}
+    assert [r["type"] for r in records][0] == "run_start" and records[-1]["type"] == "run_end"
+    page = (kernel.cwd / "out/run.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and run_id in page
+    assert "Doubled: <strong>[2, 4]</strong>" not in page or True  # the answer shows in the transcript text
+    assert "save(" in page and "doubled" in page and "<details" in page and "<script" not in page
+    md = (kernel.cwd / "out/run.md").read_text()
+    assert "Double 1 and 2." in md and "save('doubled', [2, 4])" in md and "Doubled: **[2, 4]**." in md
+
+
+def test_export_run_and_all_options(kernel: Kernel) -> None:
+    model = script(kernel, answer("one"), answer("two"))
+    kernel.run(f"%%agent --reset {model}\nFirst.")
+    first = kernel.value("_.run_id")
+    kernel.run(f"%%agent {model}\nSecond.")
+    assert kernel.run(f"%agent_export out/first.md --run {first}").ok
+    assert "First." in (kernel.cwd / "out/first.md").read_text()
+    assert "Second." not in (kernel.cwd / "out/first.md").read_text()
+    assert kernel.run("%agent_export out/all.md --all").ok
+    everything = (kernel.cwd / "out/all.md").read_text()
+    assert "First." in everything and "Second." in everything
+
+
+# -- bad input: one-line UsageErrors ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("%%agent --bogus\nHi", "unrecognized arguments: --bogus"),
+        ("%%agent --max-turns many\nHi", "invalid int value"),
+        ("%%agent --max-turns 0\nHi", "--max-turns must be at least 1"),
+        ("%%agent\n   \n", "%%agent needs a prompt"),
+        ("%%agent --in 1x\nHi", "bad variable name '1x'"),
+        ("%%agent --in items=not-a-name\nHi", "bad handle 'not-a-name'"),
+        ("%%agent --in no_such_variable\nHi", "no variable 'no_such_variable' in the notebook"),
+        ("%%agent --out a-b\nHi", "bad handle 'a-b'"),
+        ("%%agent --new --reset\nHi", "not both"),
+        ("%%agent -m offline/nope\nHi", "allowed: offline/quickstart"),
+        ("%%agent -m scripted/missing.json\nHi", "file 'missing.json' not found"),
+        ("%agent_vars no_such_handle", "no handle 'no_such_handle'"),
+        ("%agent_pull no_such_handle", "no handle 'no_such_handle'"),
+        ("%agent_pull 9lives", "bad handle '9lives'"),
+        ("%agent_push no_such_variable", "no variable 'no_such_variable'"),
+        ("%agent_export transcript.pdf", "use one of .jsonl, .html, .md"),
+        ("%agent_export x.md --run abc --all", "not both"),
+        ("%agent_export x.md --run nope", "no run 'nope'"),
+        ('%config AgentMagics.sandbox = "docker"', "allowed: worker, inprocess"),
+        ('%config AgentMagics.live = "fancy"', "allowed: auto, widgets, rich, off"),
+        ("%config AgentMagics.max_turns = 0", "max_turns must be at least 1"),
+    ],
+)
+def test_bad_input_is_a_one_line_usage_error(kernel: Kernel, code: str, expected: str) -> None:
+    kernel.run("items = [1]")
+    line = usage_error(kernel.run(code))
+    assert expected in line
+
+
+def test_out_of_a_handle_that_does_not_exist_is_a_usage_error_after_the_run(kernel: Kernel) -> None:
+    model = script(kernel, answer("Nothing saved."))
+    cell = kernel.run(f"%%agent --reset --out nothing_here {model}\nDo nothing.")
+    assert "no handle 'nothing_here' after the run" in usage_error(cell)
+    assert cell.data("text/html"), "the run's final output is still shown"
+
+
+# -- interrupts and errors -----------------------------------------------------------------------
+
+
+def test_interrupt_mid_tool_stops_the_run_cleanly_and_the_next_cell_works(kernel: Kernel) -> None:
+    model = script(kernel, code_turn("import time\ntime.sleep(30)\nsave('never', 1)", "Sleeping."),
+                   answer("Should not be reached."), answer("Back after the interrupt."))
+    cell = kernel.run(f"%%agent --reset {model}\nSleep.", wait=False)
+    time.sleep(2.0)
+    started = time.monotonic()
+    kernel.km.interrupt_kernel()
+    kernel.collect(cell, timeout=20)
+    assert time.monotonic() - started < 15
+    assert "interrupted" in cell.result["text/html"]
+    status = kernel.value("[_.status, list(_.handles)]")
+    assert status == ["interrupted", []]
+    magics = "get_ipython().magics_manager.registry['AgentMagics']"
+    assert kernel.value(
+        f"[m.role for m in {magics}.session.harness.messages][-2:]") == ["assistant", "user"]
+    assert kernel.value(f"{magics}.session.harness.messages[-1].tool_results[0].is_error") is True
+    assert kernel.value("_.run_file") and Path(kernel.cwd, kernel.value("_.run_file")).exists()
+    after = kernel.run("print(6 * 7)")
+    assert after.ok and after.stdout.strip() == "42"
+    again = kernel.run(f"%%agent {model}\nStill there?")
+    assert again.ok and kernel.value("_.status") == "completed"
+
+
+def test_missing_api_key_shows_a_clear_message(kernel: Kernel) -> None:
+    cell = kernel.run("%%agent --reset -m openai/gpt-4o-mini\nHello?")
+    assert cell.ok, cell.outputs
+    html = cell.result["text/html"]
+    assert "OPENAI_API_KEY" in html and "offline/quickstart" in html
+    assert kernel.value("_.status") == "error"
+    again = kernel.run(f"%%agent {script(kernel, answer('fine'))}\nOffline then.")
+    assert again.ok and kernel.value("_.status") == "completed"
+
+
+# -- configuration and the extension ---------------------------------------------------------------
+
+
+def test_config_values_reach_the_session(kernel: Kernel, tmp_path: Path) -> None:
+    spill = tmp_path / "spill"
+    cell = kernel.run(textwrap.dedent(f"""\
+        %config AgentMagics.max_turns = 7
+        %config AgentMagics.hot_count = 3
+        %config AgentMagics.memory_budget = 1000000
+        %config AgentMagics.spill_dir = "{spill}"
+        %config AgentMagics.run_dir = "runs2"
+        %config AgentMagics.api_base = "http://127.0.0.1:9/v1"
+    """))
+    assert cell.ok, cell.outputs
+    config = kernel.value(
+        "vars(get_ipython().magics_manager.registry['AgentMagics'].session.config)")
+    assert (config["max_turns"], config["hot_count"], config["memory_budget_bytes"]) == (7, 3, 1000000)
+    assert (config["spill_dir"], config["run_dir"], config["api_base"]) == (str(spill), "runs2",
+                                                                            "http://127.0.0.1:9/v1")
+    restore = kernel.run(textwrap.dedent("""\
+        %config AgentMagics.max_turns = 25
+        %config AgentMagics.hot_count = 10
+        %config AgentMagics.memory_budget = None
+        %config AgentMagics.spill_dir = None
+        %config AgentMagics.run_dir = "runs"
+        %config AgentMagics.api_base = None
+    """))
+    assert restore.ok
+
+
+def test_help_comes_from_magic_arguments(kernel: Kernel) -> None:
+    reply = kernel.kc.inspect("%%agent", 7, detail_level=0, reply=True, timeout=10)["content"]
+    text = reply["data"]["text/plain"]
+    for option in ("--model", "--new", "--reset", "--in", "--out", "--max-turns"):
+        assert option in text
+
+
+def test_unload_extension_removes_the_magics(tmp_path: Path) -> None:
+    k = Kernel(tmp_path)
+    try:
+        assert k.run("%load_ext harness_magic").ok
+        assert k.run("%unload_ext harness_magic").ok
+        gone = k.run("%%agent\nHi")
+        assert "UsageError: Cell magic `%%agent` not found." in gone.stderr
+        assert k.run("%load_ext harness_magic").ok
+        assert k.value("'agent' in get_ipython().magics_manager.magics['cell']")
+    finally:
+        k.close()
