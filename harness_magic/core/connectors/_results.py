@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 __all__ = ["DEFAULT_MAX_ROWS", "DEFAULT_BATCH_ROWS", "DEFAULT_TIMEOUT_S", "rows_to_frame", "cap_rows",
-           "truncation_note"]
+           "truncation_note", "arrow_to_frame"]
 
 DEFAULT_MAX_ROWS = 1_000_000
 """Row cap per result: enough for real work in a notebook, bounded memory; the model sees when it bites."""
@@ -29,8 +29,8 @@ def cap_rows(requested: int | None, default: int) -> int:
 def rows_to_frame(columns: Sequence[str], batches: Iterable[Sequence[Sequence[Any]]]) -> Any:
     """A DataFrame from row batches, built column-wise through Arrow (fast, typed).
 
-    Decimal columns (PostgreSQL ``numeric``, ``sum()`` of integers) stay exact
-    Python ``Decimal`` objects; columns Arrow cannot type fall back to objects.
+    Decimal columns become numbers (see :func:`arrow_to_frame`); columns Arrow
+    cannot type fall back to objects.
     """
     import pandas as pd
     import pyarrow as pa
@@ -45,11 +45,7 @@ def rows_to_frame(columns: Sequence[str], batches: Iterable[Sequence[Sequence[An
     data: dict[str, Any] = {}
     for name, values in zip(_unique(names), chunks):
         try:
-            array = pa.array(values)
-            if pa.types.is_decimal(array.type):
-                data[name] = pd.Series(values, dtype=object)
-            else:
-                data[name] = array.to_pandas()
+            data[name] = _decimal_to_number(pa.array(values)).to_pandas()
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
             data[name] = pd.Series(values, dtype=object)
     return pd.DataFrame(data, columns=list(data))
@@ -74,3 +70,31 @@ def truncation_note(rows: int, cap: int, truncated: bool) -> str:
                 "to see everything.")
     return f"Query returned {rows:,} rows."
 
+
+
+def _decimal_to_number(array: Any) -> Any:
+    """Decimals (PostgreSQL numeric, DuckDB HUGEINT sums) as int64 when whole and in range, else float64.
+
+    Analysts and models work with numbers; an object column of ``Decimal`` is
+    slow and surprising. Whole values that overflow int64 also become float64.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not pa.types.is_decimal(array.type):
+        return array
+    if array.type.scale == 0:
+        try:
+            return pc.cast(array, pa.int64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+    return pc.cast(array, pa.float64(), safe=False)
+
+
+def arrow_to_frame(table: Any) -> Any:
+    """A DataFrame from an Arrow table, decimals converted as in :func:`_decimal_to_number`."""
+    import pyarrow as pa
+
+    columns = [_decimal_to_number(c.combine_chunks() if c.num_chunks != 1 else c.chunk(0)) if pa.types.is_decimal(c.type)
+               else c for c in table.columns]
+    return pa.Table.from_arrays(columns, names=table.column_names).to_pandas()

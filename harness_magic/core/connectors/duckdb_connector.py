@@ -26,6 +26,7 @@ from harness_magic.core.connectors._results import (
     DEFAULT_BATCH_ROWS,
     DEFAULT_MAX_ROWS,
     DEFAULT_TIMEOUT_S,
+    arrow_to_frame,
     cap_rows,
     truncation_note,
 )
@@ -102,7 +103,7 @@ class DuckDBEngine:
                 batches.append(batch)
                 rows += len(batch)
             table = pa.Table.from_batches(batches, schema=reader.schema)
-            return table.to_pandas(), truncated
+            return arrow_to_frame(table), truncated
         except duckdb.InterruptException as exc:
             raise ToolError(f"The statement timed out after {self.timeout_s:g} s and was interrupted.") from exc
         except duckdb.Error as exc:
