@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from harness_magic.core.budgets import Budgets
 from harness_magic.core.cache import SessionCache
 from harness_magic.core.events import EventHandler
 from harness_magic.core.interpreter import InProcessInterpreter, make_interpreter_tools
@@ -43,8 +44,26 @@ class AgentConfig:
     allow_unconfined: bool = False
     """Let the worker run where the OS offers no confinement (with a warning)."""
     extra: dict[str, Any] = field(default_factory=dict)
+    max_tokens: int | None = None
+    """Token budget per run, subagents included (None: unlimited); status ``budget_tokens``."""
+    max_cost_usd: float | None = None
+    """Cost budget per run in USD from litellm's prices; status ``budget_cost``."""
+    max_wall_s: float | None = None
+    """Wall-time budget per run, checked between steps; status ``budget_wall_time``."""
+    max_tool_calls: int | None = None
+    """Tool-call budget per run; status ``budget_tool_calls``."""
+    planner: bool = True
+    """Offer the ``plan`` tool."""
+    reminders: bool = True
+    """Escalating suffix reminders when the model makes no progress, and the final-turn warning."""
+
+    def budgets(self) -> Budgets:
+        """The per-run budgets these settings ask for."""
+        return Budgets(max_tokens=self.max_tokens, max_cost_usd=self.max_cost_usd, max_wall_s=self.max_wall_s,
+                       max_tool_calls=self.max_tool_calls)
 
     def __post_init__(self) -> None:
+        self.budgets()  # validates the budget fields
         if self.sandbox not in SANDBOX_MODES:
             raise ValueError(f"sandbox {self.sandbox!r} is not valid; allowed: {', '.join(SANDBOX_MODES)}")
         if not isinstance(self.max_turns, int) or self.max_turns < 1:
@@ -177,9 +196,50 @@ class AgentSession:
             cache=self.cache,
         )
         holder["h"] = harness
+        self._install_control_plane(harness)
         for handler in self._handlers:
             harness.subscribe(handler)
         return harness
+
+    def _install_control_plane(self, harness: Harness) -> None:
+        """Budgets, the plan tool, progress reminders and the (initially empty) verifier."""
+        from harness_magic.core.planner import Planner
+        from harness_magic.core.reminders import ProgressTracker
+        from harness_magic.core.verification import Verifier
+
+        self.budget_guard = self.config.budgets().install(harness)
+        self.planner: Planner | None = Planner() if self.config.planner else None
+        if self.planner is not None:
+            harness.add_tool(self.planner.tool())
+        self.progress: ProgressTracker | None = None
+        if self.config.reminders:
+            self.progress = ProgressTracker(track_plan=self.planner is not None,
+                                            budgets=self.budget_guard.budgets).install(harness)
+        self.verifier = Verifier().install(harness)
+        """Add after-tool checks here, e.g. ``session.verifier.require_columns([...], handles="summary")``."""
+
+    def _set_budgets(self, budgets: Budgets) -> None:
+        self.budget_guard.budgets = budgets
+        if self.progress is not None:
+            self.progress.budgets = budgets
+
+    def retry(self, from_turn: int, log: str | None = None, *, model: str | None = None) -> RunResult:
+        """Retry a run (default: the latest) from turn ``from_turn`` with this session's model and cache."""
+        from harness_magic.core.replay import retry_from
+
+        log = log or self.harness.run_file
+        if log is None:
+            raise ValueError("no run to retry yet: pass the path of a run log")
+        harness = self.harness
+        previous_adapter = harness._adapter
+        if model is not None:
+            harness._adapter = self.adapter_for(model)
+        try:
+            result = retry_from(log, from_turn, harness, session_id=self.session_id)
+        finally:
+            harness._adapter = previous_adapter
+        self.runs.append(result)
+        return result
 
     # -- use --------------------------------------------------------------------------------
 
@@ -194,10 +254,17 @@ class AgentSession:
 
         return remove
 
-    def ask(self, prompt: str, *, model: str | None = None, max_turns: int | None = None) -> RunResult:
-        """Continue the conversation with ``prompt``; returns the run's result."""
+    def ask(self, prompt: str, *, model: str | None = None, max_turns: int | None = None,
+            budgets: Budgets | None = None) -> RunResult:
+        """Continue the conversation with ``prompt``; returns the run's result.
+
+        ``budgets`` replaces the configured budgets for this run only.
+        """
         harness = self.harness
         previous_adapter, previous_turns = harness._adapter, harness._max_turns
+        previous_budgets = self.budget_guard.budgets
+        if budgets is not None:
+            self._set_budgets(budgets)
         if model is not None:
             harness._adapter = self.adapter_for(model)
         if max_turns is not None:
@@ -208,16 +275,21 @@ class AgentSession:
             result = harness.ask_result(prompt, session_id=self.session_id)
         finally:
             harness._adapter, harness._max_turns = previous_adapter, previous_turns
+            self._set_budgets(previous_budgets)
         self.runs.append(result)
         return result
 
     def new_conversation(self) -> None:
         """Forget the conversation; keep the cache."""
         self.harness.reset_history()
+        if self.planner is not None:
+            self.planner.clear()
 
     def reset(self) -> None:
         """Forget the conversation and clear the cache."""
         self.harness.reset_history()
+        if self.planner is not None:
+            self.planner.clear()
         self.cache.clear()
 
     def close(self) -> None:
