@@ -516,3 +516,24 @@ def unload_extension(shell: Any) -> None:
             if (cls.__module__, cls.__name__) == _RESULT_TYPE:
                 formatter.type_printers.pop(cls)
     magics.close()
+
+
+def agent_session(shell: Any = None) -> Any:
+    """The :class:`~harness_magic.core.session.AgentSession` behind ``%%agent`` in ``shell``.
+
+    ``shell`` defaults to the running IPython. Use it to add connectors or
+    subagents from a cell (after any ``%config AgentMagics.*`` change, which
+    starts a new session)::
+
+        from harness_magic.notebook.magics import agent_session
+        agent_session().add_connector(files_connector(["data"]))
+        agent_session().enable_subagents()
+    """
+    if shell is None:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    magics = _LOADED.get(id(shell))
+    if magics is None:
+        raise RuntimeError("harness_magic is not loaded here: run %load_ext harness_magic first")
+    return magics.session
