@@ -255,6 +255,10 @@ class _HarnessBase:
     # -- internals --------------------------------------------------------------------
 
     def _emit(self, event: Event) -> None:
+        inner = getattr(event, "event", None)
+        if getattr(event, "kind", None) == "subagent_event" and getattr(inner, "kind", None) == "run_finished":
+            if self._active_run is not None:  # subagent usage counts towards this run
+                self.add_child_usage(getattr(inner.result, "total_usage", inner.result.usage))
         for handler in list(self._handlers):
             try:
                 handler(event)
@@ -262,7 +266,12 @@ class _HarnessBase:
                 warnings.warn(f"event handler {handler!r} failed on {event.kind}: {exc!r}", RuntimeWarning)
 
     def add_child_usage(self, usage: Usage) -> None:
-        """Count a subagent's usage in the current run (budgets, ``RunResult.subagent_usage``)."""
+        """Count a subagent's usage in the current run (budgets, ``RunResult.subagent_usage``).
+
+        Subagent runs whose events reach this harness as ``SubagentEvent`` are
+        counted automatically (from their ``RunFinished``); call this only for
+        child work that is not reported through events.
+        """
         run = self._active_run
         if run is None:
             raise RuntimeError("add_child_usage needs a run in progress")
