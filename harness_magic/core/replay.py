@@ -90,9 +90,12 @@ class ToolCallRecord:
         return self.name + json.dumps(self.input, sort_keys=True, default=str)
 
 
-@dataclass
+@dataclass(repr=False)
 class RecordedRun:
     """A run as its log describes it."""
+
+    def __repr__(self) -> str:
+        return f"RecordedRun({self.run_id!r}, status={self.status!r}, turns={self.turns}, path={str(self.path)!r})"
 
     path: Path
     records: list[dict[str, Any]]
@@ -458,9 +461,17 @@ class CallDiff:
         return {"op": self.op, "a": side(self.a), "b": side(self.b)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class RunDiff:
-    """What changed between two runs of the same question."""
+    """What changed between two runs of the same question (IPython shows :meth:`text`)."""
+
+    def __repr__(self) -> str:
+        ops = [c.op for c in self.calls]
+        return (f"RunDiff({self.a.run_id!r} vs {self.b.run_id!r}: identical={self.identical}, "
+                f"calls={ {op: ops.count(op) for op in dict.fromkeys(ops)} }, answer_changed={self.answer_changed})")
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(self.text())
 
     a: RecordedRun
     b: RecordedRun

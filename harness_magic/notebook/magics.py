@@ -482,6 +482,9 @@ def load_extension(shell: Any) -> None:
     magics = AgentMagics(shell=shell, parent=shell)
     shell.register_magics(magics)
     shell.configurables.append(magics)
+    from harness_magic.notebook.control_magics import register_control_magics  # %agent_replay/_retry/_diff
+
+    register_control_magics(shell, magics)
     from harness_magic.core import export
 
     def as_html(result: Any) -> str:
