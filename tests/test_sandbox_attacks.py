@@ -28,8 +28,6 @@ from harness_magic.core.interpreter import make_interpreter_tools
 from harness_magic.core.sandbox import SandboxedInterpreter, probe_confinement
 
 SECRET = "sk-canary-5f1d0c0ffee-do-not-leak"
-os.environ["OPENAI_API_KEY"] = SECRET  # present in the kernel's environment, as in real use
-os.environ["SSH_AUTH_SOCK"] = "/tmp/ssh-canary/agent.sock"
 
 USER_VAR = {"value": "untouched"}
 PANDAS_SUM = pd.DataFrame.sum
@@ -41,7 +39,22 @@ pytestmark = pytest.mark.skipif(
 )
 
 _signals: list[int] = []
-signal.signal(signal.SIGUSR1, lambda *_: _signals.append(1))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernel_secrets_and_signal_trap():
+    """The kernel's environment holds secrets, as in real use; SIGUSR1 here is recorded."""
+    saved = {k: os.environ.get(k) for k in ("OPENAI_API_KEY", "SSH_AUTH_SOCK")}
+    os.environ["OPENAI_API_KEY"] = SECRET
+    os.environ["SSH_AUTH_SOCK"] = "/tmp/ssh-canary/agent.sock"
+    previous = signal.signal(signal.SIGUSR1, lambda *_: _signals.append(1))
+    yield
+    signal.signal(signal.SIGUSR1, previous)
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 class Canaries:

@@ -113,10 +113,19 @@ def _capture_figures() -> list[bytes]:
 class InProcessInterpreter:
     """Runs code in this process with a fresh namespace per call.
 
-    Not a security boundary: code here can reach anything the process can.
+    **Not a security boundary**: code here can reach anything the process can,
+    including the user's namespace and the environment's API keys. With
+    ``checks=True`` an AST pre-check and a PEP 578 audit hook (see
+    :mod:`harness_magic.core.sandbox.checks`) refuse the obvious — imports outside
+    the data stack, ``eval``/``open``, dunder walks, processes, sockets, file
+    writes — with friendly messages. They stop honest mistakes, not an attacker:
+    use :class:`harness_magic.core.sandbox.SandboxedInterpreter` for untrusted code.
     """
 
     name = "inprocess"
+
+    def __init__(self, *, checks: bool = False) -> None:
+        self.checks = checks
 
     def execute(self, code: str, inputs: dict[str, Any], taken_names: Collection[str]) -> ExecutionResult:
         result = ExecutionResult()
@@ -130,9 +139,18 @@ class InProcessInterpreter:
 
         namespace: dict[str, Any] = {"__name__": "__agent__", "save": save, **inputs}
         stdout = io.StringIO()
+        armed: Any = contextlib.nullcontext()
+        if self.checks:
+            from harness_magic.core.sandbox import checks
+
+            refusal = checks.precheck(code)
+            if refusal is not None:
+                result.error = f"SandboxViolation: {refusal}"
+                return result
+            armed = checks.install_audit_hook(None)
         try:
             body, trailing = split_trailing_expression(code)
-            with contextlib.redirect_stdout(stdout):
+            with contextlib.redirect_stdout(stdout), armed:
                 exec(body, namespace)
                 if trailing is not None:
                     result.value = eval(trailing, namespace)
