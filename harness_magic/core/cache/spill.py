@@ -22,7 +22,11 @@ How exactness is decided for frames: rules first (``object`` data goes to
 pickle), then a *probe* — the first :data:`SPILL_PROBE_ROWS` rows go through
 the candidate format in memory and must come back identical (dtypes,
 categories, index, attrs, flags). The probe costs the same for 10 rows or 10
-million, and catches anything dtype-level a format changes.
+million, and catches anything dtype-level a format changes. Verdicts are
+remembered per dtype signature (kind, index type and dtypes, column dtypes
+including categories), since without object data that is all they depend
+on; a frame small enough to be its own probe is written from the probe's
+bytes. Should an Arrow write still fail on the full data, pickle takes over.
 
 Column labels are not trusted to Arrow: they are stored (pickled) in the file's
 schema metadata along with ``attrs``, ``flags``, the index frequency and a
@@ -59,14 +63,20 @@ SPILL_FORMATS = ("parquet", "arrow", "npy", "pickle")
 """Every on-disk format, in order of preference."""
 SPILL_PROBE_ROWS = 64
 """Rows round-tripped in memory to prove a format exact: covers dtype-level losses, costs O(columns)."""
-SPILL_PARQUET_COMPRESSION = "lz4"
-"""Spill files are local and short-lived: lz4 reads as fast as uncompressed and is ~25% smaller (bench_cache)."""
+SPILL_PARQUET_COMPRESSION = None
+"""Spill files are local and short-lived: uncompressed writes and reads fastest (bench_cache: ~1.5x snappy)."""
+SPILL_THREADED_CELLS = 1_000_000
+"""Below this many cells, converting on one thread beats starting pyarrow's conversion threads."""
+SPILL_VERDICT_MEMO = 512
+"""Probe verdicts remembered per dtype signature: repeated spills of similar frames skip the probe."""
 PICKLE_PROTOCOL = 5
 """Protocol 5 writes numpy/pandas buffers without extra copies."""
 
 _SUFFIX = {"parquet": ".parquet", "arrow": ".arrow", "npy": ".npy", "pickle": ".pkl"}
 _META_KEY = b"harness_magic"
 _SERIES_COLUMN = "__series__"
+_VERDICTS: dict[tuple[Any, ...], str] = {}
+"""Dtype signature -> format a probe proved exact (see :func:`_signature`)."""
 
 
 class SpillUnsupported(Exception):
@@ -96,36 +106,38 @@ def format_for_path(path: Path) -> str:
 
 def choose_format(value: Any) -> str:
     """The first format of :data:`SPILL_FORMATS` that holds ``value`` exactly."""
-    import numpy as np
-    import pandas as pd
-
-    if isinstance(value, (pd.DataFrame, pd.Series)) and type(value) in (pd.DataFrame, pd.Series):
-        prepared = _prepare_frame(value)
-        if prepared is not None:
-            flat, meta = prepared
-            probe = flat.iloc[:SPILL_PROBE_ROWS]
-            expected = value.iloc[:SPILL_PROBE_ROWS]
-            for fmt in ("parquet", "arrow"):
-                if _probe_ok(fmt, probe, meta, expected):
-                    return fmt
-        return "pickle"
-    if type(value) is np.ndarray and not value.dtype.hasobject:
-        return "npy"
-    return "pickle"
+    return _plan(value)[0]
 
 
 def write_value(value: Any, stem: Path, fmt: str | None = None) -> SpillRecord:
     """Write ``value`` to ``stem`` + the format's suffix, atomically.
 
     Raises ``OSError`` when the disk refuses, :class:`SpillUnsupported` when
-    the value cannot be serialised at all.
+    the value cannot be serialised at all. If an Arrow format chosen by the
+    probe still fails on the full data, the value goes to pickle instead.
     """
-    fmt = fmt or choose_format(value)
+    ready: bytes | None = None
+    if fmt is None:
+        fmt, ready = _plan(value)
+    try:
+        return _write_file(value, stem, fmt, ready)
+    except (OSError, SpillUnsupported):
+        raise
+    except Exception:
+        if fmt not in ("parquet", "arrow"):
+            raise
+        return _write_file(value, stem, "pickle", None)
+
+
+def _write_file(value: Any, stem: Path, fmt: str, ready: bytes | None) -> SpillRecord:
     path = Path(f"{stem}{_SUFFIX[fmt]}")
     tmp = Path(f"{path}.tmp")
     try:
-        with open(tmp, "wb") as sink:
-            _WRITERS[fmt](value, sink)
+        if ready is not None:  # the probe already serialised the whole value
+            with open(tmp, "wb") as sink:
+                sink.write(ready)
+        else:
+            _WRITERS[fmt](value, str(tmp))  # a path: pyarrow writes natively, without Python file calls
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -133,10 +145,59 @@ def write_value(value: Any, stem: Path, fmt: str | None = None) -> SpillRecord:
     return SpillRecord(path, fmt)
 
 
+def _plan(value: Any) -> tuple[str, bytes | None]:
+    """(format, the file's bytes when the probe already produced them)."""
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(value, (pd.DataFrame, pd.Series)) and type(value) in (pd.DataFrame, pd.Series):
+        prepared = _prepare_frame(value)
+        if prepared is None:
+            return "pickle", None
+        flat, meta = prepared
+        key = _signature(value, flat)
+        known = _VERDICTS.get(key)
+        whole = len(flat) <= SPILL_PROBE_ROWS
+        if known is not None and not whole:
+            return known, None
+        probe = flat if whole else flat.iloc[:SPILL_PROBE_ROWS]
+        expected = value if whole else value.iloc[:SPILL_PROBE_ROWS]
+        for fmt in ("parquet", "arrow"):
+            data = _probe(fmt, probe, meta, expected)
+            if data is not None:
+                _remember(key, fmt)
+                return fmt, (data if whole else None)
+        _remember(key, "pickle")
+        return "pickle", None
+    if type(value) is np.ndarray and not value.dtype.hasobject:
+        return "npy", None
+    return "pickle", None
+
+
+def _signature(value: Any, flat: Any) -> tuple[Any, ...]:
+    """What a probe's verdict depends on: the kind, index and column dtypes (object data never gets here)."""
+    import pandas as pd
+
+    index = flat.index
+    levels = index.levels if isinstance(index, pd.MultiIndex) else [index]
+    return (
+        type(value).__name__,
+        type(index).__name__,
+        tuple(repr(level.dtype) for level in levels),
+        tuple((type(n).__name__, repr(n)[:100]) for n in index.names),
+        tuple(repr(t) for t in flat.dtypes),
+    )
+
+
+def _remember(key: tuple[Any, ...], fmt: str) -> None:
+    if len(_VERDICTS) >= SPILL_VERDICT_MEMO:
+        _VERDICTS.clear()
+    _VERDICTS[key] = fmt
+
+
 def read_value(record: SpillRecord) -> Any:
     """The value stored in ``record``; raises whatever the format raises on a bad file."""
-    with open(record.path, "rb") as source:
-        return _READERS[record.format](source)
+    return _READERS[record.format](str(record.path))
 
 
 def values_identical(a: Any, b: Any) -> bool:
@@ -191,7 +252,8 @@ def _prepare_frame(value: Any) -> tuple[Any, dict[str, Any]] | None:
 def _to_table(flat: Any, meta: dict[str, Any]) -> Any:
     import pyarrow as pa
 
-    table = pa.Table.from_pandas(flat, preserve_index=None)
+    threads = None if flat.shape[0] * max(flat.shape[1], 1) >= SPILL_THREADED_CELLS else 1
+    table = pa.Table.from_pandas(flat, preserve_index=None, nthreads=threads)
     schema_meta = dict(table.schema.metadata or {})
     schema_meta[_META_KEY] = pickle.dumps(meta, protocol=PICKLE_PROTOCOL)
     return table.replace_schema_metadata(schema_meta)
@@ -201,7 +263,7 @@ def _from_table(table: Any) -> Any:
     import pandas as pd
 
     meta = pickle.loads(table.schema.metadata[_META_KEY])
-    frame = table.to_pandas(split_blocks=True, self_destruct=True)
+    frame = table.to_pandas()  # split_blocks/self_destruct halve the peak but read ~40% slower (bench_cache)
     del table
     frame.columns = meta["columns"]
     if meta["index_freq"] is not None:
@@ -227,15 +289,15 @@ def _write_arrow_frame(flat: Any, meta: dict[str, Any], sink: Any) -> None:
         writer.write_table(table)
 
 
-def _probe_ok(fmt: str, probe: Any, meta: dict[str, Any], expected: Any) -> bool:
-    """Whether the probe rows survive ``fmt`` exactly (any error means no)."""
+def _probe(fmt: str, probe: Any, meta: dict[str, Any], expected: Any) -> bytes | None:
+    """The serialised probe rows if they survive ``fmt`` exactly, else None (any error means no)."""
     buffer = io.BytesIO()
     try:
         (_write_parquet_frame if fmt == "parquet" else _write_arrow_frame)(probe, meta, buffer)
-        buffer.seek(0)
-        return values_identical(_READERS[fmt](buffer), expected)
+        data = buffer.getvalue()
+        return data if values_identical(_READERS[fmt](io.BytesIO(data)), expected) else None
     except Exception:
-        return False
+        return None
 
 
 def _write_frame_as(fmt: str) -> Callable[[Any, Any], None]:
@@ -257,35 +319,42 @@ def _read_parquet(source: Any) -> Any:
 def _read_arrow(source: Any) -> Any:
     import pyarrow as pa
 
+    if isinstance(source, str):
+        with pa.OSFile(source) as handle:
+            return _from_table(pa.ipc.open_file(handle).read_all())
     return _from_table(pa.ipc.open_file(source).read_all())
 
 
 # --------------------------------------------------------------------------- arrays and objects
 
 
-def _write_npy(value: Any, sink: Any) -> None:
+def _write_npy(value: Any, path: str) -> None:
     import numpy as np
 
-    np.save(sink, value, allow_pickle=False)
+    with open(path, "wb") as sink:  # a file object: np.save would append ".npy" to a path
+        np.save(sink, value, allow_pickle=False)
 
 
-def _read_npy(source: Any) -> Any:
+def _read_npy(path: str) -> Any:
     import numpy as np
 
-    return np.load(source, allow_pickle=False)
+    return np.load(path, allow_pickle=False)
 
 
-def _write_pickle(value: Any, sink: Any) -> None:
-    try:
-        pickle.dump(value, sink, protocol=PICKLE_PROTOCOL)
-    except OSError:
-        raise
-    except Exception as exc:  # PicklingError, TypeError, AttributeError...: not a disk fault
-        raise SpillUnsupported(f"{type(value).__name__} cannot be pickled: {type(exc).__name__}: {exc}") from exc
+def _write_pickle(value: Any, path: str) -> None:
+    with open(path, "wb") as sink:
+        try:
+            pickle.dump(value, sink, protocol=PICKLE_PROTOCOL)
+        except OSError:
+            raise
+        except Exception as exc:  # PicklingError, TypeError, AttributeError...: not a disk fault
+            raise SpillUnsupported(
+                f"{type(value).__name__} cannot be pickled: {type(exc).__name__}: {exc}") from exc
 
 
-def _read_pickle(source: Any) -> Any:
-    return pickle.load(source)
+def _read_pickle(path: str) -> Any:
+    with open(path, "rb") as source:
+        return pickle.load(source)
 
 
 _WRITERS: dict[str, Callable[[Any, Any], None]] = {
