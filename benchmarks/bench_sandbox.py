@@ -1,0 +1,114 @@
+"""Sandbox costs: session start, call round trip, and moving a large frame each way.
+
+    .venv/bin/python benchmarks/bench_sandbox.py            # 1 GiB frame
+    .venv/bin/python benchmarks/bench_sandbox.py --size-mb 256
+
+Reports the sandbox (Arrow IPC files in /dev/shm, mapped read-only by the
+worker) next to a plain pickle round trip and a raw memory copy of the same
+bytes, and the in-process backend (deep copy at the boundary) for reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import os
+import pickle
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from harness_magic.core.interpreter import InProcessInterpreter  # noqa: E402
+from harness_magic.core.sandbox import SandboxedInterpreter, probe_confinement  # noqa: E402
+from harness_magic.core.sandbox.transfer import write_input  # noqa: E402
+
+COLUMNS = 8
+
+
+def timed(fn, repeat: int = 1) -> float:
+    samples = []
+    for _ in range(repeat):
+        gc.collect()
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:9.1f} ms"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size-mb", type=int, default=1024, help="frame size in MiB (default 1024)")
+    args = parser.parse_args()
+    rows = args.size_mb * 2**20 // (8 * COLUMNS)
+    print(f"python {sys.version.split()[0]}, pandas {pd.__version__}, {os.cpu_count()} cpu(s)")
+    start = time.perf_counter()
+    first = SandboxedInterpreter()
+    first.execute("1", {}, [])
+    cold = time.perf_counter() - start
+    print("confinement:", probe_confinement())
+    print(f"\nlauncher cold start + first session + first call  {ms(cold)}")
+
+    def new_session():
+        s = SandboxedInterpreter()
+        s.execute("1", {}, [])
+        s.close()
+
+    print(f"new session (warm launcher) + first call          {ms(timed(new_session, 10))}")
+    print(f"trivial call round trip                           {ms(timed(lambda: first.execute('1 + 1', {}, []), 50))}")
+    first.close()
+
+    frame = pd.DataFrame({f"c{i}": np.random.default_rng(i).random(rows) for i in range(COLUMNS)})
+    nbytes = int(frame.memory_usage(index=False).sum())
+    print(f"\nframe: {rows:,} rows x {COLUMNS} float64 columns = {nbytes / 2**20:,.0f} MiB")
+    sandbox = SandboxedInterpreter(timeout=600)
+
+    with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as tmp:
+        write_only = timed(lambda: write_input("df", frame, tmp, "bench"))
+        os.unlink(os.path.join(tmp, "in_bench_df.arrow"))
+    into = timed(lambda: sandbox.execute("df.shape", {"df": frame}, ["df"]))
+    touch = timed(lambda: sandbox.execute("float(df['c0'].sum())", {"df": frame}, ["df"]))
+    print("kernel -> worker (make the frame available):")
+    print(f"  write Arrow IPC to /dev/shm                     {ms(write_only)}")
+    print(f"  whole call: write + map in worker + df.shape    {ms(into)}")
+    print(f"  whole call reading one column                   {ms(touch)}")
+
+    make = f"import numpy as np, pandas as pd\nr = np.random.default_rng(0)\n" \
+           f"df = pd.DataFrame({{f'c{{i}}': r.random({rows}) for i in range({COLUMNS})}})\n"
+    build_only = timed(lambda: sandbox.execute(make + "None", {}, []))
+    back_total = timed(lambda: sandbox.execute(make + "df", {}, []))
+    print("worker -> kernel (bring a result back):")
+    print(f"  build the frame in the worker only              {ms(build_only)}")
+    print(f"  build + write Arrow + copy, validate, to_pandas {ms(back_total)}")
+    print(f"  => result transfer                              {ms(back_total - build_only)}")
+    sandbox.close()
+
+    def pickle_round_trip():
+        pickle.loads(pickle.dumps(frame, protocol=5))
+
+    raw = frame.to_numpy()
+    target = np.empty_like(raw)
+    print("reference, same bytes:")
+    print(f"  pickle dumps + loads (one direction)            {ms(timed(pickle_round_trip))}")
+    print(f"  raw memory copy (np.copyto)                     {ms(timed(lambda: np.copyto(target, raw), 3))}")
+    del raw, target
+
+    inproc = InProcessInterpreter()
+    print("in-process backend (not a boundary):")
+    print(f"  deep copy at the boundary + df.shape            "
+          f"{ms(timed(lambda: inproc.execute('df.shape', {'df': copy.deepcopy(frame)}, ['df'])))}")
+    print(f"  trivial call                                    {ms(timed(lambda: inproc.execute('1 + 1', {}, []), 50))}")
+
+
+if __name__ == "__main__":
+    main()
