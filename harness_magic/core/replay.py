@@ -370,9 +370,9 @@ def replay_run(
         harness.subscribe(on_event)
     harness.set_history(run.messages[: run.own_start])
     if run.start.get("retry"):
-        result = harness.resume_result(run_id=f"replay-{run.run_id}"[:40])
+        result = harness.resume_result()
     else:
-        result = harness.ask_result(run.question, run_id=f"replay-{run.run_id}"[:40])
+        result = harness.ask_result(run.question)
     replayed = list(result.messages)
     return ReplayResult(result=result, recorded=run.messages, replayed=replayed,
                         first_difference=first_difference(run.messages, replayed))
@@ -509,7 +509,7 @@ class RunDiff:
         lines = []
         for label, run in (("a", self.a), ("b", self.b)):
             usage = run.usage
-            lines.append(f"{label}: {run.run_id} [{run.model}] {run.status}, {run.turns} turns, "
+            lines.append(f"{label}: run {run.run_id} [{run.model}] {run.status}, {run.turns} turns, "
                          f"{len(run.tool_calls)} tool calls, {usage.total_tokens} tokens "
                          f"({usage.cached_tokens} cached), ${usage.cost:.4f}")
         lines.append("question: same" if self.same_question
