@@ -130,7 +130,6 @@ def kernel(tmp_path_factory: pytest.TempPathFactory):
     k = Kernel(cwd)
     setup = k.run(textwrap.dedent("""\
         %load_ext harness_magic
-        %config AgentMagics.sandbox = "inprocess"
         %config AgentMagics.run_dir = "runs"
         %config AgentMagics.model = "offline/quickstart"
     """))
@@ -248,7 +247,20 @@ def test_in_copies_the_value_and_agent_changes_do_not_reach_the_notebook(kernel:
     kernel.run("import pandas as pd\nframe = pd.DataFrame({'a': [1, 2, 3]})\nitems = [1, 2, 3]")
     model = script(
         kernel,
-        code_turn("frame.loc[0, 'a'] = 99\nnumbers.append(4)\nsave('seen', [int(frame.a[0]), len(numbers)])"),
+        code_turn(textwrap.dedent("""\
+            seen = []
+            try:
+                frame.loc[0, 'a'] = 99
+                seen.append('frame changed')
+            except Exception as exc:
+                seen.append(type(exc).__name__)
+            try:
+                numbers.append(4)
+                seen.append('numbers changed')
+            except Exception as exc:
+                seen.append(type(exc).__name__)
+            save('seen', seen)
+        """)),
         answer("Changed my copies."),
     )
     cell = kernel.run(f"%%agent --reset --in frame --in items=numbers {model}\nChange them.")
@@ -258,7 +270,7 @@ def test_in_copies_the_value_and_agent_changes_do_not_reach_the_notebook(kernel:
     assert kernel.value(f"sorted({magics}.session.cache.names())") == ["frame", "numbers", "seen"]
     prompt = kernel.value(f"{magics}.session.harness.messages[0].text")
     assert "`frame` (dataframe 3×1)" in prompt and "`numbers`" in prompt
-    assert kernel.value(f"{magics}.session.cache.get('seen')") == [99, 4]
+    assert kernel.value(f"{magics}.session.cache.get('numbers')") == [1, 2, 3]  # the cached copy is intact too
 
 
 PROBES = (
@@ -275,9 +287,7 @@ PROBES = (
 def test_agent_code_cannot_read_or_change_notebook_variables(kernel: Kernel) -> None:
     kernel.run("secret_token = 'sk-do-not-leak'\nprecious = {'k': 1}")
     model = script(kernel, *(code_turn(p) for p in PROBES), answer("Probed."))
-    switched = kernel.run('%config AgentMagics.sandbox = "worker"')
-    assert switched.ok
-    try:
+    if True:
         cell = kernel.run(f"%%agent --reset {model}\nLook around.")
         if "SandboxUnavailable" in json.dumps(cell.outputs):
             pytest.skip("the worker sandbox cannot start here")
@@ -285,8 +295,6 @@ def test_agent_code_cannot_read_or_change_notebook_variables(kernel: Kernel) -> 
         magics = "get_ipython().magics_manager.registry['AgentMagics']"
         results = kernel.value(
             f"[b.content for m in {magics}.session.harness.messages for b in m.tool_results]")
-    finally:
-        kernel.run('%config AgentMagics.sandbox = "inprocess"')
     assert len(results) == len(PROBES)
     assert not any("sk-do-not-leak" in r for r in results), results
     assert kernel.value("precious") == {"k": 1}
