@@ -267,7 +267,7 @@ def read_result(desc: Any, directory: str, max_bytes: int = RESULT_MAX_BYTES) ->
             for field in table.schema:
                 _check_schema_types(pa, field.type)
             table.validate(full=True)
-            return _from_arrow(table, desc, zero_copy=False)
+            return _from_arrow(table, desc, zero_copy=True)  # over our private copy: safe to share
         except ProtocolError:
             raise
         except Exception as exc:  # noqa: BLE001 - anything malformed is the worker's fault
