@@ -122,7 +122,8 @@ rows = frame_mb * 1024 * 1024 // 40  # 5 x 8-byte columns
 def make(seed):
     rng = np.random.default_rng(seed)
     return pd.DataFrame({{"a": np.arange(rows, dtype="int64") + seed, "b": rng.random(rows), "c": rng.random(rows),
-                         "d": pd.date_range("2024", periods=rows, freq="s"), "e": rng.integers(0, 9, rows)}})
+                         "d": pd.date_range("2024", periods=rows, freq="s"), "e": rng.integers(0, 9, rows)}},
+                        copy=False)  # no consolidation copy: the caller's frame is the only transient
 def rss(field):  # VmRSS: now; VmHWM: peak since the last reset
     line = next(l for l in open("/proc/self/status") if l.startswith(field))
     return int(line.split()[1]) * 1024

@@ -158,3 +158,16 @@ def test_size_estimate_is_fast_for_object_columns_and_close_for_numeric(tmp_path
     objects = pd.DataFrame({"o": pd.Series(["x" * 100] * 1000, dtype=object)})
     deep = objects.memory_usage(index=True, deep=True).sum()
     assert 0.8 * deep <= estimate_nbytes(objects) <= 1.2 * deep
+
+
+def test_interpreter_call_hydrates_only_the_handles_its_code_names(tmp_path) -> None:
+    from harness_magic.core.interpreter import InProcessInterpreter, make_interpreter_tools
+
+    with SessionCache(hot_count=0, spill_dir=tmp_path) as cache:
+        used, unused = cache.put("used", _frame(1)), cache.put("unused", _frame(2))
+        cache.put("pusher", 0)
+        tool = {t.name: t for t in make_interpreter_tools(cache, InProcessInterpreter())}["python_interpreter"]
+        out = tool.handler(code="int(used['i'].sum())")
+        assert out.text.strip() == "10"
+        assert cache.location(unused) == "disk"
+        assert cache.get(used)["i"].sum() == 10

@@ -24,7 +24,8 @@ Contract:
   again after it was hydrated just drops the in-memory copy.
 * **Faults.** A spill that the disk refuses (unwritable or full directory) or
   that no format can hold leaves the value in memory with a
-  :class:`SpillWarning`; nothing is lost. A spill file that was deleted or
+  :class:`SpillWarning` (once per handle); nothing is lost, and that value
+  stays in memory until retired. A spill file that was deleted or
   corrupted raises :class:`SpillReadError` naming the handle when the value is
   needed; the other handles keep working.
 * **Files.** Spill files live in ``spill_dir`` (default: a fresh temporary
@@ -200,6 +201,7 @@ class SessionCache:
         """The cached object itself (hydrated if on disk; treat as read-only)."""
         with self._lock:
             entry = self._require(name)
+            self._make_room([entry])
             value = self._hydrate(entry)
             self._touch(name)
             self._enforce(pinned={name})
@@ -214,6 +216,7 @@ class SessionCache:
         with self._lock:
             wanted = list(dict.fromkeys(names))
             entries = [self._require(n) for n in wanted]
+            self._make_room(entries)
             values = {e.name: self._hydrate(e) for e in entries}
             for n in wanted:
                 self._touch(n)
@@ -425,10 +428,17 @@ class SessionCache:
         self._serial += 1
         return self._dir.ensure() / f"{name}-{self._serial}"
 
-    def _enforce(self, pinned: set[str]) -> None:
-        """Spill least-recently-used values until the hot set fits both bounds."""
+    def _make_room(self, incoming: list[_Entry]) -> None:
+        """Before hydrating ``incoming``, spill what their arrival would push out (bounds the peak)."""
+        absent = [e for e in incoming if not e.in_memory]
+        if absent:
+            self._enforce(pinned={e.name for e in incoming}, extra_count=len(absent),
+                          extra_bytes=sum(e.size_bytes for e in absent))
+
+    def _enforce(self, pinned: set[str], extra_count: int = 0, extra_bytes: int = 0) -> None:
+        """Spill least-recently-used values until the hot set (plus values about to arrive) fits both bounds."""
         hot = [self._entries[n] for n in self._recency if self._entries[n].in_memory]
-        count, total = len(hot), sum(e.size_bytes for e in hot)
+        count, total = len(hot) + extra_count, sum(e.size_bytes for e in hot) + extra_bytes
         for entry in hot:  # least recent first
             if count <= self.hot_count and total <= self.memory_budget_bytes:
                 return
