@@ -116,6 +116,8 @@ class AgentSession:
         self.harness = self._build_harness(adapter or self.adapter_for(self.config.model))
         self.connectors: Any | None = None
         """The :class:`~harness_magic.core.connectors.InstalledConnectors` of this session, or None."""
+        self.default_approver: Callable[[Any], Any] | None = None
+        """Approver given to :meth:`add_connector` policies that have none (the notebook sets its prompt)."""
         if connectors is not None:
             self.connectors = connectors.install(self.harness)
         if subagents:
@@ -127,6 +129,7 @@ class AgentSession:
         """Register a connector (hidden until the model loads it); creates the registry on first use.
 
         ``approval`` (an ApprovalPolicy) replaces the registry's policy when given.
+        A policy without an approver gets :attr:`default_approver`, if set.
         """
         from harness_magic.core.connectors import ConnectorRegistry
 
@@ -134,6 +137,9 @@ class AgentSession:
             self.connectors = ConnectorRegistry(approval=approval).install(self.harness)
         elif approval is not None:
             self.connectors.registry.approval = approval
+        policy = self.connectors.registry.approval
+        if policy.approver is None and self.default_approver is not None:
+            policy.approver = self.default_approver
         return self.connectors.registry.register(connector)
 
     def enable_subagents(self, **options: Any) -> ToolSpec:
