@@ -53,6 +53,26 @@ _EXPORTS: dict[str, str] = {
     "reconstruct_transcript": "harness_magic.core.log",
     # events
     "Event": "harness_magic.core.events",
+    # sandbox
+    "SandboxedInterpreter": "harness_magic.core.sandbox",
+    "probe_confinement": "harness_magic.core.sandbox",
+    # connectors and subagents
+    "Connector": "harness_magic.core.connectors",
+    "ConnectorRegistry": "harness_magic.core.connectors",
+    "ApprovalPolicy": "harness_magic.core.connectors",
+    "files_connector": "harness_magic.core.connectors",
+    "duckdb_connector": "harness_magic.core.connectors",
+    "sql_connector": "harness_magic.core.connectors",
+    "SubagentRecursionError": "harness_magic.core.subagent",
+    "enable_subagents": "harness_magic.core.subagent",
+    # control plane
+    "Budgets": "harness_magic.core.budgets",
+    "Planner": "harness_magic.core.planner",
+    "ProgressTracker": "harness_magic.core.reminders",
+    "Verifier": "harness_magic.core.verification",
+    "replay_run": "harness_magic.core.replay",
+    "retry_from": "harness_magic.core.replay",
+    "diff_runs": "harness_magic.core.replay",
     # sessions
     "AgentSession": "harness_magic.core.session",
     "AgentConfig": "harness_magic.core.session",

@@ -45,3 +45,10 @@ def test_offline_models_never_import_litellm(tmp_path):
         f"assert Harness(a, 'sys', [], run_dir={str(tmp_path)!r}).run('q') == 'hi'"
     )
     assert "litellm" not in _modules_after(code)
+
+
+def test_every_public_name_resolves():
+    import harness_magic
+
+    missing = [name for name in harness_magic.__all__ if getattr(harness_magic, name, None) is None]
+    assert missing == []

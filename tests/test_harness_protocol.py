@@ -307,3 +307,20 @@ def test_constructor_rejects_bad_values(tmp_path):
         echo_tool("bad name")
     with pytest.raises(ValueError, match="non-empty"):
         make_harness(adapter, tmp_path).run_result("   ")
+
+
+def test_handles_made_by_a_tool_record_the_turn_and_tool(tmp_path):
+    import pandas as pd
+
+    from harness_magic import ProviderAdapter
+
+    frame_tool = ToolSpec(name="fetch_orders", description="", parameters=EMPTY, result_name="sales_orders",
+                          handler=lambda: pd.DataFrame({"amount": range(10)}))
+    adapter = ProviderAdapter("offline/t", transport=ScriptedModel([
+        {"text": "first"}, {"tool_calls": [{"name": "fetch_orders", "arguments": {}}]}, {"text": "done"}]))
+    harness = make_harness(adapter, tmp_path, tools=[frame_tool])
+    harness.run_result("warm up")
+    result = harness.ask_result("fetch")
+    assert result.handles == ("sales_orders",)
+    (info,) = harness.cache.metadata()
+    assert (info["name"], info["turn"], info["tool"]) == ("sales_orders", 1, "fetch_orders")

@@ -13,6 +13,7 @@ sandboxed worker lives in :mod:`harness_magic.core.sandbox`.
 from __future__ import annotations
 
 import ast
+import base64
 import contextlib
 import io
 import json
@@ -181,10 +182,9 @@ def _describe_result(
         snapshot = json.dumps(cache.snapshot(handle), ensure_ascii=False)
         parts.append(f"Saved as `{handle}`\nSnapshot: {snapshot}")
     if execution.error is None and execution.has_value and execution.value is not None:
-        formatted = format_tool_output(execution.value, cache, "result")
+        formatted = format_tool_output(execution.value, cache, "result", turn=turn(), tool="python_interpreter")
         handles.extend(formatted.handles)
-        parts.append(formatted.text if not formatted.handles else formatted.text)
-    import base64
+        parts.append(formatted.text)
 
     for png in execution.charts:
         artifacts.append({"kind": "image/png", "data": base64.b64encode(png).decode("ascii")})

@@ -485,7 +485,7 @@ class _Run:
             return ToolOutput(text=str(exc), is_error=True)
         except Exception as exc:
             return ToolOutput(text=format_exception(exc), is_error=True)
-        output = format_tool_output(value, h._cache, spec.result_name or spec.name)
+        output = format_tool_output(value, h._cache, spec.result_name or spec.name, turn=self.turn, tool=spec.name)
         for validator in h._tool_validators:
             problem = validator(spec, use, output)
             if problem:

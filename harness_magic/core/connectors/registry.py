@@ -453,10 +453,12 @@ class InstalledConnectors:
                 arguments[context_name] = ToolContext(harness.cache, harness, template.name)
             value = fn(**arguments)
             if isinstance(value, ConnectorResult):
-                output = format_tool_output(value.value, harness.cache, value.name or preferred)
+                output = format_tool_output(value.value, harness.cache, value.name or preferred,
+                                            turn=harness.current_turn, tool=template.name)
                 text = f"{value.note}\n{output.text}" if value.note else output.text
                 return dataclasses.replace(output, text=text)
-            return format_tool_output(value, harness.cache, preferred)
+            return format_tool_output(value, harness.cache, preferred, turn=harness.current_turn,
+                                      tool=template.name)
 
         handler.__name__ = template.name
         return handler
