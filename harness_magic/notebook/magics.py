@@ -2,15 +2,22 @@
 
 Magics (``%load_ext harness_magic``):
 
-``%%agent [-m M] [--new] [--reset] [--in NAME[=HANDLE] ...] [--out HANDLE[=NAME] ...] [--max-turns N]``
+``%%agent [-m M] [--new] [--reset] [--in NAME[=HANDLE] ...] [--out HANDLE[=NAME] ...] [--max-turns N]
+[--max-tokens N] [--max-cost USD] [--max-wall S] [--max-tool-calls N]``
     Ask the agent; the cell body is the prompt, verbatim. The cell's value is
-    the :class:`~harness_magic.core.loop.RunResult`, shown as the final output.
+    the :class:`~harness_magic.core.loop.RunResult`, shown as the final output
+    (a budget stop shows its status, e.g. ``budget_cost``, and the reason).
 ``%agent_vars [HANDLE]``
     Every cached handle, or one handle's snapshot.
 ``%agent_push NAME [HANDLE]`` / ``%agent_pull HANDLE [NAME]``
     Copy a value into the agent's cache / out of it. Nothing else crosses.
 ``%agent_export PATH [--run RUN_ID | --all]``
     Write runs as ``.jsonl`` (the log), ``.html`` (self-contained) or ``.md``.
+``%agent_sandbox``
+    The interpreter's sandbox mode and which confinement layers hold here.
+
+Connector tools that are not read-only ask before they run: the cell shows the
+request and an ``Approve ...? [y/N]`` prompt (see :mod:`.approval`).
 
 Settings are traitlets on :class:`AgentMagics` (``%config AgentMagics.model =
 "..."`` or ``c.AgentMagics.model`` in a config file), mapped onto a plain
@@ -21,6 +28,7 @@ Settings are traitlets on :class:`AgentMagics` (``%config AgentMagics.model =
 from __future__ import annotations
 
 import copy
+import html
 import keyword
 from pathlib import Path
 from typing import Any
@@ -28,7 +36,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from traitlets import Bool, Integer, TraitError, Unicode, observe, validate
+from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, observe, validate
 
 __all__ = ["AgentMagics", "load_extension", "unload_extension", "LIVE_MODES"]
 
@@ -40,9 +48,14 @@ OFFLINE_PREFIXES = ("offline/", "scripted/", "replay/")
 """Mirrors :data:`harness_magic.core.offline.OFFLINE_PREFIXES`."""
 DEFAULT_MODEL = "openai/gpt-4o-mini"
 """Mirrors :data:`harness_magic.core.session.DEFAULT_MODEL`."""
-_SESSION_TRAITS = ("api_base", "sandbox", "hot_count", "memory_budget", "spill_dir", "run_dir", "stream")
+_SESSION_TRAITS = ("api_base", "sandbox", "hot_count", "memory_budget", "spill_dir", "run_dir", "stream",
+                   "planner", "reminders", "connectors")
 """Settings baked into a session: changing one starts a new session at the next use."""
+_BUDGET_TRAITS = ("max_tokens", "max_cost_usd", "max_wall_s", "max_tool_calls")
+"""Budget settings: applied to every run (no new session needed); ``%%agent`` flags override them per cell."""
 _RESULT_TYPE = ("harness_magic.core.loop", "RunResult")
+_BUDGET_FLAGS = ("--max-tokens", "--max-cost", "--max-wall", "--max-tool-calls")
+"""The ``%%agent`` flags for the budget fields, in ``_BUDGET_TRAITS`` order."""
 
 
 def _check_handle(name: str, what: str) -> str:
@@ -106,6 +119,20 @@ class AgentMagics(Magics):
     run_dir = Unicode("runs", help="Directory for the JSONL run logs.").tag(config=True)
     stream = Bool(True, help="Stream model text as it arrives.").tag(config=True)
     live = Unicode("auto", help="Live view: 'auto', 'widgets', 'rich' or 'off'.").tag(config=True)
+    max_tokens = Integer(None, allow_none=True, help="Token budget per run, subagents included; None: "
+                         "unlimited. A run that spends it ends with status 'budget_tokens'.").tag(config=True)
+    max_cost_usd = Float(None, allow_none=True, help="Cost budget per run in USD (litellm prices), subagents "
+                         "included; None: unlimited. Status 'budget_cost'.").tag(config=True)
+    max_wall_s = Float(None, allow_none=True, help="Wall-time budget per run in seconds, checked between "
+                       "steps; None: unlimited. Status 'budget_wall_time'.").tag(config=True)
+    max_tool_calls = Integer(None, allow_none=True, help="Tool calls per run; None: unlimited. Status "
+                             "'budget_tool_calls'.").tag(config=True)
+    planner = Bool(True, help="Offer the agent the 'plan' tool.").tag(config=True)
+    reminders = Bool(True, help="Remind the model when it makes no progress, and warn it on its last turn.",
+                     ).tag(config=True)
+    connectors = List(Dict(), default_value=[], help="Connectors of every new session, as for "
+                      "harness_magic.core.connectors.connectors_from_config, e.g. "
+                      "[{'type': 'files', 'roots': ['data']}].").tag(config=True)
 
     # -- validation -------------------------------------------------------------------------
 
@@ -149,9 +176,30 @@ class AgentMagics(Magics):
             raise TraitError(f"memory_budget must be a number of bytes >= 0, got {proposal['value']}")
         return proposal["value"]
 
+    @validate(*_BUDGET_TRAITS)
+    def _valid_budget_limit(self, proposal: Any) -> float | None:
+        value = proposal["value"]
+        if value is not None and value <= 0:
+            raise TraitError(f"{proposal['trait'].name} must be positive or None, got {value}")
+        return value
+
+    @validate("connectors")
+    def _valid_connectors(self, proposal: Any) -> list[dict[str, Any]]:
+        from harness_magic.core.connectors.config import BUILTIN_TYPES
+
+        for entry in proposal["value"]:
+            if entry.get("type") not in BUILTIN_TYPES:
+                raise TraitError(f"connector {entry!r} needs a 'type' of {', '.join(BUILTIN_TYPES)}")
+        return proposal["value"]
+
     @observe(*_SESSION_TRAITS)
     def _settings_changed(self, change: Any) -> None:
         self._stale = True
+
+    @observe(*_BUDGET_TRAITS)
+    def _budget_changed(self, change: Any) -> None:
+        if getattr(self, "_session", None) is not None:
+            setattr(self._session.config, change["name"], change["new"])
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
@@ -168,30 +216,50 @@ class AgentMagics(Magics):
             from harness_magic.core.export import RunRecorder
             from harness_magic.core.session import AgentConfig, AgentSession
 
+            from harness_magic.notebook.approval import StdinApprover
+
+            approver = StdinApprover()
+            connectors = self._configured_connectors(approver)
             if self._session is not None:
                 self._session.close()
                 print("agent settings changed: started a new session (conversation and cache are fresh)")
             config = AgentConfig(
                 model=self.model, api_base=self.api_base, max_turns=self.max_turns, sandbox=self.sandbox,
                 run_dir=self.run_dir, hot_count=self.hot_count, memory_budget_bytes=self.memory_budget,
-                spill_dir=self.spill_dir, stream=self.stream,
+                spill_dir=self.spill_dir, stream=self.stream, max_tokens=self.max_tokens,
+                max_cost_usd=self.max_cost_usd, max_wall_s=self.max_wall_s, max_tool_calls=self.max_tool_calls,
+                planner=self.planner, reminders=self.reminders,
             )
-            self._session = AgentSession(config)
+            self._session = AgentSession(config, connectors=connectors)
+            self._session.default_approver = approver
             self._recorder = RunRecorder()
             self._session.subscribe(self._recorder)
             self._stale = False
         return self._session
 
+    def _configured_connectors(self, approver: Any) -> Any:
+        """The registry for :attr:`connectors` (asking through ``approver``), or None when there are none."""
+        if not self.connectors:
+            return None
+        from harness_magic.core.connectors import ApprovalPolicy, connectors_from_config
+
+        try:
+            return connectors_from_config(self.connectors, approval=ApprovalPolicy(approver=approver))
+        except (KeyError, TypeError, ValueError, OSError) as exc:
+            raise UsageError(f"AgentMagics.connectors: {type(exc).__name__}: {exc}") from None
+
     def record_for(self, result: Any) -> Any:
-        """The run record a result belongs to (a bare one for foreign results)."""
+        """The run record a result belongs to (a bare one for foreign results); its usage includes subagents."""
         from harness_magic.core.export import RunRecord
 
+        usage = getattr(result, "total_usage", result.usage)
         if self._recorder is not None and result.run_id:
             found = self._recorder.find(result.run_id)
             if found is not None:
+                found.usage = usage
                 return found
         return RunRecord(run_id=result.run_id, model=result.model, run_file=result.run_file,
-                         turn=result.turns, usage=result.usage, elapsed_s=result.elapsed_s, result=result)
+                         turn=result.turns, usage=usage, elapsed_s=result.elapsed_s, result=result)
 
     def close(self) -> None:
         if self._session is not None:
@@ -229,6 +297,14 @@ class AgentMagics(Magics):
     @argument("--out", dest="outputs", action="append", default=[], metavar="HANDLE[=NAME]",
               help="After the run, copy handle HANDLE into the notebook as NAME (default HANDLE). Repeatable.")
     @argument("--max-turns", type=int, default=None, help="Turn limit for this cell.")
+    @argument("--max-tokens", type=int, default=None, metavar="N",
+              help="Token budget for this cell (default: AgentMagics.max_tokens).")
+    @argument("--max-cost", type=float, default=None, metavar="USD",
+              help="Cost budget in USD for this cell (default: AgentMagics.max_cost_usd).")
+    @argument("--max-wall", type=float, default=None, metavar="S",
+              help="Wall-time budget in seconds for this cell (default: AgentMagics.max_wall_s).")
+    @argument("--max-tool-calls", type=int, default=None, metavar="N",
+              help="Tool-call budget for this cell (default: AgentMagics.max_tool_calls).")
     @cell_magic
     def agent(self, line: str, cell: str) -> Any:
         """Ask the data agent; the cell body is the prompt.
@@ -246,6 +322,11 @@ class AgentMagics(Magics):
         model = _validate_model(args.model) if args.model is not None else self.model
         if args.max_turns is not None and args.max_turns < 1:
             raise UsageError(f"--max-turns must be at least 1, got {args.max_turns}")
+        limits = {"max_tokens": args.max_tokens, "max_cost_usd": args.max_cost, "max_wall_s": args.max_wall,
+                  "max_tool_calls": args.max_tool_calls}
+        for field_name, flag in zip(limits, _BUDGET_FLAGS):
+            if limits[field_name] is not None and not limits[field_name] > 0:
+                raise UsageError(f"{flag} must be positive, got {limits[field_name]:g}")
         inputs = [self._input_pair(spec) for spec in args.inputs]
         outputs = []
         for spec in args.outputs:
@@ -268,7 +349,8 @@ class AgentMagics(Magics):
 
             display(widget)
         try:
-            result = session.ask(prompt, model=model, max_turns=args.max_turns)
+            result = session.ask(prompt, model=model, max_turns=args.max_turns,
+                                 budgets=session.config.budgets().merged(**limits))
         finally:
             if unsubscribe is not None:
                 unsubscribe()
@@ -399,6 +481,23 @@ class AgentMagics(Magics):
         what = f"{len(chosen)} runs" if len(chosen) > 1 else f"run {chosen[0].run_id}"
         print(f"exported {what} to {path}")
 
+    @no_var_expand
+    @magic_arguments()
+    @line_magic
+    def agent_sandbox(self, line: str) -> None:
+        """Show the sandbox mode and each confinement layer the worker gets on this machine."""
+        parse_argstring(self.agent_sandbox, line)
+        from harness_magic.core.sandbox import probe_confinement
+
+        rows = sandbox_rows(probe_confinement())
+        if self.sandbox == "inprocess":
+            head = ("sandbox: inprocess — the agent's code runs inside this kernel: this is NOT a security "
+                    "boundary. The worker sandbox (AgentMagics.sandbox = 'worker') would have these layers:")
+        else:
+            head = "sandbox: worker — the agent's code runs in a confined subprocess with these layers:"
+        self._show(f"<p>{html.escape(head)}</p>" + table_html(rows, _SANDBOX_COLUMNS),
+                   head + "\n" + table_text(rows, _SANDBOX_COLUMNS))
+
     # -- display ----------------------------------------------------------------------------
 
     def _show(self, html_text: str, plain: str) -> None:
@@ -434,6 +533,24 @@ def handle_rows(cache: Any) -> list[dict[str, Any]]:
     return rows
 
 
+_SANDBOX_COLUMNS = ("layer", "state", "detail")
+_NOT_HOLDING = ("unavailable", "not ")
+"""Prefixes of a layer's text status that mean it does not hold (mirrors the sandbox backend)."""
+
+
+def sandbox_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """layer, state (on/off), detail for each entry of :func:`~harness_magic.core.sandbox.probe_confinement`."""
+    rows = []
+    for layer, value in report.items():
+        holds = value is True or (isinstance(value, str) and not value.startswith(_NOT_HOLDING))
+        if layer == "confined":
+            detail = "untrusted code may run" if holds else "no OS confinement: the worker refuses to start"
+        else:
+            detail = value if isinstance(value, str) else ""
+        rows.append({"layer": layer, "state": "on" if holds else "off", "detail": detail})
+    return rows
+
+
 def _size(nbytes: Any) -> str:
     if not isinstance(nbytes, (int, float)):
         return ""
@@ -447,22 +564,28 @@ def _size(nbytes: Any) -> str:
 _COLUMNS = ("name", "type", "shape", "size", "where", "turn", "tool")
 
 
-def export_rows_html(rows: list[dict[str, Any]]) -> str:
-    import html
-
-    head = "".join(f'<th style="text-align:left;padding:1px 8px">{c}</th>' for c in _COLUMNS)
+def table_html(rows: list[dict[str, Any]], columns: tuple[str, ...], css_class: str = "agent-table") -> str:
+    head = "".join(f'<th style="text-align:left;padding:1px 8px">{c}</th>' for c in columns)
     body = "".join(
-        "<tr>" + "".join(f'<td style="padding:1px 8px">{html.escape(str(r[c]))}</td>' for c in _COLUMNS) + "</tr>"
+        "<tr>" + "".join(f'<td style="padding:1px 8px">{html.escape(str(r[c]))}</td>' for c in columns) + "</tr>"
         for r in rows
     )
-    return f'<table class="agent-vars"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    return f'<table class="{css_class}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def table_text(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
+    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in columns}
+    lines = ["  ".join(c.ljust(widths[c]) for c in columns)]
+    lines += ["  ".join(str(r[c]).ljust(widths[c]) for c in columns).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def export_rows_html(rows: list[dict[str, Any]]) -> str:
+    return table_html(rows, _COLUMNS, "agent-vars")
 
 
 def rows_text(rows: list[dict[str, Any]]) -> str:
-    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in _COLUMNS}
-    lines = ["  ".join(c.ljust(widths[c]) for c in _COLUMNS)]
-    lines += ["  ".join(str(r[c]).ljust(widths[c]) for c in _COLUMNS).rstrip() for r in rows]
-    return "\n".join(lines)
+    return table_text(rows, _COLUMNS)
 
 
 # -- IPython connectivity -------------------------------------------------------------------
@@ -508,7 +631,7 @@ def unload_extension(shell: Any) -> None:
         return
     table = shell.magics_manager.magics
     table["cell"].pop("agent", None)
-    for name in ("agent_vars", "agent_push", "agent_pull", "agent_export"):
+    for name in ("agent_vars", "agent_push", "agent_pull", "agent_export", "agent_sandbox"):
         table["line"].pop(name, None)
     shell.magics_manager.registry.pop(type(magics).__name__, None)
     if magics in shell.configurables:

@@ -41,6 +41,13 @@ STREAM_FLUSH_S = 0.05
 _e = html.escape
 
 
+def _apply(record: RunRecord, event: Any, state: Any) -> None:
+    """Fold ``event`` into ``record``; a finished run counts its subagents' usage too."""
+    export.apply_event(record, event, state)
+    if isinstance(event, RunFinished):
+        record.usage = getattr(event.result, "total_usage", event.result.usage)
+
+
 def status_text(record: RunRecord, state: str) -> str:
     """``turn 2/25 · 1,234 tokens (200 cached) · $0.0012 · 1.3 s · running``."""
     bits = [f"turn {record.turn}/{record.max_turns or '?'}"]
@@ -188,7 +195,7 @@ class WidgetRunView:
             self.record = record = RunRecord(event.run_id, event.model, event.prompt, event.max_turns, event.run_file)
             self._set_status("starting")
             return
-        export.apply_event(record, event, self)
+        _apply(record, event, self)
         self._render(self.transcript, record, event)
 
     def _render(self, transcript: _Transcript, record: RunRecord, event: Any) -> None:
@@ -224,7 +231,8 @@ class WidgetRunView:
                 self._render(inner, tool.subagent, event.event)
         elif isinstance(event, RunFinished) and transcript is self.transcript:
             transcript.text_widget = None
-            self._set_status(event.result.status)
+            result = event.result
+            self._set_status(result.status if result.status == "completed" else f"{result.status}: {result.error or ''}")
 
 
 def _run_box_class() -> Any:
@@ -270,7 +278,7 @@ class TerminalRenderer:
         if isinstance(event, RunStarted):
             self.record = RunRecord(event.run_id, event.model, event.prompt, event.max_turns, event.run_file)
             return
-        export.apply_event(self.record, event, self)
+        _apply(self.record, event, self)
         if isinstance(event, SubagentEvent):
             inner = event.event
             if isinstance(inner, ToolCallStarted):
