@@ -539,9 +539,32 @@ class _Run:
         h._emit(RunFinished(result=result))
         return result
 
+    def handle_response(self, response: ProviderResponse, latency_s: float, tools: list[ToolSpec],
+                        reminders: list[str]) -> bool:
+        """Record the response, answer its tool uses; True when the model gave its final answer."""
+        uses = self.after_response(response, latency_s, tools, reminders)
+        if uses:
+            self.dispatch_all(uses)
+        self.turn_finished(response)
+        return not uses
+
+    def stopped_by(self, exc: BaseException) -> RunResult:
+        """End the run for one of :data:`_RUN_ENDINGS` with the matching status."""
+        if isinstance(exc, _Stop):
+            return self.finish(exc.status, exc.reason)
+        if isinstance(exc, ProviderError):
+            return self.finish("error", f"provider error: {exc}")
+        if isinstance(exc, (ValueError, OSError)):  # e.g. a broken offline script or log
+            return self.finish("error", f"{type(exc).__name__}: {exc}")
+        return self.finish("interrupted", "interrupted by the user")
+
     def turn_finished(self, response: ProviderResponse) -> None:
         self.h._emit(TurnFinished(turn=self.turn, usage=response.usage, total_usage=self.usage,
                                   elapsed_s=self.elapsed_s))
+
+
+_RUN_ENDINGS = (_Stop, ProviderError, ValueError, OSError, KeyboardInterrupt)
+"""Exceptions that end a run with a status instead of propagating."""
 
 
 def _is_argument_error(exc: TypeError, handler: Callable[..., Any]) -> bool:
@@ -591,20 +614,10 @@ class Harness(_HarnessBase):
                 system, messages, tools, reminders = run.before_call()
                 started = time.monotonic()
                 response = self._adapter.complete(system, messages, tools, on_text=run.on_text)
-                uses = run.after_response(response, time.monotonic() - started, tools, reminders)
-                if uses:
-                    run.dispatch_all(uses)
-                run.turn_finished(response)
-                if not uses:
+                if run.handle_response(response, time.monotonic() - started, tools, reminders):
                     return run.finish("completed")
-        except _Stop as stop:
-            return run.finish(stop.status, stop.reason)
-        except ProviderError as exc:
-            return run.finish("error", f"provider error: {exc}")
-        except (ValueError, OSError) as exc:  # e.g. a broken offline script or log
-            return run.finish("error", f"{type(exc).__name__}: {exc}")
-        except KeyboardInterrupt:
-            return run.finish("interrupted", "interrupted by the user")
+        except _RUN_ENDINGS as exc:
+            return run.stopped_by(exc)
 
 
 class AsyncHarness(_HarnessBase):
@@ -664,20 +677,10 @@ class AsyncHarness(_HarnessBase):
                 system, messages, tools, reminders = run.before_call()
                 started = time.monotonic()
                 response = await self._adapter.complete(system, messages, tools, on_text=run.on_text)
-                uses = run.after_response(response, time.monotonic() - started, tools, reminders)
-                if uses:
-                    run.dispatch_all(uses)
-                run.turn_finished(response)
-                if not uses:
+                if run.handle_response(response, time.monotonic() - started, tools, reminders):
                     return run.finish("completed")
-        except _Stop as stop:
-            return run.finish(stop.status, stop.reason)
-        except ProviderError as exc:
-            return run.finish("error", f"provider error: {exc}")
-        except (ValueError, OSError) as exc:  # e.g. a broken offline script or log
-            return run.finish("error", f"{type(exc).__name__}: {exc}")
-        except (KeyboardInterrupt, asyncio.CancelledError):
-            return run.finish("interrupted", "interrupted by the user")
+        except (*_RUN_ENDINGS, asyncio.CancelledError) as exc:
+            return run.stopped_by(exc)
 
 
 def _text_or_raise(result: RunResult) -> str:

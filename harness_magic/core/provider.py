@@ -398,8 +398,13 @@ class _AdapterBase:
     def render(self, system: str, messages: Sequence[Message], tools: Sequence[Any]) -> dict[str, Any]:
         return render_request(self.model, system, messages, tools, cache_markers=self.cache_markers)
 
-    def _delay(self, attempt: int) -> float:
-        return self.backoff_s * (2**attempt)
+    def _retry_delay(self, exc: ProviderError, attempt: int) -> float:
+        """Backoff before retry ``attempt + 1``; re-raises ``exc`` when it is final."""
+        if exc.retryable and attempt < self.max_retries:
+            return self.backoff_s * (2**attempt)
+        if attempt:
+            raise ProviderError(f"{exc} (after {attempt + 1} attempts)", status_code=exc.status_code) from exc
+        raise exc
 
 
 class ProviderAdapter(_AdapterBase):
@@ -423,11 +428,7 @@ class ProviderAdapter(_AdapterBase):
             try:
                 return normalise_response(self.transport.complete(copy.deepcopy(payload), on_text))
             except ProviderError as exc:
-                if not exc.retryable or attempt >= self.max_retries:
-                    if attempt:
-                        raise ProviderError(f"{exc} (after {attempt + 1} attempts)", status_code=exc.status_code) from exc
-                    raise
-                self._sleep(self._delay(attempt))
+                self._sleep(self._retry_delay(exc, attempt))
                 attempt += 1
 
 
@@ -452,9 +453,5 @@ class AsyncProviderAdapter(_AdapterBase):
             try:
                 return normalise_response(await self.transport.acomplete(copy.deepcopy(payload), on_text))
             except ProviderError as exc:
-                if not exc.retryable or attempt >= self.max_retries:
-                    if attempt:
-                        raise ProviderError(f"{exc} (after {attempt + 1} attempts)", status_code=exc.status_code) from exc
-                    raise
-                await self._sleep(self._delay(attempt))
+                await self._sleep(self._retry_delay(exc, attempt))
                 attempt += 1
