@@ -128,6 +128,17 @@ def test_frame_round_trips_with_index_and_dtypes(sandbox):
     pd.testing.assert_frame_equal(result.saved[0][1], frame)
 
 
+def test_range_index_comes_back_as_a_range_index(sandbox):
+    frame = pd.DataFrame({"x": [1, 2, 3]}, index=pd.RangeIndex(10, 16, 2, name="row"))
+    result = run(sandbox, "save('fresh', frame.reset_index(drop=True))\nframe", frame=frame)
+    pd.testing.assert_frame_equal(result.value, frame, check_index_type=True, check_exact=True)
+    assert isinstance(result.value.index, pd.RangeIndex)
+    assert result.value.index.start == 10 and result.value.index.step == 2
+    assert isinstance(result.saved[0][1].index, pd.RangeIndex)
+    series = run(sandbox, "s.reset_index(drop=True)", s=pd.Series([1.0, 2.0], name="v")).value
+    assert isinstance(series.index, pd.RangeIndex) and series.name == "v"
+
+
 def test_series_array_and_table_round_trip(sandbox):
     series = pd.Series([1.0, 2.0], index=pd.Index(["a", "b"], name="key"), name="amount")
     array = np.arange(12, dtype=np.int32).reshape(3, 4)

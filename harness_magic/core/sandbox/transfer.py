@@ -77,10 +77,10 @@ def _to_arrow(value: Any, kind: str) -> tuple[Any, dict[str, Any]]:
     pa = _pa()
     extra: dict[str, Any] = {}
     if kind == "frame":
-        return pa.Table.from_pandas(value, preserve_index=True), extra
+        return pa.Table.from_pandas(value, preserve_index=None), extra
     if kind == "series":
         extra["name"] = encode_value(value.name)
-        return pa.Table.from_pandas(value.to_frame(name=SERIES_COLUMN), preserve_index=True), extra
+        return pa.Table.from_pandas(value.to_frame(name=SERIES_COLUMN), preserve_index=None), extra
     table = value if type(value).__name__ == "Table" else pa.Table.from_batches([value])
     return table, extra
 
