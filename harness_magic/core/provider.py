@@ -398,6 +398,11 @@ class _AdapterBase:
     def render(self, system: str, messages: Sequence[Message], tools: Sequence[Any]) -> dict[str, Any]:
         return render_request(self.model, system, messages, tools, cache_markers=self.cache_markers)
 
+    def _prepare(self, system: str, messages: Sequence[Message], tools: Sequence[Any]) -> dict[str, Any]:
+        """Render the request and keep it as :attr:`last_payload`."""
+        self.last_payload = self.render(system, messages, tools)
+        return self.last_payload
+
     def _retry_delay(self, exc: ProviderError, attempt: int) -> float:
         """Backoff before retry ``attempt + 1``; re-raises ``exc`` when it is final."""
         if exc.retryable and attempt < self.max_retries:
@@ -421,8 +426,7 @@ class ProviderAdapter(_AdapterBase):
         tools: Sequence[Any],
         on_text: TextCallback | None = None,
     ) -> ProviderResponse:
-        payload = self.render(system, messages, tools)
-        self.last_payload = payload
+        payload = self._prepare(system, messages, tools)
         attempt = 0
         while True:
             try:
@@ -446,8 +450,7 @@ class AsyncProviderAdapter(_AdapterBase):
         tools: Sequence[Any],
         on_text: TextCallback | None = None,
     ) -> ProviderResponse:
-        payload = self.render(system, messages, tools)
-        self.last_payload = payload
+        payload = self._prepare(system, messages, tools)
         attempt = 0
         while True:
             try:

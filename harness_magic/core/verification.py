@@ -36,6 +36,12 @@ __all__ = ["Verifier", "Rule", "CheckOutcome", "handle_matches"]
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
 
+def _missing_columns(frame: Any, wanted: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(wanted columns the frame lacks, the frame's column names as strings)."""
+    present = [str(c) for c in frame.columns]
+    return [c for c in wanted if c not in present], present
+
+
 def handle_matches(handle: str, pattern: str) -> bool:
     """True when ``handle`` is ``pattern``, a cache-suffixed ``pattern_N``, or matches the glob."""
     if _GLOB_CHARS.search(pattern):
@@ -119,8 +125,7 @@ class Verifier:
         name = f"require_columns({', '.join(wanted)})"
 
         def check(frame: Any) -> str | None:
-            present = [str(c) for c in frame.columns]
-            missing = [c for c in wanted if c not in present]
+            missing, present = _missing_columns(frame, wanted)
             if missing:
                 return f"missing columns {missing}; it has {present[:20]}"
             return None
@@ -133,8 +138,7 @@ class Verifier:
         name = f"no_nulls({', '.join(wanted)})"
 
         def check(frame: Any) -> str | None:
-            present = [str(c) for c in frame.columns]
-            missing = [c for c in wanted if c not in present]
+            missing, _ = _missing_columns(frame, wanted)
             if missing:
                 return f"missing columns {missing} (needed for the null check)"
             counts = {c: int(frame[c].isna().sum()) for c in wanted}
