@@ -1,60 +1,118 @@
-"""Classify SQL text as ``read``, ``write`` or ``destructive`` without a parser.
+"""Classify SQL as ``read``, ``write`` or ``destructive`` with the engine's own parser.
 
-A small tokenizer drops comments (``--``, nested ``/* */``), string literals
-(``'..'`` with ``''`` escapes, ``E'..'`` with backslash escapes, PostgreSQL
-dollar quotes ``$tag$..$tag$``) and quoted identifiers (``".."``, `````..`````,
-``[..]``), splits statements on top-level ``;`` and looks at keywords.
+The class decides what to *ask*: ``read`` runs through a connector's query
+tool, anything else goes to the approval policy (or is refused by a
+read-only tool). It is never the boundary — that is the engine's (a
+read-only transaction, the database role, a DuckDB connection without file
+access); see the connectors' docstrings.
 
-The rules fail closed: a statement is ``read`` only when it starts with a
-known read keyword (SELECT, WITH, VALUES, TABLE, SHOW, EXPLAIN without
-ANALYZE, DESCRIBE, ...) and contains no data-changing keyword anywhere
-(a CTE wrapping INSERT/UPDATE/DELETE/MERGE, ``SELECT ... INTO``,
-``FOR UPDATE``, ``EXPLAIN ANALYZE <write>``). Unknown statements are
-``write``. DROP, TRUNCATE, DELETE/UPDATE without WHERE, GRANT/REVOKE and
-ALTER ... DROP are ``destructive``. The most severe statement decides the
-class of a multi-statement text.
+Parsers, by dialect:
 
-Engines enforce more than this can (PostgreSQL queries also run in a
-``READ ONLY`` transaction), so side-effecting functions in a SELECT are caught
-there rather than here.
+``postgresql``
+    ``pglast``, PostgreSQL's own parser (the server's view of where
+    statements, strings and identifiers start and end).
+``duckdb``
+    ``duckdb.extract_statements`` and the statement types DuckDB reports.
+anything else
+    ``sqlglot`` in that dialect (SQLAlchemy dialect names are mapped).
+
+Rules (all fail closed):
+
+* more than one statement is at least ``write`` (a read tool runs exactly one);
+* only a plain query is ``read``: ``SELECT``/``VALUES``/``TABLE``/``WITH`` without
+  a data-modifying CTE, ``INTO`` or row locks, ``SHOW``, ``EXPLAIN`` without
+  ``ANALYZE`` (``EXPLAIN ANALYZE`` takes the class of the statement it runs);
+* a query calling a function known to have side effects (:data:`SIDE_EFFECT_FUNCTIONS`,
+  :data:`SIDE_EFFECT_PREFIXES`: signalling backends, advisory locks, notify,
+  configuration setters, large objects, dblink, server file access, sequence
+  changes, SQL run from a string) is ``write``;
+* ``DROP``, ``TRUNCATE``, ``GRANT``/``REVOKE``, ``DELETE``/``UPDATE`` without
+  ``WHERE`` and ``ALTER ... DROP/RENAME`` are ``destructive``; every other
+  statement (DDL, DML, ``COPY``, ``CALL``, ``DO``, ``SET``, transaction
+  control, ...) is ``write``.
+
+Text the parser rejects raises :class:`SQLClassificationError` with the
+parser's message.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+from typing import Any, Iterable
 
-__all__ = ["Classification", "StatementInfo", "classify_sql", "split_statements", "SQLClassificationError"]
+__all__ = [
+    "Classification",
+    "StatementInfo",
+    "classify_sql",
+    "SQLClassificationError",
+    "SIDE_EFFECT_FUNCTIONS",
+    "SIDE_EFFECT_PREFIXES",
+    "parser_dialect",
+]
 
-READ_KEYWORDS = frozenset({"SELECT", "WITH", "VALUES", "TABLE", "SHOW", "EXPLAIN", "DESCRIBE", "DESC", "SUMMARIZE",
-                           "FROM"})
-"""Statement starts that only read (DuckDB's ``FROM t`` and ``SUMMARIZE`` included)."""
-WRITE_INSIDE = frozenset({"INSERT", "UPDATE", "DELETE", "MERGE", "TRUNCATE", "DROP", "CREATE", "ALTER", "COPY",
-                          "GRANT", "REVOKE", "CALL", "ATTACH", "DETACH", "INSTALL", "LOAD", "EXPORT", "IMPORT"})
-"""Keywords that make an otherwise read statement a write (data-modifying CTEs and the like)."""
-DESTRUCTIVE_START = frozenset({"DROP", "TRUNCATE", "GRANT", "REVOKE", "DETACH"})
 _SEVERITY = {"read": 0, "write": 1, "destructive": 2}
+
+SIDE_EFFECT_FUNCTIONS: dict[str, str] = {
+    **{f: "signals another backend" for f in (
+        "pg_terminate_backend", "pg_cancel_backend", "pg_signal_backend", "pg_reload_conf", "pg_rotate_logfile",
+        "pg_log_backend_memory_contexts", "pg_promote", "pg_wal_replay_pause", "pg_wal_replay_resume")},
+    **{f: "sends a notification" for f in ("pg_notify",)},
+    **{f: "changes configuration" for f in ("set_config",)},
+    **{f: "changes a sequence" for f in ("nextval", "setval")},
+    **{f: "uses large objects" for f in (
+        "loread", "lowrite", "lo_open", "lo_close", "lo_creat", "lo_create", "lo_import", "lo_export",
+        "lo_unlink", "lo_put", "lo_from_bytea", "lo_truncate", "lo_truncate64", "lo_lseek", "lo_lseek64")},
+    **{f: "reads or writes server files" for f in (
+        "pg_read_file", "pg_read_binary_file", "pg_ls_dir", "pg_stat_file", "pg_file_write", "pg_file_rename",
+        "pg_file_unlink", "pg_file_sync", "pg_logdir_ls")},
+    **{f: "runs SQL from a string" for f in (
+        "query_to_xml", "query_to_xmlschema", "query_to_xml_and_xmlschema", "cursor_to_xml", "cursor_to_xmlschema",
+        "ts_stat", "database_to_xml", "database_to_xmlschema", "database_to_xml_and_xmlschema",
+        "schema_to_xml", "schema_to_xmlschema", "schema_to_xml_and_xmlschema", "table_to_xml",
+        "table_to_xmlschema", "table_to_xml_and_xmlschema")},
+    **{f: "writes to the server" for f in (
+        "pg_switch_wal", "pg_create_restore_point", "pg_logical_emit_message", "pg_import_system_collations",
+        "pg_backup_start", "pg_backup_stop", "pg_start_backup", "pg_stop_backup", "txid_current",
+        "pg_current_xact_id", "pg_drop_replication_slot", "pg_copy_physical_replication_slot",
+        "pg_copy_logical_replication_slot", "pg_create_physical_replication_slot",
+        "pg_create_logical_replication_slot", "pg_logical_slot_get_changes", "pg_logical_slot_get_binary_changes",
+        "pg_replication_slot_advance")},
+    **{f: "loads code or writes files" for f in ("load_extension", "writefile", "edit")},
+}
+"""Functions whose call changes server or session state, by lower-case name, with the reason."""
+SIDE_EFFECT_PREFIXES: dict[str, str] = {
+    "pg_advisory_": "takes an advisory lock",
+    "pg_try_advisory_": "takes an advisory lock",
+    "dblink": "runs SQL on another connection (dblink)",
+    "pg_stat_reset": "resets statistics",
+    "pg_replication_origin_": "changes replication state",
+    "pg_ls_": "lists server files",
+    "lo_": "uses large objects",
+}
+"""Function name prefixes with side effects (families such as ``pg_advisory_lock_shared``)."""
 
 
 class SQLClassificationError(ValueError):
-    """The text cannot be tokenized (unterminated string, comment or quote) or is empty."""
+    """The engine's parser rejects the text, or it holds no statement."""
 
 
 @dataclass(frozen=True)
 class StatementInfo:
     keyword: str
-    """First keyword, upper case (``WITH``, ``INSERT``, ...)."""
+    """What the parser calls the statement, upper case (``SELECT``, ``DELETE``, ``TRANSACTION``, ...)."""
     kind: str
     """``read``, ``write`` or ``destructive``."""
     reason: str
-    """Why, in a few words (``INSERT inside WITH``)."""
+    """Why, in a few words (``DELETE inside WITH``, ``calls pg_notify: sends a notification``)."""
 
 
 @dataclass(frozen=True)
 class Classification:
     kind: str
-    """Most severe class over all statements."""
+    """Most severe class over all statements (at least ``write`` for more than one)."""
     statements: tuple[StatementInfo, ...]
+    dialect: str = "postgresql"
+    """The parser's dialect."""
 
     @property
     def is_read(self) -> bool:
@@ -63,131 +121,240 @@ class Classification:
     @property
     def summary(self) -> str:
         parts = [f"{s.keyword} ({s.kind}: {s.reason})" for s in self.statements]
-        return f"{self.kind}: " + "; ".join(parts)
+        many = f"{len(self.statements)} statements, " if len(self.statements) > 1 else ""
+        return f"{self.kind}: {many}" + "; ".join(parts)
 
 
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
-_DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
+def side_effect(name: str) -> str | None:
+    """The reason a call to function ``name`` (any case, schema-qualified or not) is a write, or None."""
+    base = name.rsplit(".", 1)[-1].lower()
+    if base in SIDE_EFFECT_FUNCTIONS:
+        return SIDE_EFFECT_FUNCTIONS[base]
+    for prefix, reason in SIDE_EFFECT_PREFIXES.items():
+        if base.startswith(prefix):
+            return reason
+    return None
 
 
-def _tokenize(sql: str) -> list[list[str]]:
-    """Keyword/identifier/punctuation tokens per statement; literals and comments dropped."""
-    statements: list[list[str]] = [[]]
-    i, n = 0, len(sql)
-    while i < n:
-        c = sql[i]
-        if c.isspace():
-            i += 1
-        elif sql.startswith("--", i):
-            end = sql.find("\n", i)
-            i = n if end < 0 else end + 1
-        elif sql.startswith("/*", i):
-            depth, i = 1, i + 2
-            while i < n and depth:
-                if sql.startswith("/*", i):
-                    depth, i = depth + 1, i + 2
-                elif sql.startswith("*/", i):
-                    depth, i = depth - 1, i + 2
-                else:
-                    i += 1
-            if depth:
-                raise SQLClassificationError("unterminated /* comment")
-        elif c in "'\"`[":
-            close = {"'": "'", '"': '"', "`": "`", "[": "]"}[c]
-            backslash = c == "'" and i > 0 and sql[i - 1] in "eE" and (i < 2 or not sql[i - 2].isalnum())
-            j = i + 1
-            while True:
-                if j >= n:
-                    raise SQLClassificationError(f"unterminated {c}...{close} in SQL")
-                if backslash and sql[j] == "\\":
-                    j += 2
-                    continue
-                if sql[j] == close:
-                    if j + 1 < n and sql[j + 1] == close and close != "]":
-                        j += 2
-                        continue
-                    break
-                j += 1
-            statements[-1].append("<literal>" if c == "'" else "<ident>")
-            i = j + 1
-        elif c == "$" and _DOLLAR_TAG.match(sql, i):
-            tag = _DOLLAR_TAG.match(sql, i).group(0)
-            end = sql.find(tag, i + len(tag))
-            if end < 0:
-                raise SQLClassificationError(f"unterminated dollar quote {tag}")
-            statements[-1].append("<literal>")
-            i = end + len(tag)
-        elif c == ";":
-            statements.append([])
-            i += 1
-        else:
-            match = _WORD.match(sql, i)
-            if match:
-                word = match.group(0)
-                # E'..' string prefix: the quote handler sees the E before it.
-                if word in ("E", "e") and i + 1 < n and sql[i + 1] == "'":
-                    i += 1
-                    continue
-                statements[-1].append(word.upper())
-                i = match.end()
-            else:
-                statements[-1].append(c)
-                i += 1
-    return [s for s in statements if s]
+_SQLGLOT_DIALECTS = {"postgresql": "postgres", "mssql": "tsql", "mariadb": "mysql", "sqlite": "sqlite",
+                     "mysql": "mysql", "oracle": "oracle", "snowflake": "snowflake", "bigquery": "bigquery",
+                     "redshift": "redshift", "trino": "trino", "presto": "presto", "spark": "spark",
+                     "databricks": "databricks", "hive": "hive", "clickhouse": "clickhouse", "duckdb": "duckdb"}
+"""SQLAlchemy dialect name -> sqlglot dialect."""
 
 
-def split_statements(sql: str) -> int:
-    """Number of non-empty statements in ``sql``."""
-    return len(_tokenize(sql))
+def parser_dialect(dialect: str | None) -> str:
+    """Which parser classifies SQL for a SQLAlchemy dialect name: ``postgresql``, ``duckdb`` or ``sqlglot:<d>``."""
+    name = (dialect or "postgresql").lower()
+    if name in ("postgresql", "postgres"):
+        return "postgresql"
+    if name == "duckdb":
+        return "duckdb"
+    return f"sqlglot:{_SQLGLOT_DIALECTS.get(name, '')}"
 
 
-def _classify_tokens(tokens: list[str]) -> StatementInfo:
-    first = tokens[0]
-    words = set(tokens)
-    if first == "EXPLAIN":
-        rest = tokens[1:]
-        if rest and rest[0] == "(":  # EXPLAIN (ANALYZE, ...) <stmt>
-            close = rest.index(")") if ")" in rest else len(rest) - 1
-            options, rest = rest[1:close], rest[close + 1:]
-        else:
-            options = []
-            while rest and rest[0] in ("ANALYZE", "VERBOSE", "ANALYSE"):
-                options.append(rest[0])
-                rest = rest[1:]
-        if ("ANALYZE" in options or "ANALYSE" in options) and rest:
-            inner = _classify_tokens(rest)
-            if inner.kind != "read":
-                return StatementInfo("EXPLAIN", inner.kind, f"EXPLAIN ANALYZE runs {inner.keyword}")
-        return StatementInfo("EXPLAIN", "read", "plan only")
-    if first in READ_KEYWORDS:
-        inside = sorted(words & WRITE_INSIDE)
-        if inside:
-            kind = "destructive" if set(inside) & DESTRUCTIVE_START else "write"
-            return StatementInfo(first, kind, f"{inside[0]} inside {first}")
-        if "INTO" in words and first in ("SELECT", "WITH"):
-            return StatementInfo(first, "write", "SELECT ... INTO creates a table")
-        for i, tok in enumerate(tokens[:-1]):
-            if tok == "FOR" and tokens[i + 1] in ("UPDATE", "SHARE", "NO", "KEY"):
-                return StatementInfo(first, "write", "row locks (FOR UPDATE/SHARE)")
-        return StatementInfo(first, "read", "query")
-    if first in DESTRUCTIVE_START:
-        return StatementInfo(first, "destructive", f"{first} removes data or privileges")
-    if first in ("DELETE", "UPDATE"):
-        if "WHERE" not in words:
-            return StatementInfo(first, "destructive", f"{first} without WHERE touches every row")
-        return StatementInfo(first, "write", "changes rows")
-    if first == "ALTER" and ("DROP" in words or "RENAME" in words):
-        return StatementInfo(first, "destructive", "ALTER ... DROP/RENAME")
-    return StatementInfo(first, "write", "changes the database or session" if first.isalpha() else "unknown")
-
-
-def classify_sql(sql: str) -> Classification:
-    """Classify every statement of ``sql``; raises :class:`SQLClassificationError` when empty or malformed."""
+def classify_sql(sql: str, dialect: str | None = "postgresql") -> Classification:
+    """Classify every statement of ``sql`` with the parser for ``dialect`` (a SQLAlchemy dialect name)."""
     if not isinstance(sql, str):
         raise SQLClassificationError(f"SQL must be a string, got {type(sql).__name__}")
-    statements = _tokenize(sql)
-    if not statements:
+    parser = parser_dialect(dialect)
+    if parser == "postgresql":
+        infos = _classify_postgres(sql)
+    elif parser == "duckdb":
+        infos = _classify_duckdb(sql)
+    else:
+        infos = _classify_sqlglot(sql, parser.partition(":")[2] or None)
+    if not infos:
         raise SQLClassificationError("the SQL text holds no statement")
-    infos = tuple(_classify_tokens(tokens) for tokens in statements)
     kind = max((s.kind for s in infos), key=_SEVERITY.__getitem__)
-    return Classification(kind=kind, statements=infos)
+    if len(infos) > 1 and kind == "read":
+        kind = "write"
+    return Classification(kind=kind, statements=tuple(infos), dialect=parser)
+
+
+def _worst(infos: Iterable[StatementInfo]) -> StatementInfo | None:
+    infos = list(infos)
+    return max(infos, key=lambda s: _SEVERITY[s.kind]) if infos else None
+
+
+# --------------------------------------------------------------------------- PostgreSQL (pglast)
+
+_PG_DESTRUCTIVE = {"DropStmt": "DROP removes objects", "TruncateStmt": "TRUNCATE removes every row",
+                   "GrantRoleStmt": "changes role membership", "DropRoleStmt": "DROP ROLE",
+                   "DropdbStmt": "DROP DATABASE", "DropOwnedStmt": "DROP OWNED", "ReassignOwnedStmt": "REASSIGN OWNED",
+                   "DropTableSpaceStmt": "DROP TABLESPACE", "DropSubscriptionStmt": "DROP SUBSCRIPTION"}
+_PG_NAMES = {"SelectStmt": "SELECT", "InsertStmt": "INSERT", "UpdateStmt": "UPDATE", "DeleteStmt": "DELETE",
+             "MergeStmt": "MERGE", "ExplainStmt": "EXPLAIN", "VariableShowStmt": "SHOW", "VariableSetStmt": "SET",
+             "TransactionStmt": "TRANSACTION", "CopyStmt": "COPY", "DoStmt": "DO", "CallStmt": "CALL",
+             "CreateTableAsStmt": "CREATE TABLE AS", "DiscardStmt": "DISCARD", "LockStmt": "LOCK",
+             "NotifyStmt": "NOTIFY", "ListenStmt": "LISTEN", "PrepareStmt": "PREPARE", "ExecuteStmt": "EXECUTE",
+             "DeclareCursorStmt": "DECLARE", "GrantStmt": "GRANT"}
+
+
+def _pg_name(node: Any) -> str:
+    name = type(node).__name__
+    return _PG_NAMES.get(name, name.removesuffix("Stmt").upper())
+
+
+def _classify_postgres(sql: str) -> list[StatementInfo]:
+    from pglast import parse_sql
+    from pglast.parser import ParseError
+
+    try:
+        raws = parse_sql(sql)
+    except ParseError as exc:
+        raise SQLClassificationError(f"PostgreSQL's parser rejects it: {exc}") from None
+    return [_pg_statement(raw.stmt) for raw in raws]
+
+
+def _pg_walk(node: Any) -> Iterable[Any]:
+    """Every AST node under ``node`` (itself included)."""
+    from pglast import ast
+
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, (list, tuple)):
+            stack.extend(current)
+        elif isinstance(current, ast.Node):
+            yield current
+            for slot in current.__slots__:
+                value = getattr(current, slot, None)
+                if isinstance(value, (ast.Node, list, tuple)):
+                    stack.append(value)
+
+
+def _pg_statement(node: Any) -> StatementInfo:
+    from pglast import ast
+
+    name = type(node).__name__
+    keyword = _pg_name(node)
+    if isinstance(node, ast.ExplainStmt):
+        options = {str(getattr(o, "defname", "")).lower() for o in (node.options or ())}
+        analyze = bool(options & {"analyze", "analyse"})
+        if not analyze:
+            return StatementInfo("EXPLAIN", "read", "plan only")
+        inner = _pg_statement(node.query)
+        if inner.kind == "read":
+            return StatementInfo("EXPLAIN", "read", "EXPLAIN ANALYZE of a query")
+        return StatementInfo("EXPLAIN", inner.kind, f"EXPLAIN ANALYZE runs {inner.keyword} ({inner.reason})")
+    if isinstance(node, ast.VariableShowStmt):
+        return StatementInfo("SHOW", "read", "shows a setting")
+    if isinstance(node, ast.SelectStmt):
+        for sub in _pg_walk(node):
+            if isinstance(sub, (ast.InsertStmt, ast.UpdateStmt, ast.DeleteStmt, ast.MergeStmt)):
+                inner = _pg_statement(sub)
+                return StatementInfo("SELECT", inner.kind, f"{inner.keyword} inside the query ({inner.reason})")
+            if isinstance(sub, ast.SelectStmt):
+                if sub.intoClause is not None:
+                    return StatementInfo("SELECT", "write", "SELECT ... INTO creates a table")
+                if sub.lockingClause:
+                    return StatementInfo("SELECT", "write", "row locks (FOR UPDATE/SHARE)")
+        for call in _pg_function_calls(node):
+            reason = side_effect(call)
+            if reason:
+                return StatementInfo("SELECT", "write", f"calls {call}: {reason}")
+        return StatementInfo("SELECT", "read", "query")
+    if name in _PG_DESTRUCTIVE:
+        return StatementInfo(keyword, "destructive", _PG_DESTRUCTIVE[name])
+    if isinstance(node, ast.GrantStmt):
+        return StatementInfo("GRANT" if node.is_grant else "REVOKE", "destructive", "changes privileges")
+    if isinstance(node, (ast.DeleteStmt, ast.UpdateStmt)):
+        if node.whereClause is None:
+            return StatementInfo(keyword, "destructive", f"{keyword} without WHERE touches every row")
+        return StatementInfo(keyword, "write", "changes rows")
+    if isinstance(node, ast.AlterTableStmt):
+        from pglast.enums import AlterTableType
+
+        drops = [c for c in (node.cmds or ()) if getattr(c, "subtype", None) in
+                 (AlterTableType.AT_DropColumn, AlterTableType.AT_DropConstraint)]
+        if drops:
+            return StatementInfo("ALTER", "destructive", "ALTER ... DROP")
+    if isinstance(node, ast.RenameStmt):
+        return StatementInfo("ALTER", "destructive", "ALTER ... RENAME")
+    return StatementInfo(keyword, "write", "not a plain query: changes the database or session")
+
+
+def _pg_function_calls(node: Any) -> list[str]:
+    from pglast import ast
+
+    names = []
+    for sub in _pg_walk(node):
+        if isinstance(sub, ast.FuncCall):
+            names.append(".".join(str(getattr(part, "sval", part)) for part in sub.funcname))
+    return names
+
+
+# --------------------------------------------------------------------------- DuckDB
+
+
+def _classify_duckdb(sql: str) -> list[StatementInfo]:
+    import duckdb
+
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise SQLClassificationError(f"DuckDB's parser rejects it: {str(exc).strip().splitlines()[0]}") from None
+    return [_duckdb_statement(s) for s in statements]
+
+
+def _duckdb_statement(statement: Any) -> StatementInfo:
+    import duckdb
+
+    kind = statement.type
+    keyword = kind.name
+    if kind == duckdb.StatementType.SELECT:
+        return StatementInfo("SELECT", "read", "query")
+    if kind == duckdb.StatementType.EXPLAIN:
+        tokens = duckdb.tokenize(statement.query)
+        words = [statement.query[start:end].strip().upper() for (start, _), (end, _) in
+                 zip(tokens, tokens[1:] + [(len(statement.query), None)])]
+        if len(words) > 1 and words[1] in ("ANALYZE", "ANALYSE", "("):
+            return StatementInfo("EXPLAIN", "write", "EXPLAIN ANALYZE runs the statement")
+        return StatementInfo("EXPLAIN", "read", "plan only")
+    if kind in (duckdb.StatementType.DROP, duckdb.StatementType.DETACH):
+        return StatementInfo(keyword, "destructive", f"{keyword} removes objects")
+    if kind in (duckdb.StatementType.DELETE, duckdb.StatementType.UPDATE):
+        return StatementInfo(keyword, "write", "changes rows")
+    return StatementInfo(keyword, "write", "not a plain query: changes the database, files or session")
+
+
+# --------------------------------------------------------------------------- other dialects (sqlglot)
+
+
+def _classify_sqlglot(sql: str, dialect: str | None) -> list[StatementInfo]:
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import ParseError, TokenError
+
+    try:
+        trees = [t for t in sqlglot.parse(sql, read=dialect) if t is not None]
+    except (ParseError, TokenError) as exc:
+        raise SQLClassificationError(f"the {dialect or 'generic'} SQL parser rejects it: "
+                                     f"{str(exc).strip().splitlines()[0]}") from None
+    return [_sqlglot_statement(t, exp) for t in trees]
+
+
+def _sqlglot_statement(tree: Any, exp: Any) -> StatementInfo:
+    keyword = tree.key.upper()
+    writes = (exp.Insert, exp.Update, exp.Delete, exp.Merge, exp.Create, exp.Drop, exp.Alter, exp.Command,
+              exp.Copy, exp.TruncateTable, exp.Set, exp.Transaction, exp.Commit, exp.Rollback, exp.Grant)
+    if isinstance(tree, (exp.Drop, exp.TruncateTable, exp.Grant)):
+        return StatementInfo(keyword, "destructive", f"{keyword} removes data or changes privileges")
+    if isinstance(tree, (exp.Delete, exp.Update)):
+        if tree.args.get("where") is None:
+            return StatementInfo(keyword, "destructive", f"{keyword} without WHERE touches every row")
+        return StatementInfo(keyword, "write", "changes rows")
+    if isinstance(tree, (exp.Query, exp.Show, exp.Describe)):
+        for sub in tree.walk():
+            if isinstance(sub, writes):
+                return StatementInfo(keyword, "write", f"{sub.key.upper()} inside the query")
+            if isinstance(sub, exp.Select) and (sub.args.get("into") is not None or sub.args.get("locks")):
+                return StatementInfo(keyword, "write", "SELECT ... INTO or row locks")
+            if isinstance(sub, exp.Func):
+                name = sub.name if isinstance(sub, exp.Anonymous) else sub.sql_name()
+                reason = side_effect(str(name))
+                if reason:
+                    return StatementInfo(keyword, "write", f"calls {str(name).lower()}: {reason}")
+        return StatementInfo(keyword, "read", "query")
+    return StatementInfo(keyword, "write", "not a plain query: changes the database or session")

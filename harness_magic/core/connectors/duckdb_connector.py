@@ -4,14 +4,19 @@ Each query gets a fresh in-memory DuckDB connection in which
 
 * every cached DataFrame handle the SQL names is registered as a view of a
   copy (``cache.view``), so SQL can never change what the cache holds;
-* every configured file is a view (``files={"sales": "data/sales.parquet"}``);
-* file access is then locked down: only the configured files are readable
-  (``allowed_paths``, ``enable_external_access=false``, configuration locked),
-  so ``read_csv('/etc/passwd')`` fails inside the engine.
+* every configured file (``files={"sales": "data/sales.parquet"}``) is a
+  table backed by an Arrow dataset that Python opened read-only (Parquet and
+  CSV scanned lazily, JSON loaded), so DuckDB itself never holds a path;
+* the connection is opened with external access off (no file system, no
+  ``ATTACH``, no ``COPY ... TO``, no ``EXPORT``), extension auto-install and
+  auto-load off, and its configuration locked before any model SQL runs.
+  ``read_csv('/etc/passwd')`` and ``COPY t TO '<configured file>'`` fail
+  inside the engine, whatever the statement looks like.
 
-Only read statements run (see :mod:`.classify`); COPY, ATTACH, INSTALL and
-the like are refused. Results stream out as Arrow batches up to the row cap.
-A timer interrupts a statement that runs past the timeout.
+DuckDB's own parser (``extract_statements``) classifies the text: exactly one
+statement per call, and only plain queries run (see :mod:`.classify`).
+Results stream out as Arrow batches up to the row cap. A timer interrupts a
+statement that runs past the timeout.
 """
 
 from __future__ import annotations
@@ -36,8 +41,12 @@ from harness_magic.core.tools import ToolError
 
 __all__ = ["duckdb_connector", "DuckDBEngine"]
 
-_READERS = {".parquet": "read_parquet", ".pq": "read_parquet", ".csv": "read_csv_auto", ".tsv": "read_csv_auto",
-            ".json": "read_json_auto", ".jsonl": "read_json_auto", ".ndjson": "read_json_auto"}
+_READERS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".tsv": "tsv",
+            ".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+"""File suffix -> how Python opens it for DuckDB (see :func:`_open_file`)."""
+LOCKED_CONFIG = {"enable_external_access": False, "autoinstall_known_extensions": False,
+                 "autoload_known_extensions": False, "allow_community_extensions": False}
+"""Connection settings that keep DuckDB off the file system and away from extensions."""
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -64,20 +73,21 @@ class DuckDBEngine:
         self.max_rows, self.timeout_s, self.batch_rows = max_rows, timeout_s, batch_rows
 
     def connect(self, cache: Any, sql: str | None) -> Any:
+        """A fresh in-memory connection: configured files and the cached frames ``sql`` names, then locked."""
         import duckdb
 
-        con = duckdb.connect(":memory:")
-        for view, path in self.files.items():
-            reader = _READERS[path.suffix.lower()]
-            con.execute(f'CREATE VIEW "{view}" AS SELECT * FROM {reader}({_quote(str(path))})')
-        wanted = set(_IDENT.findall(sql)) if sql is not None else set(cache.names() if cache is not None else [])
-        for handle in sorted(wanted - set(self.files)):
-            if cache is not None and handle in cache and _is_frame(cache, handle):
-                con.register(handle, cache.view(handle))
-        paths = "[" + ", ".join(_quote(str(p)) for p in self.files.values()) + "]"
-        con.execute(f"SET allowed_paths = {paths}")
-        con.execute("SET enable_external_access = false")
-        con.execute("SET lock_configuration = true")
+        con = duckdb.connect(":memory:", config=dict(LOCKED_CONFIG))
+        try:
+            for view, path in self.files.items():
+                con.register(view, _open_file(path))
+            wanted = set(_IDENT.findall(sql)) if sql is not None else set(cache.names() if cache is not None else [])
+            for handle in sorted(wanted - set(self.files)):
+                if cache is not None and handle in cache and _is_frame(cache, handle):
+                    con.register(handle, cache.view(handle))
+            con.execute("SET lock_configuration = true")
+        except Exception:
+            con.close()
+            raise
         return con
 
     def query(self, cache: Any, sql: str, max_rows: int | None = None) -> tuple[Any, bool]:
@@ -90,7 +100,10 @@ class DuckDBEngine:
         timer.daemon = True
         timer.start()
         try:
-            relation = con.sql(sql)
+            statements = duckdb.extract_statements(sql)
+            if len(statements) != 1:
+                raise ToolError(f"Refused: {len(statements)} statements; send exactly one per call.")
+            relation = con.sql(statements[0])  # only this statement runs, whatever else the text holds
             if relation is None:
                 return pa.table({}).to_pandas(), False
             reader = relation.to_arrow_reader(self.batch_rows)
@@ -112,6 +125,30 @@ class DuckDBEngine:
         finally:
             timer.cancel()
             con.close()
+
+
+def _open_file(path: Path) -> Any:
+    """An Arrow dataset/table over ``path``, opened by Python for reading only."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.dataset as ds
+
+    kind = _READERS[path.suffix.lower()]
+    if kind == "parquet":
+        return ds.dataset(str(path), format="parquet")
+    if kind in ("csv", "tsv"):
+        delimiter = "\t" if kind == "tsv" else ","
+        return ds.dataset(str(path), format=ds.CsvFileFormat(parse_options=pacsv.ParseOptions(delimiter=delimiter)))
+    if kind == "jsonl":
+        return ds.dataset(str(path), format="json")
+    import json
+
+    with open(path, "rb") as handle:
+        data = json.load(handle)
+    rows = data if isinstance(data, list) else [data]
+    if not all(isinstance(r, dict) for r in rows):
+        raise ValueError(f"{path.name}: a JSON file must hold an object or a list of objects")
+    return pa.Table.from_pylist(rows)
 
 
 def _is_frame(cache: Any, handle: str) -> bool:
@@ -173,11 +210,12 @@ def duckdb_connector(
             max_rows: Fetch at most this many rows (cannot exceed the connector's cap).
         """
         try:
-            classification = classify_sql(sql)
+            classification = classify_sql(sql, "duckdb")
         except SQLClassificationError as exc:
             raise ToolError(f"Cannot run this SQL: {exc}.") from None
         if len(classification.statements) > 1:
-            raise ToolError("Send one statement per call.")
+            raise ToolError(f"Refused: {len(classification.statements)} statements; send one statement per call "
+                            f"({classification.summary}).")
         if not classification.is_read:
             raise ToolError(f"Refused: the statement is classified {classification.summary}; "
                             f"{connector.name}__query runs read-only statements. Save results as handles instead.")
