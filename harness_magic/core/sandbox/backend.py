@@ -31,7 +31,7 @@ from typing import Any
 from harness_magic.core.cache.names import resolve_handle_name
 from harness_magic.core.interpreter import ExecutionResult
 from harness_magic.core.sandbox import confinement
-from harness_magic.core.sandbox.protocol import ProtocolError, recv_frame, send_frame
+from harness_magic.core.sandbox.protocol import FrameReader, ProtocolError, send_frame
 from harness_magic.core.sandbox.transfer import RESULT_MAX_BYTES, read_result, write_input
 
 __all__ = [
@@ -53,7 +53,13 @@ SPAWN_TIMEOUT_S = 30.0
 """A forked worker confines itself in milliseconds; this only guards a stuck launcher."""
 
 WATCHDOG_INTERVAL_S = 0.05
-"""How often the parent samples the worker's anonymous RSS while it runs."""
+"""How often the parent samples the worker's memory while it runs (also while a reply is arriving)."""
+
+SCRATCH_SCAN_EVERY = 4
+"""Scratch is walked every this many watchdog ticks: a directory walk costs more than a /proc read."""
+
+SCRATCH_MAX_FILES = 10_000
+"""More scratch entries than this count as over the limit: keeps each walk short."""
 
 STDOUT_CAP_CHARS = 1_000_000
 """Printed characters the worker keeps per call; the rest is counted, not stored."""
@@ -183,15 +189,22 @@ class _Worker:
             except OSError:
                 pass
 
-    def anon_rss(self) -> int:
+    def _status(self, *keys: bytes) -> dict[bytes, int]:
+        found: dict[bytes, int] = {}
         try:
             with open(f"/proc/{self.pid}/status", "rb") as status:
                 for line in status:
-                    if line.startswith(b"RssAnon:"):
-                        return int(line.split()[1]) * 1024
-        except (OSError, ValueError):
+                    key = line.split(b":", 1)[0]
+                    if key in keys:
+                        found[key] = int(line.split()[1])
+        except (OSError, ValueError, IndexError):
             pass
-        return 0
+        return found
+
+    def memory(self) -> int:
+        """Resident bytes the worker holds: anonymous plus shared memory (tmpfs, SysV, memfd) it maps."""
+        found = self._status(b"RssAnon", b"RssShmem")
+        return (found.get(b"RssAnon", 0) + found.get(b"RssShmem", 0)) * 1024
 
 
 class SandboxedInterpreter:
@@ -202,6 +215,12 @@ class SandboxedInterpreter:
     ``audit_hooks`` add friendly refusals only. Where neither Landlock nor seccomp
     holds, construction raises :class:`SandboxUnavailableError` unless
     ``allow_unconfined=True``, which warns with :class:`UnconfinedWarning`.
+
+    ``rss_limit`` bounds the worker's anonymous plus shared resident memory plus
+    the bytes in its scratch directory; ``scratch_max_bytes`` (default: the same)
+    bounds scratch alone. Going over either kills the worker and empties scratch.
+    :meth:`fresh_worker` replaces the worker (one per ``%%agent`` cell);
+    :meth:`sibling` gives a subagent its own interpreter on the same launcher.
     """
 
     name = "sandbox"
@@ -212,6 +231,7 @@ class SandboxedInterpreter:
         timeout: float = DEFAULT_TIMEOUT_S,
         memory_limit: int | None = None,
         rss_limit: int | None = None,
+        scratch_max_bytes: int | None = None,
         cpu_seconds: int = CPU_SECONDS_LIMIT,
         result_max_bytes: int = RESULT_MAX_BYTES,
         stdout_max_chars: int = STDOUT_CAP_CHARS,
@@ -228,6 +248,12 @@ class SandboxedInterpreter:
         total = _total_memory()
         self.timeout = float(timeout)
         self.rss_limit = int(rss_limit) if rss_limit is not None else int(total * 0.75)
+        self.scratch_max_bytes = int(scratch_max_bytes) if scratch_max_bytes is not None else self.rss_limit
+        self._scratch_bytes: int | None = 0
+        self._options = dict(timeout=timeout, memory_limit=memory_limit, rss_limit=rss_limit,
+                             scratch_max_bytes=scratch_max_bytes, cpu_seconds=cpu_seconds,
+                             result_max_bytes=result_max_bytes, stdout_max_chars=stdout_max_chars, layers=layers,
+                             ast_precheck=ast_precheck, audit_hooks=audit_hooks, allow_unconfined=allow_unconfined)
         self.result_max_bytes = int(result_max_bytes)
         self.allow_unconfined = allow_unconfined
         self._layers = tuple(confinement.OS_LAYERS if layers is None else layers)
@@ -298,6 +324,26 @@ class SandboxedInterpreter:
                     _unlink(path)
                 self._clean_scratch_outputs()
 
+    def fresh_worker(self) -> None:
+        """Replace the worker with a newly forked one: nothing the model did in it survives.
+
+        Module state, monkeypatches and threads die with the old process. The
+        session directory (inputs, scratch files) is kept. Costs one fork from
+        the warm launcher (see ``benchmarks/bench_sandbox.py``).
+        """
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("this SandboxedInterpreter is closed")
+            self._stop_worker()
+            self._start_worker()
+
+    def sibling(self) -> SandboxedInterpreter:
+        """A new interpreter with these settings and its own worker and session directory (for a subagent)."""
+        with warnings.catch_warnings():
+            if self.allow_unconfined:
+                warnings.simplefilter("ignore", UnconfinedWarning)  # the parent already warned
+            return SandboxedInterpreter(**self._options)
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
@@ -327,11 +373,9 @@ class SandboxedInterpreter:
             os.close(req_r)
             os.close(resp_w)
         worker = _Worker(int(reply["pid"]), req_w, resp_r, {})
-        ready, _, _ = select.select([resp_r], [], [], SPAWN_TIMEOUT_S)
+        os.set_blocking(resp_r, False)
         try:
-            if not ready:
-                raise ProtocolError("worker did not report in time")
-            hello = recv_frame(resp_r)
+            hello = _read_hello(resp_r)
         except (EOFError, ProtocolError) as exc:
             worker.kill()
             worker.close_fds()
@@ -381,7 +425,16 @@ class SandboxedInterpreter:
         return ExecutionResult(error=f"SandboxError: {why}. The worker was restarted; the session is intact.")
 
     def _wait(self, worker: _Worker, seq: int) -> dict[str, Any] | ExecutionResult:
+        """The reply to call ``seq``, or an error result: one loop owns the deadline and the watchdog.
+
+        The reply pipe is non-blocking and read a chunk at a time (:class:`FrameReader`),
+        so a worker that sends half a frame and stalls, or trickles bytes while it
+        allocates, still meets the wall-clock limit and the memory limit: both are
+        checked on every pass, whether or not bytes arrived.
+        """
         deadline = time.monotonic() + self.timeout
+        reader = FrameReader(worker.resp_fd)
+        tick = 0
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -390,21 +443,39 @@ class SandboxedInterpreter:
             ready, _, _ = select.select([worker.resp_fd], [], [], min(WATCHDOG_INTERVAL_S, left))
             if ready:
                 try:
-                    reply = recv_frame(worker.resp_fd)
+                    reply = reader.feed()
                 except EOFError:
                     return self._lost_worker("the sandbox worker died (crash or memory limit)")
-                if reply.get("op") == "result" and reply.get("seq") != seq:
-                    continue  # a stale or forged frame: the real reply follows
-                if reply.get("recycle"):
-                    self._stop_worker()
-                if reply.get("op") != "result":
-                    return self._lost_worker(f"the sandbox worker failed: {str(reply.get('error'))[-2000:]}")
-                return reply
-            rss = worker.anon_rss()
-            if rss > self.rss_limit:
+                if reply is not None:
+                    if reply.get("op") == "result" and reply.get("seq") != seq:
+                        continue  # a stale or forged frame: the real reply follows
+                    if reply.get("recycle"):
+                        self._stop_worker()
+                    if reply.get("op") != "result":
+                        return self._lost_worker(f"the sandbox worker failed: {str(reply.get('error'))[-2000:]}")
+                    return reply
+            over = self._over_memory(worker, scan_scratch=tick % SCRATCH_SCAN_EVERY == 0)
+            tick += 1
+            if over is not None:
                 worker.kill()
-                return self._lost_worker(
-                    f"the code used {rss / 2**20:.0f} MiB, over the {self.rss_limit / 2**20:.0f} MiB memory limit")
+                _clear_directory(self.scratch_dir)
+                return self._lost_worker(over + "; its scratch files were deleted")
+
+    def _over_memory(self, worker: _Worker, *, scan_scratch: bool) -> str | None:
+        """Why the worker is over its memory limit (anonymous + shared + scratch bytes), or None."""
+        used = worker.memory()
+        if scan_scratch:
+            self._scratch_bytes = _directory_bytes(self.scratch_dir, SCRATCH_MAX_FILES)
+        scratch = self._scratch_bytes
+        if scratch is None:
+            return f"the code created more than {SCRATCH_MAX_FILES} scratch files"
+        if scratch > self.scratch_max_bytes:
+            return (f"the code wrote {scratch / 2**20:.0f} MiB of scratch files, over the "
+                    f"{self.scratch_max_bytes / 2**20:.0f} MiB scratch limit")
+        if used + scratch > self.rss_limit:
+            return (f"the code used {(used + scratch) / 2**20:.0f} MiB (memory, shared memory and scratch "
+                    f"files), over the {self.rss_limit / 2**20:.0f} MiB memory limit")
+        return None
 
     def _build_result(self, reply: dict[str, Any], taken_names: Collection[str]) -> ExecutionResult:
         result = ExecutionResult()
@@ -458,8 +529,58 @@ class SandboxedInterpreter:
                 _unlink(os.path.join(self.scratch_dir, name))
 
 
+def _read_hello(fd: int) -> dict[str, Any]:
+    reader, deadline = FrameReader(fd), time.monotonic() + SPAWN_TIMEOUT_S
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ProtocolError("worker did not report in time")
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            frame = reader.feed()
+            if frame is not None:
+                return frame
+
+
 def _holds(status: Any) -> bool:
     return status is True or (isinstance(status, str) and not status.startswith(("unavailable", "not ")))
+
+
+def _directory_bytes(root: str, max_entries: int) -> int | None:
+    """Allocated bytes under ``root`` (sparse files count what they hold); None past ``max_entries``."""
+    total, seen, stack = 0, 0, [root]
+    while stack:
+        try:
+            entries = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                seen += 1
+                if seen > max_entries:
+                    return None
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                total += info.st_blocks * 512
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+    return total
+
+
+def _clear_directory(root: str) -> None:
+    """Delete everything inside ``root``, keeping ``root`` itself."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(root, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            _unlink(path)
 
 
 def _unlink(path: str) -> None:

@@ -26,6 +26,7 @@ __all__ = [
     "RemoteObject",
     "send_frame",
     "recv_frame",
+    "FrameReader",
     "encode_value",
     "decode_value",
 ]
@@ -85,11 +86,63 @@ def _read_exact(fd: int, size: int) -> bytes:
 
 
 def recv_frame(fd: int, max_bytes: int = MAX_FRAME_BYTES) -> dict[str, Any]:
+    """Blocking read of one frame: only for the worker's side (the kernel uses :class:`FrameReader`)."""
     (size,) = struct.unpack(">I", _read_exact(fd, 4))
     if size > max_bytes:
         raise ProtocolError(f"frame of {size} bytes exceeds {max_bytes}")
+    return _decode_frame(_read_exact(fd, size))
+
+
+class FrameReader:
+    """Assembles one frame from a non-blocking descriptor, a chunk at a time.
+
+    :meth:`feed` reads whatever is available now (never waits) and returns the
+    decoded frame once it is complete, else ``None``; the caller owns the
+    deadline and calls it again when ``select`` says the descriptor is
+    readable. A declared size above ``max_bytes`` is refused as soon as the
+    4-byte header arrives, so a peer can never make the reader buffer more
+    than ``max_bytes`` plus one chunk.
+    """
+
+    CHUNK_BYTES = 1 << 20
+    """Bytes taken per read: keeps one feed() short so the caller's watchdog keeps running."""
+
+    def __init__(self, fd: int, max_bytes: int = MAX_FRAME_BYTES) -> None:
+        self.fd, self.max_bytes = fd, max_bytes
+        self._buffer = bytearray()
+        self._size: int | None = None
+
+    @property
+    def pending(self) -> int:
+        """Bytes of an unfinished frame held so far."""
+        return len(self._buffer)
+
+    def feed(self) -> dict[str, Any] | None:
+        """Read what is available; the frame when complete. EOFError/ProtocolError on a bad peer."""
+        want = 4 - len(self._buffer) if self._size is None else self._size - len(self._buffer)
+        try:
+            chunk = os.read(self.fd, max(1, min(want, self.CHUNK_BYTES)))
+        except BlockingIOError:
+            return None
+        if not chunk:
+            raise EOFError("peer closed the pipe" + (" mid-frame" if self._buffer else ""))
+        self._buffer += chunk
+        if self._size is None:
+            if len(self._buffer) < 4:
+                return None
+            (self._size,) = struct.unpack(">I", bytes(self._buffer[:4]))
+            del self._buffer[:4]
+            if self._size > self.max_bytes:
+                raise ProtocolError(f"frame of {self._size} bytes exceeds {self.max_bytes}")
+        if len(self._buffer) < self._size:
+            return None
+        data, self._buffer, self._size = bytes(self._buffer), bytearray(), None
+        return _decode_frame(data)
+
+
+def _decode_frame(data: bytes) -> dict[str, Any]:
     try:
-        message = json.loads(_read_exact(fd, size).decode("utf-8"))
+        message = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError(f"frame is not JSON: {exc}") from exc
     if not isinstance(message, dict):

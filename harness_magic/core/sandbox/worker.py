@@ -9,6 +9,7 @@ results are written to scratch (see :mod:`.transfer`) and described in the reply
 
 from __future__ import annotations
 
+import _thread
 import base64
 import builtins
 import io
@@ -16,6 +17,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 import types
 from typing import Any
@@ -25,13 +27,18 @@ from harness_magic.core.sandbox import checks, confinement
 from harness_magic.core.sandbox.protocol import recv_frame, send_frame
 from harness_magic.core.sandbox.transfer import read_input, write_result
 
-__all__ = ["run_worker", "MAX_CHARTS", "CHART_MAX_BYTES", "MAX_SAVES"]
+_thread_count = _thread._count  # taken before model code can replace it
+
+__all__ = ["run_worker", "MAX_CHARTS", "CHART_MAX_BYTES", "MAX_SAVES", "THREAD_SETTLE_S"]
 
 MAX_CHARTS = 20
 """Figures beyond this in one call are dropped: nobody reads twenty charts."""
 
 CHART_MAX_BYTES = 8 * 1024 * 1024
 """A PNG larger than this is dropped rather than shipped through the frame pipe."""
+
+THREAD_SETTLE_S = 0.001
+"""Pause before counting threads: a thread started last has not run (nor been counted) yet."""
 
 MAX_SAVES = 100
 """save() calls beyond this in one call fail: a loop saving rows is a mistake."""
@@ -234,7 +241,11 @@ def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any) -> dict[st
     namespace.clear()
     sys.modules.pop("__agent__", None)
     # A thread the model started would outlive the call and could touch later ones: recycle.
-    if threading.active_count() > 1:
+    # _thread._count() sees raw _thread threads too (threading does not); native pools
+    # (Arrow, BLAS) do not count. The boundary is the fresh worker per cell
+    # (SandboxedInterpreter.fresh_worker): this only stops a thread early.
+    time.sleep(THREAD_SETTLE_S)  # lets a just-started thread take the GIL and be counted
+    if threading.active_count() > 1 or _thread_count() > 0:
         reply["recycle"] = True
         notes.append("background threads were still running; the worker was restarted")
     return reply
