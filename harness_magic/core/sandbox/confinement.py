@@ -15,13 +15,23 @@ Layers:
 ``pdeathsig``      ``PR_SET_PDEATHSIG`` = SIGKILL: dies with the launcher.
 ``rlimits``        CPU seconds, address space, file size, open files, core dumps off.
 ``netns``          empty network namespace (``unshare``), opportunistic.
-``drop_root``      when root: uid/gid 65534 if the Python install is readable by it,
-                   else every capability dropped (uid 0 kept, DAC owner rights remain).
+``ipcns``          a private IPC namespace (``CLONE_NEWIPC``): SysV objects and POSIX
+                   message queues made inside die with the worker and see no others.
+``drop_root``      when root: uid/gid 65534. Where the Python install sits under a
+                   directory uid 65534 cannot enter (e.g. ``/root``), the worker first
+                   gets a private mount namespace in which that directory is an empty
+                   read-only tmpfs holding read-only bind mounts of just the install, so
+                   the paths stay the same and uid 65534 can read them. Only if that
+                   fails too is uid 0 kept with every capability dropped, and the layer
+                   is reported as unavailable.
 ``landlock``       read only the Python install and the session inputs, write only scratch;
                    TCP bind/connect and signals/abstract sockets outside the domain denied
                    where the kernel ABI has them.
 ``seccomp``        no exec, no process fork (threads allowed), no ptrace, no sockets, no
-                   signals to other processes, no raising limits, no namespaces/mounts.
+                   signals to other processes, no raising limits, no namespaces/mounts,
+                   no SysV IPC or POSIX message queues, no signal routing through
+                   ``fcntl`` (``F_SETOWN``/``F_SETOWN_EX``/``F_SETSIG``, ``O_ASYNC``)
+                   or ``ioctl`` (``FIOASYNC``, ``FIOSETOWN``, ``SIOCSPGRP``).
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ __all__ = [
     "apply_pdeathsig",
     "apply_rlimits",
     "apply_netns",
+    "apply_ipcns",
     "apply_drop_root",
     "apply_no_new_privs",
     "apply_landlock",
@@ -57,7 +68,7 @@ __all__ = [
 BASE_LAYERS = ("env", "fds", "process_group", "pdeathsig", "rlimits")
 """Always applied: cheap, and they cannot fail on any Linux."""
 
-OS_LAYERS = ("netns", "drop_root", "landlock", "seccomp")
+OS_LAYERS = ("netns", "ipcns", "drop_root", "landlock", "seccomp")
 """Applied when available; at least one of landlock/seccomp must hold unless unconfined is opted into."""
 
 UNPRIVILEGED_UID = 65534
@@ -75,6 +86,8 @@ PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWNS = 0x00020000
 CLONE_THREAD = 0x00010000
 
 _SYS_LANDLOCK_CREATE_RULESET = 444
@@ -161,6 +174,27 @@ def apply_netns() -> None:
         raise _errno_error("unshare(CLONE_NEWNET)")
 
 
+def apply_ipcns() -> None:
+    """A private IPC namespace: no SysV object or message queue of another process is visible."""
+    flags = CLONE_NEWIPC
+    if os.geteuid() != 0 and not _in_own_user_namespace():
+        flags |= CLONE_NEWUSER
+    if _libc.unshare(flags) != 0:
+        raise _errno_error("unshare(CLONE_NEWIPC)")
+
+
+def _in_own_user_namespace() -> bool:
+    """True after :func:`apply_netns` made a user namespace (we hold all capabilities in it)."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"CapEff:"):
+                    return int(line.split()[1], 16) != 0
+    except (OSError, ValueError):
+        pass
+    return False
+
+
 def python_read_paths() -> list[str]:
     """Directories the worker must read to keep importing: the Python install and site-packages."""
     import harness_magic
@@ -204,20 +238,104 @@ def _readable_by(uid: int, paths: Iterable[str]) -> str | None:
     return None
 
 
+_MS_RDONLY = 1
+_MS_NOSUID = 2
+_MS_NODEV = 4
+_MS_NOEXEC = 8
+_MS_REMOUNT = 32
+_MS_BIND = 4096
+_MS_REC = 16384
+_MS_PRIVATE = 1 << 18
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = (lambda v: None if v is None else v.encode())
+    if _libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
+        raise _errno_error(f"mount({target})")
+
+
+def _blocked_ancestors(uid: int, paths: Iterable[str]) -> list[str]:
+    """Directories above ``paths`` that ``uid`` cannot enter, outermost first."""
+    blocked = set()
+    for path in paths:
+        item = _readable_by(uid, [path])
+        if item is not None and item != os.path.realpath(path):  # a closed path itself cannot be helped
+            blocked.add(item)
+    outer = [b for b in blocked if not any(b != c and b.startswith(c.rstrip("/") + "/") for c in blocked)]
+    return sorted(outer, key=len)
+
+
+def _expose_read_paths(read_paths: list[str]) -> list[str]:
+    """In a private mount namespace, replace each blocked ancestor by a tmpfs with bind mounts of the paths.
+
+    Paths stay the same for the worker; nothing changes outside its namespace.
+    Returns the directories that were replaced.
+    """
+    covers = _blocked_ancestors(UNPRIVILEGED_UID, read_paths)
+    if not covers:
+        return []
+    if _libc.unshare(CLONE_NEWNS) != 0:
+        raise _errno_error("unshare(CLONE_NEWNS)")
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    for cover in covers:
+        inside = sorted({os.path.realpath(p) for p in read_paths
+                         if os.path.realpath(p).startswith(cover.rstrip("/") + "/")}, key=len)
+        # Keep only the outermost paths: a bind of a directory carries its subtree.
+        outer = [p for p in inside if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in inside)]
+        handles = [(p, os.open(p, os.O_PATH | os.O_CLOEXEC)) for p in outer]
+        try:
+            _mount("tmpfs", cover, "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "mode=755,size=64k")
+            for path, fd in handles:
+                if os.path.isdir(f"/proc/self/fd/{fd}"):
+                    os.makedirs(path, mode=0o755, exist_ok=True)
+                else:  # a file is bind-mounted onto an empty file
+                    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+                    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o444))
+                _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC)
+                try:
+                    _mount(None, path, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+                except LayerError:
+                    pass  # read-only is extra: uid 65534 cannot write root's files anyway
+        finally:
+            for _path, fd in handles:
+                os.close(fd)
+        _mount(None, cover, None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
+               "mode=755,size=64k")
+    return covers
+
+
 def apply_drop_root(read_paths: Iterable[str], chown_paths: Iterable[str] = ()) -> str:
-    """Stop being root. Returns how: ``"uid 65534"`` or ``"capabilities dropped"``; ``"not root"``."""
+    """Stop being root. Returns how (``"uid 65534"``, ``"uid 65534 (private mount view of ...)"``,
+    ``"not root"``); raises :class:`LayerError` after dropping every capability if uid 0 had to be kept."""
     if os.geteuid() != 0:
         return "not root"
+    read_paths = list(read_paths)
+    how = f"uid {UNPRIVILEGED_UID}"
+    for path in chown_paths:
+        os.chown(path, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
     blocked = _readable_by(UNPRIVILEGED_UID, read_paths)
-    if blocked is None:
-        for path in chown_paths:
-            os.chown(path, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
-        os.setgroups([])
-        os.setresgid(UNPRIVILEGED_UID, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
-        os.setresuid(UNPRIVILEGED_UID, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
-        return f"uid {UNPRIVILEGED_UID}"
-    # The interpreter lives where nobody cannot read (e.g. /root/.pyenv): keep uid 0
-    # but give up every capability, including the bounding set.
+    if blocked is not None:
+        try:
+            covers = _expose_read_paths(read_paths)
+        except OSError as exc:
+            covers, why = [], str(exc)
+        else:
+            why = f"{blocked} is not readable by uid {UNPRIVILEGED_UID}"
+        blocked = _readable_by(UNPRIVILEGED_UID, read_paths)
+        if blocked is None:
+            how += (f" (the Python install is under {', '.join(covers)}, which uid {UNPRIVILEGED_UID} cannot "
+                    f"enter: the worker sees it through a private mount namespace with read-only bind mounts)")
+        else:
+            _drop_capabilities()
+            raise LayerError(errno.EACCES, f"uid 0 kept with every capability dropped: {why}")
+    os.setgroups([])
+    os.setresgid(UNPRIVILEGED_UID, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+    os.setresuid(UNPRIVILEGED_UID, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+    return how
+
+
+def _drop_capabilities() -> None:
+    """Give up every capability, the bounding set included (uid 0 stays)."""
     for cap in range(64):
         if _libc.prctl(24, cap, 0, 0, 0) != 0 and ctypes.get_errno() == errno.EINVAL:  # PR_CAPBSET_DROP
             break
@@ -225,7 +343,6 @@ def apply_drop_root(read_paths: Iterable[str], chown_paths: Iterable[str] = ()) 
     data = (ctypes.c_uint32 * 6)()
     if _libc.syscall(_SYS_CAPSET, header, data) != 0:
         raise _errno_error("capset")
-    return f"capabilities dropped (uid 0 kept: {blocked} is not readable by uid {UNPRIVILEGED_UID})"
 
 
 def apply_no_new_privs() -> None:
@@ -349,7 +466,22 @@ _DENY_ALWAYS = (
 )
 """System calls the worker never needs; each fails with EPERM."""
 
+_DENY_IPC = (
+    "shmget", "shmat", "shmdt", "shmctl", "semget", "semop", "semtimedop", "semctl",
+    "msgget", "msgsnd", "msgrcv", "msgctl", "ipc",
+    "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr",
+)
+"""SysV IPC and POSIX message queues: channels that outlive the worker or reach other processes."""
+
 _TIOCSTI = 0x5412
+_FIOASYNC = 0x5452
+_FIOSETOWN = 0x8901
+_SIOCSPGRP = 0x8902
+_F_SETFL = 4
+_F_SETOWN = 8
+_F_SETSIG = 10
+_F_SETOWN_EX = 15
+_O_ASYNC = 0o20000
 
 
 def apply_seccomp(own_pid: int) -> int:
@@ -370,7 +502,7 @@ def apply_seccomp(own_pid: int) -> int:
         except (ValueError, OSError):  # syscall unknown on this architecture
             pass
 
-    for name in _DENY_ALWAYS:
+    for name in _DENY_ALWAYS + _DENY_IPC:
         add(eperm, name)
     # Threads yes, processes no: clone without CLONE_THREAD is a fork.
     add(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
@@ -380,6 +512,14 @@ def apply_seccomp(own_pid: int) -> int:
         add(eperm, name, sc.Arg(0, sc.NE, own_pid))
     add(eperm, "prlimit64", sc.Arg(2, sc.NE, 0))  # reading limits is fine, setting is not
     add(eperm, "ioctl", sc.Arg(1, sc.EQ, _TIOCSTI))
+    # Signal routing: an owner + F_SETSIG + O_ASYNC delivers any signal to any process
+    # on I/O, which no kill() rule sees. Deny naming an owner and turning async on.
+    for request in (_FIOASYNC, _FIOSETOWN, _SIOCSPGRP):
+        add(eperm, "ioctl", sc.Arg(1, sc.EQ, request))
+    for name in ("fcntl", "fcntl64"):
+        for command in (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX):
+            add(eperm, name, sc.Arg(1, sc.EQ, command))
+        add(eperm, name, sc.Arg(1, sc.EQ, _F_SETFL), sc.Arg(2, sc.MASKED_EQ, _O_ASYNC, _O_ASYNC))
     filt.load()
     return rules
 

@@ -90,6 +90,12 @@ def _apply_layers(config: dict[str, Any], req_fd: int, resp_fd: int) -> dict[str
             status["netns"] = True
         except OSError as exc:
             status["netns"] = f"unavailable: {exc}"
+    if "ipcns" in wanted:
+        try:
+            confinement.apply_ipcns()
+            status["ipcns"] = True
+        except OSError as exc:
+            status["ipcns"] = f"unavailable: {exc}"
     if "drop_root" in wanted:
         try:
             status["drop_root"] = confinement.apply_drop_root(
