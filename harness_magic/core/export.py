@@ -21,7 +21,6 @@ from __future__ import annotations
 import html
 import json
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -38,6 +37,7 @@ from harness_magic.core.events import (
     ToolCallStarted,
     TurnFinished,
 )
+from harness_magic.core.scrub import scrub
 
 __all__ = [
     "RunRecord",
@@ -531,9 +531,10 @@ def export_runs(records: Iterable[RunRecord], path: str | Path) -> Path:
                 if not record.run_file or not Path(record.run_file).exists():
                     raise ValueError(f"run {record.run_id}: its log file {record.run_file!r} is missing")
                 with open(record.run_file, encoding="utf-8") as source:
-                    shutil.copyfileobj(source, out)
+                    for line in source:
+                        out.write(scrub(line))
     elif suffix == ".html":
-        target.write_text(render_html_document(records), encoding="utf-8")
+        target.write_text(scrub(render_html_document(records)), encoding="utf-8")
     else:
-        target.write_text(render_markdown_document(records), encoding="utf-8")
+        target.write_text(scrub(render_markdown_document(records)), encoding="utf-8")
     return target

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from harness_magic.core.messages import Message, message_from_dict, message_to_dict
+from harness_magic.core.scrub import scrub
 
 __all__ = ["RunLogger", "read_log", "reconstruct_transcript", "system_hash", "LOG_SUFFIX"]
 
@@ -50,7 +51,8 @@ def _now() -> str:
 
 
 def _dumps(record: dict[str, Any]) -> str:
-    return json.dumps(record, ensure_ascii=False, default=str, separators=(",", ":"))
+    """One log line, scrubbed of secrets (:func:`~harness_magic.core.scrub.scrub`)."""
+    return scrub(json.dumps(record, ensure_ascii=False, default=str, separators=(",", ":")))
 
 
 class RunLogger:

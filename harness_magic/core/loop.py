@@ -39,6 +39,7 @@ from harness_magic.core.events import (
     TurnStarted,
 )
 from harness_magic.core.format import format_exception, format_tool_output
+from harness_magic.core.scrub import scrub
 from harness_magic.core.log import RunLogger, system_hash
 from harness_magic.core.messages import (
     Message,
@@ -427,7 +428,8 @@ class _Run:
                 finally:
                     self.current_tool_use = None
                 duration = time.monotonic() - started
-                block = ToolResultBlock(tool_use_id=use.id, content=output.text, is_error=output.is_error)
+                text = scrub(output.text) if output.is_error else output.text  # errors echo configs and headers
+                block = ToolResultBlock(tool_use_id=use.id, content=text, is_error=output.is_error)
                 results.append(block)
                 self.tool_calls += 1
                 self.handles.extend(output.handles)
@@ -503,6 +505,7 @@ class _Run:
                 for u in leftover)))
         appended = h._messages[self.logged_upto :]
         self.logged_upto = len(h._messages)
+        error = scrub(error)
         text = self.final_text if status == "completed" else ""
         result = RunResult(
             status=status,

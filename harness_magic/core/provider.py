@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 from harness_magic.core.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
+from harness_magic.core.scrub import register_secret, scrub
 
 __all__ = [
     "ProviderAdapter",
@@ -60,7 +61,7 @@ class ProviderError(Exception):
     """A provider call failed for good (after retries, or not retryable)."""
 
     def __init__(self, message: str, *, status_code: int | None = None, retryable: bool = False) -> None:
-        super().__init__(message)
+        super().__init__(scrub(message))  # gateways echo headers (and keys) into error bodies
         self.status_code = status_code
         self.retryable = retryable
 
@@ -270,6 +271,8 @@ class LiteLLMTransport:
     ) -> None:
         self.api_base = api_base
         self._api_key = api_key
+        register_secret(api_key)
+        register_secret((extra or {}).get("api_key"))
         self.stream = stream
         self.timeout_s = timeout_s
         self.extra = dict(extra or {})

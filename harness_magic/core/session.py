@@ -143,7 +143,8 @@ class AgentSession:
         return self.connectors.registry.register(connector)
 
     def enable_subagents(self, **options: Any) -> ToolSpec:
-        """Add the ``subagent`` tool; the subagent's interpreter uses this session's sandbox backend."""
+        """Add the ``subagent`` tool. Each subagent run gets its own worker (a sibling of this
+        session's sandbox backend); with the in-process backend it shares this session's."""
         from harness_magic.core.subagent import enable_subagents
 
         session = self
@@ -158,6 +159,8 @@ class AgentSession:
                 pass
 
         options.setdefault("backend", _SessionBackend())
+        if "tools_factory" not in options:
+            options.setdefault("backend_factory", self._subagent_backend)
         return enable_subagents(self.harness, **options)
 
     # -- construction ---------------------------------------------------------------------
@@ -168,6 +171,17 @@ class AgentSession:
         if self._backend is None:
             self._backend = make_backend(self.config)
         return self._backend
+
+    def _subagent_backend(self) -> Any:
+        """A backend of the subagent's own (None: share this session's, which has no workers)."""
+        sibling = getattr(self.backend, "sibling", None)
+        return sibling() if sibling is not None else None
+
+    def _fresh_worker(self) -> None:
+        """Each run (an ``%%agent`` cell) starts in a new worker: nothing a previous cell did survives."""
+        fresh = getattr(self._backend, "fresh_worker", None)
+        if fresh is not None:
+            fresh()
 
     def adapter_for(self, model: str) -> Any:
         """One adapter per model id, kept so offline scripts advance across cells."""
@@ -241,6 +255,7 @@ class AgentSession:
         if model is not None:
             harness._adapter = self.adapter_for(model)
         try:
+            self._fresh_worker()
             result = retry_from(log, from_turn, harness, session_id=self.session_id)
         finally:
             harness._adapter = previous_adapter
@@ -278,6 +293,7 @@ class AgentSession:
                 raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
             harness._max_turns = max_turns
         try:
+            self._fresh_worker()
             result = harness.ask_result(prompt, session_id=self.session_id)
         finally:
             harness._adapter, harness._max_turns = previous_adapter, previous_turns

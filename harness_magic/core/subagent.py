@@ -117,6 +117,7 @@ def make_subagent_tool(
     adapter_factory: Callable[[Any], Any] | None = None,
     tools_factory: Callable[[Any, Callable[[], "int | None"]], list[ToolSpec]] | None = None,
     backend: Any | None = None,
+    backend_factory: Callable[[], Any] | None = None,
     cache_factory: Callable[[], Any] | None = None,
     system_prompt: str | None = None,
     max_turns: int = DEFAULT_SUBAGENT_MAX_TURNS,
@@ -129,22 +130,32 @@ def make_subagent_tool(
     tools over its fresh cache; by default the interpreter tools over
     ``backend`` (an :class:`~harness_magic.core.interpreter.InProcessInterpreter`
     when None — no security boundary; :class:`AgentSession` passes its
-    sandboxed backend). ``connectors`` (a ConnectorRegistry) is installed in
-    the child only when given.
+    sandboxed backend). ``backend_factory`` instead makes a backend for each
+    subagent run (closed when the run ends), so no state of one run's
+    interpreter reaches another's or the parent's. ``connectors`` (a
+    ConnectorRegistry) is installed in the child only when given.
     """
     if max_turns < 1:
         raise ValueError(f"max_turns must be at least 1, got {max_turns!r}")
     make_adapter = adapter_factory or default_adapter_factory
 
-    def build_tools(cache: Any, current_turn: Callable[[], "int | None"]) -> list[ToolSpec]:
+    def build_tools(cache: Any, current_turn: Callable[[], "int | None"], own: Any) -> list[ToolSpec]:
         if tools_factory is not None:
             return list(tools_factory(cache, current_turn))
         from harness_magic.core.interpreter import InProcessInterpreter, make_interpreter_tools
 
-        return make_interpreter_tools(cache, backend or InProcessInterpreter(), current_turn=current_turn)
+        return make_interpreter_tools(cache, own or backend or InProcessInterpreter(), current_turn=current_turn)
 
     def subagent(task: str, input_handles: list[str] | None = None,
                  output_policy: str = "publish_created") -> ToolOutput:
+        own = backend_factory() if backend_factory is not None and tools_factory is None else None
+        try:
+            return run_subagent(task, input_handles, output_policy, own)
+        finally:
+            if own is not None and hasattr(own, "close"):
+                own.close()
+
+    def run_subagent(task: str, input_handles: list[str] | None, output_policy: str, own: Any) -> ToolOutput:
         from harness_magic.core.cache import SessionCache
         from harness_magic.core.loop import Harness
 
@@ -170,7 +181,7 @@ def make_subagent_tool(
         child_cache = cache_factory() if cache_factory is not None else SessionCache()
         local_inputs = [child_cache.put(h, parent_cache.view(h)) for h in inputs]
         holder: dict[str, Any] = {}
-        tools = build_tools(child_cache, lambda: holder["h"].current_turn if "h" in holder else None)
+        tools = build_tools(child_cache, lambda: holder["h"].current_turn if "h" in holder else None, own)
         tools = [t for t in tools if t.name != SUBAGENT_TOOL_NAME] + [_recursion_stub()]
         child = Harness(
             make_adapter(parent.adapter),

@@ -5,6 +5,9 @@ clicks, so buttons could never answer. The kernel's stdin request can: the
 approver shows what is asked (escaped HTML) and then calls ``input()``, which
 JupyterLab and Notebook render as a text box in the cell and terminal IPython
 as a prompt. A front end without stdin (nbclient, nbval) denies the call.
+The plain-text request and the prompt show control characters escaped
+(:func:`~harness_magic.core.scrub.escape_control`): the model's arguments
+cannot rewrite the terminal around the question.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import html
 import json
 from typing import Any
+
+from harness_magic.core.scrub import escape_control
 
 __all__ = ["StdinApprover", "request_html", "request_text", "APPROVE_ANSWERS", "NO_STDIN_REASON"]
 
@@ -35,7 +40,7 @@ def request_text(request: Any) -> str:
     if request.summary:
         lines.append(request.summary)
     lines.append(_arguments(request))
-    return "\n".join(lines)
+    return escape_control("\n".join(lines))
 
 
 def request_html(request: Any) -> str:
@@ -62,7 +67,7 @@ class StdinApprover:
 
         display({"text/html": request_html(request), "text/plain": request_text(request)}, raw=True)
         try:
-            answer = input(f"Approve {request.tool}? [y/N] ")
+            answer = input(escape_control(f"Approve {request.tool}? [y/N] "))
         except (StdinNotImplementedError, EOFError):
             return ApprovalDecision(False, NO_STDIN_REASON)
         approved = answer.strip().lower() in APPROVE_ANSWERS

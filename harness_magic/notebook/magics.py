@@ -38,6 +38,8 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, observe, validate
 
+from harness_magic.core.scrub import escape_control
+
 __all__ = ["AgentMagics", "load_extension", "unload_extension", "LIVE_MODES"]
 
 LIVE_MODES = ("auto", "widgets", "rich", "off")
@@ -506,7 +508,7 @@ class AgentMagics(Magics):
 
             display({"text/html": html_text, "text/plain": plain}, raw=True)
         else:
-            print(plain)
+            print(escape_control(plain))  # handle names are safe; data values and model text may not be
 
 
 def handle_rows(cache: Any) -> list[dict[str, Any]]:

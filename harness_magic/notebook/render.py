@@ -8,7 +8,9 @@ stable final output and exports render the same content.
 
 Every string from the model or the data goes through :func:`html.escape` (or
 the escaping renderers of :mod:`harness_magic.core.export`) before it becomes
-the value of an HTML widget.
+the value of an HTML widget; in the terminal renderer it goes through
+:func:`~harness_magic.core.scrub.escape_control`, so ESC/OSC/CR bytes print as
+escapes instead of driving the terminal.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from harness_magic.core.events import (
     TurnStarted,
 )
 from harness_magic.core.export import RunRecord, ToolRecord
+from harness_magic.core.scrub import escape_control
 
 __all__ = ["WidgetRunView", "TerminalRenderer", "status_text", "STREAM_FLUSH_S"]
 
@@ -275,6 +278,7 @@ class TerminalRenderer:
         from rich.text import Text
 
         c = self.console
+        safe = escape_control  # model and data text must not drive the terminal
         if isinstance(event, RunStarted):
             self.record = RunRecord(event.run_id, event.model, event.prompt, event.max_turns, event.run_file)
             return
@@ -282,39 +286,39 @@ class TerminalRenderer:
         if isinstance(event, SubagentEvent):
             inner = event.event
             if isinstance(inner, ToolCallStarted):
-                c.print(Text(f"  ↳ subagent calls {inner.tool_use.name}", style="dim"))
+                c.print(Text(safe(f"  ↳ subagent calls {inner.tool_use.name}"), style="dim"))
             elif isinstance(inner, AssistantMessage) and inner.message.text:
-                c.print(Text("  ↳ subagent: " + export._clip(inner.message.text, 200), style="dim"))
+                c.print(Text(safe("  ↳ subagent: " + export._clip(inner.message.text, 200)), style="dim"))
         elif isinstance(event, TextDelta):
             self._printing_stream = True
-            c.print(Text(event.text), end="")
+            c.print(Text(safe(event.text)), end="")
         elif isinstance(event, AssistantMessage):
             if self._printing_stream:
                 c.print()
             elif event.message.text:
-                c.print(Text(event.message.text))
+                c.print(Text(safe(event.message.text)))
             self._streamed_final = self._printing_stream and not event.message.tool_uses
             self._printing_stream = False
         elif isinstance(event, ToolCallStarted):
             code = event.tool_use.input.get("code")
-            body: Any = Syntax(code, "python") if isinstance(code, str) else Text(str(event.tool_use.input))
-            c.print(Panel(body, title=event.tool_use.name, title_align="left", border_style="blue"))
+            body: Any = Syntax(safe(code), "python") if isinstance(code, str) else Text(safe(event.tool_use.input))
+            c.print(Panel(body, title=safe(event.tool_use.name), title_align="left", border_style="blue"))
         elif isinstance(event, ToolCallFinished):
             tool = self.record.tool(event.tool_use.id)
             if tool is not None:
                 style = "red" if tool.is_error else "dim"
-                c.print(Text(export.tool_summary(tool), style=style))
-                c.print(Text(export._clip(tool.result or "", 600), style=style))
+                c.print(Text(safe(export.tool_summary(tool)), style=style))
+                c.print(Text(safe(export._clip(tool.result or "", 600)), style=style))
         elif isinstance(event, TurnFinished):
             c.print(Text(status_text(self.record, "…"), style="dim"))
         elif isinstance(event, Notice):
-            c.print(Text(event.text, style="yellow" if event.level != "error" else "red"))
+            c.print(Text(safe(event.text), style="yellow" if event.level != "error" else "red"))
         elif isinstance(event, RunFinished):
             result = event.result
             if result.status != "completed":
-                c.print(Text(f"{result.status}: {result.error or ''}", style="bold red"))
+                c.print(Text(safe(f"{result.status}: {result.error or ''}"), style="bold red"))
             elif result.text and not self._streamed_final:
-                c.print(Markdown(result.text))
+                c.print(Markdown(safe(result.text)))
             if result.charts:
                 c.print(Text(f"({len(result.charts)} chart(s) drawn; export to .html to view)", style="dim"))
-            c.print(Text(export.render_footer_text(self.record), style="dim"))
+            c.print(Text(safe(export.render_footer_text(self.record)), style="dim"))
