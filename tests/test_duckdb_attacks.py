@@ -1,0 +1,121 @@
+"""DuckDB file-write attacks: configured files stay byte-identical, nothing new appears on disk.
+
+Each statement goes through ``duckdb__query`` (refused or failing) and
+straight into :meth:`DuckDBEngine.query` with the classifier skipped — what
+the engine itself enforces: DuckDB holds no path (configured files are Arrow
+datasets Python opened), external access is off and the configuration locked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import pandas as pd
+import pytest
+
+from harness_magic.core.cache import SessionCache
+from harness_magic.core.connectors import ConnectorRegistry, duckdb_connector
+from harness_magic.core.connectors.duckdb_connector import DuckDBEngine
+from harness_magic.core.loop import Harness
+from harness_magic.core.offline import ScriptedModel
+from harness_magic.core.provider import ProviderAdapter
+from harness_magic.core.tools import ToolError
+
+ATTACKS = [
+    "COPY sales_csv TO '{csv}' (USE_TMP_FILE false)",
+    "COPY (SELECT 1 AS a) TO '{pq}' (FORMAT parquet, USE_TMP_FILE false)",
+    "COPY sales_pq TO '{csv}' (HEADER false)",
+    "SELECT 1; COPY sales_csv TO '{csv}' (USE_TMP_FILE false)",
+    "SELECT $$ [ $$; COPY sales_csv TO '{csv}' (USE_TMP_FILE false)",
+    "SELECT 1 AS é$a$; COPY sales_csv TO '{csv}'; SELECT 1 AS é$a$",
+    "SELECT '`'; COPY sales_csv TO '{csv}'; SELECT '`'",
+    "COPY sales_csv TO '{root}/new.csv'",
+    "COPY sales_csv FROM '{secret}'",
+    "EXPORT DATABASE '{root}/export'",
+    "ATTACH '{root}/attached.duckdb' AS x",
+    "ATTACH '{pq}' AS y",
+    "INSTALL httpfs",
+    "FORCE INSTALL httpfs",
+    "LOAD httpfs",
+    "SET enable_external_access = true",
+    "RESET enable_external_access",
+    "SET allowed_paths = ['/']",
+    "SET profiling_output = '{csv}'",
+    "SELECT * FROM read_csv('{secret}')",
+    "SELECT * FROM read_text('{secret}')",
+    "SELECT * FROM read_csv('{csv}')",
+    "SELECT * FROM query('COPY sales_csv TO ''{csv}''')",
+    "CREATE TABLE t AS SELECT * FROM sales_csv",
+    "EXPLAIN ANALYZE COPY sales_csv TO '{csv}'",
+]
+
+
+def digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def files(tmp_path):
+    root = tmp_path / "data"
+    root.mkdir()
+    frame = pd.DataFrame({"region": ["north", "south"], "amount": [10, 20]})
+    frame.to_csv(root / "sales.csv", index=False)
+    frame.to_parquet(root / "sales.parquet")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hunter2\n")
+    return {"root": root, "csv": root / "sales.csv", "pq": root / "sales.parquet", "secret": secret}
+
+
+def disk(files):
+    found = {str(p): digest(p) for p in sorted(files["root"].rglob("*")) if p.is_file()}
+    return {**found, "secret": digest(files["secret"])}
+
+
+def render(attack, files):
+    return attack.format(**{k: str(v) for k, v in files.items()})
+
+
+def test_the_corpus_covers_the_file_write_forms():
+    assert len(ATTACKS) >= 20 and sum("COPY" in a for a in ATTACKS) >= 8
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_a_file_attack_through_the_tool_is_refused_and_changes_no_file(tmp_path, files, attack):
+    sql = render(attack, files)
+    before = disk(files)
+    registry = ConnectorRegistry([duckdb_connector({"sales_csv": files["csv"], "sales_pq": files["pq"]})])
+    turns = [{"tool_calls": [{"name": "load_connectors", "arguments": {"connector_name": "duckdb"}}]},
+             {"tool_calls": [{"name": "duckdb__query", "arguments": {"sql": sql}}]}, {"text": "done"}]
+    harness = Harness(ProviderAdapter("scripted/duck", transport=ScriptedModel(turns)), "sys", [],
+                      run_dir=str(tmp_path / "runs"), cache=SessionCache())
+    registry.install(harness)
+    result = harness.run_result("go")
+    block = [b for m in result.messages for b in m.content if getattr(b, "type", "") == "tool_result"][-1]
+    assert block.is_error and "hunter2" not in block.content
+    assert disk(files) == before
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_the_engine_alone_cannot_write_a_file(files, attack):
+    """Classifier skipped: DuckDB itself has no file access."""
+    engine = DuckDBEngine({"sales_csv": files["csv"], "sales_pq": files["pq"]})
+    before = disk(files)
+    try:
+        frame, _ = engine.query(SessionCache(), render(attack, files))
+        assert "hunter2" not in frame.to_string()
+    except ToolError:
+        pass
+    assert disk(files) == before
+
+
+def test_configured_files_are_still_readable(files):
+    engine = DuckDBEngine({"sales_csv": files["csv"], "sales_pq": files["pq"]})
+    frame, _ = engine.query(SessionCache(), "SELECT c.region, c.amount + p.amount AS twice FROM sales_csv c "
+                                            "JOIN sales_pq p USING (region) ORDER BY 1")
+    assert frame.to_dict("list") == {"region": ["north", "south"], "twice": [20, 40]}
+
+
+def test_only_one_statement_runs_per_call(files):
+    engine = DuckDBEngine({"sales_csv": files["csv"]})
+    with pytest.raises(ToolError, match="2 statements"):
+        engine.query(SessionCache(), "CREATE TABLE x AS SELECT 1; SELECT * FROM x")
