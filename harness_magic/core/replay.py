@@ -8,7 +8,11 @@ Three operations over JSONL run logs (:mod:`harness_magic.core.log`):
     By default tool results are also played back from the log, so the
     replayed transcript is identical to the recorded one message for message,
     with no data needed. Pass ``tools=`` (and ``cache=``) to re-execute real
-    tools instead and check that a run reproduces. Recorded reminders are
+    tools instead and check that a run reproduces; pass the live harness's
+    guards too (``**live_tools_of(harness)``) so every re-executed call goes
+    through the same approval policy and budgets as a live run — a write the
+    recording shows as denied is put to the approver again, never run
+    silently, and a crafted log gets no more than the model would. Recorded reminders are
     re-applied at the same turns, and the run ends with the recorded status.
 :func:`retry_from`
     Puts the transcript up to turn *N* (:func:`checkpoint_messages`) into a
@@ -61,6 +65,7 @@ __all__ = [
     "retry_from",
     "diff_runs",
     "first_difference",
+    "live_tools_of",
     "DIFF_VALUE_CHARS",
 ]
 
@@ -330,6 +335,17 @@ class ReplayResult:
         return self.first_difference is None
 
 
+def live_tools_of(harness: Any) -> dict[str, Any]:
+    """Options for :func:`replay_run` that re-run ``harness``'s tools under ``harness``'s guards.
+
+    The tools, the cache, every tool guard (the connectors' approval policy,
+    the budgets' tool-call and wall-time refusals) and every check (budgets
+    between steps).
+    """
+    return {"tools": list(harness.tools), "cache": harness.cache,
+            "tool_guards": list(getattr(harness, "_tool_guards", [])), "checks": list(getattr(harness, "_checks", []))}
+
+
 def replay_run(
     log_path: "str | os.PathLike[str]",
     *,
@@ -337,11 +353,15 @@ def replay_run(
     cache: Any | None = None,
     run_dir: str | os.PathLike[str] | None = None,
     on_event: Callable[[Any], None] | None = None,
+    tool_guards: Sequence[Callable[[ToolSpec, ToolUseBlock], "str | None"]] = (),
+    checks: Sequence[Callable[[Any], None]] = (),
 ) -> ReplayResult:
     """Replay the run in ``log_path`` with its recording as the model.
 
     ``tools=None`` plays tool results back from the log (exact, no data
-    needed); otherwise the given tools run for real against ``cache``.
+    needed); otherwise the given tools run for real against ``cache``,
+    each call first passing ``tool_guards`` (approval, budgets), and
+    ``checks`` run before every model step (see :func:`live_tools_of`).
     ``run_dir`` receives the replay's own log (a temporary folder by default).
     ``on_event`` receives the replay's events (live display).
     """
@@ -363,6 +383,11 @@ def replay_run(
     )
     if recorded_tools is not None:
         harness.add_tool_guard(recorded_tools.guard)
+    elif tools is not None:
+        for guard in tool_guards:
+            harness.add_tool_guard(guard)
+        for check in checks:
+            harness.add_check(check)
     harness.add_check(_stop_like_recording(run))
     for hook in _recorded_reminders(run):
         harness.register_reminder(hook)

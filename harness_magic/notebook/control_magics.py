@@ -3,7 +3,9 @@
 ``%agent_replay LOG [--live-tools]``
     Replay a run log with the recording as the model (no key needed). Tool
     results are played back from the log unless ``--live-tools`` re-runs them
-    on this session's cache. Says whether the transcript is identical.
+    on this session's cache, through this session's approval policy and
+    budgets (a write is asked again, whatever the log says). Says whether the
+    transcript is identical.
 ``%agent_retry --from-turn N [--log LOG] [-m MODEL]``
     Re-use the transcript of a run (default: the latest) up to turn N and let
     the model continue from there, in this session (its cache holds the
@@ -60,7 +62,7 @@ class ControlMagics(Magics):
     @line_magic
     def agent_replay(self, line: str) -> Any:
         """Replay a recorded run with its recording as the model; returns its RunResult."""
-        from harness_magic.core.replay import replay_run
+        from harness_magic.core.replay import live_tools_of, replay_run
 
         args = parse_argstring(self.agent_replay, line)
         log = _log_path(args.log)
@@ -70,7 +72,7 @@ class ControlMagics(Magics):
         sinks = [s for s in (recorder, handler) if s is not None]
         options: dict[str, Any] = {}
         if args.live_tools:
-            options = {"tools": session.harness.tools, "cache": session.cache}
+            options = live_tools_of(session.harness)
         try:
             replay = replay_run(log, run_dir=session.config.run_dir, on_event=lambda e: [s(e) for s in sinks],
                                 **options)
