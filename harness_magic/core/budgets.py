@@ -16,11 +16,14 @@ Limits are checked between steps: a single long tool call is not cut short
 by the wall-time budget (the interpreter's own time limit bounds it).
 
 Token and cost budgets count subagent usage too when the loop reports it
-(``run.child_usage``).
+(``run.child_usage``). A subagent started during a run gets at most what is
+left of every budget installed on its parent (:func:`child_budgets`), and its
+tool calls are added to the parent run's count.
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -33,7 +36,12 @@ __all__ = [
     "BUDGET_STATUS",
     "BUDGET_WARNING_FRACTION",
     "run_usage",
+    "child_budgets",
+    "installed_budgets",
 ]
+
+_INSTALLED: "weakref.WeakKeyDictionary[Any, list[BudgetGuard]]" = weakref.WeakKeyDictionary()
+"""Budget guards per harness, so a subagent tool can find its parent's limits."""
 
 BUDGET_STATUS = {
     "max_turns": "max_turns_exceeded",
@@ -128,7 +136,40 @@ class Budgets:
         guard = BudgetGuard(self)
         harness.add_check(guard.check)
         harness.add_tool_guard(guard.tool_guard)
+        _INSTALLED.setdefault(harness, []).append(guard)
         return guard
+
+
+def installed_budgets(harness: Any) -> list[Budgets]:
+    """The budgets of every :class:`BudgetGuard` installed on ``harness`` (their current values)."""
+    return [guard.budgets for guard in _INSTALLED.get(harness, [])]
+
+
+def child_budgets(harness: Any, run: Any, *, reserve_tool_calls: int = 1) -> "tuple[Budgets, str | None]":
+    """What is left of ``harness``'s budgets for a child started now in ``run``.
+
+    Returns ``(budgets, None)``, or ``(Budgets(), reason)`` when a budget is
+    already spent. ``reserve_tool_calls`` counts the call starting the child
+    (not yet in ``run.tool_calls``). Turns are left to the caller (the
+    harness's own ``max_turns`` bounds them).
+    """
+    limits: dict[str, float] = {}
+    if run is None:
+        return Budgets(), None
+    for budgets in installed_budgets(harness):
+        used = budgets.used(run)
+        used["max_tool_calls"] += reserve_tool_calls
+        for name, limit in budgets.active.items():
+            if name == "max_turns":
+                continue
+            left = limit - used[name]
+            if left < 1 if name == "max_tool_calls" else left <= 0:
+                return Budgets(), _reason(name, used[name], limit)
+            limits[name] = min(limits.get(name, left), left)
+    for name in ("max_tokens", "max_tool_calls"):
+        if name in limits:
+            limits[name] = max(1, int(limits[name]))
+    return Budgets(**limits), None
 
 
 def _reason(name: str, used: float, limit: float) -> str:

@@ -12,7 +12,10 @@ with
 * its inputs: each name in ``input_handles`` is copied into the fresh cache
   through ``parent_cache.view(name)`` — the type-aware copy boundary — so
   mutating an input inside the subagent never changes the parent's value,
-* a turn budget capped by the parent's remaining turns,
+* a turn budget capped by the parent's remaining turns, and at most what is
+  left of the parent's token, cost, wall-time and tool-call budgets
+  (:func:`~harness_magic.core.budgets.child_budgets`, installed on the child);
+  the child's usage and tool calls count against the parent's run,
 * its own JSONL log whose ``run_start`` names ``parent_run_id``,
   ``parent_tool_use_id`` and ``parent_run_file``; the parent's log gets an
   ``event`` record (``event: subagent``) naming the child's run id and file.
@@ -34,6 +37,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable
 
+from harness_magic.core.budgets import child_budgets
 from harness_magic.core.events import SubagentEvent
 from harness_magic.core.format import truncate_middle
 from harness_magic.core.tools import ToolError, ToolOutput, ToolSpec
@@ -177,6 +181,9 @@ def make_subagent_tool(
         budget = min(max_turns, remaining)
         if budget < 1:
             raise ToolError("No turns left in your budget for a subagent; finish the work yourself.")
+        limits, spent = child_budgets(parent, run)
+        if spent is not None:
+            raise ToolError(f"No budget left for a subagent ({spent}); finish the work yourself.")
 
         child_cache = cache_factory() if cache_factory is not None else SessionCache()
         local_inputs = [child_cache.put(h, parent_cache.view(h)) for h in inputs]
@@ -200,10 +207,14 @@ def make_subagent_tool(
             },
         )
         holder["h"] = child
+        if limits.active:
+            limits.install(child)
         if connectors is not None:
             connectors.install(child)
         child.subscribe(lambda event: parent._emit(SubagentEvent(parent_tool_use_id=use_id, event=event, depth=1)))
         result = child.run_result(task, session_id=getattr(run, "session_id", None))
+        if run is not None:  # the child's calls count against the parent's tool-call budget
+            run.tool_calls += sum(len(m.tool_results) for m in result.messages)
 
         created = [n for n in child_cache.names() if n not in local_inputs]
         published: list[tuple[str, str]] = []
