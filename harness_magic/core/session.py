@@ -235,7 +235,7 @@ class AgentSession:
         if self.config.reminders:
             self.progress = ProgressTracker(track_plan=self.planner is not None,
                                             budgets=self.budget_guard.budgets).install(harness)
-        self.verifier = Verifier().install(harness)
+        self.verifier = Verifier().install(harness).require_citations()
         """Add after-tool checks here, e.g. ``session.verifier.require_columns([...], handles="summary")``."""
 
     def _set_budgets(self, budgets: Budgets) -> None:

@@ -20,6 +20,13 @@ failed) is
 Built-in rules: :meth:`~Verifier.require_columns`, :meth:`~Verifier.no_nulls`,
 :meth:`~Verifier.row_count`; anything else through :meth:`~Verifier.add_rule`
 with a function ``value -> problem text | None``.
+
+:meth:`~Verifier.require_citations` checks final answers instead of handles:
+every cited source id (``[doc:...]``, ``[term:...]``) must have been returned
+by a knowledge tool in the conversation, and a retrieved metric definition restated in
+the answer must not leave out part of its formula. The answer is final, so a
+failure is reported (event, log record, warning notice; handle
+``final_answer``), not sent back to the model.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ from harness_magic.core.events import Notice, VerificationChecked
 __all__ = ["Verifier", "Rule", "CheckOutcome", "handle_matches"]
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
+FINAL_ANSWER = "final_answer"
+"""The ``handle``/``tool`` name under which final-answer (citation) checks are reported."""
 
 
 def _missing_columns(frame: Any, wanted: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -106,6 +115,8 @@ class Verifier:
         self.history: list[CheckOutcome] = []
         """Every outcome so far, in order."""
         self._harness: Any | None = None
+        self.citations = False
+        """Whether final answers are checked (:meth:`require_citations`)."""
 
     # -- building rules ------------------------------------------------------------------
 
@@ -170,13 +181,50 @@ class Verifier:
 
         return self.add_rule(name, _table_only(name, _explicit(handles), check), handles=handles, tools=tools)
 
+    def require_citations(self) -> "Verifier":
+        """Check final answers: cited ids retrieved in the run, retrieved definitions not contradicted."""
+        self.citations = True
+        return self
+
     # -- running --------------------------------------------------------------------------
 
     def install(self, harness: Any) -> "Verifier":
-        """Run these checks after every tool call of ``harness``."""
+        """Run these checks after every tool call of ``harness`` (and on final answers)."""
         self._harness = harness
         harness.add_tool_validator(self.validate)
+        harness.subscribe(self._on_event)
         return self
+
+    def _on_event(self, event: Any) -> None:
+        if not self.citations or getattr(event, "kind", None) != "assistant_message":
+            return
+        message = event.message
+        if message.tool_uses or not message.text:
+            return
+        outcomes = self.check_answer(message.text)
+        if not outcomes:
+            return
+        self.history.extend(outcomes)
+        failed = [o for o in outcomes if not o.ok]
+        harness = self._harness
+        checks = [asdict(o) for o in outcomes]
+        if hasattr(harness, "log_event"):
+            harness.log_event("verification", tool_use_id="", tool=FINAL_ANSWER, passed=not failed, checks=checks)
+        emit = getattr(harness, "_emit", None)
+        if emit is None:
+            return
+        emit(VerificationChecked(turn=event.turn, tool_use_id="", tool=FINAL_ANSWER, passed=not failed,
+                                 checks=tuple(checks)))
+        if failed:
+            emit(Notice(text="Citation check failed: " + "; ".join(o.detail for o in failed), level="warning"))
+
+    def check_answer(self, text: str) -> list[CheckOutcome]:
+        """Citation outcomes for ``text`` against what the current run retrieved."""
+        from harness_magic.core.knowledge.citations import check_answer, retrieved_sources
+
+        sources = retrieved_sources(self._harness) if self._harness is not None else {}
+        return [CheckOutcome(rule=f.rule, handle=FINAL_ANSWER, ok=f.ok, detail=f.detail)
+                for f in check_answer(text, sources)]
 
     def check_handle(self, tool: str, handle: str, value: Any) -> list[CheckOutcome]:
         """Apply every matching rule to ``value``."""

@@ -4,7 +4,9 @@ Each entry names a built-in with ``type`` and passes the rest as options::
 
     [{"type": "files", "roots": ["data"]},
      {"type": "duckdb", "files": {"sales": "data/sales.parquet"}},
-     {"type": "sql", "name": "warehouse", "url": "postgresql+psycopg://..."}]
+     {"type": "sql", "name": "warehouse", "url": "postgresql+psycopg://..."},
+     {"type": "docs", "roots": ["docs/", "runbooks/"]},
+     {"type": "glossary", "files": ["definitions.yaml"]}]
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from harness_magic.core.connectors.registry import Connector, ConnectorRegistry
 
 __all__ = ["connectors_from_config", "BUILTIN_TYPES"]
 
-BUILTIN_TYPES = ("files", "duckdb", "sql")
+BUILTIN_TYPES = ("files", "duckdb", "sql", "docs", "glossary")
 
 
 def connector_from_config(entry: Mapping[str, Any]) -> Connector:
@@ -34,6 +36,14 @@ def connector_from_config(entry: Mapping[str, Any]) -> Connector:
         from harness_magic.core.connectors.sql import sql_connector
 
         return sql_connector(options.pop("url"), **options)
+    if kind == "docs":
+        from harness_magic.core.knowledge.connectors import docs_connector
+
+        return docs_connector(options.pop("roots"), **options)
+    if kind == "glossary":
+        from harness_magic.core.knowledge.connectors import glossary_connector
+
+        return glossary_connector(options.pop("files"), **options)
     raise ValueError(f"connector type {kind!r} is unknown; built-ins: {', '.join(BUILTIN_TYPES)}")
 
 

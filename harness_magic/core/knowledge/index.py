@@ -1,0 +1,442 @@
+"""A document index in one SQLite file: chunks, BM25 through FTS5, optional vectors.
+
+:class:`DocIndex` keeps, per indexed file, its content hash, size, mtime and
+chunk count; :meth:`DocIndex.refresh` walks the roots and re-indexes only what
+changed (a file whose size and mtime are unchanged is not even read; one whose
+bytes hash the same is not re-chunked), drops files that disappeared, and
+returns an :class:`IndexReport` saying what it did.
+
+Keyword search is FTS5's ``bm25()`` over the heading trail (weighted higher)
+and the text, with the Porter stemmer. The user's or model's query is never
+passed as FTS5 syntax: it is split into word tokens, each quoted, joined with
+OR, so ``"NEAR(" OR x`` or ``title:*`` are plain words.
+
+With an embedder (see :mod:`.embed`) every chunk also gets a vector (float32
+blobs, read back with ``numpy.frombuffer``: decoding runs no code) and
+:meth:`DocIndex.search` fuses keyword and vector rankings by reciprocal rank.
+
+Files are only read under the configured roots (symlinks resolving outside a
+root are skipped and reported), up to ``FILE_MAX_BYTES`` each and
+``MAX_FILES`` in all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from harness_magic.core.knowledge.extract import SUFFIXES, Chunk, ExtractionError, chunk_lines, extract_lines
+
+__all__ = ["DocIndex", "IndexReport", "Hit", "FILE_MAX_BYTES", "MAX_FILES", "QUERY_MAX_TOKENS", "RRF_K",
+           "fts_query"]
+
+FILE_MAX_BYTES = 20 * 1024 * 1024
+"""Larger files are skipped (and reported): business docs are small; a 1 GB log is not a doc."""
+MAX_FILES = 50_000
+"""Files indexed per connector; the walk stops here so a mis-pointed root cannot run away."""
+QUERY_MAX_TOKENS = 64
+"""Query words kept; the rest are dropped (a pasted page is not a query)."""
+RRF_K = 60
+"""Reciprocal-rank-fusion constant from Cormack et al. (2009): 1 / (k + rank)."""
+CANDIDATES = 50
+"""Hits taken from each retriever before fusion."""
+TITLE_WEIGHT = 3.0
+"""BM25 weight of the heading trail relative to the body (1.0)."""
+SNIPPET_TOKENS = 32
+"""Tokens in an FTS5 snippet."""
+SCHEMA_VERSION = 1
+
+_TOKEN_RE = re.compile(r"\w+", re.UNICODE)
+
+
+def fts_query(text: str) -> str:
+    """An FTS5 MATCH expression for free text: quoted word tokens joined with OR ("" when none)."""
+    tokens = _TOKEN_RE.findall(text.lower())[:QUERY_MAX_TOKENS]
+    seen: list[str] = []
+    for token in tokens:
+        if token not in seen:
+            seen.append(token)
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in seen)
+
+
+@dataclass
+class IndexReport:
+    """What one :meth:`DocIndex.refresh` did."""
+
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    skipped: list[str] = field(default_factory=list)
+    """``"path: reason"`` for files not indexed (too large, unreadable, outside the root)."""
+    chunks_written: int = 0
+    files: int = 0
+    """Files in the index after the refresh."""
+    chunks: int = 0
+    """Chunks in the index after the refresh."""
+    bytes_read: int = 0
+    seconds: float = 0.0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.added or self.updated or self.removed)
+
+    def summary(self) -> str:
+        parts = [f"{self.files} files, {self.chunks} chunks"]
+        for label, names in (("added", self.added), ("updated", self.updated), ("removed", self.removed)):
+            if names:
+                shown = ", ".join(names[:5]) + (f" (+{len(names) - 5} more)" if len(names) > 5 else "")
+                parts.append(f"{label} {len(names)}: {shown}")
+        if self.skipped:
+            parts.append(f"skipped {len(self.skipped)}: " + "; ".join(self.skipped[:3]))
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One search result."""
+
+    chunk: Chunk
+    score: float
+    """Higher is better: -bm25 for keyword search, the fused RRF score for hybrid search."""
+    snippet: str
+
+    @property
+    def source_id(self) -> str:
+        return self.chunk.source_id
+
+
+@dataclass(frozen=True)
+class _Root:
+    path: Path
+    prefix: str
+
+
+class DocIndex:
+    """Chunks of the files under ``roots`` in the SQLite file ``db_path``."""
+
+    def __init__(self, roots: Sequence[str | os.PathLike], db_path: str | os.PathLike, *,
+                 embedder: Any | None = None) -> None:
+        if isinstance(roots, (str, os.PathLike)):
+            roots = [roots]
+        if not roots:
+            raise ValueError("the docs connector needs at least one root directory")
+        self.roots: list[_Root] = []
+        prefixes: dict[str, str] = {}
+        for raw in roots:
+            path = Path(raw).expanduser().resolve()
+            if not path.is_dir():
+                raise ValueError(f"docs root {str(raw)!r} is not a directory")
+            prefix = path.name or "root"
+            if prefix in prefixes:
+                raise ValueError(f"docs roots {prefixes[prefix]!r} and {str(raw)!r} share the name {prefix!r}; "
+                                 "source ids start with the root's name, so give them different names")
+            prefixes[prefix] = str(raw)
+            self.roots.append(_Root(path, prefix))
+        self.db_path = Path(db_path)
+        self.db_path.parent.mkdir(parents=True, exist_ok=True)
+        self.embedder = embedder
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(str(self.db_path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._create()
+        self._vectors: tuple[list[int], Any] | None = None
+        self.last_report: IndexReport | None = None
+        self.last_refresh: float | None = None
+
+    # -- schema ---------------------------------------------------------------------------
+
+    def _create(self) -> None:
+        db = self._db
+        db.executescript(f"""
+            CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+            CREATE TABLE IF NOT EXISTS files (
+                path TEXT PRIMARY KEY, sha256 TEXT, size INTEGER, mtime_ns INTEGER,
+                chunks INTEGER, indexed_at REAL, note TEXT);
+            CREATE TABLE IF NOT EXISTS chunks (
+                id INTEGER PRIMARY KEY, path TEXT, slug TEXT, trail TEXT, start_line INTEGER,
+                end_line INTEGER, text TEXT, UNIQUE(path, slug));
+            CREATE INDEX IF NOT EXISTS chunks_path ON chunks(path);
+            CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
+                title, body, tokenize='porter unicode61');
+            CREATE TABLE IF NOT EXISTS vectors (chunk_id INTEGER PRIMARY KEY, model TEXT, vec BLOB);
+            INSERT OR IGNORE INTO meta VALUES ('schema', '{SCHEMA_VERSION}');
+        """)
+        version = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0]
+        if version != str(SCHEMA_VERSION):
+            raise ValueError(f"index {str(self.db_path)!r} has schema {version}, expected {SCHEMA_VERSION}; "
+                             "delete the file to rebuild it")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # -- indexing -------------------------------------------------------------------------
+
+    def _walk(self, report: IndexReport) -> Iterable[tuple[str, Path]]:
+        count = 0
+        for root in self.roots:
+            for dirpath, dirnames, filenames in os.walk(root.path, followlinks=False):
+                dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+                for name in sorted(filenames):
+                    if name.startswith(".") or Path(name).suffix.lower() not in SUFFIXES:
+                        continue
+                    full = Path(dirpath) / name
+                    rel = full.relative_to(root.path).as_posix()
+                    doc_path = f"{root.prefix}/{rel}"
+                    try:
+                        real = full.resolve(strict=True)
+                    except OSError as exc:
+                        report.skipped.append(f"{doc_path}: {exc.strerror or exc}")
+                        continue
+                    if not real.is_relative_to(root.path):
+                        report.skipped.append(f"{doc_path}: links outside its root")
+                        continue
+                    count += 1
+                    if count > MAX_FILES:
+                        report.skipped.append(f"{doc_path}: more than {MAX_FILES} files under the roots")
+                        return
+                    yield doc_path, real
+
+    def refresh(self) -> IndexReport:
+        """Bring the index up to date with the files; returns what changed."""
+        started = time.perf_counter()
+        report = IndexReport()
+        with self._lock:
+            db = self._db
+            known = {row[0]: row[1:] for row in db.execute("SELECT path, sha256, size, mtime_ns FROM files")}
+            seen: set[str] = set()
+            new_chunk_ids: list[int] = []
+            for doc_path, real in self._walk(report):
+                try:
+                    stat = real.stat()
+                except OSError as exc:
+                    report.skipped.append(f"{doc_path}: {exc.strerror or exc}")
+                    continue
+                if stat.st_size > FILE_MAX_BYTES:
+                    report.skipped.append(f"{doc_path}: {stat.st_size} bytes, over the {FILE_MAX_BYTES} limit")
+                    continue
+                seen.add(doc_path)
+                previous = known.get(doc_path)
+                if previous is not None and previous[1] == stat.st_size and previous[2] == stat.st_mtime_ns:
+                    report.unchanged += 1
+                    continue
+                try:
+                    with open(real, "rb") as handle:
+                        data = handle.read(FILE_MAX_BYTES + 1)
+                except OSError as exc:
+                    seen.discard(doc_path)
+                    report.skipped.append(f"{doc_path}: {exc.strerror or exc}")
+                    continue
+                report.bytes_read += len(data)
+                digest = hashlib.sha256(data).hexdigest()
+                if previous is not None and previous[0] == digest:
+                    db.execute("UPDATE files SET size=?, mtime_ns=? WHERE path=?",
+                               (stat.st_size, stat.st_mtime_ns, doc_path))
+                    report.unchanged += 1
+                    continue
+                try:
+                    lines, note = extract_lines(real, data)
+                except ExtractionError as exc:
+                    report.skipped.append(f"{doc_path}: {exc}")
+                    if previous is not None:
+                        self._delete_file(doc_path)
+                        report.removed.append(doc_path)
+                    seen.discard(doc_path)
+                    continue
+                if note:
+                    report.skipped.append(note)
+                chunks = chunk_lines(doc_path, lines)
+                db.execute("BEGIN")
+                try:
+                    self._delete_file(doc_path)
+                    for chunk in chunks:
+                        cursor = db.execute(
+                            "INSERT INTO chunks (path, slug, trail, start_line, end_line, text) VALUES (?,?,?,?,?,?)",
+                            (chunk.path, chunk.slug, json.dumps(list(chunk.trail)), chunk.start_line,
+                             chunk.end_line, chunk.text))
+                        rowid = cursor.lastrowid
+                        db.execute("INSERT INTO chunks_fts (rowid, title, body) VALUES (?,?,?)",
+                                   (rowid, " ".join(chunk.trail) + " " + chunk.path, chunk.text))
+                        new_chunk_ids.append(rowid)
+                    db.execute("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?,?)",
+                               (doc_path, digest, stat.st_size, stat.st_mtime_ns, len(chunks), time.time(), note))
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                report.chunks_written += len(chunks)
+                (report.updated if previous is not None else report.added).append(doc_path)
+            for gone in sorted(set(known) - seen):
+                db.execute("BEGIN")
+                self._delete_file(gone)
+                db.execute("COMMIT")
+                report.removed.append(gone)
+            if self.embedder is not None:
+                self._embed_missing()
+            report.files = db.execute("SELECT count(*) FROM files").fetchone()[0]
+            report.chunks = db.execute("SELECT count(*) FROM chunks").fetchone()[0]
+            if report.changed:
+                self._vectors = None
+        report.seconds = time.perf_counter() - started
+        self.last_report = report
+        self.last_refresh = time.time()
+        return report
+
+    def _delete_file(self, doc_path: str) -> None:
+        db = self._db
+        ids = [row[0] for row in db.execute("SELECT id FROM chunks WHERE path=?", (doc_path,))]
+        for rowid in ids:
+            db.execute("DELETE FROM chunks_fts WHERE rowid=?", (rowid,))
+            db.execute("DELETE FROM vectors WHERE chunk_id=?", (rowid,))
+        db.execute("DELETE FROM chunks WHERE path=?", (doc_path,))
+        db.execute("DELETE FROM files WHERE path=?", (doc_path,))
+
+    def _embed_missing(self) -> None:
+        import numpy as np
+
+        model = self.embedder.name
+        db = self._db
+        rows = db.execute(
+            "SELECT c.id, c.trail, c.text FROM chunks c LEFT JOIN vectors v ON v.chunk_id = c.id "
+            "WHERE v.chunk_id IS NULL OR v.model != ?", (model,)).fetchall()
+        batch = self.embedder.batch_size
+        for start in range(0, len(rows), batch):
+            part = rows[start : start + batch]
+            vectors = self.embedder.embed([" ".join(json.loads(r[1])) + "\n" + r[2] for r in part])
+            db.execute("BEGIN")
+            for (rowid, _, _), vec in zip(part, vectors):
+                blob = np.asarray(vec, dtype=np.float32).tobytes()
+                db.execute("INSERT OR REPLACE INTO vectors VALUES (?,?,?)", (rowid, model, blob))
+            db.execute("COMMIT")
+        self._vectors = None
+
+    # -- reading --------------------------------------------------------------------------
+
+    def _chunk(self, row: Sequence[Any]) -> Chunk:
+        return Chunk(row[0], row[1], tuple(json.loads(row[2])), row[3], row[4], row[5])
+
+    def get(self, source_id: str) -> Chunk | None:
+        """The chunk with id ``doc:<path>#<slug>`` (brackets and the ``doc:`` prefix are optional)."""
+        path, _, slug = normalize_doc_id(source_id).partition("#")
+        with self._lock:
+            row = self._db.execute("SELECT path, slug, trail, start_line, end_line, text FROM chunks "
+                                   "WHERE path=? AND slug=?", (path, slug)).fetchone()
+        return self._chunk(row) if row else None
+
+    def file_chunks(self, path: str) -> list[Chunk]:
+        with self._lock:
+            rows = self._db.execute("SELECT path, slug, trail, start_line, end_line, text FROM chunks "
+                                    "WHERE path=? ORDER BY start_line", (path,)).fetchall()
+        return [self._chunk(r) for r in rows]
+
+    def files(self) -> list[dict[str, Any]]:
+        """One dict per indexed file: path, chunks, bytes, sha256 (first 12), indexed_at."""
+        with self._lock:
+            rows = self._db.execute("SELECT path, chunks, size, sha256, indexed_at, note FROM files "
+                                    "ORDER BY path").fetchall()
+        return [{"path": r[0], "chunks": r[1], "bytes": r[2], "sha256": r[3][:12], "indexed_at": r[4],
+                 "note": r[5] or ""} for r in rows]
+
+    def counts(self) -> tuple[int, int]:
+        with self._lock:
+            files = self._db.execute("SELECT count(*) FROM files").fetchone()[0]
+            chunks = self._db.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        return files, chunks
+
+    # -- search ---------------------------------------------------------------------------
+
+    def keyword(self, query: str, k: int) -> list[Hit]:
+        """BM25 hits, best first."""
+        expression = fts_query(query)
+        if not expression or k < 1:
+            return []
+        sql = (f"SELECT c.path, c.slug, c.trail, c.start_line, c.end_line, c.text, "
+               f"bm25(chunks_fts, {TITLE_WEIGHT}, 1.0) AS rank, "
+               f"snippet(chunks_fts, 1, '', '', ' … ', {SNIPPET_TOKENS}) "
+               "FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid "
+               "WHERE chunks_fts MATCH ? ORDER BY rank LIMIT ?")
+        with self._lock:
+            rows = self._db.execute(sql, (expression, k)).fetchall()
+        return [Hit(self._chunk(r[:6]), -float(r[6]), " ".join(r[7].split())) for r in rows]
+
+    def _vector_matrix(self) -> tuple[list[int], Any]:
+        import numpy as np
+
+        if self._vectors is None:
+            with self._lock:
+                rows = self._db.execute("SELECT chunk_id, vec FROM vectors WHERE model=? ORDER BY chunk_id",
+                                        (self.embedder.name,)).fetchall()
+            ids = [r[0] for r in rows]
+            matrix = (np.vstack([np.frombuffer(r[1], dtype=np.float32) for r in rows]) if rows
+                      else np.zeros((0, 1), dtype=np.float32))
+            norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+            norms[norms == 0] = 1.0
+            self._vectors = (ids, matrix / norms)
+        return self._vectors
+
+    def vector(self, query: str, k: int) -> list[Hit]:
+        """Cosine-similarity hits from the embedder, best first (empty without an embedder)."""
+        import numpy as np
+
+        if self.embedder is None or not query.strip() or k < 1:
+            return []
+        ids, matrix = self._vector_matrix()
+        if not ids:
+            return []
+        q = np.asarray(self.embedder.embed([query])[0], dtype=np.float32)
+        if q.shape[0] != matrix.shape[1]:
+            raise ValueError(f"the embedder returned {q.shape[0]} dimensions; the index holds {matrix.shape[1]}")
+        q = q / (np.linalg.norm(q) or 1.0)
+        scores = matrix @ q
+        order = np.argsort(-scores)[:k]
+        hits = []
+        with self._lock:
+            for i in order:
+                row = self._db.execute("SELECT path, slug, trail, start_line, end_line, text FROM chunks "
+                                       "WHERE id=?", (ids[int(i)],)).fetchone()
+                if row:
+                    chunk = self._chunk(row)
+                    hits.append(Hit(chunk, float(scores[int(i)]), _lead(chunk.text)))
+        return hits
+
+    def search(self, query: str, k: int = 5) -> list[Hit]:
+        """Keyword hits, fused with vector hits by reciprocal rank when an embedder is set."""
+        if self.embedder is None:
+            return self.keyword(query, k)
+        return fuse([self.keyword(query, CANDIDATES), self.vector(query, CANDIDATES)], k)
+
+
+def fuse(rankings: Sequence[Sequence[Hit]], k: int) -> list[Hit]:
+    """Reciprocal-rank fusion: score = sum over rankings of 1 / (RRF_K + rank); keyword snippets win."""
+    scores: dict[str, float] = {}
+    first: dict[str, Hit] = {}
+    for ranking in rankings:
+        for rank, hit in enumerate(ranking, 1):
+            scores[hit.source_id] = scores.get(hit.source_id, 0.0) + 1.0 / (RRF_K + rank)
+            first.setdefault(hit.source_id, hit)
+    order = sorted(scores, key=lambda sid: (-scores[sid], sid))[:k]
+    return [Hit(first[sid].chunk, round(scores[sid], 6), first[sid].snippet) for sid in order]
+
+
+def _lead(text: str, limit: int = 240) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def normalize_doc_id(source_id: str) -> str:
+    """``"[doc:a/b.md#s]"`` / ``"doc:a/b.md#s"`` / ``"a/b.md#s"`` -> ``"a/b.md#s"``."""
+    text = source_id.strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1].strip()
+    if text.startswith("doc:"):
+        text = text[4:]
+    return text
