@@ -6,7 +6,8 @@ Modules, one job each:
 * :mod:`.snapshot` — ``ls`` + ``head`` summaries, bounded JSON.
 * :mod:`.sizing` — fast memory estimates for the byte budget.
 * :mod:`.boundary` — copies handed out that cannot change the cache.
-* :mod:`.spill` — exact on-disk formats (Parquet, Arrow IPC, ``.npy``, pickle).
+* :mod:`.codec` — tagged JSON: the code-free encoding of Python objects read back.
+* :mod:`.spill` — exact on-disk formats (Parquet, Arrow IPC, ``.npy``, tagged JSON), digests.
 * :mod:`.session` — :class:`SessionCache`: hot set, spill, hydrate, checkpoints.
 * :mod:`.errors` — the exception hierarchy and :class:`SpillWarning`.
 """

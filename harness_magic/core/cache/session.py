@@ -60,10 +60,18 @@ from harness_magic.core.cache.errors import (
     SpillWarning,
     UnknownHandleError,
 )
-from harness_magic.core.cache.names import resolve_handle_name
+from harness_magic.core.cache.names import resolve_handle_name, sanitize_identifier
 from harness_magic.core.cache.sizing import estimate_nbytes
 from harness_magic.core.cache.snapshot import make_snapshot
-from harness_magic.core.cache.spill import SpillRecord, SpillUnsupported, format_for_path, read_value, write_value
+from harness_magic.core.cache.spill import (
+    SPILL_FORMATS,
+    SpillIntegrityError,
+    SpillRecord,
+    SpillUnsupported,
+    format_for_path,
+    read_value,
+    write_value,
+)
 
 __all__ = [
     "SessionCache",
@@ -80,8 +88,13 @@ DEFAULT_MEMORY_BUDGET_BYTES = 2 * 1024**3
 """In-memory bytes the hot set may hold: comfortable on a laptop kernel next to the user's own data."""
 CHECKPOINT_MANIFEST = "manifest.json"
 """File in a checkpoint directory listing handles, formats, snapshots and provenance."""
-CHECKPOINT_VERSION = 1
-"""Bumped when the manifest layout changes; :meth:`SessionCache.load` refuses other versions."""
+CHECKPOINT_VERSION = 2
+"""Bumped when the manifest layout changes; :meth:`SessionCache.load` refuses other versions.
+
+Version 2: no pickle format, JSON metadata in every file, a BLAKE2b digest per file."""
+MANIFEST_MAX_BYTES = 64 * 1024**2
+"""A manifest larger than this is refused: snapshots are small, so it is not a real checkpoint."""
+_DIGEST_CHARS = frozenset("0123456789abcdef")
 
 _ABSENT: Any = object()
 """Marks an entry whose value is on disk only."""
@@ -120,7 +133,7 @@ class HandleInfo:
     location: str
     """``"memory"`` or ``"disk"``."""
     storage: str | None
-    """Format of its spill file (``parquet``, ``arrow``, ``npy``, ``pickle``) or None if never spilled."""
+    """Format of its spill file (``parquet``, ``arrow``, ``npy``, ``json``) or None if never spilled."""
     turn: int | None
     """Turn that created it."""
     tool: str | None
@@ -144,7 +157,7 @@ class _SpillDir:
             if self.requested is None:
                 self.path, self.created = Path(tempfile.mkdtemp(prefix="harness_magic_cache_")), True
             else:
-                self.requested.mkdir(parents=True, exist_ok=True)
+                check_private_directory(self.requested)
                 self.path = self.requested
         return self.path
 
@@ -161,6 +174,37 @@ class _SpillDir:
         if self.created and self.path is not None:
             shutil.rmtree(self.path, ignore_errors=True)
             self.path, self.created = None, False
+
+
+def check_private_directory(path: Path) -> None:
+    """Create ``path`` with mode 0700, or accept an existing one only if it is private.
+
+    An existing directory must be a real directory (not a link), owned by the
+    current user, and not writable by group or others: files another local
+    user can plant there would otherwise be read back as cached values.
+    Raises ``PermissionError`` naming the directory and what is wrong.
+    """
+    try:
+        os.mkdir(path, 0o700)
+        return
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.mkdir(path, 0o700)
+        return
+    info = os.lstat(path)
+    import stat
+
+    if not stat.S_ISDIR(info.st_mode):
+        raise PermissionError(f"spill_dir {str(path)!r} is not a plain directory (a link or a file); "
+                              "use a directory you own with mode 0700, or leave spill_dir unset")
+    if info.st_uid != os.geteuid():
+        raise PermissionError(f"spill_dir {str(path)!r} is owned by uid {info.st_uid}, not by you "
+                              f"(uid {os.geteuid()}); use a directory you own with mode 0700, or leave spill_dir unset")
+    if info.st_mode & 0o022:
+        raise PermissionError(f"spill_dir {str(path)!r} is writable by group or others "
+                              f"(mode {stat.S_IMODE(info.st_mode):o}); chmod it to 0700, or leave spill_dir unset")
 
 
 class SessionCache:
@@ -182,6 +226,8 @@ class SessionCache:
         self._entries: dict[str, _Entry] = {}
         self._recency: OrderedDict[str, None] = OrderedDict()  # least recent first
         self._dir = _SpillDir(Path(spill_dir) if spill_dir is not None else None)
+        if spill_dir is not None and os.path.lexists(spill_dir):
+            check_private_directory(Path(spill_dir))  # refuse a foreign or shared directory now
         self._serial = 0
         self._lock = threading.RLock()
         self._finalizer = weakref.finalize(self, self._dir.cleanup)
@@ -326,7 +372,7 @@ class SessionCache:
         """
         with self._lock:
             root = Path(directory)
-            root.mkdir(parents=True, exist_ok=True)
+            root.mkdir(parents=True, exist_ok=True, mode=0o700)
             rows, failures = [], []
             for entry in self._entries.values():
                 try:
@@ -336,6 +382,7 @@ class SessionCache:
                     continue
                 rows.append({
                     "name": entry.name, "file": record.path.name, "format": record.format,
+                    "blake2b": record.digest,
                     "snapshot": entry.snapshot, "size_bytes": entry.size_bytes,
                     "turn": entry.turn, "tool": entry.tool,
                 })
@@ -368,33 +415,25 @@ class SessionCache:
         :class:`CheckpointError` for a missing or foreign manifest or a missing file.
         """
         root = Path(directory)
-        try:
-            manifest = json.loads((root / CHECKPOINT_MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise CheckpointError(f"no readable checkpoint manifest in {root}: {exc}") from exc
-        if manifest.get("kind") != "harness_magic.session_cache" or manifest.get("version") != CHECKPOINT_VERSION:
-            raise CheckpointError(f"{root / CHECKPOINT_MANIFEST} is not a version {CHECKPOINT_VERSION} cache checkpoint")
-        missing = [row["name"] for row in manifest["entries"] if not (root / row["file"]).is_file()]
-        if missing:
-            raise CheckpointError(f"checkpoint {root} lacks the files of: {', '.join(missing)}")
+        manifest = _read_manifest(root)
+        rows = _validated_rows(root, manifest)
         cache = cls(
             hot_count=manifest["hot_count"] if hot_count is None else hot_count,
             memory_budget_bytes=manifest["memory_budget_bytes"] if memory_budget_bytes is None
             else memory_budget_bytes,
             spill_dir=spill_dir,
         )
-        for row in manifest["entries"]:
+        for row in rows:
             source = root / row["file"]
             target = Path(f"{cache._new_stem(row['name'])}{source.suffix}")
             _link_or_copy(source, target)
             cache._dir.files.add(target)
-            record = SpillRecord(target, row["format"])
-            if format_for_path(target) != record.format:
-                raise CheckpointError(f"handle {row['name']!r}: file {row['file']} does not match format {row['format']}")
+            record = SpillRecord(target, row["format"], row["blake2b"])
             cache._entries[row["name"]] = _Entry(row["name"], _ABSENT, row["snapshot"], row["size_bytes"],
                                                  row["turn"], row["tool"], record=record)
-        for name in manifest.get("recency", []):
-            if name in cache._entries:
+        recency = manifest.get("recency", [])
+        for name in recency if isinstance(recency, list) else []:
+            if isinstance(name, str) and name in cache._entries:
                 cache._recency[name] = None
         for name in cache._entries:
             cache._recency.setdefault(name, None)
@@ -472,6 +511,12 @@ class SessionCache:
         assert entry.record is not None
         try:
             value = read_value(entry.record)
+        except SpillIntegrityError as exc:
+            raise SpillReadError(
+                f"handle {entry.name!r}: its file on disk was changed since it was written ({exc}); "
+                "nothing was read from it: retire it or recompute it",
+                handle=entry.name,
+            ) from exc
         except Exception as exc:
             raise SpillReadError(
                 f"handle {entry.name!r} could not be read back from disk "
@@ -487,19 +532,94 @@ class SessionCache:
             if not entry.record.path.is_file():
                 raise SpillReadError(f"spill file of {entry.name!r} is missing", handle=entry.name)
             if target.exists() and target.resolve() == entry.record.path.resolve():
-                return SpillRecord(target, entry.record.format)
+                return entry.record if target == entry.record.path else \
+                    SpillRecord(target, entry.record.format, entry.record.digest)
             _link_or_copy(entry.record.path, target)
-            return SpillRecord(target, entry.record.format)
+            return SpillRecord(target, entry.record.format, entry.record.digest)
         for stale in root.glob(f"{entry.name}.*"):
             if stale.name != CHECKPOINT_MANIFEST:
                 stale.unlink(missing_ok=True)
         return write_value(entry.value, root / entry.name)
 
 
+def _read_manifest(root: Path) -> dict[str, Any]:
+    path = root / CHECKPOINT_MANIFEST
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read(MANIFEST_MAX_BYTES + 1)
+        if len(data) > MANIFEST_MAX_BYTES:
+            raise ValueError(f"over {MANIFEST_MAX_BYTES} bytes")
+        manifest = json.loads(data.decode("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"no readable checkpoint manifest in {root}: {exc}") from exc
+    if not isinstance(manifest, dict) or manifest.get("kind") != "harness_magic.session_cache" \
+            or manifest.get("version") != CHECKPOINT_VERSION or not isinstance(manifest.get("entries"), list):
+        raise CheckpointError(f"{path} is not a version {CHECKPOINT_VERSION} cache checkpoint")
+    for key in ("hot_count", "memory_budget_bytes"):
+        if type(manifest.get(key)) is not int or manifest[key] < 0:
+            raise CheckpointError(f"{path}: {key} must be a non-negative integer, got {manifest.get(key)!r}")
+    return manifest
+
+
+def _validated_rows(root: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every manifest entry checked before any file is touched: an error names the first bad entry.
+
+    Names must be valid handles; files plain basenames of regular files (no
+    links) inside ``root`` whose suffix matches a known format; each with a
+    BLAKE2b digest. Snapshots must be JSON objects.
+    """
+    import stat
+
+    rows, seen = [], set()
+    for position, row in enumerate(manifest["entries"]):
+        label = f"entry {position}"
+        if not isinstance(row, dict):
+            raise CheckpointError(f"checkpoint {root}: {label} is not an object")
+        name = row.get("name")
+        if not isinstance(name, str) or sanitize_identifier(name) != name or name in seen:
+            raise CheckpointError(f"checkpoint {root}: {label} has name {name!r}, which is not a valid, unique "
+                                  "handle (letters, digits and _ only)", handle=str(name))
+        label = f"handle {name!r}"
+        file = row.get("file")
+        if not isinstance(file, str) or not file or os.path.basename(file) != file or file in (".", "..") \
+                or "\x00" in file or os.sep in file:
+            raise CheckpointError(f"checkpoint {root}: {label} names file {file!r}; only plain file names inside "
+                                  "the checkpoint directory are allowed", handle=name)
+        fmt = row.get("format")
+        if fmt not in SPILL_FORMATS:
+            raise CheckpointError(f"checkpoint {root}: {label} has format {fmt!r}; allowed: {', '.join(SPILL_FORMATS)}"
+                                  " (pickle files are never read)", handle=name)
+        try:
+            if format_for_path(Path(file)) != fmt:
+                raise ValueError
+        except ValueError:
+            raise CheckpointError(f"checkpoint {root}: {label}: file {file!r} does not match format {fmt}",
+                                  handle=name) from None
+        digest = row.get("blake2b")
+        if not isinstance(digest, str) or len(digest) != 64 or not set(digest) <= _DIGEST_CHARS:
+            raise CheckpointError(f"checkpoint {root}: {label} lacks a BLAKE2b digest", handle=name)
+        try:
+            info = os.lstat(root / file)
+        except OSError:
+            raise CheckpointError(f"checkpoint {root} lacks the file of {label} ({file})", handle=name) from None
+        if not stat.S_ISREG(info.st_mode):
+            raise CheckpointError(f"checkpoint {root}: the file of {label} ({file}) is a link or not a plain file",
+                                  handle=name)
+        if not isinstance(row.get("snapshot"), dict) or type(row.get("size_bytes")) is not int:
+            raise CheckpointError(f"checkpoint {root}: {label} has a malformed snapshot or size", handle=name)
+        for key in ("turn", "tool"):
+            if row.get(key) is not None and type(row[key]) is not (int if key == "turn" else str):
+                raise CheckpointError(f"checkpoint {root}: {label} has a malformed {key}", handle=name)
+        seen.add(name)
+        rows.append(row)
+    return rows
+
+
 def _link_or_copy(source: Path, target: Path) -> None:
     """Hard-link ``source`` to ``target`` (O(1); files are never modified), else copy it."""
     target.unlink(missing_ok=True)
     try:
-        os.link(source, target)
+        os.link(source, target, follow_symlinks=False)
     except OSError:
-        shutil.copyfile(source, target)
+        shutil.copyfile(source, target, follow_symlinks=False)

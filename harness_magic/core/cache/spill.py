@@ -1,65 +1,75 @@
-"""Writing cached values to disk and reading them back, exactly.
+"""Writing cached values to disk and reading them back, exactly and without running code.
 
 Contract: ``read_value(write_value(v, stem))`` is identical to ``v`` — same
 type, values, dtypes, index (type, name, RangeIndex start/step, frequency),
 columns (names, types, duplicates, MultiIndex), categorical order, ``attrs``
 and ``flags``. Nothing is ever dropped silently: each value goes to the first
-format that holds it exactly.
+format that holds it exactly, and a value no format holds exactly raises
+:class:`SpillUnsupported` naming the kind (and, for frames, the column).
 
-Formats, in order of preference:
+Nothing read back executes code: there is no pickle anywhere. Formats, in
+order of preference:
 
 * ``parquet`` — frames and series (pyarrow, :data:`SPILL_PARQUET_COMPRESSION`).
-* ``arrow`` — Arrow IPC file, for frames Parquet cannot hold exactly (seconds
-  resolution datetimes, non-string categories, ...). Same conversion, no
-  Parquet type mapping.
-* ``npy`` — numpy arrays without Python objects (any rank, structured too).
-* ``pickle`` — everything else, and frames with ``object`` columns or index
-  levels (Arrow would coerce their Python objects). Pickle is acceptable here
-  because the cache reads only files it wrote itself, in the same trusted
-  kernel process.
+* ``arrow`` — Arrow IPC file (uncompressed), for frames Parquet cannot hold
+  exactly (seconds resolution datetimes, non-string categories, ...).
+* ``npy`` — numpy arrays without Python objects (``allow_pickle=False``).
+* ``json`` — everything else that :mod:`.codec`'s tagged JSON carries exactly
+  (scalars, strings, bytes, containers, Decimals, object arrays...).
 
-How exactness is decided for frames: rules first (``object`` data goes to
-pickle), then a *probe* — the first :data:`SPILL_PROBE_ROWS` rows go through
-the candidate format in memory and must come back identical (dtypes,
-categories, index, attrs, flags). The probe costs the same for 10 rows or 10
-million, and catches anything dtype-level a format changes. Verdicts are
-remembered per dtype signature (kind, index type and dtypes, column dtypes
-including categories), since without object data that is all they depend
-on; a frame small enough to be its own probe is written from the probe's
-bytes. Should an Arrow write still fail on the full data, pickle takes over.
+Inside the Arrow formats, columns whose cells are Python objects (``object``
+dtype), complex numbers or sparse data travel as one tagged-JSON string per
+cell; ``object`` index levels likewise. Column labels, ``attrs``, ``flags``,
+the index frequency and a series' name are stored as JSON in the file's
+schema metadata (:data:`_META_KEY`), and the data columns under positional
+names: that is what makes duplicate, non-string and MultiIndex labels exact.
+pandas' own schema metadata is read by pyarrow as JSON too.
 
-Column labels are not trusted to Arrow: they are stored (pickled) in the file's
-schema metadata along with ``attrs``, ``flags``, the index frequency and a
-series' name, and the data columns are written under positional names. That
-is what makes duplicate, non-string and MultiIndex column labels exact.
+How exactness is decided for frames: a *probe* — the first
+:data:`SPILL_PROBE_ROWS` rows go through the candidate format in memory and
+must come back identical. Verdicts are remembered per dtype signature; a
+frame small enough to be its own probe is written from the probe's bytes.
 
-Writes are atomic (temporary file, then ``os.replace``): a failed write never
-leaves a half-written file that looks valid. Disk failures raise ``OSError``;
-values no format can hold raise :class:`SpillUnsupported`.
+Integrity: every file's BLAKE2b digest (:data:`DIGEST_SIZE` bytes) is kept in
+its :class:`SpillRecord` and checked before anything is decoded; a mismatch
+raises :class:`SpillIntegrityError`, never wrong data.
+
+Writes are atomic (temporary file, then ``os.replace``). Disk failures raise
+``OSError``; values no format can hold raise :class:`SpillUnsupported`.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import io
+import json
 import os
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from harness_magic.core.cache.codec import TaggedError, Unencodable, decode_tagged, encode_tagged
+
 __all__ = [
     "SpillRecord",
     "SpillUnsupported",
+    "SpillIntegrityError",
     "write_value",
     "read_value",
     "choose_format",
     "values_identical",
+    "file_digest",
+    "frame_to_table",
+    "table_to_frame",
+    "register_pandas_arrow_types",
     "SPILL_FORMATS",
     "SPILL_PROBE_ROWS",
     "SPILL_PARQUET_COMPRESSION",
+    "DIGEST_SIZE",
 ]
 
-SPILL_FORMATS = ("parquet", "arrow", "npy", "pickle")
+SPILL_FORMATS = ("parquet", "arrow", "npy", "json")
 """Every on-disk format, in order of preference."""
 SPILL_PROBE_ROWS = 64
 """Rows round-tripped in memory to prove a format exact: covers dtype-level losses, costs O(columns)."""
@@ -69,28 +79,40 @@ SPILL_THREADED_CELLS = 1_000_000
 """Below this many cells, converting on one thread beats starting pyarrow's conversion threads."""
 SPILL_VERDICT_MEMO = 512
 """Probe verdicts remembered per dtype signature: repeated spills of similar frames skip the probe."""
-PICKLE_PROTOCOL = 5
-"""Protocol 5 writes numpy/pandas buffers without extra copies."""
+DIGEST_SIZE = 32
+"""BLAKE2b digest bytes per file: 256 bits, collision-free for any accidental or crafted change."""
+JSON_MAX_BYTES = 512 * 1024**2
+"""A ``json`` spill file larger than this is refused on read (tagged JSON of that size is a mistake)."""
+_HASH_CHUNK = 4 * 1024**2
+"""Bytes hashed per read: large enough to run at memory speed, small enough to stay cache-friendly."""
 
-_SUFFIX = {"parquet": ".parquet", "arrow": ".arrow", "npy": ".npy", "pickle": ".pkl"}
+_SUFFIX = {"parquet": ".parquet", "arrow": ".arrow", "npy": ".npy", "json": ".json"}
 _META_KEY = b"harness_magic"
 _SERIES_COLUMN = "__series__"
+_CELL_DTYPES = ("object", "complex", "Sparse")
+"""Column dtypes stored as tagged-JSON cells (Arrow has no exact type for them)."""
 _VERDICTS: dict[tuple[Any, ...], str] = {}
 """Dtype signature -> format a probe proved exact (see :func:`_signature`)."""
 
 
 class SpillUnsupported(Exception):
-    """No format can hold the value (e.g. a lambda, an open socket)."""
+    """No format can hold the value exactly (e.g. a lambda, an object column of sockets)."""
+
+
+class SpillIntegrityError(Exception):
+    """A spill file's bytes do not match the digest recorded when it was written."""
 
 
 @dataclass(frozen=True)
 class SpillRecord:
-    """Where one value lives on disk and in which format."""
+    """Where one value lives on disk, in which format, and the file's BLAKE2b digest (hex)."""
 
     path: Path
     """The file (its suffix names the format)."""
     format: str
     """One of :data:`SPILL_FORMATS`."""
+    digest: str = ""
+    """BLAKE2b hex digest of the file; checked before every read."""
 
 
 def format_for_path(path: Path) -> str:
@@ -101,20 +123,44 @@ def format_for_path(path: Path) -> str:
     raise ValueError(f"{path} is not a spill file (suffix not one of {sorted(_SUFFIX.values())})")
 
 
+def file_digest(path: Path | str) -> str:
+    """BLAKE2b hex digest of a file, read in chunks."""
+    digest = hashlib.blake2b(digest_size=DIGEST_SIZE)
+    with open(path, "rb", buffering=0) as source:
+        chunk = bytearray(_HASH_CHUNK)
+        view = memoryview(chunk)
+        while True:
+            n = source.readinto(chunk)
+            if not n:
+                break
+            digest.update(view[:n])
+    return digest.hexdigest()
+
+
+def register_pandas_arrow_types() -> None:
+    """Register pandas' Arrow extension types (period, interval) before any Arrow read.
+
+    pandas registers them lazily, on first use of those dtypes; a process that
+    reads a file before that would get plain ordinals/structs back.
+    """
+    import pandas.core.arrays.arrow.extension_types  # noqa: F401 - registers on import
+
+
 # --------------------------------------------------------------------------- public
 
 
 def choose_format(value: Any) -> str:
-    """The first format of :data:`SPILL_FORMATS` that holds ``value`` exactly."""
+    """The first format of :data:`SPILL_FORMATS` that holds ``value`` exactly (raises :class:`SpillUnsupported`)."""
     return _plan(value)[0]
 
 
 def write_value(value: Any, stem: Path, fmt: str | None = None) -> SpillRecord:
-    """Write ``value`` to ``stem`` + the format's suffix, atomically.
+    """Write ``value`` to ``stem`` + the format's suffix, atomically; the record carries its digest.
 
     Raises ``OSError`` when the disk refuses, :class:`SpillUnsupported` when
-    the value cannot be serialised at all. If an Arrow format chosen by the
-    probe still fails on the full data, the value goes to pickle instead.
+    no format holds the value exactly (the message names the kind or column).
+    If the Arrow format a probe chose fails on the full data, the other
+    Arrow format is tried; then the value is refused.
     """
     ready: bytes | None = None
     if fmt is None:
@@ -123,10 +169,22 @@ def write_value(value: Any, stem: Path, fmt: str | None = None) -> SpillRecord:
         return _write_file(value, stem, fmt, ready)
     except (OSError, SpillUnsupported):
         raise
-    except Exception:
-        if fmt not in ("parquet", "arrow"):
+    except Exception as exc:
+        if fmt != "parquet":
+            raise SpillUnsupported(f"{_kind(value)} could not be written as {fmt}: {type(exc).__name__}: {exc}") \
+                from exc
+        try:
+            return _write_file(value, stem, "arrow", None)
+        except (OSError, SpillUnsupported):
             raise
-        return _write_file(value, stem, "pickle", None)
+        except Exception as exc2:
+            raise SpillUnsupported(f"{_kind(value)} could not be written exactly: {type(exc2).__name__}: {exc2}") \
+                from exc2
+
+
+def _kind(value: Any) -> str:
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__.split('.')[0]}.{kind.__name__}"
 
 
 def _write_file(value: Any, stem: Path, fmt: str, ready: bytes | None) -> SpillRecord:
@@ -136,13 +194,15 @@ def _write_file(value: Any, stem: Path, fmt: str, ready: bytes | None) -> SpillR
         if ready is not None:  # the probe already serialised the whole value
             with open(tmp, "wb") as sink:
                 sink.write(ready)
+            digest = hashlib.blake2b(ready, digest_size=DIGEST_SIZE).hexdigest()
         else:
             _WRITERS[fmt](value, str(tmp))  # a path: pyarrow writes natively, without Python file calls
+            digest = file_digest(tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return SpillRecord(path, fmt)
+    return SpillRecord(path, fmt, digest)
 
 
 def _plan(value: Any) -> tuple[str, bytes | None]:
@@ -151,10 +211,7 @@ def _plan(value: Any) -> tuple[str, bytes | None]:
     import pandas as pd
 
     if isinstance(value, (pd.DataFrame, pd.Series)) and type(value) in (pd.DataFrame, pd.Series):
-        prepared = _prepare_frame(value)
-        if prepared is None:
-            return "pickle", None
-        flat, meta = prepared
+        flat, meta = _prepare_frame(value)
         key = _signature(value, flat)
         known = _VERDICTS.get(key)
         whole = len(flat) <= SPILL_PROBE_ROWS
@@ -162,20 +219,35 @@ def _plan(value: Any) -> tuple[str, bytes | None]:
             return known, None
         probe = flat if whole else flat.iloc[:SPILL_PROBE_ROWS]
         expected = value if whole else value.iloc[:SPILL_PROBE_ROWS]
+        errors = []
         for fmt in ("parquet", "arrow"):
-            data = _probe(fmt, probe, meta, expected)
+            data = _probe(fmt, probe, meta, expected, errors)
             if data is not None:
                 _remember(key, fmt)
                 return fmt, (data if whole else None)
-        _remember(key, "pickle")
-        return "pickle", None
+        raise SpillUnsupported(
+            f"{_kind(value)} with dtypes {_dtype_list(value)} does not survive Parquet or Arrow exactly"
+            f" ({'; '.join(errors) or 'values changed'})")
     if type(value) is np.ndarray and not value.dtype.hasobject:
         return "npy", None
-    return "pickle", None
+    try:
+        data = json.dumps({"v": encode_tagged(value)}, allow_nan=False).encode("utf-8")
+    except Unencodable as exc:
+        raise SpillUnsupported(str(exc)) from exc
+    except (ValueError, RecursionError) as exc:
+        raise SpillUnsupported(f"{_kind(value)} cannot be stored as tagged JSON: {exc}") from exc
+    return "json", data
+
+
+def _dtype_list(value: Any) -> str:
+    import pandas as pd
+
+    dtypes = [value.dtype] if isinstance(value, pd.Series) else list(value.dtypes)
+    return ", ".join(sorted({str(t) for t in dtypes})) or "(none)"
 
 
 def _signature(value: Any, flat: Any) -> tuple[Any, ...]:
-    """What a probe's verdict depends on: the kind, index and column dtypes (object data never gets here)."""
+    """What a probe's verdict depends on: the kind, index and column dtypes."""
     import pandas as pd
 
     index = flat.index
@@ -196,7 +268,16 @@ def _remember(key: tuple[Any, ...], fmt: str) -> None:
 
 
 def read_value(record: SpillRecord) -> Any:
-    """The value stored in ``record``; raises whatever the format raises on a bad file."""
+    """The value stored in ``record``, after checking the file's digest.
+
+    Raises :class:`SpillIntegrityError` when the bytes changed, whatever the
+    format raises on a malformed file otherwise. Never executes code.
+    """
+    if not record.digest:
+        raise SpillIntegrityError(f"{record.path.name} has no recorded digest; it is not read unchecked")
+    actual = file_digest(record.path)
+    if actual != record.digest:
+        raise SpillIntegrityError(f"{record.path.name} does not match its BLAKE2b digest (the file changed)")
     return _READERS[record.format](str(record.path))
 
 
@@ -220,33 +301,198 @@ def values_identical(a: Any, b: Any) -> bool:
         return False
     flat_a = a.set_axis(range(a.shape[1]), axis=1)
     flat_b = b.set_axis(range(b.shape[1]), axis=1)
-    return bool(flat_a.equals(flat_b))
+    if not flat_a.equals(flat_b):
+        return False
+    for position, dtype in enumerate(a.dtypes):  # object cells: same Python types, not just equal
+        if dtype == object and not _cells_identical(flat_a.iloc[:, position], flat_b.iloc[:, position]):
+            return False
+    return True
+
+
+def _cells_identical(a: Any, b: Any) -> bool:
+    return all(type(x) is type(y) for x, y in zip(a.array, b.array))
 
 
 # --------------------------------------------------------------------------- frames
 
 
-def _prepare_frame(value: Any) -> tuple[Any, dict[str, Any]] | None:
-    """(frame with positional column names, metadata) or None when Arrow cannot be trusted."""
+def _cell_kind(dtype: Any) -> bool:
+    text = str(dtype)
+    return dtype == object or text.startswith(_CELL_DTYPES)
+
+
+def _encode_cells(values: Any, what: str) -> list[str]:
+    out = []
+    for cell in values:
+        try:
+            out.append(json.dumps(encode_tagged(cell), allow_nan=False))
+        except Unencodable as exc:
+            raise SpillUnsupported(f"{what} holds {exc.kind} values, which have no exact safe encoding "
+                                   "(convert them to str, numbers or dates first)") from exc
+        except (ValueError, RecursionError) as exc:
+            raise SpillUnsupported(f"{what} holds a value that cannot be encoded: {exc}") from exc
+    return out
+
+
+def _decode_cells(values: Any) -> Any:
+    import numpy as np
+
+    out = np.empty(len(values), dtype=object)
+    for i, text in enumerate(values):
+        out[i] = decode_tagged(json.loads(text))
+    return out
+
+
+def _label_text(label: Any) -> str:
+    text = repr(label)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _prepare_frame(value: Any) -> tuple[Any, dict[str, Any]]:
+    """(frame with positional column names and code-free cells, JSON-ready metadata).
+
+    Raises :class:`SpillUnsupported` naming the column (or labels/attrs) that
+    holds values without an exact safe encoding.
+    """
     import pandas as pd
 
     kind = "series" if isinstance(value, pd.Series) else "frame"
     frame = value.to_frame(name=_SERIES_COLUMN) if kind == "series" else value
-    levels = frame.index.levels if isinstance(frame.index, pd.MultiIndex) else [frame.index]
-    if any(level.dtype == object for level in levels) or any(t == object for t in frame.dtypes):
-        return None
-    meta: dict[str, Any] = {
-        "kind": kind,
-        "columns": frame.columns,
-        "attrs": value.attrs,
-        "allows_duplicate_labels": value.flags.allows_duplicate_labels,
-        "name": value.name if kind == "series" else None,
-        "index_freq": getattr(frame.index, "freq", None)
-        if isinstance(frame.index, (pd.DatetimeIndex, pd.TimedeltaIndex)) else None,
-    }
+    cell_columns: dict[str, str] = {}
+    replaced: dict[int, Any] = {}
+    for position, dtype in enumerate(frame.dtypes):
+        if _cell_kind(dtype):
+            label = "the series" if kind == "series" else f"column {_label_text(frame.columns[position])}"
+            replaced[position] = pd.Series(_encode_cells(frame.iloc[:, position].array, label),
+                                           index=frame.index, dtype=object)
+            cell_columns[str(position)] = str(dtype)
+    index, object_levels = _encode_object_index(frame.index)
+    try:
+        meta: dict[str, Any] = {
+            "kind": kind,
+            "columns": _index_to_json(frame.columns),
+            "attrs": encode_tagged(value.attrs),
+            "allows_duplicate_labels": bool(value.flags.allows_duplicate_labels),
+            "name": encode_tagged(value.name) if kind == "series" else None,
+            "index_freq": _freq_of(frame.index),
+            "cell_columns": cell_columns,
+            "object_levels": object_levels,
+        }
+    except Unencodable as exc:
+        raise SpillUnsupported(f"labels, name or attrs hold {exc.kind} values, which have no exact safe encoding") \
+            from exc
     flat = frame.set_axis([f"c{i}" for i in range(frame.shape[1])], axis=1)
+    if replaced or index is not frame.index:
+        flat = flat.copy(deep=False)
+        for position, series in replaced.items():
+            flat.isetitem(position, series.set_axis(flat.index))
+        flat.index = index
     flat.attrs = {}
     return flat, meta
+
+
+def _freq_of(index: Any) -> str | None:
+    import pandas as pd
+
+    if isinstance(index, (pd.DatetimeIndex, pd.TimedeltaIndex)) and index.freq is not None:
+        return index.freq.freqstr
+    return None
+
+
+def _encode_object_index(index: Any) -> tuple[Any, list[int]]:
+    """The index with object levels turned into tagged-JSON strings, and which levels those were."""
+    import pandas as pd
+
+    if isinstance(index, pd.MultiIndex):
+        positions = [i for i, level in enumerate(index.levels) if level.dtype == object]
+        if not positions:
+            return index, []
+        levels = [pd.Index(_encode_cells(level, f"index level {i}"), dtype=object, name=level.name)
+                  if i in positions else level for i, level in enumerate(index.levels)]
+        return index.set_levels(levels, verify_integrity=False), positions
+    if index.dtype == object:
+        return pd.Index(_encode_cells(index, "the index"), dtype=object, name=index.name), [0]
+    return index, []
+
+
+def _decode_object_index(index: Any, positions: list[int]) -> Any:
+    import pandas as pd
+
+    if not positions:
+        return index
+    if isinstance(index, pd.MultiIndex):
+        levels = [pd.Index(_decode_cells(level), dtype=object, name=level.name) if i in positions else level
+                  for i, level in enumerate(index.levels)]
+        return index.set_levels(levels, verify_integrity=False)
+    return pd.Index(_decode_cells(index), dtype=object, name=index.name)
+
+
+def _index_to_json(index: Any) -> Any:
+    """Exact JSON form of a column index (labels of any Python type, MultiIndex, categorical...)."""
+    import numpy as np
+    import pandas as pd
+
+    names = [encode_tagged(n) for n in index.names]
+    if type(index) is pd.RangeIndex:
+        return {"range": [index.start, index.stop, index.step], "names": names}
+    if isinstance(index, pd.MultiIndex):
+        return {"levels": [_index_to_json(level) for level in index.levels],
+                "codes": [level.tolist() for level in index.codes], "names": names}
+    if type(index) is pd.Index and isinstance(index.dtype, np.dtype) and index.dtype.kind in "Obiuf":
+        return {"dtype": index.dtype.str if index.dtype != object else "object",
+                "values": [encode_tagged(v) for v in index.tolist()] if index.dtype == object
+                else [encode_tagged(v) for v in index.to_numpy()], "names": names}
+    if type(index) is pd.Index and isinstance(index.dtype, pd.StringDtype):
+        return {"string": [index.dtype.storage, "NA" if index.dtype.na_value is pd.NA else "nan"],
+                "values": [encode_tagged(v) for v in index.tolist()], "names": names}
+    # any other index (categorical, datetime, period, interval, strings): through Arrow, as its own frame
+    import pyarrow as pa
+
+    holder = pd.DataFrame(index=index.rename(None))
+    table = pa.Table.from_pandas(holder, preserve_index=True)
+    sink = io.BytesIO()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    return {"arrow": base64.b64encode(sink.getvalue()).decode("ascii"), "names": names, "freq": _freq_of(index)}
+
+
+def _index_from_json(data: Any) -> Any:
+    import numpy as np
+    import pandas as pd
+
+    if not isinstance(data, dict):
+        raise ValueError("malformed label metadata")
+    names = [decode_tagged(n) for n in data["names"]]
+    if "range" in data:
+        start, stop, step = (int(x) for x in data["range"])
+        return pd.RangeIndex(start, stop, step, name=names[0])
+    if "levels" in data:
+        return pd.MultiIndex(levels=[_index_from_json(level) for level in data["levels"]],
+                             codes=data["codes"], names=names, verify_integrity=True)
+    if "string" in data:
+        storage, na = data["string"]
+        if storage not in ("python", "pyarrow") or na not in ("NA", "nan"):
+            raise ValueError("string label dtype not allowed")
+        dtype = pd.StringDtype(storage=storage, na_value=pd.NA if na == "NA" else np.nan)
+        return pd.Index([decode_tagged(v) for v in data["values"]], dtype=dtype, name=names[0])
+    if "values" in data:
+        dtype = np.dtype(data["dtype"]) if data["dtype"] != "object" else np.dtype(object)
+        if dtype.kind not in "Obiuf":
+            raise ValueError("label dtype not allowed")
+        values = np.empty(len(data["values"]), dtype=object)
+        for i, v in enumerate(data["values"]):
+            values[i] = decode_tagged(v)
+        return pd.Index(values, dtype=dtype, name=names[0])
+    import pyarrow as pa
+
+    register_pandas_arrow_types()
+    table = pa.ipc.open_file(pa.py_buffer(base64.b64decode(data["arrow"], validate=True))).read_all()
+    index = table.to_pandas().index.rename(names[0])
+    if data.get("freq"):
+        from pandas.tseries.frequencies import to_offset
+
+        index = type(index)(index, freq=to_offset(data["freq"]))
+    return index
 
 
 def _to_table(flat: Any, meta: dict[str, Any]) -> Any:
@@ -255,24 +501,66 @@ def _to_table(flat: Any, meta: dict[str, Any]) -> Any:
     threads = None if flat.shape[0] * max(flat.shape[1], 1) >= SPILL_THREADED_CELLS else 1
     table = pa.Table.from_pandas(flat, preserve_index=None, nthreads=threads)
     schema_meta = dict(table.schema.metadata or {})
-    schema_meta[_META_KEY] = pickle.dumps(meta, protocol=PICKLE_PROTOCOL)
+    schema_meta[_META_KEY] = json.dumps(meta, allow_nan=False).encode("utf-8")
     return table.replace_schema_metadata(schema_meta)
 
 
-def _from_table(table: Any) -> Any:
+def frame_to_table(value: Any) -> Any:
+    """A frame or series as an Arrow table whose metadata (JSON) makes :func:`table_to_frame` exact.
+
+    Raises :class:`SpillUnsupported` for object data without a safe encoding.
+    """
+    return _to_table(*_prepare_frame(value))
+
+
+def table_to_frame(table: Any, **to_pandas: Any) -> Any:
+    """The frame or series :func:`frame_to_table` encoded (raises ``ValueError`` on foreign metadata)."""
+    return _from_table(table, **to_pandas)
+
+
+def _from_table(table: Any, **to_pandas: Any) -> Any:
     import pandas as pd
 
-    meta = pickle.loads(table.schema.metadata[_META_KEY])
-    frame = table.to_pandas()  # split_blocks/self_destruct halve the peak but read ~40% slower (bench_cache)
+    register_pandas_arrow_types()
+    raw = (table.schema.metadata or {}).get(_META_KEY)
+    if raw is None:
+        raise ValueError("the file carries no harness_magic metadata")
+    try:
+        meta = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"harness_magic metadata is not JSON: {exc}") from exc
+    if not isinstance(meta, dict) or meta.get("kind") not in ("frame", "series"):
+        raise ValueError("harness_magic metadata is malformed")
+    frame = table.to_pandas(**to_pandas)  # split_blocks/self_destruct halve the peak but read ~40% slower
     del table
-    frame.columns = meta["columns"]
+    if not all(0 <= int(k) < frame.shape[1] for k in meta["cell_columns"]):
+        raise ValueError("cell column positions do not match the data")
+    for key, dtype_text in meta["cell_columns"].items():
+        position = int(key)
+        cells = _decode_cells(frame.iloc[:, position].array)
+        frame.isetitem(position, pd.Series(_cells_array(cells, dtype_text), index=frame.index,
+                                           dtype=object if dtype_text == "object" else None))
+    frame.index = _decode_object_index(frame.index, [int(i) for i in meta.get("object_levels") or []])
+    frame.columns = _index_from_json(meta["columns"])
     if meta["index_freq"] is not None:
+        from pandas.tseries.frequencies import to_offset
+
         cls = pd.DatetimeIndex if isinstance(frame.index, pd.DatetimeIndex) else pd.TimedeltaIndex
-        frame.index = cls(frame.index, freq=meta["index_freq"])
-    result = frame.iloc[:, 0].rename(meta["name"]) if meta["kind"] == "series" else frame
-    result.attrs = meta["attrs"]
-    result.flags.allows_duplicate_labels = meta["allows_duplicate_labels"]
+        frame.index = cls(frame.index, freq=to_offset(meta["index_freq"]))
+    result = frame.iloc[:, 0].rename(decode_tagged(meta["name"])) if meta["kind"] == "series" else frame
+    result.attrs = decode_tagged(meta["attrs"])
+    result.flags.allows_duplicate_labels = bool(meta["allows_duplicate_labels"])
     return result
+
+
+def _cells_array(cells: Any, dtype_text: str) -> Any:
+    import pandas as pd
+
+    if dtype_text == "object":
+        return cells
+    if not str(dtype_text).startswith(_CELL_DTYPES[1:]):
+        raise ValueError(f"cell dtype {dtype_text!r} is not allowed")
+    return pd.array(list(cells), dtype=pd.api.types.pandas_dtype(dtype_text))
 
 
 def _write_parquet_frame(flat: Any, meta: dict[str, Any], sink: Any) -> None:
@@ -289,23 +577,23 @@ def _write_arrow_frame(flat: Any, meta: dict[str, Any], sink: Any) -> None:
         writer.write_table(table)
 
 
-def _probe(fmt: str, probe: Any, meta: dict[str, Any], expected: Any) -> bytes | None:
-    """The serialised probe rows if they survive ``fmt`` exactly, else None (any error means no)."""
+def _probe(fmt: str, probe: Any, meta: dict[str, Any], expected: Any, errors: list[str]) -> bytes | None:
+    """The serialised probe rows if they survive ``fmt`` exactly, else None (errors are collected)."""
     buffer = io.BytesIO()
     try:
         (_write_parquet_frame if fmt == "parquet" else _write_arrow_frame)(probe, meta, buffer)
         data = buffer.getvalue()
-        return data if values_identical(_READERS[fmt](io.BytesIO(data)), expected) else None
-    except Exception:
+        if values_identical(_READERS[fmt](io.BytesIO(data)), expected):
+            return data
+        return None
+    except Exception as exc:  # noqa: BLE001 - any failure means "not this format"
+        errors.append(f"{fmt}: {type(exc).__name__}: {str(exc)[:200]}")
         return None
 
 
 def _write_frame_as(fmt: str) -> Callable[[Any, Any], None]:
     def write(value: Any, sink: Any) -> None:
-        prepared = _prepare_frame(value)
-        if prepared is None:
-            raise SpillUnsupported(f"{type(value).__name__} with object data cannot be written as {fmt}")
-        (_write_parquet_frame if fmt == "parquet" else _write_arrow_frame)(*prepared, sink)
+        (_write_parquet_frame if fmt == "parquet" else _write_arrow_frame)(*_prepare_frame(value), sink)
 
     return write
 
@@ -313,12 +601,14 @@ def _write_frame_as(fmt: str) -> Callable[[Any, Any], None]:
 def _read_parquet(source: Any) -> Any:
     import pyarrow.parquet as pq
 
+    register_pandas_arrow_types()
     return _from_table(pq.read_table(source))
 
 
 def _read_arrow(source: Any) -> Any:
     import pyarrow as pa
 
+    register_pandas_arrow_types()
     if isinstance(source, str):
         with pa.OSFile(source) as handle:
             return _from_table(pa.ipc.open_file(handle).read_all())
@@ -341,33 +631,37 @@ def _read_npy(path: str) -> Any:
     return np.load(path, allow_pickle=False)
 
 
-def _write_pickle(value: Any, path: str) -> None:
+def _write_json(value: Any, path: str) -> None:
+    _, data = _plan(value)
     with open(path, "wb") as sink:
-        try:
-            pickle.dump(value, sink, protocol=PICKLE_PROTOCOL)
-        except OSError:
-            raise
-        except Exception as exc:  # PicklingError, TypeError, AttributeError...: not a disk fault
-            raise SpillUnsupported(
-                f"{type(value).__name__} cannot be pickled: {type(exc).__name__}: {exc}") from exc
+        sink.write(data)
 
 
-def _read_pickle(path: str) -> Any:
+def _read_json(path: str) -> Any:
     with open(path, "rb") as source:
-        return pickle.load(source)
+        data = source.read(JSON_MAX_BYTES + 1)
+    if len(data) > JSON_MAX_BYTES:
+        raise ValueError(f"tagged JSON file is over {JSON_MAX_BYTES} bytes")
+    document = json.loads(data.decode("utf-8"))
+    if not isinstance(document, dict) or set(document) != {"v"}:
+        raise ValueError("not a tagged JSON spill file")
+    try:
+        return decode_tagged(document["v"])
+    except TaggedError as exc:
+        raise ValueError(str(exc)) from exc
 
 
 _WRITERS: dict[str, Callable[[Any, Any], None]] = {
     "parquet": _write_frame_as("parquet"),
     "arrow": _write_frame_as("arrow"),
     "npy": _write_npy,
-    "pickle": _write_pickle,
+    "json": _write_json,
 }
 _READERS: dict[str, Callable[[Any], Any]] = {
     "parquet": _read_parquet,
     "arrow": _read_arrow,
     "npy": _read_npy,
-    "pickle": _read_pickle,
+    "json": _read_json,
 }
 
 
