@@ -376,7 +376,7 @@ def render_run_html(record: RunRecord, *, nested: bool = False, open_tools: bool
                 f"<summary>{_e(tool_summary(item))}</summary>{_tool_body_html(item)}</details>"
             )
         elif item[0] == "text":
-            parts.append(f'<div class="agent-text">{render_markdown_safe(item[1])}</div>')
+            parts.append(f'<div class="agent-text">{_cited_html(render_markdown_safe(item[1]), record)}</div>')
         elif item[0] == "reminder":
             parts.append(f'<div style="{_MUTED}">reminder: {_e(item[1])}</div>')
         elif item[0] == "notice":
@@ -417,12 +417,29 @@ def _status_html(record: RunRecord) -> str:
     )
 
 
+def _cited_html(answer_html: str, record: RunRecord) -> str:
+    """Answer HTML with ``[doc:...]``/``[term:...]`` citations linked to their snippets (from the run log)."""
+    from harness_magic.core.knowledge.citations import CITATION_RE, citations_html, sources_from_run_file
+
+    if not CITATION_RE.search(html.unescape(answer_html)):
+        return answer_html
+    return citations_html(answer_html, sources_from_run_file(record.run_file))
+
+
+def _cited_markdown(text: str, record: RunRecord) -> str:
+    from harness_magic.core.knowledge.citations import CITATION_RE, citations_markdown, sources_from_run_file
+
+    if not CITATION_RE.search(text):
+        return text
+    return citations_markdown(text, sources_from_run_file(record.run_file))
+
+
 def render_answer_html(record: RunRecord) -> str:
     """The stable final output: status, answer, charts, footer, and the transcript folded."""
     result = record.result
     parts = ['<div class="agent-final">', _status_html(record)]
     if result is not None and result.text:
-        parts.append(f'<div class="agent-answer">{render_markdown_safe(result.text)}</div>')
+        parts.append(f'<div class="agent-answer">{_cited_html(render_markdown_safe(result.text), record)}</div>')
     parts.extend(_img(c) for c in record.charts)
     tools = record.tools
     if tools:
@@ -440,7 +457,7 @@ def render_answer_markdown(record: RunRecord) -> str:
     if result is not None and result.status != "completed":
         lines.append(f"**{result.status}**: {result.error or ''}\n")
     if result is not None and result.text:
-        lines.append(result.text + "\n")
+        lines.append(_cited_markdown(result.text, record) + "\n")
     lines.append(f"*{render_footer_text(record)}*")
     return "\n".join(lines)
 
@@ -494,7 +511,7 @@ def _md_record(record: RunRecord, depth: int = 2) -> list[str]:
             for chart in item.charts:
                 out.append(f"![chart](data:image/png;base64,{re.sub(r'[^A-Za-z0-9+/=]', '', chart)})\n")
         elif item[0] == "text":
-            out.append(item[1] + "\n")
+            out.append(_cited_markdown(item[1], record) + "\n")
         elif item[0] == "reminder":
             out.append(f"> reminder: {item[1]}\n")
         elif item[0] == "notice":

@@ -18,4 +18,9 @@ save derived values under new names instead of changing them in place.
 
 Work step by step, check intermediate results, and finish with a concise answer
 in Markdown that states the numbers you found and how you got them.
+
+When a claim rests on a business document, definition or owner, cite the source
+id a tool returned right after it, e.g. [doc:runbooks/refunds.md#partner-share]
+or [term:net_revenue]. Cite only ids you retrieved in this conversation; the
+answer is checked against them.
 """

@@ -610,6 +610,9 @@ def load_extension(shell: Any) -> None:
     from harness_magic.notebook.control_magics import register_control_magics  # %agent_replay/_retry/_diff
 
     register_control_magics(shell, magics)
+    from harness_magic.notebook.docs_magics import register_docs_magics  # %agent_docs
+
+    register_docs_magics(shell, magics)
     from harness_magic.core import export
 
     def as_html(result: Any) -> str:
@@ -633,7 +636,7 @@ def unload_extension(shell: Any) -> None:
         return
     table = shell.magics_manager.magics
     table["cell"].pop("agent", None)
-    for name in ("agent_vars", "agent_push", "agent_pull", "agent_export", "agent_sandbox"):
+    for name in ("agent_vars", "agent_push", "agent_pull", "agent_export", "agent_sandbox", "agent_docs"):
         table["line"].pop(name, None)
     shell.magics_manager.registry.pop(type(magics).__name__, None)
     if magics in shell.configurables:

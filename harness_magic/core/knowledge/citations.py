@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 __all__ = ["Source", "Ledger", "retrieved_sources", "CITATION_RE", "parse_citations", "record_retrieval", "ledger_for",
-           "check_answer", "citations_markdown", "citations_html", "sources_from_log", "SNIPPET_MAX_CHARS"]
+           "check_answer", "citations_markdown", "citations_html", "sources_from_log", "sources_from_run_file", "SNIPPET_MAX_CHARS"]
 
 SNIPPET_MAX_CHARS = 400
 """Snippet kept per source in the ledger and the log: enough to check a claim, bounded for the log."""
@@ -242,6 +242,48 @@ def citations_html(answer_html: str, sources: dict[str, Source]) -> str:
                      f"{html.escape(source.title)}</summary><blockquote>{html.escape(source.snippet)}"
                      "</blockquote></details></li>")
     return body + '<div class="hm-sources"><strong>Sources</strong><ol>' + "".join(items) + "</ol></div>"
+
+
+LOG_SCAN_MAX_BYTES = 64 * 1024 * 1024
+"""A run log is scanned for retrieval records up to here (logs hold metadata; this bounds a render)."""
+_RUN_FILE_SOURCES: dict[tuple[str, int, int], dict[str, Source]] = {}
+
+
+def sources_from_run_file(path: str | None) -> dict[str, Source]:
+    """Sources a run retrieved, read from its log file (missing file: none); memoised per file version."""
+    import json
+    import os
+
+    if not path:
+        return {}
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return {}
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    cached = _RUN_FILE_SOURCES.get(key)
+    if cached is not None:
+        return cached
+    records = []
+    read = 0
+    with open(path, "rb") as handle:
+        for line in handle:
+            read += len(line)
+            if read > LOG_SCAN_MAX_BYTES:
+                break
+            if b'"retrieval"' not in line:
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+    sources = sources_from_log(records)
+    if len(_RUN_FILE_SOURCES) > 64:
+        _RUN_FILE_SOURCES.clear()
+    _RUN_FILE_SOURCES[key] = sources
+    return sources
 
 
 def sources_from_log(records: Iterable[dict[str, Any]]) -> dict[str, Source]:

@@ -1,0 +1,166 @@
+"""``%agent_docs``: what the knowledge connectors hold, and a search for the user.
+
+``%agent_docs``
+    Each ``docs`` connector of the session: files, chunks, last update, and
+    its files (path, chunks, size, indexed at); each ``glossary`` connector:
+    its files and term counts. The index is refreshed first (incrementally),
+    and what the refresh changed is shown.
+``%agent_docs QUERY... [-k N] [--connector NAME]``
+    The best sections for QUERY, with their source ids, as the model would
+    get them from ``docs__search``; glossary terms matching QUERY too.
+
+Glue only: the work is :class:`~harness_magic.core.knowledge.DocsConnector`'s.
+Registered by :func:`register_docs_magics` from the extension's ``load_extension``.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class, no_var_expand
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+__all__ = ["DocsMagics", "DocsView", "register_docs_magics"]
+
+FILES_SHOWN = 50
+"""Files listed per connector; the count says how many more there are."""
+
+
+def _when(stamp: float | None) -> str:
+    if stamp is None:
+        return "never"
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp))
+
+
+@dataclass
+class DocsView:
+    """A plain-text and HTML view of ``%agent_docs`` output (the returned value)."""
+
+    title: str
+    lines: list[str] = field(default_factory=list)
+    """Text lines (the ``text/plain`` form)."""
+    tables: list[tuple[str, list[str], list[list[str]]]] = field(default_factory=list)
+    """(caption, header, rows) for the HTML form."""
+
+    def __repr__(self) -> str:
+        return "\n".join([self.title, *self.lines])
+
+    def _repr_html_(self) -> str:
+        parts = [f"<p><strong>{html.escape(self.title)}</strong></p>"]
+        for caption, header, rows in self.tables:
+            head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+            body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+            parts.append(f"<table><caption>{html.escape(caption)}</caption><thead><tr>{head}</tr></thead>"
+                         f"<tbody>{body}</tbody></table>")
+        return "".join(parts)
+
+
+@magics_class
+class DocsMagics(Magics):
+    """``%agent_docs`` over the knowledge connectors of ``agent_magics``' session."""
+
+    def __init__(self, shell: Any, agent_magics: Any) -> None:
+        super().__init__(shell=shell)
+        self._agent = agent_magics
+
+    def _connectors(self, name: str | None) -> tuple[list[Any], list[Any]]:
+        from harness_magic.core.knowledge import DocsConnector, GlossaryConnector
+
+        installed = self._agent.session.connectors
+        every = list(installed.registry._connectors.values()) if installed is not None else []
+        if name is not None:
+            every = [c for c in every if c.name == name]
+            if not every:
+                known = ", ".join(c.name for c in (installed.registry._connectors.values() if installed else []))
+                raise UsageError(f"%agent_docs: no connector {name!r}; connectors: {known or '(none)'}")
+        docs = [c for c in every if isinstance(c, DocsConnector)]
+        glossaries = [c for c in every if isinstance(c, GlossaryConnector)]
+        if not docs and not glossaries:
+            raise UsageError("%agent_docs: no docs or glossary connector in this session; add one with "
+                             "%config AgentMagics.connectors = [{'type': 'docs', 'roots': ['docs/']}] "
+                             "or agent_session().add_connector(docs_connector([...]))")
+        return docs, glossaries
+
+    @no_var_expand
+    @magic_arguments()
+    @argument("query", nargs="*", help="Words to search for (none: list what is indexed).")
+    @argument("-k", type=int, default=5, help="Sections to show per docs connector (1-10).")
+    @argument("--connector", default=None, help="Only this connector.")
+    @line_magic
+    def agent_docs(self, line: str) -> DocsView:
+        """List the indexed documents and glossary terms, or search them: ``%agent_docs net revenue``."""
+        args = parse_argstring(self.agent_docs, line)
+        docs, glossaries = self._connectors(args.connector)
+        query = " ".join(args.query).strip()
+        if query:
+            return self._search(query, args.k, docs, glossaries)
+        return self._listing(docs, glossaries)
+
+    def _listing(self, docs: list[Any], glossaries: list[Any]) -> DocsView:
+        view = DocsView("Knowledge connectors")
+        for connector in docs:
+            report = connector.refresh()
+            files = connector.index.files()
+            view.lines.append(f"{connector.name}: {report.files} files, {report.chunks} chunks, "
+                              f"last update {_when(connector.index.last_refresh)}"
+                              + (f" ({report.summary()})" if report.changed or report.skipped else ""))
+            rows = [[f["path"], str(f["chunks"]), f"{f['bytes']:,} B", _when(f["indexed_at"])]
+                    for f in files[:FILES_SHOWN]]
+            for row in rows:
+                view.lines.append(f"  {row[0]}  {row[1]} chunks  {row[2]}")
+            if len(files) > FILES_SHOWN:
+                view.lines.append(f"  ... and {len(files) - FILES_SHOWN} more files")
+            view.tables.append((f"{connector.name} ({report.files} files, {report.chunks} chunks)",
+                                ["file", "chunks", "size", "indexed at"], rows))
+        for connector in glossaries:
+            glossary = connector.reload()
+            kinds: dict[str, int] = {}
+            for term in glossary.terms.values():
+                kinds[term.kind] = kinds.get(term.kind, 0) + 1
+            counts = ", ".join(f"{n} {k}s" for k, n in sorted(kinds.items()))
+            view.lines.append(f"{connector.name}: {len(glossary.terms)} terms ({counts}), "
+                              f"{len(glossary.owners)} owners, from {', '.join(glossary.files)}")
+            view.tables.append((connector.name, ["term", "kind", "owners"],
+                                [[t.name, t.kind, ", ".join(t.owners)] for t in glossary.terms.values()]))
+        return view
+
+    def _search(self, query: str, k: int, docs: list[Any], glossaries: list[Any]) -> DocsView:
+        from harness_magic.core.tools import ToolError
+
+        view = DocsView(f"Search: {query}")
+        for connector in docs:
+            try:
+                hits = connector.search(query, k)
+            except ToolError as exc:
+                raise UsageError(f"%agent_docs: {exc}") from None
+            rows = []
+            for hit in hits:
+                c = hit.chunk
+                view.lines.append(f"[{c.source_id}] {c.title} (lines {c.start_line}-{c.end_line}, "
+                                  f"score {hit.score:.3g})")
+                view.lines.append(f"    {hit.snippet}")
+                rows.append([f"[{c.source_id}]", c.title, f"{c.start_line}-{c.end_line}", f"{hit.score:.3g}",
+                             hit.snippet])
+            if not hits:
+                view.lines.append(f"{connector.name}: no sections match")
+            view.tables.append((connector.name, ["source", "section", "lines", "score", "snippet"], rows))
+        for connector in glossaries:
+            glossary = connector.reload()
+            term = glossary.find(query)
+            matches = [term] if term is not None else glossary.suggest(query)
+            for match in matches:
+                view.lines.append(f"[{match.source_id}] {match.name} ({match.kind}): {match.definition}")
+            view.tables.append((connector.name, ["term", "kind", "definition"],
+                                [[f"[{m.source_id}]", m.kind, m.definition] for m in matches]))
+        return view
+
+
+def register_docs_magics(shell: Any, agent_magics: Any) -> DocsMagics:
+    """Register ``%agent_docs`` next to ``agent_magics``."""
+    magics = DocsMagics(shell, agent_magics)
+    shell.register_magics(magics)
+    return magics
