@@ -365,3 +365,27 @@ def test_an_approved_write_is_still_one_statement_at_the_server(connection, stat
     with pytest.raises(ToolError, match="multiple commands|one statement"):
         connection.execute("UPDATE victim SET note = 'approved' WHERE id = 1; DROP TABLE victim")
     assert state.snapshot() == before
+
+
+def test_agent_connectors_lists_tools_safety_classes_and_the_roles_reach(attack_db, capsys):
+    from types import SimpleNamespace
+
+    from harness_magic.core.connectors.report import connectors_report
+    from harness_magic.notebook.control_magics import ControlMagics
+
+    registry = ConnectorRegistry([sql_connector(_owner_url(attack_db), name="owner"),
+                                  sql_connector(_super_db_url(attack_db), name="admin", allow_writes=False)])
+    report = {e["name"]: e for e in connectors_report(registry)}
+    assert {t["name"]: t["safety"] for t in report["owner"]["tools"]} == {
+        "owner__list_tables": "read", "owner__describe_table": "read", "owner__query": "read",
+        "owner__execute": "write"}
+    assert report["admin"]["sql"]["privileges"]["superuser"] is True
+    assert report["owner"]["sql"]["privileges"]["role"] == OWNER
+
+    agent = SimpleNamespace(session=SimpleNamespace(connectors=SimpleNamespace(registry=registry)))
+    ControlMagics(None, agent).agent_connectors("")
+    text = capsys.readouterr().out
+    assert "owner__execute: write (needs approval" in text and "owner__query: read (runs freely)" in text
+    assert "read role 'postgres': superuser" in text and "WARNING: the read role 'postgres' is a SUPERUSER" in text
+    for name in ("owner", "admin"):
+        registry[name].connection.read_engine.dispose()

@@ -10,6 +10,10 @@
     Re-use the transcript of a run (default: the latest) up to turn N and let
     the model continue from there, in this session (its cache holds the
     handles made before turn N).
+``%agent_connectors``
+    Each connector of this session, its tools with their safety classes, and
+    for SQL connectors the read role's privileges with warnings (superuser,
+    signalling backends, server files, dblink, foreign servers).
 ``%agent_diff [A] [B]``
     What changed between two runs of the same question: tool calls, results,
     answer. No arguments: the session's last two runs; one: that log against
@@ -113,6 +117,17 @@ class ControlMagics(Magics):
         finally:
             if unsubscribe is not None:
                 unsubscribe()
+
+    @line_magic
+    def agent_connectors(self, line: str) -> Any:
+        """List connectors, their tools with safety classes, and the SQL read role's privileges."""
+        from harness_magic.core.connectors.report import connectors_report, format_report
+
+        if line.strip():
+            raise UsageError(f"%agent_connectors takes no arguments, got {line.strip()!r}")
+        installed = self._agent.session.connectors
+        report = connectors_report(installed.registry) if installed is not None else []
+        print(format_report(report))
 
     @no_var_expand
     @magic_arguments()
