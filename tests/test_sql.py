@@ -211,3 +211,33 @@ def test_connectors_can_come_from_config(tmp_path, data_dir):
     assert registry.names == ["files", "duckdb", "lite"]
     with pytest.raises(ValueError, match="unknown"):
         connectors_from_config([{"type": "ftp"}])
+
+
+@pytest.mark.parametrize("attack", [
+    "DELETE FROM accounts",
+    "SELECT 1; DELETE FROM accounts",
+    "ATTACH DATABASE '{dir}/stolen.db' AS stolen",
+    "CREATE TABLE t2 AS SELECT * FROM accounts",
+    "PRAGMA query_only = OFF",
+    "VACUUM INTO '{dir}/copy.db'",
+])
+def test_sqlite_reads_run_on_a_read_only_connection(tmp_path, attack):
+    """Straight into the engine path: SQLite itself refuses the write, whatever the classifier says."""
+    import sqlite3
+
+    from harness_magic.core.connectors.sql import SQLConnection
+    from harness_magic.core.tools import ToolError
+
+    path = tmp_path / "bank.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE accounts (id int)")
+        conn.execute("INSERT INTO accounts VALUES (1)")
+    before = path.read_bytes()
+    db = SQLConnection(f"sqlite:///{path}")
+    try:
+        db.query(attack.format(dir=tmp_path))
+    except ToolError:
+        pass
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bank.db"]
+    assert db.query("SELECT count(*) AS n FROM accounts")[0]["n"].tolist() == [1]

@@ -389,3 +389,24 @@ def test_agent_connectors_lists_tools_safety_classes_and_the_roles_reach(attack_
     assert "read role 'postgres': superuser" in text and "WARNING: the read role 'postgres' is a SUPERUSER" in text
     for name in ("owner", "admin"):
         registry[name].connection.read_engine.dispose()
+
+
+def test_a_read_url_runs_reads_as_another_login_and_writes_as_the_owner(attack_db, state):
+    admin = sa.create_engine(_super_db_url(attack_db), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql("DROP ROLE IF EXISTS harness_select_only")
+        conn.exec_driver_sql("CREATE ROLE harness_select_only LOGIN")
+        conn.exec_driver_sql("GRANT SELECT ON victim TO harness_select_only")
+    admin.dispose()
+    reader_url = _owner_url(attack_db).replace(f"{OWNER}@", "harness_select_only@")
+    db = SQLConnection(_owner_url(attack_db), read_url=reader_url, timeout_s=5)
+    frame, _ = db.query("SELECT current_user AS who, count(*) AS n FROM victim")
+    assert frame.iloc[0].to_dict() == {"who": "harness_select_only", "n": VICTIM_ROWS}
+    assert db.privileges()["role"] == "harness_select_only"
+    before = state.snapshot()
+    assert db.execute("UPDATE victim SET note = note WHERE id = 1") == 1  # approved writes use the owner's URL
+    assert state.snapshot() == before
+    db.read_engine.dispose()
+    db.engine.dispose()
+    with pytest.raises(ValueError, match="psycopg"):
+        SQLConnection(_owner_url(attack_db), read_url=reader_url.replace("+psycopg", "+psycopg2"))

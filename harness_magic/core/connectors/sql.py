@@ -31,6 +31,7 @@ The engine does the work; only the result crosses into the notebook.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from typing import Any, Iterator
@@ -124,7 +125,7 @@ class SQLConnection:
             if read_url is not None or read_role is not None:
                 raise ValueError("read_url and read_role are supported for PostgreSQL only "
                                  f"(this engine is {self.dialect})")
-            self.read_engine = self.engine
+            self.read_engine = _sqlite_read_only(self.engine) if self.dialect == "sqlite" else self.engine
 
     @property
     def dialect(self) -> str:
@@ -396,6 +397,30 @@ def _psycopg_url(url: Any) -> Any:
     if parsed.drivername in ("postgresql", "postgres"):
         return parsed.set(drivername="postgresql+psycopg")
     return parsed
+
+
+def _sqlite_read_only(engine: Any) -> Any:
+    """A second engine on the same SQLite file opened ``mode=ro`` that cannot ATTACH other files.
+
+    SQLite itself then refuses every write on the read path. An in-memory
+    database has no file to reopen, so it keeps ``engine`` (classification
+    alone guards its reads).
+    """
+    import sqlite3
+
+    from sqlalchemy import create_engine, event
+
+    database = engine.url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return engine
+    path = os.path.abspath(database)
+    read_engine = create_engine(f"sqlite:///file:{path}?mode=ro&uri=true")
+
+    def lock_down(dbapi_connection: Any, record: Any) -> None:
+        dbapi_connection.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+
+    event.listen(read_engine, "connect", lock_down)
+    return read_engine
 
 
 def _reset_on_checkin(engine: Any) -> None:
