@@ -1,4 +1,5 @@
-"""Sandbox costs: session start, call round trip, and moving a large frame each way.
+"""Sandbox costs: session start, call round trip, a fresh worker per cell and per subagent,
+and moving a large frame each way.
 
     .venv/bin/python benchmarks/bench_sandbox.py            # 1 GiB frame
     .venv/bin/python benchmarks/bench_sandbox.py --size-mb 256
@@ -65,7 +66,22 @@ def main() -> None:
         s.close()
 
     print(f"new session (warm launcher) + first call          {ms(timed(new_session, 10))}")
-    print(f"trivial call round trip                           {ms(timed(lambda: first.execute('1 + 1', {}, []), 50))}")
+    trivial = timed(lambda: first.execute('1 + 1', {}, []), 50)
+    print(f"trivial call round trip                           {ms(trivial)}")
+
+    def fresh_cell():  # what every %%agent cell pays before its first call
+        first.fresh_worker()
+        first.execute("1", {}, [])
+
+    def subagent_worker():  # what every subagent run pays: its own worker, closed at the end
+        child = first.sibling()
+        child.execute("1", {}, [])
+        child.close()
+
+    cell = timed(fresh_cell, 20)
+    sub = timed(subagent_worker, 20)
+    print(f"fresh worker per cell (fork + confine) + 1st call {ms(cell)}  ({cell / trivial:4.1f}x a trivial call)")
+    print(f"subagent's own worker: start + 1st call + close   {ms(sub)}  ({sub / trivial:4.1f}x a trivial call)")
     first.close()
 
     frame = pd.DataFrame({f"c{i}": np.random.default_rng(i).random(rows) for i in range(COLUMNS)})

@@ -287,7 +287,8 @@ class SandboxedInterpreter:
         status = dict(self._worker.hello["layers"]) if self._worker else {}
         for name in confinement.OS_LAYERS:
             status.setdefault(name, "not requested")
-        status["rss_watchdog"] = True
+        status["rss_watchdog"] = ("anonymous + shared memory + scratch bytes, checked every "
+                                  f"{WATCHDOG_INTERVAL_S * 1000:g} ms, also while a reply arrives")
         status["ast_precheck"] = self._ast_precheck
         status["audit_hooks"] = self._audit_hooks
         return status
@@ -594,7 +595,7 @@ def probe_confinement() -> dict[str, bool | str]:
     """Which confinement layers this machine offers, tried for real in a throwaway worker.
 
     Keys: ``env``, ``fds``, ``process_group``, ``pdeathsig``, ``rlimits``, ``netns``,
-    ``drop_root``, ``landlock``, ``seccomp``, ``rss_watchdog``, plus ``confined``
+    ``ipcns``, ``drop_root``, ``landlock``, ``seccomp``, ``rss_watchdog``, plus ``confined``
     (whether untrusted code may run without the unconfined opt-in).
     """
     with warnings.catch_warnings():
