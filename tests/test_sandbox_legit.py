@@ -185,7 +185,11 @@ def test_errors_show_the_model_its_own_traceback_only(sandbox):
     assert "worker.py" not in result.error
 
 
-def test_mixed_object_columns_come_back_as_strings_with_a_note(sandbox):
-    result = run(sandbox, "import pandas as pd\npd.DataFrame({'m': [1, 'a', 2.5]})")
-    assert result.value["m"].tolist() == ["1", "'a'", "2.5"]
-    assert "repr strings" in result.stdout
+def test_mixed_object_columns_come_back_exactly(sandbox):
+    result = run(sandbox, "import pandas as pd\npd.DataFrame({'m': [1, 'a', 2.5, None, [1, 2]]})")
+    values = result.value["m"].tolist()
+    assert values == [1, "a", 2.5, None, [1, 2]]
+    assert [type(v) for v in values] == [int, str, float, type(None), list]
+    assert result.value["m"].dtype == object
+
+

@@ -360,8 +360,16 @@ def _prepare_frame(value: Any) -> tuple[Any, dict[str, Any]]:
     frame = value.to_frame(name=_SERIES_COLUMN) if kind == "series" else value
     cell_columns: dict[str, str] = {}
     replaced: dict[int, Any] = {}
+    categorical_columns: dict[str, Any] = {}
+    string_columns: dict[str, list[str]] = {}
     for position, dtype in enumerate(frame.dtypes):
-        if _cell_kind(dtype):
+        if isinstance(dtype, pd.StringDtype):
+            string_columns[str(position)] = [dtype.storage, "NA" if dtype.na_value is pd.NA else "nan"]
+        if isinstance(dtype, pd.CategoricalDtype):
+            codes = frame.iloc[:, position].array.codes
+            replaced[position] = pd.Series(codes, index=frame.index, copy=False)
+            categorical_columns[str(position)] = _categorical_to_json(dtype)
+        elif _cell_kind(dtype):
             label = "the series" if kind == "series" else f"column {_label_text(frame.columns[position])}"
             replaced[position] = pd.Series(_encode_cells(frame.iloc[:, position].array, label),
                                            index=frame.index, dtype=object)
@@ -376,6 +384,8 @@ def _prepare_frame(value: Any) -> tuple[Any, dict[str, Any]]:
             "name": encode_tagged(value.name) if kind == "series" else None,
             "index_freq": _freq_of(frame.index),
             "cell_columns": cell_columns,
+            "categorical_columns": categorical_columns,
+            "string_columns": string_columns,
             "object_levels": object_levels,
         }
     except Unencodable as exc:
@@ -399,32 +409,68 @@ def _freq_of(index: Any) -> str | None:
     return None
 
 
-def _encode_object_index(index: Any) -> tuple[Any, list[int]]:
-    """The index with object levels turned into tagged-JSON strings, and which levels those were."""
+def _categorical_to_json(dtype: Any) -> dict[str, Any]:
+    return {"categories": _index_to_json(dtype.categories), "ordered": bool(dtype.ordered)}
+
+
+def _categorical_from_json(data: Any) -> Any:
+    import pandas as pd
+
+    if not isinstance(data, dict) or type(data.get("ordered")) is not bool:
+        raise ValueError("malformed categorical metadata")
+    return pd.CategoricalDtype(_index_from_json(data["categories"]), ordered=data["ordered"])
+
+
+def _encode_level(level: Any, what: str) -> tuple[Any, Any]:
+    """(a plain level Arrow holds exactly, how to rebuild it) or (the level, None)."""
+    import pandas as pd
+
+    if isinstance(level, pd.CategoricalIndex):
+        return pd.Index(level.codes, name=level.name), {"kind": "category", **_categorical_to_json(level.dtype)}
+    if level.dtype == object:
+        return pd.Index(_encode_cells(level, what), dtype=object, name=level.name), {"kind": "object"}
+    return level, None
+
+
+def _decode_level(level: Any, how: Any) -> Any:
+    import pandas as pd
+
+    if how["kind"] == "category":
+        dtype = _categorical_from_json(how)
+        return pd.CategoricalIndex(pd.Categorical.from_codes(level.to_numpy(), dtype=dtype), name=level.name)
+    if how["kind"] == "object":
+        return pd.Index(_decode_cells(level), dtype=object, name=level.name)
+    raise ValueError("malformed index level metadata")
+
+
+def _encode_object_index(index: Any) -> tuple[Any, dict[str, Any]]:
+    """The index with object and categorical levels made Arrow-exact, and how to rebuild those levels."""
     import pandas as pd
 
     if isinstance(index, pd.MultiIndex):
-        positions = [i for i, level in enumerate(index.levels) if level.dtype == object]
-        if not positions:
-            return index, []
-        levels = [pd.Index(_encode_cells(level, f"index level {i}"), dtype=object, name=level.name)
-                  if i in positions else level for i, level in enumerate(index.levels)]
-        return index.set_levels(levels, verify_integrity=False), positions
-    if index.dtype == object:
-        return pd.Index(_encode_cells(index, "the index"), dtype=object, name=index.name), [0]
-    return index, []
+        levels, hows = [], {}
+        for i, level in enumerate(index.levels):
+            plain, how = _encode_level(level, f"index level {i}")
+            levels.append(plain)
+            if how is not None:
+                hows[str(i)] = how
+        if not hows:
+            return index, {}
+        return index.set_levels(levels, verify_integrity=False), hows
+    plain, how = _encode_level(index, "the index")
+    return (plain, {"0": how}) if how is not None else (index, {})
 
 
-def _decode_object_index(index: Any, positions: list[int]) -> Any:
-    import pandas as pd
-
-    if not positions:
+def _decode_object_index(index: Any, hows: dict[str, Any]) -> Any:
+    if not hows:
         return index
+    import pandas as pd
+
     if isinstance(index, pd.MultiIndex):
-        levels = [pd.Index(_decode_cells(level), dtype=object, name=level.name) if i in positions else level
+        levels = [_decode_level(level, hows[str(i)]) if str(i) in hows else level
                   for i, level in enumerate(index.levels)]
         return index.set_levels(levels, verify_integrity=False)
-    return pd.Index(_decode_cells(index), dtype=object, name=index.name)
+    return _decode_level(index, hows["0"])
 
 
 def _index_to_json(index: Any) -> Any:
@@ -519,6 +565,7 @@ def table_to_frame(table: Any, **to_pandas: Any) -> Any:
 
 
 def _from_table(table: Any, **to_pandas: Any) -> Any:
+    import numpy as np
     import pandas as pd
 
     register_pandas_arrow_types()
@@ -540,7 +587,19 @@ def _from_table(table: Any, **to_pandas: Any) -> Any:
         cells = _decode_cells(frame.iloc[:, position].array)
         frame.isetitem(position, pd.Series(_cells_array(cells, dtype_text), index=frame.index,
                                            dtype=object if dtype_text == "object" else None))
-    frame.index = _decode_object_index(frame.index, [int(i) for i in meta.get("object_levels") or []])
+    for key, how in meta.get("categorical_columns", {}).items():
+        position = int(key)
+        codes = frame.iloc[:, position].to_numpy()
+        frame.isetitem(position, pd.Series(pd.Categorical.from_codes(codes, dtype=_categorical_from_json(how)),
+                                           index=frame.index))
+    for key, (storage, na) in meta.get("string_columns", {}).items():
+        position = int(key)
+        if storage not in ("python", "pyarrow") or na not in ("NA", "nan"):
+            raise ValueError("malformed string column metadata")
+        dtype = pd.StringDtype(storage=storage, na_value=pd.NA if na == "NA" else np.nan)
+        if frame.dtypes.iloc[position] != dtype or str(frame.dtypes.iloc[position]) != str(dtype):
+            frame.isetitem(position, frame.iloc[:, position].astype(dtype))
+    frame.index = _decode_object_index(frame.index, meta.get("object_levels") or {})
     frame.columns = _index_from_json(meta["columns"])
     if meta["index_freq"] is not None:
         from pandas.tseries.frequencies import to_offset

@@ -32,7 +32,7 @@ from harness_magic.core.cache.names import resolve_handle_name
 from harness_magic.core.interpreter import ExecutionResult
 from harness_magic.core.sandbox import confinement
 from harness_magic.core.sandbox.protocol import FrameReader, ProtocolError, send_frame
-from harness_magic.core.sandbox.transfer import RESULT_MAX_BYTES, read_result, write_input
+from harness_magic.core.sandbox.transfer import RESULT_MAX_BYTES, TransferRefused, read_result, write_input
 
 __all__ = [
     "SandboxedInterpreter",
@@ -308,7 +308,12 @@ class SandboxedInterpreter:
                 worker = self._ensure_worker()
                 descs = {}
                 for name, value in inputs.items():
-                    desc = write_input(name, value, self.input_dir, str(seq))
+                    try:
+                        desc = write_input(name, value, self.input_dir, str(seq))
+                    except TransferRefused as exc:  # the model's input, not a broken worker: state stays
+                        result = ExecutionResult()
+                        result.error = f"TransferRefused: {exc}"
+                        return result
                     if "file" in desc:
                         written.append(os.path.join(self.input_dir, desc["file"]))
                     descs[name] = desc

@@ -1,46 +1,75 @@
-"""Moving values between the kernel and the worker through files, not pickles.
+"""Moving values between the kernel and the worker through files, with the cache's one codec.
 
-Inputs (kernel -> worker): frames, series and Arrow tables as Arrow IPC files,
-arrays as ``.npy``, in the session's input directory (under ``/dev/shm`` when it
-exists). The worker memory-maps them read-only, so attaching a large frame
-costs page-table work, not a copy. Plain data goes as tagged JSON; anything else
-falls back to pickle — safe in this direction only, since the kernel made it.
+Both directions use the same encoder/decoder as the cache's spill files
+(:func:`harness_magic.core.cache.spill.frame_to_table` /
+:func:`~harness_magic.core.cache.spill.table_to_frame` for frames and series,
+``.npy`` for arrays, :mod:`harness_magic.core.cache.codec` tagged JSON for
+everything else), so a kind that survives a spill survives the worker:
+labels of any type, ``freq``, ``flags``, ``attrs``, categoricals in indexes
+and columns, Python objects in object columns, memory order. A value the
+codec cannot carry exactly is refused with an error naming its kind — never
+turned into a placeholder or a repr string. Nothing is pickled either way.
 
-Results (worker -> kernel): the same formats in the worker's scratch directory.
-The kernel opens them without following links, checks they are regular files
-within the size cap, copies them into its own memory (the worker could still
-write to a mapping it shares) and validates Arrow data fully before pandas sees
-it. ``.npy`` loads with ``allow_pickle=False``. Nothing is unpickled or evaluated.
+Inputs (kernel -> worker): Arrow IPC files (uncompressed) and ``.npy`` in the
+session's input directory; the worker memory-maps them read-only.
+
+Results (worker -> kernel): the same formats in the worker's scratch
+directory. The kernel opens them without following links, checks they are
+regular files within the size cap, copies them into its own memory (the
+worker could still write to a mapping it shares), then walks the Arrow
+message metadata *before decoding anything*: compressed bodies are refused,
+every buffer must lie inside its message body, and the decoded size
+(buffers plus what pandas materialises per row) must stay under the cap.
+Then the data is validated in full before pandas sees it. ``.npy`` loads
+with ``allow_pickle=False``. Nothing is unpickled or evaluated.
+
+Trailing-expression values of a kind the codec does not know (a figure, a
+model object) come back as a bounded :class:`RemoteObject` repr for the model
+to read; *saved* values are never placeholders: they are exact or refused.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
+import struct
 from typing import Any
 
-from harness_magic.core.sandbox.protocol import ProtocolError, decode_value, encode_value
+from harness_magic.core.cache.codec import TaggedError, Unencodable, decode_tagged, encode_tagged
+from harness_magic.core.cache.spill import SpillUnsupported, frame_to_table, register_pandas_arrow_types, \
+    table_to_frame
+from harness_magic.core.sandbox.protocol import JSON_VALUE_MAX_BYTES, ProtocolError, RemoteObject, safe_repr
 
 __all__ = [
     "RESULT_MAX_BYTES",
+    "TransferRefused",
     "write_input",
     "read_input",
     "write_result",
     "read_result",
+    "check_ipc_file",
     "SERIES_COLUMN",
 ]
 
 RESULT_MAX_BYTES = 4 * 1024**3
-"""Default cap on one table or array coming back: beyond this the result is refused."""
+"""Default cap on one table or array coming back (decoded size): beyond this the result is refused."""
 
 SERIES_COLUMN = "__series__"
-"""Column name a Series travels under; its real name goes in the descriptor."""
+"""Column name a Series travels under (kept for compatibility; the codec stores the real name as JSON)."""
+
+ROW_MATERIALISE_BYTES = 8
+"""Bytes pandas may allocate per row and column beyond the Arrow buffers (object pointers, codes)."""
 
 _FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,100}$")
 
 _ALLOWED_EXTENSIONS = {"pandas.period", "pandas.interval"}
 """Arrow extension types the kernel accepts back (registered by pandas, rebuilt from JSON)."""
+
+
+class TransferRefused(ValueError):
+    """A value cannot cross the worker boundary exactly; the message names its kind and what to do."""
 
 
 def _pa():
@@ -73,134 +102,133 @@ def _is_plain_array(value: Any) -> bool:
     return kind.__module__ == "numpy" and kind.__name__ in ("ndarray", "memmap") and not value.dtype.hasobject
 
 
-def _to_arrow(value: Any, kind: str) -> tuple[Any, dict[str, Any]]:
-    pa = _pa()
-    extra: dict[str, Any] = {}
-    if kind == "frame":
-        return pa.Table.from_pandas(value, preserve_index=None), extra
-    if kind == "series":
-        extra["name"] = encode_value(value.name)
-        return pa.Table.from_pandas(value.to_frame(name=SERIES_COLUMN), preserve_index=None), extra
-    table = value if type(value).__name__ == "Table" else pa.Table.from_batches([value])
-    return table, extra
+def _to_table(value: Any, kind: str, what: str) -> Any:
+    import pandas as pd
+
+    if kind == "table":
+        pa = _pa()
+        return value if type(value).__name__ == "Table" else pa.Table.from_batches([value])
+    if type(value) not in (pd.DataFrame, pd.Series):
+        raise TransferRefused(f"{what} is a {type(value).__name__} (a pandas subclass); "
+                              "convert it to a plain DataFrame or Series first")
+    try:
+        return frame_to_table(value)
+    except SpillUnsupported as exc:
+        raise TransferRefused(f"{what}: {exc}") from exc
 
 
-def _from_arrow(table: Any, desc: dict[str, Any], *, zero_copy: bool) -> Any:
-    kind = desc["shape"]
+def _from_table(table: Any, kind: str) -> Any:
     if kind == "table":
         return table
-    frame = table.to_pandas(split_blocks=zero_copy)
-    if kind == "frame":
-        return frame
-    series = frame[SERIES_COLUMN]
-    series.name = decode_value(desc.get("name", {"t": "none"}))
-    return series
+    return table_to_frame(table, split_blocks=True)
+
+
+def _write_npy(value: Any, path: str) -> None:
+    import numpy as np
+
+    with open(path, "wb") as sink:
+        np.save(sink, value if type(value) is np.ndarray else np.asarray(value), allow_pickle=False)
+
+
+def _tagged(value: Any, what: str) -> dict[str, Any]:
+    try:
+        encoded = encode_tagged(value)
+        text = json.dumps(encoded, allow_nan=False)
+    except Unencodable as exc:
+        raise TransferRefused(f"{what} holds {exc.kind} values, which cannot cross the sandbox boundary exactly "
+                              "(send frames, arrays, numbers, strings, dates or containers of them)") from exc
+    except (ValueError, RecursionError) as exc:
+        raise TransferRefused(f"{what} cannot be encoded: {exc}") from exc
+    if len(text) > JSON_VALUE_MAX_BYTES:
+        raise TransferRefused(f"{what} is {len(text)} bytes as tagged JSON, over the {JSON_VALUE_MAX_BYTES}-byte "
+                              "limit for non-tabular values; put the data in a DataFrame or ndarray")
+    return {"kind": "tagged", "value": encoded}
 
 
 # -- kernel -> worker -----------------------------------------------------------------------
 
 
 def write_input(name: str, value: Any, directory: str, tag: str) -> dict[str, Any]:
-    """Write one input for the worker; returns its descriptor."""
+    """Write one input for the worker; returns its descriptor. Raises :class:`TransferRefused`."""
     import warnings
 
     kind = _table_kind(value)
     base = os.path.join(directory, f"in_{tag}_{name}")
+    what = f"handle {name!r}"
     if kind is not None:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                table, extra = _to_arrow(value, kind)
-            _write_arrow(table, base + ".arrow")
-            os.chmod(base + ".arrow", 0o444)
-            return {"kind": "arrow", "shape": kind, "file": os.path.basename(base) + ".arrow", **extra}
-        except Exception:  # noqa: BLE001 - mixed object columns and the like: fall through to pickle
-            pass
-    elif _is_plain_array(value):
-        import numpy as np
-
-        np.save(base + ".npy", value, allow_pickle=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            table = _to_table(value, kind, what)
+        _write_arrow(table, base + ".arrow")
+        os.chmod(base + ".arrow", 0o444)
+        return {"kind": "arrow", "shape": kind, "file": os.path.basename(base) + ".arrow"}
+    if _is_plain_array(value):
+        _write_npy(value, base + ".npy")  # keeps Fortran order: the header records it
         os.chmod(base + ".npy", 0o444)
         return {"kind": "npy", "file": os.path.basename(base) + ".npy"}
-    encoded = encode_value(value)
-    if encoded["t"] != "repr":
-        return {"kind": "json", "value": encoded}
-    import pickle
-
-    # Kernel-made objects only: the worker unpickles data the kernel trusts, never the reverse.
-    with open(base + ".pkl", "wb") as handle:
-        pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
-    os.chmod(base + ".pkl", 0o444)
-    return {"kind": "pickle", "file": os.path.basename(base) + ".pkl"}
+    return _tagged(value, what)
 
 
 def read_input(desc: dict[str, Any], directory: str) -> Any:
     """Worker side: attach an input, memory-mapped read-only where possible."""
     kind = desc["kind"]
-    if kind == "json":
-        return decode_value(desc["value"])
+    if kind == "tagged":
+        return decode_tagged(desc["value"])
     path = os.path.join(directory, desc["file"])
     if kind == "arrow":
         pa = _pa()
+        register_pandas_arrow_types()
         table = pa.ipc.open_file(pa.memory_map(path, "r")).read_all()
-        return _from_arrow(table, desc, zero_copy=True)
+        return _from_table(table, desc["shape"])
     if kind == "npy":
         import numpy as np
 
-        return np.load(path, mmap_mode="r", allow_pickle=False).view(np.ndarray)
-    if kind == "pickle":
-        import pickle
-
-        with open(path, "rb") as handle:
-            return pickle.load(handle)
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+        return array.view(np.ndarray) if array.ndim else np.array(array)
     raise ProtocolError(f"unknown input kind {kind!r}")
 
 
 # -- worker -> kernel -----------------------------------------------------------------------
 
 
-def _stringify_failing_columns(frame: Any) -> tuple[Any, list[str]]:
-    """Object columns Arrow cannot type become strings; returns the frame and what changed."""
-    pa = _pa()
-    changed = []
-    frame = frame.copy()
-    for position, column in enumerate(frame.columns):
-        series = frame.iloc[:, position]
-        if series.dtype == object:
-            try:
-                pa.array(series, from_pandas=True)
-            except Exception:  # noqa: BLE001
-                frame.isetitem(position, series.map(repr))
-                changed.append(str(column))
-    return frame, changed
+def write_result(value: Any, directory: str, tag: str, notes: list[str], *, saved_as: str | None = None,
+                 max_bytes: int = RESULT_MAX_BYTES) -> dict[str, Any]:
+    """Worker side: serialise one result exactly, or raise :class:`TransferRefused` naming its kind.
 
-
-def write_result(value: Any, directory: str, tag: str, notes: list[str]) -> dict[str, Any]:
-    """Worker side: serialise one result; notes about lossy conversions are appended to ``notes``."""
+    ``saved_as`` names the handle for ``save()`` results; a trailing
+    expression value (``saved_as=None``) of an unknown kind comes back as a
+    bounded repr for the model to read instead of an error. A table or array
+    over ``max_bytes`` is refused naming the limit before anything is written.
+    """
     import warnings
 
+    what = f"save({saved_as!r}, ...)" if saved_as is not None else "the result"
     kind = _table_kind(value)
     base = os.path.join(directory, f"out_{tag}")
     if kind is not None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            try:
-                table, extra = _to_arrow(value, kind)
-            except Exception:  # noqa: BLE001
-                if kind == "table":
-                    raise
-                frame = value if kind == "frame" else value.to_frame(name=SERIES_COLUMN)
-                frame, changed = _stringify_failing_columns(frame)
-                notes.append(f"columns {changed} held mixed objects and were sent back as their repr strings")
-                table, extra = _to_arrow(frame if kind == "frame" else frame[SERIES_COLUMN], kind)
+            table = _to_table(value, kind, what)
+        _check_size(table.nbytes, max_bytes, what)
         _write_arrow(table, base + ".arrow")
-        return {"kind": "arrow", "shape": kind, "file": os.path.basename(base) + ".arrow", **extra}
+        return {"kind": "arrow", "shape": kind, "file": os.path.basename(base) + ".arrow"}
     if _is_plain_array(value):
-        import numpy as np
-
-        np.save(base + ".npy", np.asarray(value), allow_pickle=False)
+        _check_size(value.nbytes, max_bytes, what)
+        _write_npy(value, base + ".npy")
         return {"kind": "npy", "file": os.path.basename(base) + ".npy"}
-    return {"kind": "json", "value": encode_value(value)}
+    try:
+        return _tagged(value, what)
+    except TransferRefused:
+        if saved_as is not None:
+            raise
+        return {"kind": "repr", "type": f"{type(value).__module__}.{type(value).__qualname__}"[:200],
+                "text": safe_repr(value)}
+
+
+def _check_size(nbytes: int, max_bytes: int, what: str) -> None:
+    if nbytes > max_bytes:
+        raise TransferRefused(f"{what} is {nbytes / 2**20:.1f} MiB, over the {max_bytes / 2**20:.1f} MiB result "
+                              "limit (result_max_bytes); aggregate or filter it in the sandbox first")
 
 
 def _open_result(directory: str, name: Any, max_bytes: int) -> tuple[int, int]:
@@ -225,17 +253,140 @@ def _check_schema_types(pa: Any, data_type: Any) -> None:
     if isinstance(data_type, pa.BaseExtensionType):
         if data_type.extension_name not in _ALLOWED_EXTENSIONS:
             raise ProtocolError(f"extension type {data_type.extension_name!r} is not accepted")
+        data_type = data_type.storage_type
+    name = str(data_type)
+    if name.startswith(("run_end_encoded", "string_view", "binary_view", "list_view", "large_list_view")):
+        raise ProtocolError(f"Arrow type {name} is not accepted in results")
     for index in range(getattr(data_type, "num_fields", 0)):
         _check_schema_types(pa, data_type.field(index).type)
 
 
+# -- Arrow IPC metadata walk (before any decoding) ------------------------------------------
+
+_MESSAGE_DICTIONARY_BATCH = 2
+_MESSAGE_RECORD_BATCH = 3
+
+
+class _Flat:
+    """The few FlatBuffers reads the Arrow ``Message`` metadata needs, each bounds-checked."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def _unpack(self, fmt: str, pos: int) -> Any:
+        size = struct.calcsize(fmt)
+        if pos < 0 or pos + size > len(self.data):
+            raise ProtocolError("Arrow message metadata points outside itself")
+        return struct.unpack_from(fmt, self.data, pos)[0]
+
+    def root(self) -> int:
+        return self._unpack("<I", 0)
+
+    def field(self, table: int, index: int) -> int | None:
+        """Absolute position of field ``index`` of the table at ``table``, or None when absent."""
+        vtable = table - self._unpack("<i", table)
+        vsize = self._unpack("<H", vtable)
+        slot = 4 + 2 * index
+        if slot + 2 > vsize:
+            return None
+        offset = self._unpack("<H", vtable + slot)
+        return table + offset if offset else None
+
+    def ref(self, pos: int) -> int:
+        return pos + self._unpack("<I", pos)
+
+    def vector(self, pos: int) -> tuple[int, int]:
+        start = self.ref(pos)
+        return start + 4, self._unpack("<I", start)
+
+
+def _record_batch_sizes(flat: _Flat, batch: int, body_size: int) -> tuple[int, int]:
+    """(buffer bytes, rows x columns) of one RecordBatch table; refuses compression and stray buffers."""
+    if flat.field(batch, 3) is not None:
+        raise ProtocolError("compressed Arrow buffers are not accepted in results")
+    length_pos = flat.field(batch, 0)
+    rows = flat._unpack("<q", length_pos) if length_pos is not None else 0
+    nodes_total = 0
+    nodes_pos = flat.field(batch, 1)
+    if nodes_pos is not None:
+        start, count = flat.vector(nodes_pos)
+        for i in range(count):
+            node_length = flat._unpack("<q", start + 16 * i)
+            if node_length < 0:
+                raise ProtocolError("negative Arrow node length")
+            nodes_total += node_length
+    if rows < 0:
+        raise ProtocolError("negative Arrow batch length")
+    total = 0
+    buffers_pos = flat.field(batch, 2)
+    if buffers_pos is not None:
+        start, count = flat.vector(buffers_pos)
+        for i in range(count):
+            offset = flat._unpack("<q", start + 16 * i)
+            length = flat._unpack("<q", start + 16 * i + 8)
+            if offset < 0 or length < 0 or offset + length > body_size:
+                raise ProtocolError("an Arrow buffer lies outside its message body")
+            total += length
+    return total, max(nodes_total, rows)
+
+
+def check_ipc_file(buffer: Any, max_bytes: int) -> int:
+    """Walk an Arrow IPC file's messages without decoding them; return the decoded size estimate.
+
+    Refuses compressed bodies, buffers outside their body, and a decoded
+    size (buffers + :data:`ROW_MATERIALISE_BYTES` per row and column) over
+    ``max_bytes`` — the bound holds before anything is materialised.
+    """
+    pa = _pa()
+    if buffer.size < 16 or buffer[:6].to_pybytes() != b"ARROW1" or buffer[-6:].to_pybytes() != b"ARROW1":
+        raise ProtocolError("not an Arrow IPC file")
+    reader = pa.ipc.MessageReader.open_stream(pa.BufferReader(buffer.slice(8)))
+    estimate = 0
+    while True:
+        try:
+            message = reader.read_next_message()
+        except StopIteration:
+            break
+        meta = message.metadata.to_pybytes()
+        flat = _Flat(meta)
+        root = flat.root()
+        header_type_pos = flat.field(root, 1)
+        header_type = flat._unpack("<B", header_type_pos) if header_type_pos is not None else 0
+        header_pos = flat.field(root, 2)
+        body_size = message.body.size if message.body is not None else 0
+        if header_type in (_MESSAGE_RECORD_BATCH, _MESSAGE_DICTIONARY_BATCH):
+            if header_pos is None:
+                raise ProtocolError("Arrow batch message without a header")
+            table = flat.ref(header_pos)
+            if header_type == _MESSAGE_DICTIONARY_BATCH:
+                data_pos = flat.field(table, 1)
+                if data_pos is None:
+                    raise ProtocolError("Arrow dictionary batch without data")
+                table = flat.ref(data_pos)
+            buffers, cells = _record_batch_sizes(flat, table, body_size)
+            estimate += buffers + cells * ROW_MATERIALISE_BYTES
+            if estimate > max_bytes:
+                raise ProtocolError(f"the result would decode to more than the {max_bytes}-byte result limit "
+                                    f"({max_bytes / 2**20:.0f} MiB)")
+        elif header_type not in (1,):  # 1 = Schema; tensors and anything else are refused
+            raise ProtocolError(f"Arrow message type {header_type} is not accepted in results")
+    return estimate
+
+
 def read_result(desc: Any, directory: str, max_bytes: int = RESULT_MAX_BYTES) -> Any:
     """Kernel side: rebuild a result from its descriptor, validating type, size and content."""
-    if not isinstance(desc, dict) or desc.get("kind") not in ("arrow", "npy", "json"):
+    if not isinstance(desc, dict) or desc.get("kind") not in ("arrow", "npy", "tagged", "repr"):
         raise ProtocolError("malformed result descriptor")
     kind = desc["kind"]
-    if kind == "json":
-        return decode_value(desc.get("value"))
+    if kind == "tagged":
+        try:
+            return decode_tagged(desc.get("value"))
+        except TaggedError as exc:
+            raise ProtocolError(f"malformed tagged value: {exc}") from exc
+    if kind == "repr":
+        if not isinstance(desc.get("text"), str) or not isinstance(desc.get("type"), str):
+            raise ProtocolError("malformed repr descriptor")
+        return RemoteObject(desc["type"][:200], desc["text"][:40_000])
     fd, size = _open_result(directory, desc.get("file"), max_bytes)
     try:
         if kind == "npy":
@@ -263,11 +414,13 @@ def read_result(desc: Any, directory: str, max_bytes: int = RESULT_MAX_BYTES) ->
         if buffer.size > size:
             raise ProtocolError("result file grew while being read")
         try:
+            check_ipc_file(buffer, max_bytes)
+            register_pandas_arrow_types()
             table = pa.ipc.open_file(buffer).read_all()
             for field in table.schema:
                 _check_schema_types(pa, field.type)
             table.validate(full=True)
-            return _from_arrow(table, desc, zero_copy=True)  # over our private copy: safe to share
+            return _from_table(table, desc["shape"])  # over our private copy: safe to share
         except ProtocolError:
             raise
         except Exception as exc:  # noqa: BLE001 - anything malformed is the worker's fault

@@ -25,7 +25,7 @@ from typing import Any
 from harness_magic.core.cache.names import resolve_handle_name
 from harness_magic.core.sandbox import checks, confinement
 from harness_magic.core.sandbox.protocol import recv_frame, send_frame
-from harness_magic.core.sandbox.transfer import read_input, write_result
+from harness_magic.core.sandbox.transfer import TransferRefused, read_input, write_result
 
 _thread_count = _thread._count  # taken before model code can replace it
 
@@ -230,12 +230,17 @@ def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any) -> dict[st
         reply["error"] = _format_error(exc)
     finally:
         sys.stdout, sys.stderr = old_out, old_err
+    cap = int(config["limits"]["file_size"]) - (1 << 20)
     try:
         if reply["error"] is None:
-            reply["saved"] = [[h, write_result(v, config["scratch_dir"], f"{seq}_{i}", notes)]
+            reply["saved"] = [[h, write_result(v, config["scratch_dir"], f"{seq}_{i}", notes, saved_as=h,
+                                               max_bytes=cap)]
                               for i, (h, v) in enumerate(saved)]
             if has_value and value is not None:
-                reply["value"] = write_result(value, config["scratch_dir"], f"{seq}_value", notes)
+                reply["value"] = write_result(value, config["scratch_dir"], f"{seq}_value", notes, max_bytes=cap)
+    except TransferRefused as exc:
+        reply["saved"], reply["value"] = [], None
+        reply["error"] = f"TransferRefused: {exc}"
     except Exception as exc:  # noqa: BLE001
         reply["error"] = "Sending the result back failed:\n" + _format_error(exc)
     try:

@@ -1,0 +1,158 @@
+"""Spec (issues 11.4 and 12): results cross back exactly, bounded, and crafted ones fail cleanly.
+
+Real analyses that used to crash or change values run in the worker and
+come back identical to the same analysis in the kernel. Crafted result
+files (compressed bombs, rows claimed without data, flipped bytes) raise
+``ProtocolError`` before anything large is materialised.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from harness_magic.core.sandbox import SandboxedInterpreter, probe_confinement
+from harness_magic.core.sandbox.protocol import ProtocolError
+from harness_magic.core.sandbox.transfer import read_result, write_result
+
+from value_matrix import assert_identical
+
+confined = pytest.mark.skipif(not probe_confinement()["confined"], reason="no OS confinement here")
+
+SETUP = (
+    "import numpy as np, pandas as pd\n"
+    "rng = np.random.default_rng(0)\n"
+    "sales = pd.DataFrame({'region': pd.Categorical(rng.choice(['n', 's', 'e'], 60), categories=['n', 's', 'e', 'w']),"
+    " 'kind': pd.Categorical(rng.choice(['a', 'b'], 60)), 'amount': rng.integers(1, 100, 60).astype('float64'),"
+    " 'day': pd.date_range('2024-01-01', periods=60, freq='D')})\n"
+)
+
+ANALYSES = {
+    "categorical_unstack": "sales.groupby(['region', 'kind'], observed=False)['amount'].sum().unstack()",
+    "categorical_pivot_table": "sales.pivot_table(index='region', columns='kind', values='amount', aggfunc='sum',"
+                               " observed=False)",
+    "groupby_observed_false": "sales.groupby('region', observed=False)['amount'].mean()",
+    "cut_value_counts": "pd.cut(sales['amount'], bins=[0, 25, 50, 75, 100]).value_counts()",
+    "to_period_groupby": "sales.groupby(sales['day'].dt.to_period('M'))['amount'].sum()",
+    "resample_with_freq": "sales.set_index('day')['amount'].resample('W').sum()",
+    "crosstab": "pd.crosstab(sales['region'], sales['kind'])",
+    "describe": "sales.describe()",
+}
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    backend = SandboxedInterpreter(timeout=60.0)
+    yield backend
+    backend.close()
+
+
+def _expected(code: str):
+    namespace: dict = {}
+    exec(SETUP, namespace)
+    return eval(code, namespace)
+
+
+@confined
+@pytest.mark.parametrize("name", sorted(ANALYSES))
+def test_real_analysis_comes_back_exactly_as_value_and_saved(sandbox, name) -> None:
+    code = ANALYSES[name]
+    result = sandbox.execute(SETUP + f"save('r', {code})\n{code}", {}, [])
+    assert result.error is None, result.error
+    assert_identical(_expected(code), result.value)
+    assert_identical(_expected(code), result.saved[0][1])
+
+
+@confined
+def test_a_value_without_exact_encoding_is_refused_naming_it_and_the_worker_lives_on(sandbox) -> None:
+    result = sandbox.execute("import pandas as pd\nsave('funcs', pd.Series([len, 1], dtype=object))", {}, [])
+    assert result.error is not None
+    assert "TransferRefused" in result.error and "save('funcs'" in result.error
+    assert "builtin_function_or_method" in result.error
+    assert result.saved == []
+    again = sandbox.execute("1 + 1", {}, [])
+    assert again.error is None and again.value == 2
+
+
+@confined
+def test_an_unknown_saved_object_is_refused_not_stored_as_text(sandbox) -> None:
+    result = sandbox.execute("class Thing:\n    pass\nsave('thing', Thing())", {}, [])
+    assert "TransferRefused" in result.error and "Thing" in result.error
+    assert result.saved == []
+
+
+@confined
+def test_an_oversize_result_names_the_limit(tmp_path) -> None:
+    backend = SandboxedInterpreter(timeout=60.0, result_max_bytes=4 * 2**20)
+    try:
+        result = backend.execute("import numpy as np\nsave('big', np.zeros(2**20))", {}, [])
+        assert "TransferRefused" in result.error and "result limit" in result.error and "4.0 MiB" in result.error
+        assert "requested and" not in result.error
+        assert backend.execute("2", {}, []).value == 2
+    finally:
+        backend.close()
+
+
+def _arrow_file(directory, name, batches, schema, compression=None) -> str:
+    path = os.path.join(directory, name)
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, schema,
+                                                         options=pa.ipc.IpcWriteOptions(compression=compression)) as w:
+        for batch in batches:
+            w.write_batch(batch)
+    return name
+
+
+def test_a_compressed_result_bomb_is_refused_before_decoding(tmp_path) -> None:
+    zeros = pa.record_batch([pa.array(np.zeros(2**17))], names=["z"])  # 1 MiB decoded, a few hundred bytes zstd
+    name = _arrow_file(tmp_path, "out_bomb.arrow", (zeros for _ in range(4096)), zeros.schema, "zstd")
+    assert os.path.getsize(tmp_path / name) < 8 * 2**20  # 4 GiB once decoded
+    with pytest.raises(ProtocolError, match="compressed Arrow buffers are not accepted"):
+        read_result({"kind": "arrow", "shape": "table", "file": name}, str(tmp_path))
+
+
+def test_rows_claimed_without_data_are_refused_within_the_cap(tmp_path) -> None:
+    nulls = pa.record_batch([pa.nulls(2**31 - 1)], names=["n"])  # no buffers: pandas would allocate 16 GiB
+    name = _arrow_file(tmp_path, "out_nulls.arrow", [nulls], nulls.schema)
+    with pytest.raises(ProtocolError, match="more than the 1073741824-byte result limit"):
+        read_result({"kind": "arrow", "shape": "frame", "file": name}, str(tmp_path), max_bytes=2**30)
+
+
+def test_flipped_bytes_in_a_result_raise_protocol_errors_never_crash(tmp_path) -> None:
+    frame = pd.DataFrame({"a": np.arange(50), "s": [f"x{i}" for i in range(50)],
+                          "c": pd.Categorical(["p", "q"] * 25)})
+    desc = write_result(frame, str(tmp_path), "clean", [])
+    clean = (tmp_path / desc["file"]).read_bytes()
+    rng = random.Random(7)
+    outcomes = {"error": 0, "value": 0}
+    for trial in range(300):
+        data = bytearray(clean)
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        name = f"out_flip{trial}.arrow"
+        (tmp_path / name).write_bytes(bytes(data))
+        try:
+            read_result({**desc, "file": name}, str(tmp_path))
+            outcomes["value"] += 1
+        except ProtocolError:
+            outcomes["error"] += 1
+    assert outcomes["error"] > 0
+
+
+def test_a_worker_result_file_that_is_a_link_is_refused(tmp_path) -> None:
+    os.symlink("/etc/passwd", tmp_path / "out_link.npy")
+    with pytest.raises((ProtocolError, OSError)):
+        read_result({"kind": "npy", "file": "out_link.npy"}, str(tmp_path))
+
+
+def test_results_keep_fortran_order(tmp_path) -> None:
+    array = np.asfortranarray(np.arange(12.0).reshape(3, 4))
+    desc = write_result(array, str(tmp_path), "f", [])
+    back = read_result(desc, str(tmp_path))
+    assert back.flags.f_contiguous and not back.flags.c_contiguous
+    np.testing.assert_array_equal(back, array)
