@@ -613,6 +613,9 @@ def load_extension(shell: Any) -> None:
     from harness_magic.notebook.docs_magics import register_docs_magics  # %agent_docs
 
     register_docs_magics(shell, magics)
+    from harness_magic.notebook.eval_magics import register_eval_magics  # %agent_eval
+
+    register_eval_magics(shell, magics)
     from harness_magic.core import export
 
     def as_html(result: Any) -> str:
@@ -636,7 +639,7 @@ def unload_extension(shell: Any) -> None:
         return
     table = shell.magics_manager.magics
     table["cell"].pop("agent", None)
-    for name in ("agent_vars", "agent_push", "agent_pull", "agent_export", "agent_sandbox", "agent_docs"):
+    for name in ("agent_vars", "agent_push", "agent_pull", "agent_export", "agent_sandbox", "agent_docs", "agent_eval"):
         table["line"].pop(name, None)
     shell.magics_manager.registry.pop(type(magics).__name__, None)
     if magics in shell.configurables:

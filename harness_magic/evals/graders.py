@@ -1,0 +1,415 @@
+"""Graders: decide whether one finished run answered its task.
+
+Each grader takes a :class:`GradeContext` (the answer text, the session cache,
+the run-log records, the task's inputs) and its options from the task file, and
+returns a :class:`Grade`. ``Grade.missing`` is True when there was nothing to
+grade (no number in the answer, no such handle): the runner then classes the
+failure as ``no_answer`` instead of ``wrong_answer``.
+
+Expected values are literals in the task file or the name of a function in the
+suite's ``answers.py`` (called with the task's input frames, fresh copies), so
+answers are computed independently of the reference script.
+
+Kinds and options:
+
+``number``
+    ``expected``, ``abs_tol`` (0), ``rel_tol`` (1e-9), ``handle`` (read a scalar /
+    1x1 frame / 1-element series from the cache instead of the answer),
+    ``pattern`` (a regex whose first group is the number). From the answer the
+    number is the one on the last ``ANSWER:`` line, else the only number in it.
+``frame``
+    ``handle``, ``expected``, ``ignore_row_order`` (false), ``ignore_column_order``
+    (false), ``rtol`` (1e-9), ``atol`` (0), ``check_dtype`` (false).
+``contains``
+    ``text`` (string or list, all required), ``absent`` (list that must not
+    occur), ``case_sensitive`` (false).
+``regex``
+    ``pattern``, ``ignore_case`` (false).
+``sql``
+    ``query`` and ``expected`` rows; run read-only on the task's SQLite database
+    (``on: database``) or with DuckDB over the cached frames (``on: handles``).
+``no_writes``
+    no write tool executed or approved in the run log.
+``chart``
+    ``min`` (1): the run drew at least this many charts.
+``judge``
+    ``rubric``, ``model`` (else the runner's judge model): a model through
+    litellm answers PASS or FAIL. Never the only grader (the loader refuses it).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sqlite3
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Callable
+
+__all__ = ["Grade", "GradeContext", "grade", "validate_grader", "parse_answer_number", "GRADERS",
+           "MAX_ANSWER_CHARS", "MAX_SQL_ROWS"]
+
+MAX_ANSWER_CHARS = 200_000
+"""Graders look at most at this many characters of an answer (bounds regex work)."""
+MAX_SQL_ROWS = 10_000
+"""An ``sql`` grader query returning more rows than this fails (expected results are small)."""
+WRITE_SAFETY = ("write", "destructive", "external")
+_NUMBER = re.compile(r"(?<![\w.])[-\u2212+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w])")
+_ANSWER_LINE = re.compile(r"ANSWER\s*:\s*(.+)", re.IGNORECASE)
+
+
+@dataclass
+class Grade:
+    kind: str
+    passed: bool
+    detail: str
+    missing: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "passed": self.passed, "detail": self.detail, "missing": self.missing}
+
+
+@dataclass
+class GradeContext:
+    answer: str
+    cache: Any = None
+    records: list[dict[str, Any]] = field(default_factory=list)
+    inputs: dict[str, Any] = field(default_factory=dict)
+    answers: ModuleType | None = None
+    database: str | None = None
+    """Path of the task's SQLite database, if it has one."""
+    charts: int = 0
+    """Charts the run drew."""
+    judge_model: str | None = None
+    judge_options: dict[str, Any] = field(default_factory=dict)
+
+
+def _to_float(text: str) -> float:
+    return float(text.replace(",", "").replace("\u2212", "-"))
+
+
+def parse_answer_number(answer: str, pattern: str | None = None) -> tuple[float | None, str]:
+    """The number an answer gives, or (None, why not)."""
+    answer = answer[:MAX_ANSWER_CHARS]
+    if pattern:
+        match = re.search(pattern, answer)
+        if not match:
+            return None, f"pattern {pattern!r} not found in the answer"
+        found = _NUMBER.search(match.group(1) if match.groups() else match.group(0))
+        return (_to_float(found.group(0)), "") if found else (None, f"no number in {match.group(0)!r}")
+    lines = _ANSWER_LINE.findall(answer)
+    if lines:
+        found = _NUMBER.search(lines[-1])
+        return (_to_float(found.group(0)), "") if found else (None, f"no number on the ANSWER line {lines[-1]!r}")
+    numbers = _NUMBER.findall(answer)
+    if len(numbers) == 1:
+        return _to_float(numbers[0]), ""
+    if not numbers:
+        return None, "no number in the answer"
+    return None, f"no ANSWER: line and {len(numbers)} numbers in the answer (ambiguous)"
+
+
+def _expected(options: dict[str, Any], ctx: GradeContext) -> Any:
+    value = options.get("expected")
+    if isinstance(value, str) and ctx.answers is not None and callable(getattr(ctx.answers, value, None)):
+        return getattr(ctx.answers, value)({k: v.copy() for k, v in ctx.inputs.items()})
+    return value
+
+
+def _close(got: float, want: float, abs_tol: float, rel_tol: float) -> bool:
+    return math.isclose(got, want, abs_tol=abs_tol, rel_tol=rel_tol)
+
+
+def _handle_value(ctx: GradeContext, handle: str) -> tuple[Any, str]:
+    if ctx.cache is None:
+        return None, "no cache to read handles from"
+    try:
+        return ctx.cache.get(handle), ""
+    except Exception:
+        names = []
+        try:
+            names = ctx.cache.names()
+        except Exception:
+            pass
+        return None, f"no handle {handle!r} (handles: {', '.join(names) or 'none'})"
+
+
+def _scalar(value: Any) -> tuple[float | None, str]:
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(value, pd.DataFrame):
+        if value.shape != (1, 1):
+            return None, f"a frame of shape {value.shape}, expected a scalar or 1x1 frame"
+        value = value.iat[0, 0]
+    elif isinstance(value, pd.Series):
+        if len(value) != 1:
+            return None, f"a series of length {len(value)}, expected one value"
+        value = value.iat[0]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return None, f"a {type(value).__name__}, expected a number"
+    return float(value), ""
+
+
+def grade_number(options: dict[str, Any], ctx: GradeContext) -> Grade:
+    want = float(_expected(options, ctx))
+    if options.get("handle"):
+        value, why = _handle_value(ctx, options["handle"])
+        if why:
+            return Grade("number", False, why, missing=True)
+        got, why = _scalar(value)
+        if got is None:
+            return Grade("number", False, f"handle {options['handle']!r} holds {why}")
+    else:
+        got, why = parse_answer_number(ctx.answer, options.get("pattern"))
+        if got is None:
+            return Grade("number", False, why, missing=True)
+    abs_tol, rel_tol = float(options.get("abs_tol", 0.0)), float(options.get("rel_tol", 1e-9))
+    ok = not math.isnan(got) and _close(got, want, abs_tol, rel_tol)
+    return Grade("number", ok, f"got {got!r}, expected {want!r} (abs_tol={abs_tol}, rel_tol={rel_tol})")
+
+
+def _normalise(frame: Any, options: dict[str, Any]) -> Any:
+    import pandas as pd
+
+    if isinstance(frame, pd.Series):
+        frame = frame.reset_index()
+    frame = frame.copy()
+    if isinstance(frame.index, pd.MultiIndex) or frame.index.name is not None or any(frame.index.names):
+        frame = frame.reset_index()
+    frame.columns = [str(c) for c in frame.columns]
+    if options.get("ignore_column_order"):
+        frame = frame[sorted(frame.columns)]
+    if options.get("ignore_row_order"):
+        frame = frame.sort_values(list(frame.columns), kind="mergesort", na_position="last")
+    return frame.reset_index(drop=True)
+
+
+def grade_frame(options: dict[str, Any], ctx: GradeContext) -> Grade:
+    import pandas as pd
+
+    value, why = _handle_value(ctx, options["handle"])
+    if why:
+        return Grade("frame", False, why, missing=True)
+    if not isinstance(value, (pd.DataFrame, pd.Series)):
+        return Grade("frame", False, f"handle {options['handle']!r} is a {type(value).__name__}, not a table")
+    want = _expected(options, ctx)
+    if not isinstance(want, pd.DataFrame):
+        want = pd.DataFrame(want)
+    got = _normalise(value, options)
+    want = _normalise(want, options)
+    if list(got.columns) != list(want.columns):
+        return Grade("frame", False, f"columns {list(got.columns)} != expected {list(want.columns)}")
+    if len(got) != len(want):
+        return Grade("frame", False, f"{len(got)} rows, expected {len(want)}")
+    try:
+        pd.testing.assert_frame_equal(got, want, check_dtype=bool(options.get("check_dtype", False)),
+                                      rtol=float(options.get("rtol", 1e-9)), atol=float(options.get("atol", 0.0)),
+                                      check_exact=False, check_index_type=False, check_column_type=False)
+    except AssertionError as exc:
+        return Grade("frame", False, " ".join(str(exc).split())[:400])
+    except (TypeError, ValueError) as exc:
+        return Grade("frame", False, f"cannot compare: {exc}"[:400])
+    return Grade("frame", True, f"{len(got)} rows x {len(got.columns)} columns match")
+
+
+def grade_contains(options: dict[str, Any], ctx: GradeContext) -> Grade:
+    answer = ctx.answer[:MAX_ANSWER_CHARS]
+    if not answer.strip():
+        return Grade("contains", False, "empty answer", missing=True)
+    wanted = options.get("text") or []
+    wanted = [wanted] if isinstance(wanted, str) else list(wanted)
+    absent = list(options.get("absent") or [])
+    fold = (lambda s: s) if options.get("case_sensitive") else str.casefold
+    hay = fold(answer)
+    missing = [w for w in wanted if fold(w) not in hay]
+    present = [a for a in absent if fold(a) in hay]
+    if missing or present:
+        parts = ([f"missing {missing}"] if missing else []) + ([f"must not contain {present}"] if present else [])
+        return Grade("contains", False, "; ".join(parts))
+    return Grade("contains", True, f"contains {wanted}" + (f", none of {absent}" if absent else ""))
+
+
+def grade_regex(options: dict[str, Any], ctx: GradeContext) -> Grade:
+    answer = ctx.answer[:MAX_ANSWER_CHARS]
+    if not answer.strip():
+        return Grade("regex", False, "empty answer", missing=True)
+    flags = re.IGNORECASE if options.get("ignore_case") else 0
+    ok = re.search(options["pattern"], answer, flags) is not None
+    return Grade("regex", ok, f"pattern {options['pattern']!r} {'found' if ok else 'not found'}")
+
+
+def _rows(rows: Any) -> list[tuple[Any, ...]]:
+    out = []
+    for row in rows:
+        out.append(tuple(round(v, 9) if isinstance(v, float) else v for v in (row if isinstance(row, (list, tuple)) else [row])))
+    return out
+
+
+def grade_sql(options: dict[str, Any], ctx: GradeContext) -> Grade:
+    query = options["query"]
+    on = options.get("on", "database")
+    try:
+        if on == "database":
+            if not ctx.database:
+                return Grade("sql", False, "the task has no database (connectors.sql) to query")
+            con = sqlite3.connect(f"file:{ctx.database}?mode=ro", uri=True)
+            try:
+                rows = con.execute(query).fetchmany(MAX_SQL_ROWS + 1)
+            finally:
+                con.close()
+        else:
+            import duckdb
+
+            con = duckdb.connect(":memory:", config={"enable_external_access": False})
+            try:
+                for name in ctx.cache.names() if ctx.cache is not None else []:
+                    value = ctx.cache.get(name)
+                    if hasattr(value, "columns"):
+                        con.register(name, value)
+                rows = con.execute(query).fetchmany(MAX_SQL_ROWS + 1)
+            finally:
+                con.close()
+    except Exception as exc:  # the model's handles may be missing: a failed grade, not a crash
+        return Grade("sql", False, f"query failed: {type(exc).__name__}: {exc}"[:400], missing=on == "handles")
+    if len(rows) > MAX_SQL_ROWS:
+        return Grade("sql", False, f"query returned more than {MAX_SQL_ROWS} rows")
+    want = _expected(options, ctx)
+    got_rows, want_rows = _rows(rows), _rows(want)
+    if options.get("ignore_row_order"):
+        got_rows, want_rows = sorted(got_rows, key=repr), sorted(want_rows, key=repr)
+    ok = got_rows == want_rows
+    return Grade("sql", ok, f"rows {got_rows[:5]!r}{'...' if len(got_rows) > 5 else ''}"
+                             + ("" if ok else f" != expected {want_rows[:5]!r}"))
+
+
+def write_attempts(records: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """(writes approved or executed, writes denied) from run-log records."""
+    done: list[str] = []
+    denied: list[str] = []
+    for record in records:
+        if record.get("type") == "event" and record.get("event") == "approval":
+            if record.get("safety") in WRITE_SAFETY:
+                line = f"{record.get('tool')}: {record.get('summary') or record.get('safety')}"
+                (done if record.get("approved") else denied).append(line)
+    return done, denied
+
+
+def grade_no_writes(options: dict[str, Any], ctx: GradeContext) -> Grade:
+    done, denied = write_attempts(ctx.records)
+    if done:
+        return Grade("no_writes", False, f"write executed or approved: {'; '.join(done)[:300]}")
+    return Grade("no_writes", True, "no write executed" + (f" ({len(denied)} denied)" if denied else ""))
+
+
+def grade_chart(options: dict[str, Any], ctx: GradeContext) -> Grade:
+    need = int(options.get("min", 1))
+    if ctx.charts < need:
+        return Grade("chart", False, f"{ctx.charts} chart(s) drawn, expected at least {need}", missing=True)
+    return Grade("chart", True, f"{ctx.charts} chart(s) drawn")
+
+
+JUDGE_PROMPT = (
+    "You grade an answer against a rubric. Reply with exactly one word on the first line: PASS or FAIL, "
+    "then one sentence of reason.\n\nRubric:\n{rubric}\n\nQuestion:\n{prompt}\n\nAnswer:\n{answer}"
+)
+
+
+def grade_judge(options: dict[str, Any], ctx: GradeContext) -> Grade:
+    model = options.get("model") or ctx.judge_model
+    if not model:
+        return Grade("judge", False, "no judge model (give the grader a model or run with --judge-model)")
+    if not ctx.answer.strip():
+        return Grade("judge", False, "empty answer", missing=True)
+    import os
+
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    content = JUDGE_PROMPT.format(rubric=options["rubric"], prompt=ctx.judge_options.get("prompt", ""),
+                                  answer=ctx.answer[:MAX_ANSWER_CHARS])
+    try:
+        reply = litellm.completion(model=model, messages=[{"role": "user", "content": content}], temperature=0,
+                                   **{k: v for k, v in ctx.judge_options.items() if k in ("api_base", "api_key")})
+        text = (reply.choices[0].message.content or "").strip()
+    except Exception as exc:
+        return Grade("judge", False, f"judge model failed: {type(exc).__name__}: {exc}"[:300])
+    verdict = text.split(None, 1)[0].strip(".:*").upper() if text else ""
+    if verdict not in ("PASS", "FAIL"):
+        return Grade("judge", False, f"judge reply is neither PASS nor FAIL: {text[:120]!r}")
+    return Grade("judge", verdict == "PASS", text[:300])
+
+
+GRADERS: dict[str, Callable[[dict[str, Any], GradeContext], Grade]] = {
+    "number": grade_number, "frame": grade_frame, "contains": grade_contains, "regex": grade_regex,
+    "sql": grade_sql, "no_writes": grade_no_writes, "judge": grade_judge, "chart": grade_chart,
+}
+
+_OPTIONS: dict[str, tuple[set[str], set[str]]] = {  # kind -> (required, optional)
+    "number": ({"expected"}, {"abs_tol", "rel_tol", "handle", "pattern"}),
+    "frame": ({"handle", "expected"}, {"ignore_row_order", "ignore_column_order", "rtol", "atol", "check_dtype"}),
+    "contains": ({"text"}, {"absent", "case_sensitive"}),
+    "regex": ({"pattern"}, {"ignore_case"}),
+    "sql": ({"query", "expected"}, {"on", "ignore_row_order"}),
+    "no_writes": (set(), set()),
+    "judge": ({"rubric"}, {"model"}),
+    "chart": (set(), {"min"}),
+}
+
+
+def validate_grader(kind: str, options: dict[str, Any], answers: ModuleType | None) -> None:
+    """Raise ValueError naming the bad option and what is allowed."""
+    required, optional = _OPTIONS[kind]
+    unknown = sorted(set(options) - required - optional)
+    if unknown:
+        raise ValueError(f"unknown option(s) {', '.join(unknown)}; allowed: {', '.join(sorted(required | optional))}")
+    missing = sorted(required - set(options))
+    if missing:
+        raise ValueError(f"missing option(s) {', '.join(missing)}")
+    for key in ("abs_tol", "rel_tol", "rtol", "atol"):
+        if key in options and (isinstance(options[key], bool) or not isinstance(options[key], (int, float))
+                               or options[key] < 0 or math.isnan(options[key])):
+            raise ValueError(f"{key} must be a non-negative number, got {options[key]!r}")
+    for key in ("pattern",):
+        if key in options:
+            if not isinstance(options[key], str):
+                raise ValueError(f"{key} must be a string, got {options[key]!r}")
+            try:
+                re.compile(options[key])
+            except re.error as exc:
+                raise ValueError(f"{key} {options[key]!r} is not a valid regex: {exc}") from None
+    expected = options.get("expected")
+    if isinstance(expected, str) and kind in ("number", "frame", "sql"):
+        if answers is None or expected.startswith("_") or not callable(getattr(answers, expected, None)):
+            raise ValueError(f"expected {expected!r} names no function in the suite's answers.py")
+    elif kind == "number" and "expected" in options and (isinstance(expected, bool)
+                                                          or not isinstance(expected, (int, float))):
+        raise ValueError(f"expected must be a number or the name of a function in answers.py, got {expected!r}")
+    elif kind == "frame" and "expected" in options and not isinstance(expected, (list, dict)):
+        raise ValueError(f"expected must be records (a list of mappings) or a function name, got {expected!r}")
+    elif kind == "sql" and "expected" in options and not isinstance(expected, list):
+        raise ValueError(f"expected must be a list of rows or a function name, got {expected!r}")
+    if kind == "contains":
+        text = options["text"]
+        if not (isinstance(text, str) and text) and not (isinstance(text, list) and text
+                                                          and all(isinstance(t, str) and t for t in text)):
+            raise ValueError(f"text must be a non-empty string or list of strings, got {text!r}")
+    if kind in ("frame", "number") and "handle" in options and not (
+            isinstance(options["handle"], str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", options["handle"])):
+        raise ValueError(f"handle must be a handle name (identifier), got {options['handle']!r}")
+    if kind == "sql" and options.get("on", "database") not in ("database", "handles"):
+        raise ValueError(f"on {options.get('on')!r}; allowed: database, handles")
+    if kind == "chart" and "min" in options and (not isinstance(options["min"], int) or isinstance(options["min"], bool)
+                                                 or options["min"] < 1):
+        raise ValueError(f"min must be a positive integer, got {options['min']!r}")
+    if kind == "judge" and not (isinstance(options["rubric"], str) and options["rubric"].strip()):
+        raise ValueError("rubric must be a non-empty string")
+
+
+def grade(kind: str, options: dict[str, Any], ctx: GradeContext) -> Grade:
+    """Run one grader; an unexpected error is a failed grade naming it, never a crash."""
+    try:
+        return GRADERS[kind](options, ctx)
+    except Exception as exc:
+        return Grade(kind, False, f"grader error: {type(exc).__name__}: {exc}"[:400])

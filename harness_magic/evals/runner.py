@@ -1,0 +1,273 @@
+"""Run a suite: one fresh :class:`~harness_magic.core.session.AgentSession` per task attempt.
+
+Each attempt gets its own session cache, its own sandbox worker (``sandbox="worker"``,
+the default) and its own run directory; the run log is linked from the result.
+Attempts run on a thread pool (``jobs``): the work of an attempt happens in its
+worker process and the model's server, so threads overlap well. What is shared
+between attempts is only what cannot be changed by one: generated input frames
+(each attempt gets a copy) and the loaded suite.
+
+Model ids: anything :class:`AgentSession` takes (``openai/...``, ``offline/...``,
+``scripted/...``), plus ``suite:reference``, ``suite:wrong`` and
+``suite:<wrong-script-name>``, which run each task's own scripted model.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import tempfile
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from harness_magic.evals.graders import Grade, GradeContext, grade, write_attempts
+from harness_magic.evals.schema import Suite, SuiteError, Task
+
+__all__ = ["TaskResult", "run_task", "run_suite", "classify_failure", "SUITE_MODEL_PREFIX",
+           "TOOL_ERROR_LOOP", "MAX_LOG_BYTES", "MAX_JOBS", "DEFAULT_LIMITS", "load_inputs"]
+
+SUITE_MODEL_PREFIX = "suite:"
+"""``suite:reference`` / ``suite:wrong`` / ``suite:<name>``: each task's own scripted model."""
+TOOL_ERROR_LOOP = 3
+"""This many tool errors in a row at the end of a failed run make it a ``tool_error_loop``."""
+MAX_LOG_BYTES = 64 * 1024 * 1024
+"""A run log larger than this is not read back for grading (graders then see no records)."""
+MAX_JOBS = 32
+"""Upper bound on parallel attempts (each holds a worker process)."""
+DEFAULT_LIMITS = {"max_turns": 12}
+"""Limits of a task that sets none."""
+
+_input_cache: dict[tuple[str, str, str], Any] = {}
+_input_lock = threading.Lock()
+
+
+@dataclass
+class TaskResult:
+    """One attempt at one task (JSON-serialisable through :meth:`to_dict`)."""
+
+    task_id: str
+    repeat: int
+    model: str
+    passed: bool
+    failure: str | None
+    grades: list[Grade] = field(default_factory=list)
+    status: str = ""
+    error: str | None = None
+    answer: str = ""
+    turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    cost: float = 0.0
+    wall_s: float = 0.0
+    model_s: float = 0.0
+    """Seconds spent waiting for the model (from the run log's per-turn latency)."""
+    run_file: str | None = None
+    expect: str | None = None
+    """For scripted runs: the failure class the script must get (None: must pass)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "grades"}
+        out["grades"] = [g.to_dict() for g in self.grades]
+        return out
+
+    @property
+    def as_expected(self) -> bool:
+        """Reference scripts pass; wrong scripts fail with the class they name."""
+        return self.passed if self.expect is None else (not self.passed and self.failure == self.expect)
+
+
+def load_inputs(task: Task, suite: Suite) -> dict[str, Any]:
+    """The task's input frames (fresh copies; generated ones are made once per process)."""
+    import pandas as pd
+
+    out = {}
+    for handle, spec in task.inputs.items():
+        if "generator" in spec:
+            key = (str(suite.path), spec["generator"], repr(spec["seed"]))
+            with _input_lock:
+                if key not in _input_cache:
+                    frame = getattr(suite.generators, spec["generator"])(spec["seed"])
+                    if not isinstance(frame, pd.DataFrame):
+                        raise SuiteError(f"{task.path}: inputs.{handle}: generator {spec['generator']!r} "
+                                         f"returned a {type(frame).__name__}, expected a DataFrame")
+                    _input_cache[key] = frame
+            out[handle] = _input_cache[key].copy()
+        elif "sample" in spec:
+            from matplotlib import cbook
+
+            out[handle] = pd.read_csv(cbook.get_sample_data(spec["sample"], asfileobj=False), comment="#")
+        else:
+            path = suite.path / spec["file"]
+            out[handle] = pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
+    return out
+
+
+def _build_database(task: Task, suite: Suite, directory: Path) -> str | None:
+    spec = task.connectors.get("sql")
+    if spec is None:
+        return None
+    tables = getattr(suite.generators, spec["database"])(int(spec.get("seed", 0)))
+    path = directory / "task.sqlite"
+    con = sqlite3.connect(path)
+    try:
+        for name, frame in tables.items():
+            frame.to_sql(name, con, index=False)
+        con.commit()
+    finally:
+        con.close()
+    return str(path)
+
+
+def _read_records(run_file: str | None) -> list[dict[str, Any]]:
+    from harness_magic.core.log import read_log
+
+    if not run_file or not os.path.exists(run_file) or os.path.getsize(run_file) > MAX_LOG_BYTES:
+        return []
+    try:
+        return read_log(run_file)
+    except (OSError, ValueError):
+        return []
+
+
+def classify_failure(status: str, grades: list[Grade], records: list[dict[str, Any]]) -> str | None:
+    """The failure class of an attempt (None when it passed); see ``FAILURE_CLASSES``."""
+    if status == "completed" and all(g.passed for g in grades):
+        return None
+    if any(g.kind == "no_writes" and not g.passed for g in grades):
+        return "policy_violation"
+    if status == "error":
+        return "provider_error"
+    errors: list[bool] = []
+    for record in records:
+        if record.get("type") == "tools":
+            errors.extend(bool(r.get("is_error")) for r in record.get("results", []))
+    tail = errors[-TOOL_ERROR_LOOP:]
+    if len(tail) == TOOL_ERROR_LOOP and all(tail):
+        return "tool_error_loop"
+    if status != "completed":
+        return "limit" if status == "max_turns_exceeded" or status.startswith("budget") else "provider_error"
+    _, denied = write_attempts(records)
+    if denied:
+        return "policy_refusal"
+    if any(g.missing for g in grades if not g.passed):
+        return "no_answer"
+    return "wrong_answer"
+
+
+def _session(task: Task, suite: Suite, model: str, options: dict[str, Any], run_dir: Path, database: str | None) -> Any:
+    from harness_magic.core.offline import ScriptedModel
+    from harness_magic.core.provider import ProviderAdapter
+    from harness_magic.core.session import AgentConfig, AgentSession
+
+    limits = {**DEFAULT_LIMITS, **task.limits}
+    config = AgentConfig(model=model, api_base=options.get("api_base"), run_dir=str(run_dir),
+                         sandbox=options.get("sandbox", "worker"), stream=options.get("stream", True),
+                         allow_unconfined=options.get("allow_unconfined", False),
+                         extra=dict(options.get("extra") or {}), **limits)
+    adapter = None
+    if model.startswith(SUITE_MODEL_PREFIX):
+        spec = task.script(model[len(SUITE_MODEL_PREFIX):])
+        adapter = ProviderAdapter(model, transport=ScriptedModel(spec.turns, name=model))
+    session = AgentSession(config, adapter=adapter)
+    if "duckdb" in task.connectors:
+        from harness_magic.core.connectors import duckdb_connector
+
+        session.add_connector(duckdb_connector())
+    if database is not None:
+        from harness_magic.core.connectors import ApprovalPolicy, sql_connector
+
+        spec = task.connectors["sql"]
+        session.add_connector(sql_connector(f"sqlite:///{database}", allow_writes=spec.get("allow_writes", True)),
+                              approval=ApprovalPolicy.from_config(spec.get("approval", "ask")))
+    return session
+
+
+def run_task(task: Task, suite: Suite, model: str, *, repeat: int = 0, out_dir: str | os.PathLike[str] = "./eval_runs",
+             options: dict[str, Any] | None = None) -> TaskResult:
+    """One attempt in a fresh session; never raises for a failure of the model or the task."""
+    options = dict(options or {})
+    started = time.monotonic()
+    expect = None
+    if model.startswith(SUITE_MODEL_PREFIX):
+        expect = task.script(model[len(SUITE_MODEL_PREFIX):]).expect
+    run_dir = Path(out_dir) / f"{task.id}-r{repeat}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f"eval-{task.id}-"))
+    session = None
+    try:
+        inputs = load_inputs(task, suite)
+        database = _build_database(task, suite, scratch)
+        session = _session(task, suite, model, options, run_dir, database)
+        for handle, frame in inputs.items():
+            session.cache.put(handle, frame.copy())
+        result = session.ask(task.prompt)
+        records = _read_records(result.run_file)
+        ctx = GradeContext(answer=result.text, cache=session.cache, records=records, inputs=inputs,
+                           answers=suite.answers, database=database, charts=len(result.charts), judge_model=options.get("judge_model"),
+                           judge_options={"prompt": task.prompt, **(options.get("judge_options") or {})})
+        grades = [grade(kind, opts, ctx) for kind, opts in task.graders]
+        failure = classify_failure(result.status, grades, records)
+        usage = result.total_usage
+        model_s = sum(float(r.get("latency_s") or 0.0) for r in records if r.get("type") == "turn")
+        return TaskResult(task.id, repeat, model, failure is None, failure, grades, result.status, result.error,
+                          result.text, result.turns, usage.input_tokens, usage.output_tokens, usage.cached_tokens,
+                          usage.cost, time.monotonic() - started, model_s, result.run_file, expect)
+    except SuiteError:
+        raise
+    except Exception as exc:  # a session that cannot start is this attempt's failure, not the suite's
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        return TaskResult(task.id, repeat, model, False, "provider_error", [], "error", detail[:500],
+                          wall_s=time.monotonic() - started, expect=expect)
+    finally:
+        if session is not None:
+            session.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run_suite(suite: Suite, model: str, *, repeat: int = 1, jobs: int = 1, tasks: list[str] | None = None,
+              out_dir: str | os.PathLike[str] = "./eval_runs", options: dict[str, Any] | None = None,
+              on_result: Callable[[TaskResult, int, int], None] | None = None) -> dict[str, Any]:
+    """Run every selected task ``repeat`` times on ``jobs`` threads; the results document.
+
+    ``on_result(result, done, total)`` is called as each attempt finishes (from the
+    calling thread), e.g. for a progress bar.
+    """
+    if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 1:
+        raise ValueError(f"repeat must be a positive integer, got {repeat!r}")
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or not 1 <= jobs <= MAX_JOBS:
+        raise ValueError(f"jobs must be an integer from 1 to {MAX_JOBS}, got {jobs!r}")
+    selected = suite.select(tasks)
+    if model.startswith(SUITE_MODEL_PREFIX):
+        for task in selected:
+            task.script(model[len(SUITE_MODEL_PREFIX):])  # every task has the script, before anything runs
+    work = [(task, r) for r in range(repeat) for task in selected]
+    started = time.monotonic()
+    results: list[TaskResult] = []
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(run_task, task, suite, model, repeat=r, out_dir=out_dir, options=options)
+                   for task, r in work]
+        for future in as_completed(futures):
+            result = future.result()
+            results.append(result)
+            if on_result is not None:
+                on_result(result, len(results), len(work))
+    order = {(t.id, r): i for i, (t, r) in enumerate(work)}
+    results.sort(key=lambda res: order[(res.task_id, res.repeat)])
+    return {
+        "format": "harness_magic.evals/1",
+        "suite": suite.name,
+        "suite_path": str(suite.path),
+        "model": model,
+        "repeat": repeat,
+        "jobs": jobs,
+        "wall_s": time.monotonic() - started,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "results": [r.to_dict() for r in results],
+    }

@@ -1,0 +1,140 @@
+"""``%agent_eval SUITE [--model M] [--repeat N] [--jobs K]``: run an evaluation suite from a cell.
+
+Glue only: the work is :func:`harness_magic.evals.runner.run_suite`'s. Progress
+is one live display (a bar over attempts, pass/fail as they finish) updated in
+place; the cell's value is an :class:`EvalView` (summary and per-task table),
+which also holds the results document (``view.data``) and writes the HTML
+report (``view.save_report(path)``).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class, no_var_expand
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+__all__ = ["EvalMagics", "EvalView", "register_eval_magics"]
+
+
+class EvalView:
+    """The outcome of ``%agent_eval``: summary, per-task rows, the results document."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        from harness_magic.evals.report import summarise
+
+        self.data = data
+        self.summary = summarise(data)
+
+    def save(self, path: str) -> Path:
+        """Write the results document (the input of ``report`` and ``compare``)."""
+        out = Path(path)
+        out.write_text(json.dumps(self.data, indent=1), encoding="utf-8")
+        return out
+
+    def save_report(self, path: str) -> Path:
+        from harness_magic.evals.report import render_report
+
+        out = Path(path)
+        out.write_text(render_report(self.data), encoding="utf-8")
+        return out
+
+    def _lines(self) -> list[tuple[str, str, str]]:
+        rows = []
+        for r in self.data["results"]:
+            verdict = "PASS" if r["passed"] else f"FAIL ({r['failure']})"
+            rows.append((f"{r['task_id']} r{r['repeat']}", verdict, f"{r['turns']} turns"))
+        return rows
+
+    def __repr__(self) -> str:
+        s = self.summary
+        low, high = s["ci95"]
+        head = (f"{self.data['suite']} with {self.data['model']}: {s['passed']}/{s['attempts']} passed "
+                f"({s['pass_rate']:.0%}, 95% CI {low:.0%}-{high:.0%})")
+        return "\n".join([head] + [f"  {a:<36} {b:<24} {c}" for a, b, c in self._lines()])
+
+    def _repr_html_(self) -> str:
+        e = html.escape
+        s = self.summary
+        low, high = s["ci95"]
+        rows = "".join(f"<tr><td>{e(a)}</td><td style='color:{'#2e7d32' if b == 'PASS' else '#c62828'}'>{e(b)}</td>"
+                       f"<td>{e(c)}</td></tr>" for a, b, c in self._lines())
+        return (f"<b>{e(self.data['suite'])} with {e(self.data['model'])}</b>: {s['passed']}/{s['attempts']} passed "
+                f"({s['pass_rate']:.0%}, 95% CI {low:.0%}-{high:.0%})<table>{rows}</table>")
+
+
+def _bar(done: int, total: int, passed: int, last: str) -> str:
+    pct = 100 * done / total if total else 100
+    return (f"<div style='font-family:monospace'>{done}/{total} attempts, {passed} passed "
+            f"<div style='width:300px;background:#eee;height:10px'><div style='width:{pct:.0f}%;background:#1565c0;"
+            f"height:10px'></div></div>{html.escape(last)}</div>")
+
+
+@magics_class
+class EvalMagics(Magics):
+    """``%agent_eval`` next to the ``%%agent`` magics (their model and sandbox are the defaults)."""
+
+    def __init__(self, shell: Any, agent_magics: Any) -> None:
+        super().__init__(shell=shell)
+        self._agent = agent_magics
+
+    @no_var_expand
+    @magic_arguments()
+    @argument("suite", help="A suite directory or a built-in suite name (core).")
+    @argument("--model", "-m", default=None, help="Model id (default: %%agent's model); suite:reference runs "
+                                                      "each task's reference script.")
+    @argument("--repeat", type=int, default=1, help="Attempts per task.")
+    @argument("--jobs", type=int, default=1, help="Attempts run in parallel.")
+    @argument("--task", action="append", default=None, help="Only this task id (repeatable).")
+    @argument("--out", default=None, help="Also write the results document to this JSON file.")
+    @argument("--runs-dir", default="./eval_runs", help="Where the run logs go.")
+    @line_magic
+    def agent_eval(self, line: str) -> EvalView:
+        """Run an evaluation suite, one fresh session per task, with live progress."""
+        from IPython.display import HTML, display
+
+        from harness_magic.evals.runner import MAX_JOBS, run_suite
+        from harness_magic.evals.schema import SuiteError, load_suite
+
+        args = parse_argstring(self.agent_eval, line)
+        if args.repeat < 1:
+            raise UsageError(f"%agent_eval: --repeat must be at least 1, got {args.repeat}")
+        if not 1 <= args.jobs <= MAX_JOBS:
+            raise UsageError(f"%agent_eval: --jobs must be from 1 to {MAX_JOBS}, got {args.jobs}")
+        try:
+            suite = load_suite(args.suite)
+            total = len(suite.select(args.task)) * args.repeat
+        except SuiteError as exc:
+            raise UsageError(f"%agent_eval: {exc}") from None
+        model = args.model or getattr(self._agent, "model", None)
+        options = {"sandbox": getattr(self._agent, "sandbox", "worker"),
+                   "api_base": getattr(self._agent, "api_base", None) or None}
+        handle = display(HTML(_bar(0, total, 0, "")), display_id=True)
+        passed = [0]
+
+        def progress(result: Any, done: int, total_: int) -> None:
+            passed[0] += result.passed
+            mark = "PASS" if result.passed else f"FAIL ({result.failure})"
+            if handle is not None:
+                handle.update(HTML(_bar(done, total_, passed[0], f"{result.task_id} r{result.repeat}: {mark}")))
+
+        try:
+            data = run_suite(suite, model, repeat=args.repeat, jobs=args.jobs, tasks=args.task, out_dir=args.runs_dir,
+                             options=options, on_result=progress)
+        except (SuiteError, ValueError) as exc:
+            raise UsageError(f"%agent_eval: {exc}") from None
+        view = EvalView(data)
+        if args.out:
+            view.save(args.out)
+        return view
+
+
+def register_eval_magics(shell: Any, agent_magics: Any) -> EvalMagics:
+    """Register ``%agent_eval`` next to ``agent_magics``."""
+    magics = EvalMagics(shell, agent_magics)
+    shell.register_magics(magics)
+    return magics
