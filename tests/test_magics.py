@@ -166,7 +166,7 @@ def test_agent_cell_value_is_the_run_result_shown_as_final_output(kernel: Kernel
     final = cell.result
     assert "<strong>answer</strong>" in final["text/html"]
     assert "agent-footer" in final["text/html"] and "run " in final["text/html"]
-    assert "The **answer** is 30." in final["text/markdown"]
+    assert "text/markdown" not in final, "the model's raw text is never saved as a trusted text/markdown output"
     assert final["text/plain"].startswith("RunResult(status='completed'")
     assert kernel.value("[type(_).__name__, _.status, _.text, list(_.handles)]") == [
         "RunResult", "completed", "The **answer** is 30.", ["squares"]]
@@ -178,7 +178,13 @@ def test_live_view_is_a_widget_tree_fed_from_the_kernel(kernel: Kernel) -> None:
     assert cell.ok
     views = cell.data("application/vnd.jupyter.widget-view+json")
     assert len(views) == 1
-    assert "<agent run: live view>" in cell.data("text/plain")
+    live = [m["content"] for m in cell.messages if m["msg_type"] == "display_data"]
+    assert len(live) == 1 and set(live[0]["data"]) == {"application/vnd.jupyter.widget-view+json"}
+    display_id = live[0]["transient"]["display_id"]
+    settled = [m["content"] for m in cell.messages if m["msg_type"] == "update_display_data"]
+    assert [u["transient"]["display_id"] for u in settled] == [display_id] and settled[0]["data"] == {}, \
+        "the live view settles in place: its output is emptied and the final form is the cell's one value"
+    assert len(cell.data("text/html")) == 1
     models = cell.comm_models()
     assert "AccordionModel" in models and "HTMLModel" in models
     updates = [m["content"]["data"]["state"] for m in cell.messages
@@ -356,6 +362,7 @@ def test_export_writes_jsonl_html_and_md_that_contain_the_run(kernel: Kernel) ->
     model = script(kernel, code_turn("save('doubled', [2, 4])", "Doubling."), answer("Doubled: **[2, 4]**."))
     kernel.run(f"%%agent --reset {model}\nDouble 1 and 2.")
     run_id = kernel.value("_.run_id")
+    (kernel.cwd / "out").mkdir(exist_ok=True)
     for suffix in ("jsonl", "html", "md"):
         cell = kernel.run(f"%agent_export out/run.{suffix}")
         assert cell.ok and f"exported run {run_id} to out/run.{suffix}" in cell.stdout
@@ -370,7 +377,17 @@ def test_export_writes_jsonl_html_and_md_that_contain_the_run(kernel: Kernel) ->
     assert "Double 1 and 2." in md and "save('doubled', [2, 4])" in md and "Doubled: **[2, 4]**." in md
 
 
+def test_export_refuses_a_directory_that_does_not_exist_and_creates_nothing(kernel: Kernel) -> None:
+    model = script(kernel, answer("done"))
+    kernel.run(f"%%agent --reset {model}\nAnything.")
+    cell = kernel.run("%agent_export typo_dir/nested/run.html")
+    message = usage_error(cell)
+    assert "typo_dir/nested" in message and "does not exist" in message
+    assert not (kernel.cwd / "typo_dir").exists()
+
+
 def test_export_run_and_all_options(kernel: Kernel) -> None:
+    (kernel.cwd / "out").mkdir(exist_ok=True)
     model = script(kernel, answer("one"), answer("two"))
     kernel.run(f"%%agent --reset {model}\nFirst.")
     first = kernel.value("_.run_id")

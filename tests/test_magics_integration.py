@@ -75,7 +75,6 @@ def test_max_tool_calls_flag_ends_the_run_with_a_budget_status_in_the_output(ker
     assert cell.ok, cell.outputs
     final = cell.result
     assert "budget_tool_calls" in final["text/html"] and "tool-call budget exhausted" in final["text/html"]
-    assert "budget_tool_calls" in final["text/markdown"]
     assert kernel.value("[_.status, _.error]")[0] == "budget_tool_calls"
     # the flag applies to that cell only
     assert kernel.value(magics_expr("session.budget_guard.budgets.max_tool_calls")) is None

@@ -7,13 +7,21 @@ result. The notebook's final output and :func:`export_runs` both render these
 records, so what a colleague opens is what the notebook showed.
 
 Contract of the renderers: every value that came from the model, the data or
-the user is escaped (:func:`html.escape`); the only markup in the output is
-the renderer's own, so nothing in a transcript is ever active HTML or script.
-Charts are embedded as ``data:`` URIs and styles are inline: an exported
-``.html`` file needs no network and no other file.
+the user is escaped (:func:`html.escape`), and model Markdown is rendered and
+sanitized by :mod:`harness_magic.core.safe_markdown` (no raw HTML, an allowlist
+of tags, only ``data:`` images); the only other markup is the renderer's own, so
+nothing in a transcript is ever active HTML or script and nothing loads from
+the network. The ``.md`` export escapes the model's raw HTML and image syntax
+the same way. Charts are embedded as ``data:`` URIs and styles are inline: an
+exported ``.html`` file needs no network and no other file.
 
-Pure: imports neither IPython nor ipywidgets. Pygments and markdown-it (both
-dependencies of rich) are imported when a transcript is first rendered.
+People see tables, the model sees text: snapshots render as tables
+(:mod:`harness_magic.core.snapshot_view`), and the exact text a tool call
+returned to the model is one click away in a ``what the model saw`` section,
+like the harness's reminders, which appear nowhere else.
+
+Pure: imports neither IPython nor ipywidgets. Pygments, markdown-it and nh3
+are imported when a transcript is first rendered.
 """
 
 from __future__ import annotations
@@ -21,10 +29,12 @@ from __future__ import annotations
 import html
 import json
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from harness_magic.core.safe_markdown import escape_markdown_html
 from harness_magic.core.events import (
     AssistantMessage,
     Notice,
@@ -52,6 +62,10 @@ __all__ = [
     "render_markdown_safe",
     "render_html_document",
     "render_markdown_document",
+    "render_tool_body_html",
+    "display_result_text",
+    "printed_output",
+    "tool_call_source",
     "EXPORT_FORMATS",
     "RESULT_PREVIEW_CHARS",
 ]
@@ -62,6 +76,10 @@ RESULT_PREVIEW_CHARS = 4_000
 """Tool result text shown per call: results are already bounded; this keeps pages light."""
 CONNECTOR_TOOL = "load_connectors"
 """Tool whose calls render as connector loads."""
+STDOUT_PREVIEW_LINES = 200
+"""Lines of printed output shown per call before ``… N lines more``: long logs stay readable."""
+_SNAPSHOT_LINE = re.compile(r"^Snapshot: \{.*\}$", re.M)
+"""The JSON snapshot line of a tool result: shown to people as a table instead."""
 
 
 @dataclass
@@ -76,6 +94,12 @@ class ToolRecord:
     """Result text sent to the model (None while running)."""
     is_error: bool = False
     duration_s: float | None = None
+    started: float | None = None
+    """``time.monotonic()`` when the call started (live views tick from it)."""
+    output: list[tuple[str, str]] = field(default_factory=list)
+    """``(stream, text)`` chunks the call printed while it ran (live output; kept on interrupt)."""
+    interrupted: bool = False
+    """The run was interrupted while this call ran."""
     handles: list[str] = field(default_factory=list)
     snapshots: list[dict[str, Any]] = field(default_factory=list)
     charts: list[str] = field(default_factory=list)
@@ -182,7 +206,7 @@ def apply_event(record: RunRecord, event: Any, state: Any) -> None:
     elif isinstance(event, ToolCallStarted):
         state._streaming = False
         use = event.tool_use
-        record.items.append(ToolRecord(use.id, use.name, dict(use.input), event.turn))
+        record.items.append(ToolRecord(use.id, use.name, dict(use.input), event.turn, started=time.monotonic()))
     elif isinstance(event, ToolCallFinished):
         tool = record.tool(event.tool_use.id)
         if tool is None:
@@ -225,6 +249,10 @@ def apply_event(record: RunRecord, event: Any, state: Any) -> None:
         record.run_file = result.run_file or record.run_file
         record.run_id = result.run_id or record.run_id
         record.model = result.model or record.model
+        if result.status == "interrupted":
+            for tool in record.tools:
+                if tool.result is None:
+                    tool.interrupted = True
 
 
 # -- HTML pieces (shared with the notebook) -------------------------------------------------
@@ -254,118 +282,140 @@ def render_code_html(code: str, language: str = "python") -> str:
 
 
 def render_markdown_safe(text: str) -> str:
-    """Markdown to HTML with raw HTML disabled (it is shown as text) and safe links only."""
-    try:
-        from markdown_it import MarkdownIt
+    """Model Markdown as sanitized HTML: no raw HTML, allowlisted tags, only ``data:`` images."""
+    from harness_magic.core.safe_markdown import markdown_to_html
 
-        return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
-    except ImportError:
-        return f'<div style="{_PRE}">{_e(text)}</div>'
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return '<span style="color:#8c959f">null</span>'
-    if isinstance(value, (dict, list)):
-        value = json.dumps(value, ensure_ascii=False, default=str)
-    return _e(str(value))
+    return markdown_to_html(text)
 
 
 def render_snapshot_html(name: str, snapshot: dict[str, Any]) -> str:
-    """A snapshot as a small table: shape and dtypes line, then sample rows."""
-    kind = snapshot.get("type", "?")
-    shape = snapshot.get("shape")
-    shape_text = " × ".join(str(s) for s in shape) if isinstance(shape, (list, tuple)) else ""
-    head = f"<b>{_e(name)}</b> <span style=\"{_MUTED}\">{_e(str(kind))}"
-    head += f" {_e(shape_text)}" if shape_text else ""
-    head += "</span>"
-    parts = [f'<div class="agent-snapshot" style="{_BOX}">{head}']
-    sample = snapshot.get("sample")
-    columns = snapshot.get("columns")
-    dtypes = snapshot.get("dtypes")
-    if isinstance(dtypes, dict) and dtypes:
-        shown = ", ".join(f"{k}: {v}" for k, v in dtypes.items())
-        parts.append(f'<div style="{_MUTED}">dtypes: {_e(_clip(shown, 400))}</div>')
-    elif snapshot.get("dtype"):
-        parts.append(f'<div style="{_MUTED}">dtype: {_e(str(snapshot["dtype"]))}</div>')
-    if isinstance(sample, list) and sample and all(isinstance(r, dict) for r in sample):
-        cols = [str(c) for c in (columns or [])] or list(sample[0])
-        cols = [c for c in cols if any(c in r for r in sample)] or list(sample[0])
-        index = snapshot.get("index") if isinstance(snapshot.get("index"), dict) else {}
-        labels = index.get("head") if isinstance(index.get("head"), list) else None
-        if labels is not None and len(labels) < len(sample):
-            labels = None
-        rows = "".join(
-            "<tr>"
-            + (f'<th style="padding:1px 6px;text-align:left">{_cell(labels[i])}</th>' if labels else "")
-            + "".join(f'<td style="padding:1px 6px">{_cell(r.get(c))}</td>' for c in cols)
-            + "</tr>"
-            for i, r in enumerate(sample)
-        )
-        corner = f'<th style="padding:1px 6px">{_e(str(index.get("name") or ""))}</th>' if labels else ""
-        header = corner + "".join(f'<th style="padding:1px 6px;text-align:left">{_e(c)}</th>' for c in cols)
-        parts.append(
-            f'<table class="agent-snapshot-table" style="border-collapse:collapse;font-size:0.9em">'
-            f"<thead><tr>{header}</tr></thead><tbody>{rows}</tbody></table>"
-        )
-    elif isinstance(sample, list) and sample:
-        parts.append(f'<div style="{_PRE}">{_e(", ".join(_cell_text(v) for v in sample))}</div>')
-    else:
-        rest = {k: v for k, v in snapshot.items() if k not in ("type", "shape")}
-        if rest:
-            text = json.dumps(rest, ensure_ascii=False, default=str)
-            parts.append(f'<pre style="{_PRE}">{_e(_clip(text, 1200))}</pre>')
-    parts.append("</div>")
-    return "".join(parts)
+    """A snapshot as a table (MultiIndex levels, dtype row, ``+N more rows/columns``), every cell escaped."""
+    from harness_magic.core.snapshot_view import snapshot_html
 
-
-def _cell_text(value: Any) -> str:
-    return "null" if value is None else str(value)
+    return snapshot_html(name, snapshot)
 
 
 def _img(data: str) -> str:
+    """A chart at its natural size (shrunk only when wider than the page, never stretched)."""
     safe = re.sub(r"[^A-Za-z0-9+/=]", "", data)  # base64 alphabet only: cannot break out of the attribute
-    return f'<img alt="chart" style="max-width:100%" src="data:image/png;base64,{safe}"/>'
+    return f'<img class="agent-chart" alt="chart" style="max-width:100%;height:auto" src="data:image/png;base64,{safe}"/>'
 
 
-def _tool_body_html(tool: ToolRecord) -> str:
-    parts: list[str] = []
-    code = tool.input.get("code") if isinstance(tool.input.get("code"), str) else None
-    if code is not None:
-        parts.append(render_code_html(code))
-        others = {k: v for k, v in tool.input.items() if k != "code"}
-    else:
-        others = tool.input
+def tool_call_source(tool: ToolRecord) -> tuple[str, str] | None:
+    """``(language, text)`` of what a call runs: ``python`` code, ``sql``, or a file ``path``; None otherwise."""
+    for key, language in (("code", "python"), ("sql", "sql"), ("query", "sql"), ("path", "path")):
+        value = tool.input.get(key)
+        if isinstance(value, str):
+            return language, value
+    return None
+
+
+def display_result_text(tool: ToolRecord) -> str:
+    """The result as people read it: the model's text without snapshot JSON (tables show it instead)."""
+    text = tool.result or ""
+    if tool.snapshots:
+        text = _SNAPSHOT_LINE.sub("", text)
+        text = re.sub(r"\n{3,}", "\n\n", text).strip("\n")
+    return text if len(text) <= RESULT_PREVIEW_CHARS else text[:RESULT_PREVIEW_CHARS] + "…"
+
+
+def printed_output(tool: ToolRecord, limit: int = STDOUT_PREVIEW_LINES) -> tuple[str, int]:
+    """What the call printed while it ran, as ``(last lines, lines left out)``."""
+    text = "".join(chunk for _, chunk in tool.output)
+    lines = text.splitlines()
+    if len(lines) <= limit:
+        return text, 0
+    return "\n".join(lines[-limit:]), len(lines) - limit
+
+
+def _source_html(tool: ToolRecord) -> str:
+    source = tool_call_source(tool)
+    if source is None:
+        return ""
+    language, text = source
+    if language == "path":
+        return f'<div class="agent-path" style="{_MUTED}">path: <code>{_e(text)}</code></div>'
+    return f'<div class="agent-code" style="overflow-x:auto;max-width:100%">{render_code_html(text, language)}</div>'
+
+
+def model_saw_html(text: str, label: str = "what the model saw") -> str:
+    """The exact text the model received, collapsed behind one click."""
+    return (f'<details class="agent-model-saw" style="{_MUTED}"><summary>{_e(label)}</summary>'
+            f'<pre class="agent-model-text" style="{_PRE}">{_e(text)}</pre></details>')
+
+
+def printed_html(tool: ToolRecord) -> str:
+    """The live output a call printed (bounded), or ``""``."""
+    text, more = printed_output(tool)
+    if not text:
+        return ""
+    note = f'<div style="{_MUTED}">… {more:,} lines more above</div>' if more else ""
+    return f'{note}<pre class="agent-stdout" style="{_PRE}">{_e(text)}</pre>'
+
+
+def render_tool_body_html(tool: ToolRecord, *, charts: bool = True) -> str:
+    """One call's section body: what it ran, its result for people, tables, charts, what the model saw."""
+    source = tool_call_source(tool)
+    parts: list[str] = [_source_html(tool)]
+    shown_key = {"python": "code", "sql": "sql" if "sql" in tool.input else "query", "path": "path"}.get(
+        source[0]) if source else None
+    others = {k: v for k, v in tool.input.items() if k != shown_key}
     if others:
         parts.append(f'<pre style="{_PRE}">{_e(json.dumps(others, ensure_ascii=False, indent=1, default=str))}</pre>')
     if tool.subagent is not None:
         parts.append(f'<div style="margin-left:12px">{render_run_html(tool.subagent, nested=True)}</div>')
-    if tool.result is not None:
+    if tool.result is None:
+        parts.append(printed_html(tool))
+        if tool.interrupted:
+            parts.append(f'<div class="agent-interrupted" style="color:#9a6700">interrupted</div>')
+    else:
+        shown = display_result_text(tool)
         color = "#cf222e" if tool.is_error else "#57606a"
-        label = "error" if tool.is_error else "result"
-        text = tool.result if len(tool.result) <= RESULT_PREVIEW_CHARS else tool.result[:RESULT_PREVIEW_CHARS] + "…"
-        parts.append(f'<div style="color:{color};font-size:0.85em">{label}</div><pre style="{_PRE}">{_e(text)}</pre>')
-    for name, snap in zip(tool.handles, tool.snapshots):
-        if snap:
-            parts.append(render_snapshot_html(name, snap))
-    parts.extend(_img(c) for c in tool.charts)
+        if shown:
+            parts.append(f'<div style="color:{color};font-size:0.85em">{"error" if tool.is_error else "result"}</div>'
+                         f'<pre class="agent-result" style="{_PRE}">{_e(shown)}</pre>')
+        for name, snap in zip(tool.handles, tool.snapshots):
+            if snap:
+                parts.append(render_snapshot_html(name, snap))
+    if charts:
+        parts.extend(_img(c) for c in tool.charts)
+    elif tool.charts:
+        parts.append(f'<div style="{_MUTED}">{len(tool.charts)} chart(s), shown with the answer</div>')
+    if tool.result is not None:
+        parts.append(model_saw_html(tool.result))
     return "".join(parts)
 
 
-def tool_summary(tool: ToolRecord) -> str:
-    """The one-line summary of a tool section (plain text)."""
-    mark = "…" if tool.result is None else ("✗" if tool.is_error else "✓")
+_tool_body_html = render_tool_body_html
+
+
+def tool_summary(tool: ToolRecord, now: float | None = None) -> str:
+    """The one-line summary of a tool section (plain text); ``now`` ticks a running call's time."""
+    if tool.interrupted and tool.result is None:
+        mark = "■"
+    else:
+        mark = "…" if tool.result is None else ("✗" if tool.is_error else "✓")
     bits = [f"{mark} {tool.title}"]
     if tool.duration_s is not None:
         bits.append(f"{tool.duration_s:.2f} s")
+    elif now is not None and tool.started is not None and not tool.interrupted:
+        bits.append(f"{now - tool.started:.0f} s")
+    if tool.interrupted and tool.result is None:
+        bits.append("interrupted")
     if tool.handles:
         bits.append("→ " + ", ".join(tool.handles))
     return " · ".join(bits)
 
 
-def render_run_html(record: RunRecord, *, nested: bool = False, open_tools: bool = False) -> str:
-    """The transcript of one run: text, and one ``<details>`` per tool call."""
+def render_run_html(record: RunRecord, *, nested: bool = False, open_tools: bool = False,
+                    final_form: bool = False) -> str:
+    """The transcript of one run: text, and one ``<details>`` per tool call; reminders only as model input.
+
+    ``final_form``: the transcript sits under the answer, so the answer's text
+    and the charts (shown above it) are not repeated.
+    """
     parts: list[str] = []
+    answer = record.result.text if final_form and record.result is not None else None
     if nested and record.prompt:
         parts.append(f'<div style="{_MUTED}">task: {_e(_clip(record.prompt, 300))}</div>')
     for item in record.items:
@@ -373,12 +423,15 @@ def render_run_html(record: RunRecord, *, nested: bool = False, open_tools: bool
             opened = " open" if open_tools else ""
             parts.append(
                 f'<details class="agent-tool agent-{item.kind}" style="{_BOX}"{opened}>'
-                f"<summary>{_e(tool_summary(item))}</summary>{_tool_body_html(item)}</details>"
+                f"<summary>{_e(tool_summary(item))}</summary>"
+                f"{render_tool_body_html(item, charts=not final_form)}</details>"
             )
         elif item[0] == "text":
+            if answer is not None and item is record.items[-1] and item[1].strip() == answer.strip():
+                continue
             parts.append(f'<div class="agent-text">{_cited_html(render_markdown_safe(item[1]), record)}</div>')
         elif item[0] == "reminder":
-            parts.append(f'<div style="{_MUTED}">reminder: {_e(item[1])}</div>')
+            parts.append(model_saw_html(item[1], "what the model saw: harness reminder"))
         elif item[0] == "notice":
             parts.append(f'<div style="{_MUTED}">{_e(item[1])}: {_e(item[2])}</div>')
     if nested and record.result is not None:
@@ -445,7 +498,8 @@ def render_answer_html(record: RunRecord) -> str:
     if tools:
         parts.append(
             f'<details class="agent-transcript" style="{_BOX}"><summary>transcript: '
-            f"{len(tools)} tool call{'s' if len(tools) != 1 else ''}</summary>{render_run_html(record)}</details>"
+            f"{len(tools)} tool call{'s' if len(tools) != 1 else ''}</summary>"
+            f"{render_run_html(record, final_form=True)}</details>"
         )
     parts.append(f'<div class="agent-footer" style="{_MUTED}">{_e(render_footer_text(record))}</div></div>')
     return "".join(parts)
@@ -457,8 +511,8 @@ def render_answer_markdown(record: RunRecord) -> str:
     if result is not None and result.status != "completed":
         lines.append(f"**{result.status}**: {result.error or ''}\n")
     if result is not None and result.text:
-        lines.append(_cited_markdown(result.text, record) + "\n")
-    lines.append(f"*{render_footer_text(record)}*")
+        lines.append(_cited_markdown(escape_markdown_html(result.text), record) + "\n")
+    lines.append(f"*{_md_inline(render_footer_text(record))}*")
     return "\n".join(lines)
 
 
@@ -490,63 +544,90 @@ def _fence(text: str, language: str = "") -> str:
     return f"{ticks}{language}\n{text}\n{ticks}"
 
 
+def _md_inline(text: str) -> str:
+    """One line of harness text that may quote the model: no raw HTML, no images, no line breaks."""
+    return escape_markdown_html(" ".join(str(text).split()))
+
+
 def _md_record(record: RunRecord, depth: int = 2) -> list[str]:
+    from harness_magic.core.snapshot_view import snapshot_text
+
     out: list[str] = []
     for item in record.items:
         if isinstance(item, ToolRecord):
-            out.append(f"{'#' * min(depth + 1, 6)} {tool_summary(item)}\n")
-            code = item.input.get("code")
-            if isinstance(code, str):
-                out.append(_fence(code, "python") + "\n")
-            others = {k: v for k, v in item.input.items() if k != "code"}
+            out.append(f"{'#' * min(depth + 1, 6)} {_md_inline(tool_summary(item))}\n")
+            source = tool_call_source(item)
+            shown_key = None
+            if source is not None:
+                language, text = source
+                shown_key = {"python": "code", "path": "path"}.get(language) or ("sql" if "sql" in item.input else "query")
+                out.append((f"Path: {_fence(text)}" if language == "path" else _fence(text, language)) + "\n")
+            others = {k: v for k, v in item.input.items() if k != shown_key}
             if others:
                 out.append(_fence(json.dumps(others, ensure_ascii=False, indent=1, default=str), "json") + "\n")
             if item.subagent is not None:
-                out.append(f"Subagent transcript (task: {item.subagent.prompt}):\n")
+                out.append(f"Subagent transcript (task: {_md_inline(item.subagent.prompt)}):\n")
                 out.extend(_md_record(item.subagent, depth + 1))
-            if item.result is not None:
-                out.append(("Error:" if item.is_error else "Result:") + "\n\n" + _fence(item.result) + "\n")
+            if item.result is None:
+                printed, more = printed_output(item)
+                if printed:
+                    out.append(("Printed" + (f" (… {more:,} lines more above)" if more else "") + ":\n\n")
+                               + _fence(printed) + "\n")
+                if item.interrupted:
+                    out.append("*interrupted*\n")
+            else:
+                shown = display_result_text(item)
+                if shown:
+                    out.append(("Error:" if item.is_error else "Result:") + "\n\n" + _fence(shown) + "\n")
             for name, snap in zip(item.handles, item.snapshots):
-                out.append(f"Snapshot of `{name}`:\n\n" + _fence(json.dumps(snap, ensure_ascii=False, indent=1, default=str), "json") + "\n")
+                if snap:
+                    out.append(_fence(snapshot_text(name, snap)) + "\n")
             for chart in item.charts:
                 out.append(f"![chart](data:image/png;base64,{re.sub(r'[^A-Za-z0-9+/=]', '', chart)})\n")
         elif item[0] == "text":
-            out.append(_cited_markdown(item[1], record) + "\n")
-        elif item[0] == "reminder":
-            out.append(f"> reminder: {item[1]}\n")
+            out.append(_cited_markdown(escape_markdown_html(item[1]), record) + "\n")
         elif item[0] == "notice":
-            out.append(f"> {item[1]}: {item[2]}\n")
+            out.append(f"> {_md_inline(item[1])}: {_md_inline(item[2])}\n")
     return out
 
 
 def render_markdown_document(records: Sequence[RunRecord], title: str = "harness_magic transcript") -> str:
-    out = [f"# {title}\n"]
+    """Runs as Markdown: prompts and results fenced, model text with its raw HTML and images made literal."""
+    out = [f"# {_md_inline(title)}\n"]
     for record in records:
-        out.append(f"## run {record.run_id or '?'}\n")
+        out.append(f"## run {_md_inline(record.run_id or '?')}\n")
         out.append("**Prompt:**\n\n" + _fence(record.prompt) + "\n")
         out.extend(_md_record(record))
         result = record.result
         if result is not None and result.status != "completed":
-            out.append(f"**{result.status}**: {result.error or ''}\n")
-        out.append(f"*{render_footer_text(record)}*\n")
+            out.append(f"**{_md_inline(result.status)}**: {_md_inline(result.error or '')}\n")
+        out.append(f"*{_md_inline(render_footer_text(record))}*\n")
     return "\n".join(out)
 
 
 def export_runs(records: Iterable[RunRecord], path: str | Path) -> Path:
-    """Write ``records`` to ``path``; the suffix picks the format (see :data:`EXPORT_FORMATS`)."""
+    """Write ``records`` to ``path``; the suffix picks the format (see :data:`EXPORT_FORMATS`).
+
+    The directory must exist: a mistyped path is refused (``FileNotFoundError``
+    naming it), never created.
+    """
     records = list(records)
-    target = Path(path)
+    target = Path(path).expanduser()
     suffix = target.suffix.lower()
     if suffix not in EXPORT_FORMATS:
         raise ValueError(f"cannot export to {target.name!r}: use one of {', '.join(EXPORT_FORMATS)}")
     if not records:
         raise ValueError("no runs to export yet")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise FileNotFoundError(f"cannot export to {str(path)!r}: directory {str(parent)!r} does not exist "
+                                "(create it first; nothing was written)")
     if suffix == ".jsonl":
+        for record in records:
+            if not record.run_file or not Path(record.run_file).exists():
+                raise ValueError(f"run {record.run_id}: its log file {record.run_file!r} is missing")
         with open(target, "w", encoding="utf-8") as out:
             for record in records:
-                if not record.run_file or not Path(record.run_file).exists():
-                    raise ValueError(f"run {record.run_id}: its log file {record.run_file!r} is missing")
                 with open(record.run_file, encoding="utf-8") as source:
                     for line in source:
                         out.write(scrub(line))

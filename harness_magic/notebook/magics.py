@@ -346,16 +346,16 @@ class AgentMagics(Magics):
 
         handler, widget = self._live_renderer()
         unsubscribe = session.subscribe(handler) if handler is not None else None
-        if widget is not None:
-            from IPython.display import display
-
-            display(widget)
+        live = _show_live(widget) if widget is not None else None
+        result = None
         try:
             result = session.ask(prompt, model=model, max_turns=args.max_turns,
                                  budgets=session.config.budgets().merged(**limits))
         finally:
             if unsubscribe is not None:
                 unsubscribe()
+            if live is not None:
+                _settle(live, handler, settled=result is not None)
 
         missing = [h for h, _ in outputs if h not in session.cache]
         for handle, name in outputs:
@@ -368,6 +368,7 @@ class AgentMagics(Magics):
         return result
 
     def _show_result(self, result: Any) -> None:
+        """Display the final form now (before an error ends the cell and the value is not shown)."""
         from IPython.display import display
 
         display(result)
@@ -511,6 +512,24 @@ class AgentMagics(Magics):
             print(escape_control(plain))  # handle names are safe; data values and model text may not be
 
 
+def _show_live(widget: Any) -> Any:
+    """Display the live view as a widget-only output (no text copy); returns its display handle."""
+    from IPython.display import display
+
+    bundle = {k: v for k, v in widget._repr_mimebundle_().items() if k != "text/plain"}
+    return display(bundle, raw=True, display_id=True)
+
+
+def _settle(handle: Any, view: Any, *, settled: bool) -> None:
+    """End of the live view: when the run returned, its output is emptied in place and the view's
+    widgets close, because the cell's value (the final form) replaces it; after an error the view stays."""
+    if settled:
+        handle.update({}, raw=True)
+        view.close()
+    else:
+        view.stop()
+
+
 def handle_rows(cache: Any) -> list[dict[str, Any]]:
     """name, type, shape, size, where, turn, tool for every handle."""
     entries = cache.entries() if hasattr(cache, "entries") else cache.metadata()
@@ -621,14 +640,11 @@ def load_extension(shell: Any) -> None:
     def as_html(result: Any) -> str:
         return export.render_answer_html(magics.record_for(result))
 
-    def as_markdown(result: Any) -> str:
-        return export.render_answer_markdown(magics.record_for(result))
-
+    # Only sanitized HTML is registered: a text/markdown entry would carry the model's raw text,
+    # which a front end renders as trusted Markdown (its raw HTML and remote images included).
     formatters = _formatters(shell)
     if "text/html" in formatters:
         formatters["text/html"].for_type_by_name(*_RESULT_TYPE, as_html)
-    if "text/markdown" in formatters:
-        formatters["text/markdown"].for_type_by_name(*_RESULT_TYPE, as_markdown)
     _LOADED[id(shell)] = magics
 
 

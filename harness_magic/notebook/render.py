@@ -4,18 +4,26 @@ Both renderers are event handlers (the loop emits, they subscribe). The widget
 view is fed kernel-side — widget values and children are set from Python, never
 through ``with output:`` capture — so it updates from any thread and headless.
 A :class:`~harness_magic.core.export.RunRecord` is folded alongside, so the
-stable final output and exports render the same content.
+final output and the exports render the same content.
 
-Every string from the model or the data goes through :func:`html.escape` (or
-the escaping renderers of :mod:`harness_magic.core.export`) before it becomes
-the value of an HTML widget; in the terminal renderer it goes through
-:func:`~harness_magic.core.scrub.escape_control`, so ESC/OSC/CR bytes print as
-escapes instead of driving the terminal.
+One output per cell: the widget view is the live form only. While the run
+goes, model text streams in, each tool call is a collapsible section (code,
+result for people, snapshot tables, charts at their natural size, the exact
+text the model saw one click away), and the status line ticks every
+:data:`TICK_S`. When the run ends the magic replaces the view, in place, with
+the static final form (:func:`harness_magic.core.export.render_answer_html`),
+which is also what a saved notebook carries.
+
+Every string from the model or the data is escaped, and model Markdown goes
+through :func:`harness_magic.core.safe_markdown.markdown_to_html` (sanitized,
+only ``data:`` images), before it becomes the value of an HTML widget. In the terminal, model and data text goes through
+:func:`strip_control` (control bytes shown as escapes, never driving the terminal).
 """
 
 from __future__ import annotations
 
 import html
+import threading
 import time
 from typing import Any
 
@@ -36,12 +44,23 @@ from harness_magic.core.events import (
 from harness_magic.core.export import RunRecord, ToolRecord
 from harness_magic.core.scrub import escape_control
 
-__all__ = ["WidgetRunView", "TerminalRenderer", "status_text", "STREAM_FLUSH_S"]
+__all__ = ["WidgetRunView", "TerminalRenderer", "status_text", "strip_control", "STREAM_FLUSH_S", "TICK_S",
+           "TERMINAL_RESULT_LINES"]
 
 STREAM_FLUSH_S = 0.05
 """Streamed text is pushed to the front end at most this often: smooth, without a message per token."""
+TICK_S = 1.0
+"""The status line and a running call's time are refreshed this often while nothing else happens."""
+TERMINAL_RESULT_LINES = 40
+"""Lines of a tool result printed in the terminal before ``… N lines more``."""
 
 _e = html.escape
+
+
+def strip_control(text: Any) -> str:
+    """``text`` safe for a terminal: control characters other than newline and tab (ESC, OSC, CR, ...)
+    shown as visible escapes (:func:`~harness_magic.core.scrub.escape_control`); CRLF line ends become LF."""
+    return escape_control(str(text).replace("\r\n", "\n"))
 
 
 def _apply(record: RunRecord, event: Any, state: Any) -> None:
@@ -51,14 +70,14 @@ def _apply(record: RunRecord, event: Any, state: Any) -> None:
         record.usage = getattr(event.result, "total_usage", event.result.usage)
 
 
-def status_text(record: RunRecord, state: str) -> str:
+def status_text(record: RunRecord, state: str, elapsed_s: float | None = None) -> str:
     """``turn 2/25 · 1,234 tokens (200 cached) · $0.0012 · 1.3 s · running``."""
     bits = [f"turn {record.turn}/{record.max_turns or '?'}"]
     usage = record.usage
     if usage is not None:
         bits.append(f"{usage.total_tokens:,} tokens ({usage.cached_tokens:,} cached)")
         bits.append(f"${usage.cost:.4f}")
-    bits.append(f"{record.elapsed_s:.1f} s")
+    bits.append(f"{record.elapsed_s if elapsed_s is None else elapsed_s:.1f} s")
     bits.append(state)
     return " · ".join(bits)
 
@@ -72,8 +91,8 @@ class _Transcript:
         self.text_widget: Any = None
         self.text = ""
         self.last_flush = 0.0
-        self.tools: dict[str, tuple[Any, Any, Any]] = {}
-        """tool_use_id -> (accordion, body box, nested transcript or None)."""
+        self.tools: dict[str, tuple[Any, Any, ToolRecord]] = {}
+        """tool_use_id -> (accordion, body HTML, record)."""
         self.nested: dict[str, _Transcript] = {}
 
     def _append(self, widget: Any) -> None:
@@ -105,75 +124,52 @@ class _Transcript:
 
     def on_tool_started(self, tool: ToolRecord) -> None:
         self.text_widget = None
-        body = self.w.VBox()
-        children = []
-        code = tool.input.get("code")
-        if isinstance(code, str):
-            children.append(self.w.HTML(export.render_code_html(code)))
-        others = {k: v for k, v in tool.input.items() if k != "code"}
-        if others:
-            import json
-
-            text = json.dumps(others, ensure_ascii=False, indent=1, default=str)
-            children.append(self.w.HTML(f'<pre style="white-space:pre-wrap">{_e(text)}</pre>'))
-        body.children = tuple(children)
-        accordion = self.w.Accordion(children=(body,))
-        accordion.set_title(0, export.tool_summary(tool))
+        body = self.w.HTML(export.render_tool_body_html(tool))
+        body.add_class("agent-tool-body")
+        container = self.w.VBox(children=(body,))
+        accordion = self.w.Accordion(children=(container,))
+        accordion.set_title(0, export.tool_summary(tool, time.monotonic()))
         accordion.add_class(f"agent-{tool.kind}")
         accordion.add_class("agent-tool")
-        self.tools[tool.id] = (accordion, body, None)
+        self.tools[tool.id] = (accordion, body, tool)
         self._append(accordion)
 
-    def on_tool_finished(self, tool: ToolRecord) -> None:
+    def refresh(self, tool: ToolRecord) -> None:
+        """Redraw one call's section from its record (started, finished, interrupted)."""
         entry = self.tools.get(tool.id)
         if entry is None:
             self.on_tool_started(tool)
             entry = self.tools[tool.id]
         accordion, body, _ = entry
-        accordion.set_title(0, export.tool_summary(tool))
+        accordion.set_title(0, export.tool_summary(tool, time.monotonic()))
         if tool.subagent is not None:
             accordion.add_class("agent-subagent")
-        children = list(body.children)
-        color = "#cf222e" if tool.is_error else "#57606a"
-        result = tool.result or ""
-        if len(result) > export.RESULT_PREVIEW_CHARS:
-            result = result[: export.RESULT_PREVIEW_CHARS] + "…"
-        children.append(self.w.HTML(
-            f'<div style="color:{color};font-size:0.85em">{"error" if tool.is_error else "result"}</div>'
-            f'<pre style="white-space:pre-wrap;margin:2px 0">{_e(result)}</pre>'
-        ))
-        for name, snap in zip(tool.handles, tool.snapshots):
-            if snap:
-                children.append(snapshot_widget(self.w, name, snap))
-        for chart in tool.charts:
-            import base64
+        body.value = export.render_tool_body_html(tool)
 
-            children.append(self.w.Image(value=base64.b64decode(chart), format="png"))
-        body.children = tuple(children)
+    def tick(self, now: float) -> None:
+        for accordion, _, tool in self.tools.values():
+            if tool.result is None and not tool.interrupted:
+                accordion.set_title(0, export.tool_summary(tool, now))
+        for inner in self.nested.values():
+            inner.tick(now)
 
     def nested_for(self, tool: ToolRecord) -> "_Transcript":
         if tool.id not in self.nested:
             accordion, body, _ = self.tools[tool.id]
             inner = self.w.VBox(layout=self.w.Layout(margin="0 0 0 12px"))
-            task = tool.subagent.prompt if tool.subagent is not None else ""
-            head = self.w.HTML(f'<div style="color:#57606a">subagent task: {_e(task)}</div>') if task else None
-            body.children = (*body.children, *(w for w in (head, inner) if w is not None))
+            container = accordion.children[0]
+            container.children = (*container.children, inner)
             self.nested[tool.id] = _Transcript(self.w, inner)
             accordion.add_class("agent-subagent")
         return self.nested[tool.id]
-
-
-def snapshot_widget(widgets: Any, name: str, snapshot: dict[str, Any]) -> Any:
-    """A snapshot as its own widget: shape/dtypes line and a sample-rows table."""
-    box = widgets.HTML(export.render_snapshot_html(name, snapshot))
-    box.add_class("agent-snapshot-widget")
-    return box
 
 
 class WidgetRunView:
     """Event handler that renders a run into ipywidgets, live.
 
     ``view.widget`` is the root to display once; ``view.record`` the folded run.
+    A daemon thread refreshes the status line every :data:`TICK_S` while the
+    run goes; :meth:`close` (or the run's end) stops it.
     """
 
     def __init__(self) -> None:
@@ -187,19 +183,52 @@ class WidgetRunView:
         self.transcript = _Transcript(ipywidgets, body)
         self.widget = _RunBox(children=(self.status, body))
         self.widget.add_class("agent-run-view")
+        self._state = "starting"
+        self._started = time.monotonic()
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
         self._set_status("starting")
 
     def _set_status(self, state: str) -> None:
-        self.status.value = f'<span style="color:#57606a;font-size:0.9em">{_e(status_text(self.record, state))}</span>'
+        self._state = state
+        elapsed = None if self.record.result is not None else time.monotonic() - self._started
+        self.status.value = (f'<span style="color:#57606a;font-size:0.9em">'
+                             f"{_e(status_text(self.record, state, elapsed))}</span>")
+
+    def _tick_loop(self) -> None:
+        while not self._stop.wait(TICK_S):
+            with self._lock:
+                if self.record.result is not None:
+                    return
+                self._set_status(self._state)
+                self.transcript.tick(time.monotonic())
+
+    def _start_ticker(self) -> None:
+        if self._ticker is None:
+            self._ticker = threading.Thread(target=self._tick_loop, name="agent-status-tick", daemon=True)
+            self._ticker.start()
+
+    def stop(self) -> None:
+        """Stop the ticker (the view keeps what it shows)."""
+        self._stop.set()
+
+    def close(self) -> None:
+        """Stop the ticker and close every widget of the view (the front end drops them)."""
+        self._stop.set()
+        _close_tree(self.widget)
 
     def __call__(self, event: Any) -> None:
-        record = self.record
-        if isinstance(event, RunStarted):
-            self.record = record = RunRecord(event.run_id, event.model, event.prompt, event.max_turns, event.run_file)
-            self._set_status("starting")
-            return
-        _apply(record, event, self)
-        self._render(self.transcript, record, event)
+        with self._lock:
+            record = self.record
+            if isinstance(event, RunStarted):
+                self.record = RunRecord(event.run_id, event.model, event.prompt, event.max_turns, event.run_file)
+                self._started = time.monotonic()
+                self._set_status("starting")
+                self._start_ticker()
+                return
+            _apply(record, event, self)
+            self._render(self.transcript, record, event)
 
     def _render(self, transcript: _Transcript, record: RunRecord, event: Any) -> None:
         if isinstance(event, TextDelta):
@@ -215,13 +244,15 @@ class WidgetRunView:
         elif isinstance(event, ToolCallFinished):
             tool = record.tool(event.tool_use.id)
             if tool is not None:
-                transcript.on_tool_finished(tool)
+                transcript.refresh(tool)
+            if transcript is self.transcript:
+                self._set_status("thinking")
         elif isinstance(event, (TurnStarted, TurnFinished)) and transcript is self.transcript:
             if isinstance(event, TurnStarted):
                 record.turn = event.turn
             self._set_status("waiting for the model" if isinstance(event, TurnStarted) else "thinking")
         elif isinstance(event, ReminderAdded):
-            transcript._append(self.w.HTML(f'<div style="color:#57606a">reminder: {_e(event.text)}</div>'))
+            pass  # what the model saw, not what the user needs: shown only in the transcript's model view
         elif isinstance(event, Notice):
             color = {"error": "#cf222e", "warning": "#9a6700"}.get(event.level, "#57606a")
             transcript._append(self.w.HTML(f'<div style="color:{color}">{_e(event.text)}</div>'))
@@ -233,9 +264,19 @@ class WidgetRunView:
             if not isinstance(event.event, RunStarted):
                 self._render(inner, tool.subagent, event.event)
         elif isinstance(event, RunFinished) and transcript is self.transcript:
+            self._stop.set()
             transcript.text_widget = None
+            for _, _, tool in list(transcript.tools.values()):
+                if tool.interrupted:
+                    transcript.refresh(tool)
             result = event.result
             self._set_status(result.status if result.status == "completed" else f"{result.status}: {result.error or ''}")
+
+
+def _close_tree(widget: Any) -> None:
+    for child in getattr(widget, "children", ()):
+        _close_tree(child)
+    widget.close()
 
 
 def _run_box_class() -> Any:
@@ -261,15 +302,23 @@ _RUN_BOX: Any = None
 
 
 class TerminalRenderer:
-    """Event handler that prints a run with rich (terminal IPython, scripts)."""
+    """Event handler that prints a run with rich (terminal IPython, scripts).
+
+    Model messages print as rich Markdown once complete (never raw ``**``/``|---|``),
+    tool results keep their line breaks (bounded by :data:`TERMINAL_RESULT_LINES`),
+    snapshots print as rich tables, SQL as highlighted SQL, file reads as a
+    path, and each chart as one line saying where to see it. Control characters
+    and escape sequences from the model or the data are stripped first.
+    """
 
     def __init__(self, console: Any = None) -> None:
         from rich.console import Console
 
         self.console = console or Console(highlight=False)
         self.record = RunRecord()
-        self._printing_stream = False
-        self._streamed_final = False
+        self._streaming = False
+        self.printed_final = False
+        """True once the final answer has been printed (the cell's value need not repeat it)."""
 
     def __call__(self, event: Any) -> None:
         from rich.markdown import Markdown
@@ -278,47 +327,96 @@ class TerminalRenderer:
         from rich.text import Text
 
         c = self.console
-        safe = escape_control  # model and data text must not drive the terminal
         if isinstance(event, RunStarted):
             self.record = RunRecord(event.run_id, event.model, event.prompt, event.max_turns, event.run_file)
+            self.printed_final = False
             return
         _apply(self.record, event, self)
         if isinstance(event, SubagentEvent):
             inner = event.event
             if isinstance(inner, ToolCallStarted):
-                c.print(Text(safe(f"  ↳ subagent calls {inner.tool_use.name}"), style="dim"))
+                c.print(Text(strip_control(f"  ↳ subagent calls {inner.tool_use.name}"), style="dim"))
             elif isinstance(inner, AssistantMessage) and inner.message.text:
-                c.print(Text(safe("  ↳ subagent: " + export._clip(inner.message.text, 200)), style="dim"))
-        elif isinstance(event, TextDelta):
-            self._printing_stream = True
-            c.print(Text(safe(event.text)), end="")
+                c.print(Text("  ↳ subagent: " + export._clip(strip_control(inner.message.text), 200), style="dim"))
         elif isinstance(event, AssistantMessage):
-            if self._printing_stream:
-                c.print()
-            elif event.message.text:
-                c.print(Text(safe(event.message.text)))
-            self._streamed_final = self._printing_stream and not event.message.tool_uses
-            self._printing_stream = False
+            text = strip_control(event.message.text).strip()
+            if text:
+                c.print(Markdown(text))
+                if not event.message.tool_uses:
+                    self.printed_final = True
         elif isinstance(event, ToolCallStarted):
-            code = event.tool_use.input.get("code")
-            body: Any = Syntax(safe(code), "python") if isinstance(code, str) else Text(safe(event.tool_use.input))
-            c.print(Panel(body, title=safe(event.tool_use.name), title_align="left", border_style="blue"))
+            tool = self.record.tool(event.tool_use.id)
+            source = export.tool_call_source(tool) if tool is not None else None
+            if source is None:
+                body: Any = Text(strip_control(str(event.tool_use.input)))
+            elif source[0] == "path":
+                body = Text.assemble(("path ", "dim"), strip_control(source[1]))
+            else:
+                body = Syntax(strip_control(source[1]), source[0], word_wrap=True)
+            c.print(Panel(body, title=strip_control(event.tool_use.name), title_align="left", border_style="blue"))
         elif isinstance(event, ToolCallFinished):
             tool = self.record.tool(event.tool_use.id)
             if tool is not None:
-                style = "red" if tool.is_error else "dim"
-                c.print(Text(safe(export.tool_summary(tool)), style=style))
-                c.print(Text(safe(export._clip(tool.result or "", 600)), style=style))
+                self._print_tool(tool)
         elif isinstance(event, TurnFinished):
             c.print(Text(status_text(self.record, "…"), style="dim"))
         elif isinstance(event, Notice):
-            c.print(Text(safe(event.text), style="yellow" if event.level != "error" else "red"))
+            c.print(Text(strip_control(event.text), style="yellow" if event.level != "error" else "red"))
         elif isinstance(event, RunFinished):
             result = event.result
+            for tool in self.record.tools:
+                if tool.interrupted:
+                    c.print(Text(strip_control(export.tool_summary(tool)), style="yellow"))
             if result.status != "completed":
-                c.print(Text(safe(f"{result.status}: {result.error or ''}"), style="bold red"))
-            elif result.text and not self._streamed_final:
-                c.print(Markdown(safe(result.text)))
-            if result.charts:
-                c.print(Text(f"({len(result.charts)} chart(s) drawn; export to .html to view)", style="dim"))
-            c.print(Text(safe(export.render_footer_text(self.record)), style="dim"))
+                c.print(Text(f"{result.status}: {strip_control(result.error or '')}", style="bold red"))
+            elif result.text and not self.printed_final:
+                c.print(Markdown(strip_control(result.text)))
+                self.printed_final = True
+            for i, chart in enumerate(result.charts, 1):
+                c.print(Text(f"chart {i} of {len(result.charts)}: {_png_size(chart)} PNG — "
+                             f"%agent_export run.html shows it", style="dim"))
+            c.print(Text(strip_control(export.render_footer_text(self.record)), style="dim"))
+
+    def _print_tool(self, tool: ToolRecord) -> None:
+        from rich.text import Text
+
+        from harness_magic.core.snapshot_view import snapshot_rich
+
+        c = self.console
+        style = "red" if tool.is_error else "dim"
+        c.print(Text(strip_control(export.tool_summary(tool)), style=style))
+        shown = strip_control(export.display_result_text(tool))
+        lines = shown.splitlines()
+        if len(lines) > TERMINAL_RESULT_LINES:
+            lines = lines[:TERMINAL_RESULT_LINES] + [f"… {len(lines) - TERMINAL_RESULT_LINES:,} lines more"]
+        if lines:
+            c.print(Text("\n".join(lines), style="red" if tool.is_error else ""))
+        for name, snap in zip(tool.handles, tool.snapshots):
+            if snap:
+                c.print(snapshot_rich(strip_control(name), _strip_tree(snap)))
+
+
+def _strip_tree(value: Any) -> Any:
+    """A snapshot with control characters removed from every string in it."""
+    if isinstance(value, str):
+        return strip_control(value)
+    if isinstance(value, list):
+        return [_strip_tree(v) for v in value]
+    if isinstance(value, dict):
+        return {(strip_control(k) if isinstance(k, str) else k): _strip_tree(v) for k, v in value.items()}
+    return value
+
+
+def _png_size(data: str) -> str:
+    """``WIDTHxHEIGHT`` read from a base64 PNG header (``?`` when it is not one)."""
+    import base64
+    import struct
+
+    try:
+        head = base64.b64decode(data[:48])
+        if head[:8] == b"\x89PNG\r\n\x1a\n":
+            width, height = struct.unpack(">II", head[16:24])
+            return f"{width}×{height}"
+    except (ValueError, struct.error):
+        pass
+    return "?"
