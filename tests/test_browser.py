@@ -1,12 +1,22 @@
-"""The quickstart notebook in a real JupyterLab, driven in headless Chromium.
+"""The extension in a real JupyterLab, driven in headless Chromium.
 
-Asserts that the live widgets (tool-call sections, a snapshot table) and the
-final answer render, and saves a screenshot to ``test-artifacts/``.
-Needs Debian's ``chromium`` (``scripts/system-deps.sh`` installs it).
+* The quickstart notebook: one output per agent cell (answer, chart and footer
+  exactly once), the snapshot as a table, "what the model saw" one click away.
+* A long tool call: the status line and the call's time tick while it runs; a
+  MultiIndex pivot snapshot renders as a table with its hidden-columns note;
+  an interrupt marks the running call interrupted.
+* Hostile model text, tool output and data (``<script>``, ``<img onerror>``,
+  ``javascript:`` links, external images pointed at a local server that counts
+  requests): nothing runs and nothing loads, live, after saving and reloading
+  the notebook, and in the HTML export.
+
+Screenshots go to ``test-artifacts/``. Needs Debian's ``chromium``
+(``scripts/system-deps.sh`` installs it).
 """
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import shutil
@@ -14,9 +24,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
@@ -30,6 +42,13 @@ RUN_TIMEOUT_MS = 90_000
 """Kernel start plus the offline run: seconds normally."""
 CHROMIUM_ARGS = ["--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
+KERNEL_IDLE_JS = (
+    "() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
+    " && window.jupyterapp.shell.currentWidget.sessionContext"
+    " && window.jupyterapp.shell.currentWidget.sessionContext.session"
+    " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
+    " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'"
+)
 
 
 def _free_port() -> int:
@@ -38,94 +57,322 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _notebook(*sources: str) -> dict[str, Any]:
+    return {
+        "cells": [{"cell_type": "code", "metadata": {}, "source": s, "outputs": [], "execution_count": None}
+                  for s in sources],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    }
+
+
 @pytest.fixture
 def lab(tmp_path: Path):
+    """Factory: ``lab({"name.ipynb": notebook_dict, "file": text})`` starts JupyterLab on those files."""
     chromium = shutil.which("chromium")
     if chromium is None:
         pytest.skip("chromium is not installed (scripts/system-deps.sh installs it)")
-    notebook = json.loads((ROOT / "notebooks" / "quickstart.ipynb").read_text())
-    for cell in notebook["cells"]:
-        if cell["cell_type"] == "code":
-            cell["outputs"], cell["execution_count"] = [], None
-    root = tmp_path / "notebooks"
-    root.mkdir()
-    (root / "quickstart.ipynb").write_text(json.dumps(notebook))
-    settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
-                                                                            "checkForUpdates": False}))
-    port = _free_port()
-    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
-           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces")}
-    env = {k: v for k, v in env.items() if not k.endswith("_API_KEY")}
-    log = open(tmp_path / "lab.log", "w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}", "--allow-root",
-         "--IdentityProvider.token=", "--ServerApp.password=", f"--ServerApp.root_dir={root}",
-         "--LabApp.expose_app_in_browser=True"],
-        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
+    servers: list[subprocess.Popen] = []
+    logs: list[Any] = []
+
+    def start(files: dict[str, Any]) -> tuple[str, str, Path]:
+        root = tmp_path / "notebooks"
+        root.mkdir()
+        for name, content in files.items():
+            (root / name).write_text(content if isinstance(content, str) else json.dumps(content))
+        settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
+        settings.mkdir(parents=True)
+        (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
+                                                                                "checkForUpdates": False}))
+        port = _free_port()
+        env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
+               "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces")}
+        env = {k: v for k, v in env.items() if not k.endswith("_API_KEY")}
+        log = open(tmp_path / "lab.log", "w")
+        logs.append(log)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}", "--allow-root",
+             "--IdentityProvider.token=", "--ServerApp.password=", f"--ServerApp.root_dir={root}",
+             "--LabApp.expose_app_in_browser=True"],
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )
+        servers.append(server)
+        url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + SERVER_START_S
         while True:
             try:
                 urllib.request.urlopen(f"{url}/api/status", timeout=2)
-                break
+                return url, chromium, root
             except OSError:
                 if time.monotonic() > deadline or server.poll() is not None:
                     pytest.fail(f"JupyterLab did not start:\n{(tmp_path / 'lab.log').read_text()[-3000:]}")
                 time.sleep(0.3)
-        yield url, chromium
+
+    try:
+        yield start
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-        log.close()
+        for server in servers:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+        for log in logs:
+            log.close()
 
 
-def test_quickstart_renders_live_widgets_and_final_answer_in_jupyterlab(lab) -> None:
+def _browser(p: Any, chromium: str) -> Any:
+    return p.chromium.launch(executable_path=chromium, chromium_sandbox=False, args=CHROMIUM_ARGS)
+
+
+def _open_and_run_all(page: Any, url: str, name: str) -> None:
+    page.goto(f"{url}/lab/tree/{name}")
+    page.wait_for_function(KERNEL_IDLE_JS, timeout=RUN_TIMEOUT_MS)
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")  # no waiting
+
+
+def _visible_count(page: Any, selector: str) -> int:
+    return page.evaluate(
+        "(s) => [...document.querySelectorAll(s)].filter(e => e.offsetParent !== null || e.getClientRects().length)"
+        ".length", selector)
+
+
+# -- the quickstart ---------------------------------------------------------------------------------
+
+
+def test_quickstart_settles_into_one_final_output_with_tables_and_the_model_text_one_click_away(lab) -> None:
     from playwright.sync_api import sync_playwright
 
-    url, chromium = lab
+    notebook = json.loads((ROOT / "notebooks" / "quickstart.ipynb").read_text())
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+    url, chromium, _ = lab({"quickstart.ipynb": notebook})
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, chromium_sandbox=False, args=CHROMIUM_ARGS)
+        browser = _browser(p, chromium)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1500})
-            page.goto(f"{url}/lab/tree/quickstart.ipynb")
-            page.wait_for_function(
-                "() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
-                " && window.jupyterapp.shell.currentWidget.sessionContext"
-                " && window.jupyterapp.shell.currentWidget.sessionContext.session"
-                " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
-                " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
-                timeout=RUN_TIMEOUT_MS,
-            )
-            page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+            _open_and_run_all(page, url, "quickstart.ipynb")
             page.wait_for_selector(".agent-final .agent-footer", timeout=RUN_TIMEOUT_MS)
-            page.wait_for_selector(".jupyter-widgets.agent-run-view", timeout=RUN_TIMEOUT_MS)
+            page.wait_for_function(KERNEL_IDLE_JS, timeout=RUN_TIMEOUT_MS)
 
-            tools = page.locator(".agent-run-view .agent-tool")
-            assert tools.count() == 2
-            titles = tools.locator(".jupyter-widget-Collapse-header").all_inner_texts()
-            status = page.locator(".agent-status-line").inner_text()
-            assert "turn 3/25" in status and "completed" in status
-
-            tools.first.locator(".jupyter-widget-Collapse-header").first.click()
-            snapshot = page.locator(".agent-run-view .agent-snapshot-table").first
-            snapshot.wait_for(state="visible", timeout=10_000)
-            assert "West" in snapshot.inner_text()
-
-            answer = page.locator(".agent-final .agent-answer")
-            assert "West grew fastest" in answer.inner_text()
-            assert page.locator(".agent-final > img[alt=chart]").count() == 1
+            assert page.locator(".agent-run-view").count() == 0, "the live view settled into the final form"
+            assert page.locator(".agent-final").count() == 1
+            assert page.locator(".agent-answer").count() == 1
+            assert page.locator(".agent-footer").count() == 1
+            assert page.locator("img.agent-chart").count() == 1, "the chart appears once"
+            assert "West grew fastest" in page.locator(".agent-final .agent-answer").inner_text()
             assert "offline/quickstart" in page.locator(".agent-final .agent-footer").inner_text()
-            assert any("python_interpreter" in t for t in titles), titles
+            chart = page.locator(".agent-final img.agent-chart")
+            natural = chart.evaluate("img => [img.naturalWidth, img.getBoundingClientRect().width]")
+            assert natural[1] <= natural[0] + 1, f"the chart is not stretched: {natural}"
 
-            page.evaluate("document.querySelector('.agent-run-view').scrollIntoView({block: 'start'})")
+            page.locator(".agent-final .agent-transcript > summary").click()
+            tool = page.locator(".agent-final .agent-tool").first
+            tool.locator(":scope > summary").click()
+            table = page.locator(".agent-final .agent-snapshot-table").first
+            table.wait_for(state="visible", timeout=10_000)
+            assert "West" in table.inner_text() and "int64" in table.inner_text()
+            visible_text = page.locator(".agent-final").inner_text()
+            assert "Snapshot: {" not in visible_text, "the model's JSON is not shown by default"
+            tool.locator(".agent-model-saw > summary").click()
+            assert "Snapshot: {" in tool.locator(".agent-model-text").inner_text()
+
+            page.evaluate("document.querySelector('.agent-final').scrollIntoView({block: 'start'})")
             page.screenshot(path=str(ARTIFACTS / "jupyterlab-quickstart.png"), full_page=False)
         finally:
             browser.close()
+
+
+# -- a long tool call: ticking time, pivot table, interrupt ----------------------------------------
+
+LONG_CALL = """\
+import time, pandas as pd, numpy as np
+rng = np.random.default_rng(0)
+df = pd.DataFrame({"year": np.repeat([2022, 2023], 360), "q": np.tile(np.repeat(np.arange(1, 19), 20), 2),
+                   "region": [f"r{i:02}" for i in range(20)] * 36, "v": rng.random(720) * 1000})
+pivot = df.pivot_table(index=["year", "q"], columns="region", values="v")
+for i in range(5):
+    print(f"step {i}", flush=True)
+    time.sleep(1)
+save("pivot", pivot)
+"""
+
+
+def test_long_tool_call_ticks_then_settles_with_a_pivot_table_and_an_interrupt_keeps_the_section(lab) -> None:
+    from playwright.sync_api import sync_playwright
+
+    script = {"turns": [
+        {"text": "Pivoting.", "tool_calls": [{"name": "python_interpreter", "arguments": {"code": LONG_CALL}}]},
+        {"text": "The pivot is **ready**."},
+        {"text": "Sleeping.", "tool_calls": [{"name": "python_interpreter",
+                                                "arguments": {"code": "import time\nprint('before', flush=True)\ntime.sleep(60)"}}]},
+        {"text": "unreachable"},
+    ]}
+    nb = _notebook("%load_ext harness_magic", "%%agent -m scripted/long.json\nPivot the data.",
+                   "%%agent -m scripted/long.json\nSleep.")
+    url, chromium, root = lab({"long.ipynb": nb, "long.json": json.dumps(script)})
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = _browser(p, chromium)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1400})
+            _open_and_run_all(page, url, "long.ipynb")
+            status = page.locator(".agent-run-view .agent-status-line")
+            page.wait_for_function(
+                "() => { const s = document.querySelector('.agent-run-view .agent-status-line');"
+                " return s && s.innerText.includes('running python_interpreter'); }", timeout=RUN_TIMEOUT_MS)
+            first = status.inner_text()
+            title_first = page.locator(".agent-run-view .agent-tool .jupyter-widget-Collapse-header").first.inner_text()
+            time.sleep(2.2)
+            second = status.inner_text()
+            title_second = page.locator(".agent-run-view .agent-tool .jupyter-widget-Collapse-header").first.inner_text()
+            assert first != second and "running python_interpreter" in second, (first, second)
+            assert title_first != title_second, (title_first, title_second)
+            page.screenshot(path=str(ARTIFACTS / "jupyterlab-long-call-running.png"), full_page=False)
+
+            page.wait_for_selector(".agent-final .agent-footer", timeout=RUN_TIMEOUT_MS)
+            assert page.locator(".agent-final").count() == 1 and page.locator(".agent-answer").count() == 1
+            page.locator(".agent-final .agent-transcript > summary").click()
+            page.locator(".agent-final .agent-tool > summary").first.click()
+            table = page.locator(".agent-final .agent-snapshot-table").first
+            table.wait_for(state="visible", timeout=10_000)
+            text = table.inner_text()
+            assert "year" in text and "2022" in text and "[2022, 1]" not in text and "float64" in text
+            notes = page.locator(".agent-final .agent-snapshot-notes").first.inner_text()
+            assert "+8 more columns" in notes and "+31 more rows" in notes
+            assert "step 4" in page.locator(".agent-final .agent-result").first.inner_text()
+            page.evaluate("document.querySelector('.agent-final').scrollIntoView({block: 'start'})")
+            page.screenshot(path=str(ARTIFACTS / "jupyterlab-pivot-table.png"), full_page=False)
+
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.agent-run-view .agent-status-line')]"
+                ".some(s => s.innerText.includes('running python_interpreter'))", timeout=RUN_TIMEOUT_MS)
+            time.sleep(1.5)
+            page.evaluate("window.jupyterapp.commands.execute('notebook:interrupt-kernel')")
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.agent-final .agent-tool > summary')]"
+                ".some(s => s.textContent.includes('interrupted'))", timeout=RUN_TIMEOUT_MS)
+            final = page.locator(".agent-final").last
+            assert "interrupted" in final.locator(".agent-status").inner_text()
+            final.locator(".agent-transcript > summary").click()
+            final.locator(".agent-tool > summary").first.click()
+            assert "■ python_interpreter" in final.locator(".agent-tool > summary").first.inner_text()
+            page.evaluate("[...document.querySelectorAll('.agent-final')].pop().scrollIntoView({block: 'start'})")
+            page.screenshot(path=str(ARTIFACTS / "jupyterlab-interrupted.png"), full_page=False)
+        finally:
+            try:
+                page.screenshot(path=str(ARTIFACTS / "jupyterlab-long-call-last.png"), full_page=False)
+            finally:
+                browser.close()
+
+
+# -- hostile text, output and data ------------------------------------------------------------------
+
+
+class _CountingServer:
+    """A local HTTP server that counts every request (an exfiltration target)."""
+
+    def __init__(self) -> None:
+        self.hits: list[str] = []
+        hits = self.hits
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+                hits.append(self.path)
+                self.send_response(200)
+                self.send_header("Content-Type", "image/png")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _payloads(port: int, where: str) -> str:
+    leak = f"http://127.0.0.1:{port}/leak-{where}"
+    return (f"<script>window.__xss='{where}-script'</script>"
+            f"<img src=x onerror=\"window.__xss='{where}-onerror'\">"
+            f"[click](javascript:window.__xss='{where}-link') ![img]({leak}-md) "
+            f"<img src=\"{leak}-html\"> <iframe src=\"{leak}-frame\"></iframe>")
+
+
+def test_hostile_text_output_and_data_run_nothing_and_load_nothing(lab) -> None:
+    from playwright.sync_api import sync_playwright
+
+    leaks = _CountingServer()
+    try:
+        model_text = _payloads(leaks.port, "model")
+        printed = _payloads(leaks.port, "stdout")
+        data = _payloads(leaks.port, "data")
+        code = f"print({printed!r})\nsave('echo', evil.assign(more=[{data!r}]))"
+        script = {"turns": [
+            {"text": model_text, "tool_calls": [{"name": "python_interpreter", "arguments": {"code": code}}]},
+            {"text": "Answer: " + model_text},
+        ]}
+        setup = (f"%load_ext harness_magic\nimport pandas as pd\n"
+                 f"evil = pd.DataFrame({{{data!r}: [{data!r}]}})")
+        nb = _notebook(setup, f"%%agent --in evil -m scripted/xss.json\nShow {data}",
+                       "%agent_export xss.html\n%agent_vars echo")
+        url, chromium, root = lab({"xss.ipynb": nb, "xss.json": json.dumps(script)})
+        with sync_playwright() as p:
+            browser = _browser(p, chromium)
+            try:
+                page = browser.new_page(viewport={"width": 1280, "height": 1400})
+                dialogs: list[str] = []
+                page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+                _open_and_run_all(page, url, "xss.ipynb")
+                page.wait_for_selector(".agent-final .agent-footer", timeout=RUN_TIMEOUT_MS)
+                page.wait_for_function(KERNEL_IDLE_JS, timeout=RUN_TIMEOUT_MS)
+                page.wait_for_selector(".jp-OutputArea-output .agent-snapshot", state="attached", timeout=RUN_TIMEOUT_MS)
+                _open_everything(page)
+                _click_every_link(page)
+                time.sleep(1)
+                assert page.evaluate("window.__xss") is None and not dialogs
+                assert leaks.hits == [], leaks.hits
+                assert "window.__xss" in page.locator(".agent-final").inner_text(), "payloads show as text"
+                page.screenshot(path=str(ARTIFACTS / "jupyterlab-xss-live.png"), full_page=False)
+
+                page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
+                page.wait_for_function(
+                    "() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=30_000)
+                saved = json.loads((root / "xss.ipynb").read_text())
+                mimes = {m for c in saved["cells"] for o in c.get("outputs", []) for m in o.get("data", {})}
+                assert "text/markdown" not in mimes
+                page.reload()
+                page.wait_for_selector(".agent-final .agent-footer", timeout=RUN_TIMEOUT_MS)
+                _open_everything(page)
+                _click_every_link(page)
+                time.sleep(1)
+                assert page.evaluate("window.__xss") is None and not dialogs
+                assert leaks.hits == [], leaks.hits
+
+                page.goto((root / "xss.html").as_uri())
+                page.wait_for_selector(".agent-footer", timeout=30_000)
+                _open_everything(page)
+                _click_every_link(page)
+                time.sleep(1)
+                assert page.evaluate("window.__xss") is None and not dialogs
+                assert leaks.hits == [], leaks.hits
+                page.screenshot(path=str(ARTIFACTS / "html-export-xss.png"), full_page=False)
+            finally:
+                browser.close()
+    finally:
+        leaks.close()
+
+
+def _open_everything(page: Any) -> None:
+    page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+
+
+def _click_every_link(page: Any) -> None:
+    page.evaluate("document.querySelectorAll('.agent-final a, .agent-snapshot a, body > section a')"
+                  ".forEach(a => { try { a.click(); } catch (e) {} })")
