@@ -156,3 +156,34 @@ def test_results_keep_fortran_order(tmp_path) -> None:
     back = read_result(desc, str(tmp_path))
     assert back.flags.f_contiguous and not back.flags.c_contiguous
     np.testing.assert_array_equal(back, array)
+
+
+@confined
+def test_inputs_are_exported_once_per_value_and_removed_with_the_handle(tmp_path) -> None:
+    from harness_magic.core.cache import SessionCache
+    from harness_magic.core.interpreter import make_interpreter_tools
+
+    backend = SandboxedInterpreter(timeout=60.0)
+    try:
+        with SessionCache(spill_dir=tmp_path / "spill") as cache:
+            tool = next(t for t in make_interpreter_tools(cache, backend) if t.name == "python_interpreter")
+            cache.put("prices", pd.DataFrame({"p": np.arange(1000.0)}))
+            first = tool.handler(code="float(prices['p'].sum())")
+            assert "499500.0" in first.text
+            [path] = backend.exported_files()
+            stamp = os.stat(path)
+            again = tool.handler(code="int(prices.shape[0])")
+            assert "1000" in again.text
+            assert backend.exported_files() == [path]
+            assert os.stat(path).st_ino == stamp.st_ino and os.stat(path).st_mtime_ns == stamp.st_mtime_ns
+            cache.retire("prices")
+            cache.put("prices", pd.DataFrame({"p": [1.0, 2.0]}))  # same name, new value: a new export
+            third = tool.handler(code="float(prices['p'].sum())")
+            assert "3.0" in third.text
+            assert not os.path.exists(path)
+            assert len(backend.exported_files()) == 1
+            cache.retire("prices")
+            tool.handler(code="1")
+            assert backend.exported_files() == []
+    finally:
+        backend.close()

@@ -209,7 +209,11 @@ def make_interpreter_tools(
             return ToolOutput(text="`code` must be a non-empty string of Python source.", is_error=True)
         wanted = referenced_names(code) & set(cache.names())
         inputs = {name: cache.view(name) for name in sorted(wanted)}
-        execution = backend.execute(code, inputs, cache.names())
+        if getattr(backend, "exports_inputs", False) and hasattr(cache, "versions"):
+            # the backend writes each value's input file once and reuses it while the handle lives
+            execution = backend.execute(code, inputs, cache.names(), versions=cache.versions())
+        else:
+            execution = backend.execute(code, inputs, cache.names())
         return _describe_result(execution, cache, current_turn)
 
     def list_variables() -> ToolOutput:

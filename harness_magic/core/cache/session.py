@@ -40,6 +40,7 @@ Contract:
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import os
 import shutil
@@ -96,6 +97,14 @@ MANIFEST_MAX_BYTES = 64 * 1024**2
 """A manifest larger than this is refused: snapshots are small, so it is not a real checkpoint."""
 _DIGEST_CHARS = frozenset("0123456789abcdef")
 
+_VERSIONS = itertools.count(1)
+"""Process-wide serial for value versions (with the pid, unique across caches and forks)."""
+
+
+def _new_version() -> str:
+    return f"{os.getpid()}-{next(_VERSIONS)}"
+
+
 _ABSENT: Any = object()
 """Marks an entry whose value is on disk only."""
 
@@ -112,6 +121,8 @@ class _Entry:
     """File that holds the value exactly (kept after hydration: values never change)."""
     spillable: bool = True
     """False after a spill failed; the value then stays in memory until retired."""
+    version: str = ""
+    """Unique per stored value (handles are never overwritten): keys exports of this exact value."""
 
     @property
     def in_memory(self) -> bool:
@@ -238,7 +249,8 @@ class SessionCache:
         """Store ``value``; return its handle (``preferred_name`` made valid and unique)."""
         with self._lock:
             name = resolve_handle_name(preferred_name, self._entries)
-            self._entries[name] = _Entry(name, value, make_snapshot(value), estimate_nbytes(value), turn, tool)
+            self._entries[name] = _Entry(name, value, make_snapshot(value), estimate_nbytes(value), turn, tool,
+                                         version=_new_version())
             self._touch(name)
             self._enforce(pinned={name})
             return name
@@ -294,6 +306,16 @@ class SessionCache:
         """Handles in creation order (never hydrates)."""
         with self._lock:
             return list(self._entries)
+
+    def versions(self) -> dict[str, str]:
+        """Handle -> a token unique to the value it holds (never hydrates).
+
+        A token never comes back once its handle is retired, so a consumer
+        that exported a value (the sandbox's input files) can key the export
+        by it and drop exports whose token is no longer listed.
+        """
+        with self._lock:
+            return {name: entry.version for name, entry in self._entries.items()}
 
     def location(self, name: str) -> str:
         """``"memory"`` or ``"disk"`` (never hydrates)."""
@@ -430,7 +452,7 @@ class SessionCache:
             cache._dir.files.add(target)
             record = SpillRecord(target, row["format"], row["blake2b"])
             cache._entries[row["name"]] = _Entry(row["name"], _ABSENT, row["snapshot"], row["size_bytes"],
-                                                 row["turn"], row["tool"], record=record)
+                                                 row["turn"], row["tool"], record=record, version=_new_version())
         recency = manifest.get("recency", [])
         for name in recency if isinstance(recency, list) else []:
             if isinstance(name, str) and name in cache._entries:

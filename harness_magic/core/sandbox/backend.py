@@ -274,6 +274,8 @@ class SandboxedInterpreter:
         os.mkdir(self.scratch_dir, 0o700)
         self._worker: _Worker | None = None
         self._seq = 0
+        self._exports: dict[str, tuple[str, dict[str, Any]]] = {}
+        """Value version -> (input file, descriptor): written once, mapped by every later call."""
         self._lock = threading.Lock()
         self.restarts = 0
         self._closed = False
@@ -297,7 +299,20 @@ class SandboxedInterpreter:
     def worker_pid(self) -> int | None:
         return self._worker.pid if self._worker else None
 
-    def execute(self, code: str, inputs: dict[str, Any], taken_names: Collection[str]) -> ExecutionResult:
+    exports_inputs = True
+    """``execute`` takes ``versions``: inputs are exported once per value version (see :meth:`execute`)."""
+
+    def execute(self, code: str, inputs: dict[str, Any], taken_names: Collection[str],
+                versions: dict[str, str] | None = None) -> ExecutionResult:
+        """Run ``code`` in the worker with ``inputs`` attached read-only.
+
+        ``versions`` (handle -> token unique to the value, from
+        :meth:`SessionCache.versions`) lists every live handle: an input whose
+        token was exported before reuses that file (the worker maps it again,
+        nothing is rewritten), and files of tokens no longer listed (retired
+        or replaced handles) are removed. Without ``versions`` every input is
+        written for this call only.
+        """
         with self._lock:
             if self._closed:
                 raise RuntimeError("this SandboxedInterpreter is closed")
@@ -307,15 +322,26 @@ class SandboxedInterpreter:
             try:
                 worker = self._ensure_worker()
                 descs = {}
+                if versions is not None:
+                    self._drop_exports(set(versions.values()))
                 for name, value in inputs.items():
+                    token = versions.get(name) if versions is not None else None
+                    if token is not None and token in self._exports:
+                        descs[name] = self._exports[token][1]
+                        continue
                     try:
-                        desc = write_input(name, value, self.input_dir, str(seq))
+                        desc = write_input(name, value, self.input_dir,
+                                           f"v{len(self._exports)}_{seq}" if token is not None else str(seq))
                     except TransferRefused as exc:  # the model's input, not a broken worker: state stays
                         result = ExecutionResult()
                         result.error = f"TransferRefused: {exc}"
                         return result
                     if "file" in desc:
-                        written.append(os.path.join(self.input_dir, desc["file"]))
+                        path = os.path.join(self.input_dir, desc["file"])
+                        if token is not None:
+                            self._exports[token] = (path, desc)
+                        else:
+                            written.append(path)
                     descs[name] = desc
                 send_frame(worker.req_fd, {"op": "exec", "seq": seq, "code": code, "inputs": descs,
                                            "taken": sorted(taken_names)})
@@ -342,6 +368,16 @@ class SandboxedInterpreter:
                 raise RuntimeError("this SandboxedInterpreter is closed")
             self._stop_worker()
             self._start_worker()
+
+    def _drop_exports(self, live: set[str]) -> None:
+        for token in [t for t in self._exports if t not in live]:
+            path, _ = self._exports.pop(token)
+            _unlink(path)
+
+    def exported_files(self) -> list[str]:
+        """Input files kept for later calls (one per live value version that was used)."""
+        with self._lock:
+            return sorted(path for path, _ in self._exports.values())
 
     def sibling(self) -> SandboxedInterpreter:
         """A new interpreter with these settings and its own worker and session directory (for a subagent)."""
