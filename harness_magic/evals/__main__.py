@@ -32,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a suite (a directory or a built-in name such as 'core')")
     run.add_argument("suite")
-    run.add_argument("--model", required=True, help="a model id (openai/..., offline/...) or suite:reference, "
+    run.add_argument("--model", required=True, help="a model id (openai/..., offline/...) or suite:reference, suite:all-wrong, "
                                                     "suite:wrong, suite:<wrong-script-name>")
     run.add_argument("--repeat", type=_positive, default=1)
     run.add_argument("--jobs", type=_positive, default=1)

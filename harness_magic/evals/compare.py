@@ -2,7 +2,7 @@
 
 B is *worse* than A (exit status 1) when any of these holds:
 
-* **pass rate**: attempts are paired by (task, repeat); with ``b`` pairs where A
+* **pass rate**: attempts are paired by (task, repeat, variant); with ``b`` pairs where A
   passed and B failed and ``c`` the other way round, the exact one-sided McNemar
   test gives p = P(X >= b), X ~ Binomial(b + c, 1/2). B is worse when
   p < ``alpha`` (0.05). A paired test: the same tasks on both sides, so task
@@ -67,11 +67,11 @@ def _mean(values: list[float]) -> float:
 
 def compare_results(a: dict[str, Any], b: dict[str, Any], options: GateOptions | None = None) -> Comparison:
     options = options or GateOptions()
-    index_a = {(r["task_id"], r["repeat"]): r for r in a["results"]}
-    index_b = {(r["task_id"], r["repeat"]): r for r in b["results"]}
+    index_a = {(r["task_id"], r["repeat"], r.get("variant", "")): r for r in a["results"]}
+    index_b = {(r["task_id"], r["repeat"], r.get("variant", "")): r for r in b["results"]}
     pairs = sorted(set(index_a) & set(index_b))
     out = Comparison()
-    out.missing_in_b = sorted({t for t, _ in index_a} - {t for t, _ in index_b})
+    out.missing_in_b = sorted({k[0] for k in index_a} - {k[0] for k in index_b})
     per_task: dict[str, dict[str, Any]] = {}
     for key in pairs:
         ra, rb = index_a[key], index_b[key]

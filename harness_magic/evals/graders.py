@@ -21,7 +21,8 @@ Kinds and options:
     ``handle``, ``expected``, ``ignore_row_order`` (false), ``ignore_column_order``
     (false), ``rtol`` (1e-9), ``atol`` (0), ``check_dtype`` (false).
 ``contains``
-    ``text`` (string or list, all required), ``absent`` (list that must not
+    ``text`` (string or list, all required) and/or ``expected`` (a function in
+    answers.py whose value must occur), ``absent`` (list that must not
     occur), ``case_sensitive`` (false).
 ``regex``
     ``pattern``, ``ignore_case`` (false).
@@ -219,6 +220,8 @@ def grade_contains(options: dict[str, Any], ctx: GradeContext) -> Grade:
         return Grade("contains", False, "empty answer", missing=True)
     wanted = options.get("text") or []
     wanted = [wanted] if isinstance(wanted, str) else list(wanted)
+    if "expected" in options:
+        wanted.append(str(_expected(options, ctx)))
     absent = list(options.get("absent") or [])
     fold = (lambda s: s) if options.get("case_sensitive") else str.casefold
     hay = fold(answer)
@@ -275,6 +278,8 @@ def grade_sql(options: dict[str, Any], ctx: GradeContext) -> Grade:
     if len(rows) > MAX_SQL_ROWS:
         return Grade("sql", False, f"query returned more than {MAX_SQL_ROWS} rows")
     want = _expected(options, ctx)
+    if not isinstance(want, (list, tuple)):
+        want = [[want]]  # a function may return one value: a one-row, one-column result
     got_rows, want_rows = _rows(rows), _rows(want)
     if options.get("ignore_row_order"):
         got_rows, want_rows = sorted(got_rows, key=repr), sorted(want_rows, key=repr)
@@ -349,7 +354,7 @@ GRADERS: dict[str, Callable[[dict[str, Any], GradeContext], Grade]] = {
 _OPTIONS: dict[str, tuple[set[str], set[str]]] = {  # kind -> (required, optional)
     "number": ({"expected"}, {"abs_tol", "rel_tol", "handle", "pattern"}),
     "frame": ({"handle", "expected"}, {"ignore_row_order", "ignore_column_order", "rtol", "atol", "check_dtype"}),
-    "contains": ({"text"}, {"absent", "case_sensitive"}),
+    "contains": (set(), {"text", "expected", "absent", "case_sensitive"}),
     "regex": ({"pattern"}, {"ignore_case"}),
     "sql": ({"query", "expected"}, {"on", "ignore_row_order"}),
     "no_writes": (set(), set()),
@@ -380,7 +385,9 @@ def validate_grader(kind: str, options: dict[str, Any], answers: ModuleType | No
             except re.error as exc:
                 raise ValueError(f"{key} {options[key]!r} is not a valid regex: {exc}") from None
     expected = options.get("expected")
-    if isinstance(expected, str) and kind in ("number", "frame", "sql"):
+    if kind == "contains" and "expected" in options and not isinstance(expected, str):
+        raise ValueError(f"expected must be the name of a function in answers.py, got {expected!r}")
+    if isinstance(expected, str) and kind in ("number", "frame", "sql", "contains"):
         if answers is None or expected.startswith("_") or not callable(getattr(answers, expected, None)):
             raise ValueError(f"expected {expected!r} names no function in the suite's answers.py")
     elif kind == "number" and "expected" in options and (isinstance(expected, bool)
@@ -390,7 +397,9 @@ def validate_grader(kind: str, options: dict[str, Any], answers: ModuleType | No
         raise ValueError(f"expected must be records (a list of mappings) or a function name, got {expected!r}")
     elif kind == "sql" and "expected" in options and not isinstance(expected, list):
         raise ValueError(f"expected must be a list of rows or a function name, got {expected!r}")
-    if kind == "contains":
+    if kind == "contains" and "text" not in options and "expected" not in options:
+        raise ValueError("give 'text' (string or list) and/or 'expected' (a function in answers.py)")
+    if kind == "contains" and "text" in options:
         text = options["text"]
         if not (isinstance(text, str) and text) and not (isinstance(text, list) and text
                                                           and all(isinstance(t, str) and t for t in text)):

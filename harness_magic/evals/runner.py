@@ -9,7 +9,8 @@ between attempts is only what cannot be changed by one: generated input frames
 
 Model ids: anything :class:`AgentSession` takes (``openai/...``, ``offline/...``,
 ``scripted/...``), plus ``suite:reference``, ``suite:wrong`` and
-``suite:<wrong-script-name>``, which run each task's own scripted model.
+``suite:<wrong-script-name>``, which run each task's own scripted model, and
+``suite:all-wrong``, which runs every wrong script of every task.
 """
 
 from __future__ import annotations
@@ -29,11 +30,13 @@ from typing import Any, Callable
 from harness_magic.evals.graders import Grade, GradeContext, grade, write_attempts
 from harness_magic.evals.schema import Suite, SuiteError, Task
 
-__all__ = ["TaskResult", "run_task", "run_suite", "classify_failure", "SUITE_MODEL_PREFIX",
+__all__ = ["TaskResult", "run_task", "run_suite", "classify_failure", "SUITE_MODEL_PREFIX", "ALL_WRONG",
            "TOOL_ERROR_LOOP", "MAX_LOG_BYTES", "MAX_JOBS", "DEFAULT_LIMITS", "load_inputs"]
 
 SUITE_MODEL_PREFIX = "suite:"
 """``suite:reference`` / ``suite:wrong`` / ``suite:<name>``: each task's own scripted model."""
+ALL_WRONG = "suite:all-wrong"
+"""Every wrong script of every task (each attempt's ``variant`` names its script)."""
 TOOL_ERROR_LOOP = 3
 """This many tool errors in a row at the end of a failed run make it a ``tool_error_loop``."""
 MAX_LOG_BYTES = 64 * 1024 * 1024
@@ -71,6 +74,8 @@ class TaskResult:
     run_file: str | None = None
     expect: str | None = None
     """For scripted runs: the failure class the script must get (None: must pass)."""
+    variant: str = ""
+    """The wrong script's name in an ``suite:all-wrong`` run, else empty."""
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k != "grades"}
@@ -109,11 +114,14 @@ def load_inputs(task: Task, suite: Suite) -> dict[str, Any]:
     return out
 
 
-def _build_database(task: Task, suite: Suite, directory: Path) -> str | None:
+def _build_database(task: Task, suite: Suite, directory: Path) -> tuple[str | None, dict[str, Any]]:
+    """The task's SQLite database (a fresh file per attempt) and its tables as frames (for answers.py)."""
     spec = task.connectors.get("sql")
     if spec is None:
-        return None
+        return None, {}
     tables = getattr(suite.generators, spec["database"])(int(spec.get("seed", 0)))
+    if not isinstance(tables, dict):
+        raise SuiteError(f"{task.path}: connectors.sql.database: {spec['database']!r} must return a dict of frames")
     path = directory / "task.sqlite"
     con = sqlite3.connect(path)
     try:
@@ -122,7 +130,7 @@ def _build_database(task: Task, suite: Suite, directory: Path) -> str | None:
         con.commit()
     finally:
         con.close()
-    return str(path)
+    return str(path), {name: frame.copy() for name, frame in tables.items()}
 
 
 def _read_records(run_file: str | None) -> list[dict[str, Any]]:
@@ -203,13 +211,13 @@ def run_task(task: Task, suite: Suite, model: str, *, repeat: int = 0, out_dir: 
     session = None
     try:
         inputs = load_inputs(task, suite)
-        database = _build_database(task, suite, scratch)
+        database, tables = _build_database(task, suite, scratch)
         session = _session(task, suite, model, options, run_dir, database)
         for handle, frame in inputs.items():
             session.cache.put(handle, frame.copy())
         result = session.ask(task.prompt)
         records = _read_records(result.run_file)
-        ctx = GradeContext(answer=result.text, cache=session.cache, records=records, inputs=inputs,
+        ctx = GradeContext(answer=result.text, cache=session.cache, records=records, inputs={**tables, **inputs},
                            answers=suite.answers, database=database, charts=len(result.charts), judge_model=options.get("judge_model"),
                            judge_options={"prompt": task.prompt, **(options.get("judge_options") or {})})
         grades = [grade(kind, opts, ctx) for kind, opts in task.graders]
@@ -244,22 +252,32 @@ def run_suite(suite: Suite, model: str, *, repeat: int = 1, jobs: int = 1, tasks
     if not isinstance(jobs, int) or isinstance(jobs, bool) or not 1 <= jobs <= MAX_JOBS:
         raise ValueError(f"jobs must be an integer from 1 to {MAX_JOBS}, got {jobs!r}")
     selected = suite.select(tasks)
-    if model.startswith(SUITE_MODEL_PREFIX):
-        for task in selected:
-            task.script(model[len(SUITE_MODEL_PREFIX):])  # every task has the script, before anything runs
-    work = [(task, r) for r in range(repeat) for task in selected]
+    if model == ALL_WRONG:
+        work = [(task, r, f"{SUITE_MODEL_PREFIX}{spec.name}", spec.name)
+                for r in range(repeat) for task in selected for spec in task.wrong]
+    else:
+        if model.startswith(SUITE_MODEL_PREFIX):
+            for task in selected:
+                task.script(model[len(SUITE_MODEL_PREFIX):])  # every task has the script, before anything runs
+        work = [(task, r, model, "") for r in range(repeat) for task in selected]
     started = time.monotonic()
     results: list[TaskResult] = []
+
+    def attempt(task: Task, r: int, task_model: str, variant: str) -> TaskResult:
+        result = run_task(task, suite, task_model, repeat=r, options=options,
+                          out_dir=Path(out_dir) / variant if variant else out_dir)
+        result.variant = variant
+        return result
+
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(run_task, task, suite, model, repeat=r, out_dir=out_dir, options=options)
-                   for task, r in work]
+        futures = [pool.submit(attempt, *item) for item in work]
         for future in as_completed(futures):
             result = future.result()
             results.append(result)
             if on_result is not None:
                 on_result(result, len(results), len(work))
-    order = {(t.id, r): i for i, (t, r) in enumerate(work)}
-    results.sort(key=lambda res: order[(res.task_id, res.repeat)])
+    order = {(t.id, r, v): i for i, (t, r, _, v) in enumerate(work)}
+    results.sort(key=lambda res: order[(res.task_id, res.repeat, res.variant)])
     return {
         "format": "harness_magic.evals/1",
         "suite": suite.name,
