@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+from itertools import islice
 from typing import Any, Iterator
 
 from harness_magic.core.connectors._results import (
@@ -229,18 +230,17 @@ class SQLConnection:
 
     def _stream(self, dbapi: Any, sql: str, cap: int) -> tuple[Any, bool]:
         cursor = dbapi.cursor()
-        batches: list[list[Any]] = [[]]
+        batches: list[list[Any]] = []
         taken, truncated = 0, False
         rows = cursor.stream(sql, size=min(self.batch_rows, cap + 1))
         try:
-            for row in rows:
-                if taken == cap:
-                    truncated = True
+            while taken < cap:
+                batch = list(islice(rows, min(self.batch_rows, cap - taken)))
+                if not batch:
                     break
-                if len(batches[-1]) >= self.batch_rows:
-                    batches.append([])
-                batches[-1].append(row)
-                taken += 1
+                batches.append(batch)
+                taken += len(batch)
+            truncated = taken == cap and next(rows, None) is not None
         finally:
             rows.close()  # cancels the rest of the statement when the cap stopped it
         columns = [d[0] for d in cursor.description] if cursor.description else []
