@@ -25,6 +25,7 @@ from harness_magic.core.connectors.registry import (
     ToolContext,
     tool_from_function,
 )
+from harness_magic.core.connectors.report import connectors_report, format_report
 from harness_magic.core.connectors.sql import sql_connector
 
 __all__ = [
@@ -45,5 +46,7 @@ __all__ = [
     "duckdb_connector",
     "sql_connector",
     "connectors_from_config",
+    "connectors_report",
+    "format_report",
 ]
 
