@@ -74,12 +74,15 @@ def _split_pair(spec: str, what: str) -> tuple[str, str]:
 
 
 def copy_value(value: Any) -> Any:
-    """A copy for crossing the boundary: frames and arrays copy their data, the rest deep-copies."""
+    """A copy for crossing the boundary: frames and arrays copy their data (arrays keep their memory order),
+    the rest deep-copies."""
     try:
         copier = getattr(value, "copy", None)
         module = type(value).__module__.split(".")[0]
         if copier is not None and module in ("pandas", "numpy"):
-            return copier(deep=True) if module == "pandas" else copier()
+            if module == "pandas":
+                return copier(deep=True)
+            return copier(order="K") if type(value).__name__ == "ndarray" else copier()  # keep memory order
         return copy.deepcopy(value)
     except Exception as exc:
         raise UsageError(f"cannot copy a {type(value).__name__} across to the agent: {exc}") from None
