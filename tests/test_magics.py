@@ -310,6 +310,7 @@ def test_out_binds_a_copy_of_the_handle(kernel: Kernel) -> None:
     model = script(kernel, code_turn("save('total', [1, 2, 3])"), answer("Done."))
     cell = kernel.run(f"%%agent --reset --out total=mine {model}\nMake a total.")
     assert cell.ok
+    assert cell.stdout.count("\n") == 1 and "--out: total → mine (list of 3)" in cell.stdout, cell.stdout
     assert kernel.value("mine") == [1, 2, 3]
     kernel.run("mine.append(4)")
     magics = "get_ipython().magics_manager.registry['AgentMagics']"
@@ -330,13 +331,26 @@ def test_push_and_pull_copy_at_the_boundary(kernel: Kernel) -> None:
     assert push.ok and "pushed mine → `shared`" in push.stdout
     kernel.run("mine['rows'].append(3)")
     pull = kernel.run("%agent_pull shared back")
-    assert pull.ok and "pulled shared → back" in pull.stdout
+    assert pull.ok and "pulled shared → back (dict of 1)" in pull.stdout and not pull.stderr
     assert kernel.value("back") == {"rows": [1, 2]}
     kernel.run("back['rows'].clear()")
     assert kernel.value("get_ipython().magics_manager.registry['AgentMagics'].session.cache.get('shared')") == {
         "rows": [1, 2]}
     kernel.run("%agent_pull shared")
     assert kernel.value("shared") == {"rows": [1, 2]}
+
+
+def test_pull_warns_before_replacing_a_variable_of_another_type_and_says_what_it_did(kernel: Kernel) -> None:
+    kernel.run("%agent_vars")
+    kernel.run("numbers = [1, 2, 3]\nimport pandas as _pd\nframe = _pd.DataFrame({'a': [1]})")
+    kernel.run("%agent_push frame as_frame")
+    pull = kernel.run("%agent_pull as_frame numbers")
+    assert pull.ok
+    assert "warning: replacing notebook variable 'numbers' (a list of 3)" in pull.stderr
+    assert "pulled as_frame → numbers (DataFrame 1×1)" in pull.stdout
+    assert kernel.value("type(numbers).__name__") == "DataFrame"
+    same_type = kernel.run("%agent_pull as_frame numbers")
+    assert same_type.ok and not same_type.stderr
 
 
 def test_agent_vars_lists_every_handle_and_shows_one_snapshot(kernel: Kernel) -> None:
@@ -347,12 +361,17 @@ def test_agent_vars_lists_every_handle_and_shows_one_snapshot(kernel: Kernel) ->
     assert listing.ok
     text = listing.data("text/plain")[0]
     header, row = text.splitlines()[0], text.splitlines()[1]
-    assert header.split() == ["name", "type", "shape", "size", "where", "turn", "tool"]
+    assert header.split() == ["name", "type", "shape", "size", "where", "run", "turn", "tool"]
     assert row.split()[:3] == ["table", "dataframe", "2×1"] and "memory" in row and "python_interpreter" in row
+    run_id = kernel.value("get_ipython().magics_manager.registry['AgentMagics']._recorder.records[-1].run_id")
+    assert run_id in row.split()
     one = kernel.run("%agent_vars table")
     assert one.ok
     html = one.data("text/html")[0]
-    assert "agent-snapshot-table" in html and "2.5" in html and "float64" in html
+    assert "agent-snapshot-table" in html and "2.50" in html and "float64" in html
+    plain = one.data("text/plain")[0]
+    assert '"type"' not in plain and plain.splitlines()[0] == "table: dataframe 2 × 1"
+    assert plain.splitlines()[1].split() == ["v"] and "2.50" in plain
 
 
 # -- export ------------------------------------------------------------------------------------

@@ -363,7 +363,7 @@ class AgentMagics(Magics):
         missing = [h for h, _ in outputs if h not in session.cache]
         for handle, name in outputs:
             if handle in session.cache:
-                self.shell.user_ns[name] = copy_value(session.cache.view(handle))
+                print(f"--out: {self._bind(handle, name)}")
         if missing:
             self._show_result(result)
             raise UsageError(f"--out: no handle {', '.join(map(repr, missing))} after the run; "
@@ -404,7 +404,7 @@ class AgentMagics(Magics):
     @argument("handle", nargs="?", default=None, help="Show this handle's snapshot instead of the list.")
     @line_magic
     def agent_vars(self, line: str) -> None:
-        """List the agent's cached handles (name, type, shape, size, where, turn, tool), or one snapshot."""
+        """List the agent's cached handles (name, type, shape, size, where, run, turn, tool), or one handle as a table."""
         args = parse_argstring(self.agent_vars, line)
         cache = self.session.cache
         from harness_magic.core import export
@@ -414,12 +414,18 @@ class AgentMagics(Magics):
             if args.handle not in cache:
                 raise UsageError(f"no handle {args.handle!r}; handles: {', '.join(cache.names()) or '(none)'}")
             snap = cache.snapshot(args.handle)
-            import json
+            from harness_magic.core.snapshot_view import snapshot_rich, snapshot_text
 
-            self._show(export.render_snapshot_html(args.handle, snap),
-                       f"{args.handle}: " + json.dumps(snap, ensure_ascii=False, default=str))
+            if self._in_kernel():
+                self._show(export.render_snapshot_html(args.handle, snap), snapshot_text(args.handle, snap))
+            else:
+                from rich.console import Console
+
+                from harness_magic.notebook.render import strip_tree
+
+                Console(highlight=False).print(snapshot_rich(args.handle, strip_tree(snap)))
             return
-        rows = handle_rows(cache)
+        rows = handle_rows(cache, self._handle_runs())
         if not rows:
             self._show("<i>The agent's cache is empty.</i>", "The agent's cache is empty.")
             return
@@ -450,8 +456,21 @@ class AgentMagics(Magics):
         cache = self.session.cache
         if handle not in cache:
             raise UsageError(f"no handle {handle!r}; handles: {', '.join(cache.names()) or '(none)'}")
-        self.shell.user_ns[name] = copy_value(cache.view(handle))
-        print(f"pulled {handle} → {name}")
+        print(f"pulled {self._bind(handle, name)}")
+
+    def _bind(self, handle: str, name: str) -> str:
+        """Copy ``handle`` into the notebook as ``name``; warns (stderr) when that replaces a value of
+        another type. Returns ``"HANDLE → NAME (type shape)"`` for the confirmation line."""
+        import sys
+
+        value = copy_value(self.session.cache.view(handle))
+        described = _describe(value)
+        old = self.shell.user_ns.get(name, _MISSING)
+        if old is not _MISSING and type(old) is not type(value) and not name.startswith("_"):
+            print(f"warning: replacing notebook variable {name!r} (a {_describe(old)}) with the agent's "
+                  f"{handle!r} (a {described})", file=sys.stderr)
+        self.shell.user_ns[name] = value
+        return f"{handle} → {name} ({described})"
 
     @no_var_expand
     @magic_arguments()
@@ -506,6 +525,15 @@ class AgentMagics(Magics):
 
     # -- display ----------------------------------------------------------------------------
 
+    def _handle_runs(self) -> dict[str, str]:
+        """handle -> id of the run whose tool call made it (from this session's run records)."""
+        runs: dict[str, str] = {}
+        for record in (self._recorder.records if self._recorder is not None else []):
+            for tool in record.tools:
+                for handle in tool.handles:
+                    runs[handle] = record.run_id or ""
+        return runs
+
     def _show(self, html_text: str, plain: str) -> None:
         if self._in_kernel():
             from IPython.display import display
@@ -513,6 +541,20 @@ class AgentMagics(Magics):
             display({"text/html": html_text, "text/plain": plain}, raw=True)
         else:
             print(escape_control(plain))  # handle names are safe; data values and model text may not be
+
+
+_MISSING = object()
+
+
+def _describe(value: Any) -> str:
+    """``DataFrame 36×20``, ``list of 3``, ``int``: what a variable holds, in a few words."""
+    kind = type(value).__name__
+    shape = getattr(value, "shape", None)
+    if isinstance(shape, tuple) and all(isinstance(n, int) for n in shape):
+        return f"{kind} {'×'.join(str(n) for n in shape)}"
+    if isinstance(value, (list, tuple, dict, set, str)):
+        return f"{kind} of {len(value):,}"
+    return kind
 
 
 def _show_live(widget: Any) -> Any:
@@ -533,8 +575,8 @@ def _settle(handle: Any, view: Any, *, settled: bool) -> None:
         view.stop()
 
 
-def handle_rows(cache: Any) -> list[dict[str, Any]]:
-    """name, type, shape, size, where, turn, tool for every handle."""
+def handle_rows(cache: Any, runs: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """name, type, shape, size, where, run, turn, tool for every handle (``runs``: handle -> run id)."""
     entries = cache.entries() if hasattr(cache, "entries") else cache.metadata()
     rows = []
     for entry in entries:
@@ -551,6 +593,7 @@ def handle_rows(cache: Any) -> list[dict[str, Any]]:
             "shape": "×".join(str(s) for s in shape) if isinstance(shape, (list, tuple)) else (shape or ""),
             "size": _size(size),
             "where": where,
+            "run": (runs or {}).get(entry.get("name"), ""),
             "turn": "" if entry.get("turn") is None else entry.get("turn"),
             "tool": entry.get("tool") or "",
         })
@@ -585,7 +628,7 @@ def _size(nbytes: Any) -> str:
     return ""
 
 
-_COLUMNS = ("name", "type", "shape", "size", "where", "turn", "tool")
+_COLUMNS = ("name", "type", "shape", "size", "where", "run", "turn", "tool")
 
 
 def table_html(rows: list[dict[str, Any]], columns: tuple[str, ...], css_class: str = "agent-table") -> str:

@@ -44,7 +44,7 @@ from harness_magic.core.events import (
 from harness_magic.core.export import RunRecord, ToolRecord
 from harness_magic.core.scrub import escape_control
 
-__all__ = ["WidgetRunView", "TerminalRenderer", "status_text", "strip_control", "STREAM_FLUSH_S", "TICK_S",
+__all__ = ["WidgetRunView", "TerminalRenderer", "status_text", "strip_control", "strip_tree", "STREAM_FLUSH_S", "TICK_S",
            "TERMINAL_RESULT_LINES"]
 
 STREAM_FLUSH_S = 0.05
@@ -393,17 +393,17 @@ class TerminalRenderer:
             c.print(Text("\n".join(lines), style="red" if tool.is_error else ""))
         for name, snap in zip(tool.handles, tool.snapshots):
             if snap:
-                c.print(snapshot_rich(strip_control(name), _strip_tree(snap)))
+                c.print(snapshot_rich(strip_control(name), strip_tree(snap)))
 
 
-def _strip_tree(value: Any) -> Any:
-    """A snapshot with control characters removed from every string in it."""
+def strip_tree(value: Any) -> Any:
+    """A snapshot (any JSON tree) with control characters removed from every string in it."""
     if isinstance(value, str):
         return strip_control(value)
     if isinstance(value, list):
-        return [_strip_tree(v) for v in value]
+        return [strip_tree(v) for v in value]
     if isinstance(value, dict):
-        return {(strip_control(k) if isinstance(k, str) else k): _strip_tree(v) for k, v in value.items()}
+        return {(strip_control(k) if isinstance(k, str) else k): strip_tree(v) for k, v in value.items()}
     return value
 
 

@@ -1,0 +1,80 @@
+"""Terminal IPython in a real pseudo-terminal: what a user sees when the agent runs in a shell.
+
+Tool stdout keeps its line breaks, answers render as Markdown (no raw ``**`` or
+``|---|``), snapshots print as tables, and control sequences from the data or
+the model (a colour change, an OSC title change) never reach the terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+pexpect = pytest.importorskip("pexpect")
+
+IPYTHON = Path(sys.executable).with_name("ipython")
+RUN_TIMEOUT_S = 120
+"""IPython start plus an offline run: seconds normally."""
+PINK = "\x1b[38;5;201m"
+OSC_TITLE = "\x1b]0;pwned\x07"
+
+CODE = (
+    "import pandas as pd\n"
+    "print('line one')\n"
+    f"print('line two' + {PINK!r} + 'PINK' + {OSC_TITLE!r} + ' end')\n"
+    "save('frame', pd.DataFrame({'region': ['North', 'South'], 'revenue': [1200.5, 80.25]}))"
+)
+ANSWER = f"**Bold claim** here{OSC_TITLE}.\n\n| a | b |\n|---|---|\n| 1 | 2 |"
+
+
+def run_in_terminal(tmp_path: Path, script: str) -> str:
+    (tmp_path / "session.ipy").write_text(script)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "TERM": "xterm-256color",
+           "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    child = pexpect.spawn(str(IPYTHON), ["--simple-prompt", "--no-banner", "--colors=NoColor", "session.ipy"],
+                          cwd=str(tmp_path), env=env, dimensions=(50, 110), encoding="utf-8",
+                          timeout=RUN_TIMEOUT_S)
+    child.expect(pexpect.EOF)
+    child.close()
+    return child.before
+
+
+@pytest.fixture(scope="module")
+def transcript(tmp_path_factory: pytest.TempPathFactory) -> str:
+    tmp_path = tmp_path_factory.mktemp("terminal")
+    if not IPYTHON.exists():
+        pytest.skip("ipython script not installed next to the interpreter")
+    turns = [{"text": "Looking at **the data**.",
+              "tool_calls": [{"name": "python_interpreter", "arguments": {"code": CODE}}]},
+             {"text": ANSWER}]
+    (tmp_path / "model.json").write_text(json.dumps({"turns": turns}))
+    return run_in_terminal(tmp_path, (
+        "%load_ext harness_magic\n"
+        "%config AgentMagics.sandbox = 'inprocess'\n"
+        "_run = get_ipython().run_cell_magic('agent', '-m scripted/model.json', 'Go.')\n"
+        "%agent_vars frame\n"
+    ))
+
+
+def test_tool_stdout_keeps_its_line_breaks(transcript: str) -> None:
+    assert "line one\r\nline two" in transcript
+
+
+def test_control_sequences_from_data_and_model_never_reach_the_terminal(transcript: str) -> None:
+    assert PINK not in transcript and OSC_TITLE not in transcript
+    assert "\\x1b]0;pwned" in transcript, "shown as a visible escape instead"
+
+
+def test_answers_render_as_markdown_not_raw(transcript: str) -> None:
+    assert "Bold claim" in transcript and "**Bold claim**" not in transcript
+    assert "|---|" not in transcript and "──" in transcript
+    assert "**the data**" not in transcript
+
+
+def test_snapshots_print_as_tables_in_the_run_and_from_agent_vars(transcript: str) -> None:
+    assert transcript.count("1,200.50") == 2 and transcript.count("┃") >= 4
+    assert '"type": "dataframe"' not in transcript and "region" in transcript
