@@ -410,3 +410,19 @@ def test_a_read_url_runs_reads_as_another_login_and_writes_as_the_owner(attack_d
     db.engine.dispose()
     with pytest.raises(ValueError, match="psycopg"):
         SQLConnection(_owner_url(attack_db), read_url=reader_url.replace("+psycopg", "+psycopg2"))
+
+
+def test_a_callers_engine_is_left_alone_and_reads_still_run_read_only(attack_db, state):
+    engine = sa.create_engine(_owner_url(attack_db), pool_size=1)
+    with engine.connect() as conn:  # the caller's own session setting, on the caller's pool
+        conn.exec_driver_sql("SET application_name = 'mine'")
+        conn.commit()
+    db = SQLConnection(engine, timeout_s=5)
+    before = state.snapshot()
+    with pytest.raises(ToolError, match="read-only"):
+        db.query("WITH gone AS (DELETE FROM victim RETURNING 1) SELECT count(*) FROM gone")
+    assert state.snapshot() == before
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("SHOW application_name").scalar() == "mine"
+    db.read_engine.dispose()
+    engine.dispose()

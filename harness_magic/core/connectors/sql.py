@@ -68,7 +68,8 @@ class SQLConnection:
     in the startup packet (and ``role`` when ``read_role`` is given), so every
     transaction on them is read-only and ``COMMIT`` cannot leave that mode.
     Each read sends one statement over the extended protocol (a second
-    statement is a server error). Every PostgreSQL connection runs
+    statement is a server error). Every connection of the read pool (and of
+    the write pool when the connector created it from a URL) runs
     ``DISCARD ALL`` when it returns to the pool: settings, temporary tables,
     prepared statements, cursors, ``LISTEN`` and session advisory locks never
     outlive the call that made them.
@@ -91,7 +92,8 @@ class SQLConnection:
         if read_role is not None and (not isinstance(read_role, str) or not _ROLE_RE.fullmatch(read_role)):
             raise ValueError(f"read_role {read_role!r} must be a plain role name (letters, digits, _ or $; "
                              "at most 63 characters)")
-        if isinstance(url_or_engine, (str, sa.engine.URL)):
+        owns_engine = isinstance(url_or_engine, (str, sa.engine.URL))
+        if owns_engine:
             try:
                 self.engine = sa.create_engine(_psycopg_url(url_or_engine))
             except ValueError:
@@ -109,7 +111,8 @@ class SQLConnection:
                 raise ValueError(f"the sql connector runs PostgreSQL through the psycopg (3) driver only, "
                                  f"got {self.engine.dialect.driver!r} for {_redact(self.engine.url)}; "
                                  "use a postgresql+psycopg:// URL")
-            _reset_on_checkin(self.engine)
+            if owns_engine:  # a caller's own Engine keeps its pool behaviour; reads never use it
+                _reset_on_checkin(self.engine)
             options = (f"-c default_transaction_read_only=on "
                        f"-c statement_timeout={max(1, int(timeout_s * 1000))}"
                        + (f" -c role={read_role}" if read_role else ""))
