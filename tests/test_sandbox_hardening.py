@@ -130,6 +130,31 @@ def test_a_memmap_fill_of_scratch_counts_against_the_memory_limit_and_is_deleted
         assert run(sandbox, "'alive'").value == "alive"
 
 
+@pytest.mark.parametrize("hoard", [
+    "import os\nfd = os.memfd_create('hoard')\nfor i in range(192):\n    os.write(fd, b'x' * 2**24)",
+    "import os\nf = open('hidden', 'wb')\nos.unlink('hidden')\nfor i in range(192):\n    f.write(b'x' * 2**24)",
+], ids=["unmapped-memfd", "deleted-open-file"])
+def test_memory_held_only_through_descriptors_counts_against_the_limit(hoard):
+    with sandbox_with(timeout=30.0, rss_limit=512 * MiB) as sandbox:
+        started = time.monotonic()
+        result = run(sandbox, hoard)
+        assert "memory limit" in result.error
+        assert time.monotonic() - started < 15
+        assert run(sandbox, "'alive'").value == "alive"
+
+
+@needs("memory_cgroup")
+def test_the_memory_cgroup_alone_holds_the_limit_between_watchdog_samples():
+    with sandbox_with(timeout=20.0, rss_limit=256 * MiB) as sandbox:
+        sandbox._over_memory = lambda *args, **kwargs: None  # blind the watchdog: only the OS is left
+        assert sandbox.layers["memory_cgroup"].startswith("cgroup v")
+        result = run(sandbox, "import numpy as np\nm = np.memmap('burst.bin', dtype='uint8', mode='w+', "
+                              "shape=(2**30,))\nm[:] = 1\nblob = b'x' * 2**30")
+        assert "memory cgroup" in result.error
+        assert os.listdir(sandbox.scratch_dir) == []
+        assert run(sandbox, "'alive'").value == "alive"
+
+
 def test_scratch_files_written_and_closed_are_capped():
     with sandbox_with(timeout=20.0, scratch_max_bytes=128 * MiB) as sandbox:
         result = run(sandbox, "import time\nfor i in range(40):\n    with open(f'f{i}.bin', 'wb') as f:\n"

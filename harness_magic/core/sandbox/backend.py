@@ -31,6 +31,7 @@ from typing import Any
 from harness_magic.core.cache.names import resolve_handle_name
 from harness_magic.core.interpreter import ExecutionResult
 from harness_magic.core.sandbox import confinement
+from harness_magic.core.sandbox.memcg import SLACK_BYTES, CgroupUnavailable, MemoryCgroup
 from harness_magic.core.sandbox.protocol import FrameReader, ProtocolError, send_frame
 from harness_magic.core.sandbox.transfer import RESULT_MAX_BYTES, TransferRefused, read_result, write_input
 
@@ -174,6 +175,7 @@ class _Launcher:
 class _Worker:
     def __init__(self, pid: int, req_fd: int, resp_fd: int, hello: dict[str, Any]) -> None:
         self.pid, self.req_fd, self.resp_fd, self.hello = pid, req_fd, resp_fd, hello
+        self.cgroup: MemoryCgroup | None = None
 
     def kill(self) -> None:
         for kill in (os.killpg, os.kill):
@@ -206,6 +208,32 @@ class _Worker:
         found = self._status(b"RssAnon", b"RssShmem")
         return (found.get(b"RssAnon", 0) + found.get(b"RssShmem", 0)) * 1024
 
+    def held_file_bytes(self) -> int:
+        """Bytes in files only the worker's descriptors keep alive: memfds and deleted files.
+
+        They hold memory (on tmpfs) without being mapped or visible in scratch.
+        Scratch files and inputs are not counted here (scratch is walked on its own).
+        """
+        total, seen = 0, set()
+        base = f"/proc/{self.pid}/fd"
+        try:
+            names = os.listdir(base)
+        except OSError:
+            return 0
+        for name in names:
+            path = f"{base}/{name}"
+            try:
+                target = os.readlink(path)
+                if not (target.startswith("/memfd:") or target.endswith(" (deleted)")):
+                    continue
+                info = os.stat(path)
+            except OSError:
+                continue
+            if (info.st_dev, info.st_ino) not in seen:
+                seen.add((info.st_dev, info.st_ino))
+                total += info.st_blocks * 512
+        return total
+
 
 class SandboxedInterpreter:
     """Runs model code in an OS-confined worker process (see the package docstring).
@@ -217,7 +245,8 @@ class SandboxedInterpreter:
     ``allow_unconfined=True``, which warns with :class:`UnconfinedWarning`.
 
     ``rss_limit`` bounds the worker's anonymous plus shared resident memory plus
-    the bytes in its scratch directory; ``scratch_max_bytes`` (default: the same)
+    the bytes of memfds and deleted files it holds open plus the bytes in its
+    scratch directory; ``scratch_max_bytes`` (default: the same)
     bounds scratch alone. Going over either kills the worker and empties scratch.
     :meth:`fresh_worker` replaces the worker (one per ``%%agent`` cell);
     :meth:`sibling` gives a subagent its own interpreter on the same launcher.
@@ -250,6 +279,7 @@ class SandboxedInterpreter:
         self.rss_limit = int(rss_limit) if rss_limit is not None else int(total * 0.75)
         self.scratch_max_bytes = int(scratch_max_bytes) if scratch_max_bytes is not None else self.rss_limit
         self._scratch_bytes: int | None = 0
+        self._held_bytes = 0
         self._options = dict(timeout=timeout, memory_limit=memory_limit, rss_limit=rss_limit,
                              scratch_max_bytes=scratch_max_bytes, cpu_seconds=cpu_seconds,
                              result_max_bytes=result_max_bytes, stdout_max_chars=stdout_max_chars, layers=layers,
@@ -289,7 +319,7 @@ class SandboxedInterpreter:
         status = dict(self._worker.hello["layers"]) if self._worker else {}
         for name in confinement.OS_LAYERS:
             status.setdefault(name, "not requested")
-        status["rss_watchdog"] = ("anonymous + shared memory + scratch bytes, checked every "
+        status["rss_watchdog"] = ("anonymous + shared memory + memfds + scratch bytes, checked every "
                                   f"{WATCHDOG_INTERVAL_S * 1000:g} ms, also while a reply arrives")
         status["ast_precheck"] = self._ast_precheck
         status["audit_hooks"] = self._audit_hooks
@@ -428,6 +458,7 @@ class SandboxedInterpreter:
             raise SandboxUnavailableError(f"sandbox worker failed to confine itself: {hello.get('error')}")
         worker.hello = hello
         self._worker = worker
+        hello["layers"]["memory_cgroup"] = self._join_memory_cgroup(worker)
         held = [n for n in CONFINING_LAYERS if n in self._layers and _holds(hello["layers"].get(n))]
         if not held:
             if not self.allow_unconfined:
@@ -447,6 +478,20 @@ class SandboxedInterpreter:
             return self._start_worker()
         return self._worker
 
+    def _join_memory_cgroup(self, worker: _Worker) -> str:
+        """Put the idle, just-confined worker in a memory cgroup of its own; how that went."""
+        try:
+            cgroup = MemoryCgroup(self.rss_limit + SLACK_BYTES)
+        except CgroupUnavailable as exc:
+            return f"unavailable: {exc}"
+        try:
+            cgroup.add(worker.pid)
+        except CgroupUnavailable as exc:
+            cgroup.remove()
+            return f"unavailable: {exc}"
+        worker.cgroup = cgroup
+        return cgroup.describe()
+
     def _stop_worker(self) -> dict[str, Any]:
         worker, self._worker = self._worker, None
         if worker is None:
@@ -457,6 +502,9 @@ class SandboxedInterpreter:
             return self._launcher.request({"op": "reap", "pid": worker.pid, "wait": 2.0})
         except (OSError, ValueError, SandboxUnavailableError):
             return {}
+        finally:
+            if worker.cgroup is not None:
+                worker.cgroup.remove()
 
     def _lost_worker(self, why: str) -> ExecutionResult:
         status = self._stop_worker()
@@ -487,6 +535,11 @@ class SandboxedInterpreter:
                 try:
                     reply = reader.feed()
                 except EOFError:
+                    if worker.cgroup is not None and worker.cgroup.oom_killed():
+                        _clear_directory(self.scratch_dir)
+                        return self._lost_worker(
+                            f"the code went over the {self.rss_limit / 2**20:.0f} MiB memory limit (stopped by "
+                            "its memory cgroup); its scratch files were deleted")
                     return self._lost_worker("the sandbox worker died (crash or memory limit)")
                 if reply is not None:
                     if reply.get("op") == "result" and reply.get("seq") != seq:
@@ -505,9 +558,10 @@ class SandboxedInterpreter:
 
     def _over_memory(self, worker: _Worker, *, scan_scratch: bool) -> str | None:
         """Why the worker is over its memory limit (anonymous + shared + scratch bytes), or None."""
-        used = worker.memory()
         if scan_scratch:
             self._scratch_bytes = _directory_bytes(self.scratch_dir, SCRATCH_MAX_FILES)
+            self._held_bytes = worker.held_file_bytes()
+        used = worker.memory() + self._held_bytes
         scratch = self._scratch_bytes
         if scratch is None:
             return f"the code created more than {SCRATCH_MAX_FILES} scratch files"
@@ -515,8 +569,8 @@ class SandboxedInterpreter:
             return (f"the code wrote {scratch / 2**20:.0f} MiB of scratch files, over the "
                     f"{self.scratch_max_bytes / 2**20:.0f} MiB scratch limit")
         if used + scratch > self.rss_limit:
-            return (f"the code used {(used + scratch) / 2**20:.0f} MiB (memory, shared memory and scratch "
-                    f"files), over the {self.rss_limit / 2**20:.0f} MiB memory limit")
+            return (f"the code used {(used + scratch) / 2**20:.0f} MiB (memory, shared memory, memfds and "
+                    f"scratch files), over the {self.rss_limit / 2**20:.0f} MiB memory limit")
         return None
 
     def _build_result(self, reply: dict[str, Any], taken_names: Collection[str]) -> ExecutionResult:
@@ -636,7 +690,7 @@ def probe_confinement() -> dict[str, bool | str]:
     """Which confinement layers this machine offers, tried for real in a throwaway worker.
 
     Keys: ``env``, ``fds``, ``process_group``, ``pdeathsig``, ``rlimits``, ``netns``,
-    ``ipcns``, ``drop_root``, ``landlock``, ``seccomp``, ``rss_watchdog``, plus ``confined``
+    ``ipcns``, ``drop_root``, ``landlock``, ``seccomp``, ``rss_watchdog``, ``memory_cgroup``, plus ``confined``
     (whether untrusted code may run without the unconfined opt-in).
     """
     with warnings.catch_warnings():
@@ -647,7 +701,7 @@ def probe_confinement() -> dict[str, bool | str]:
     finally:
         sandbox.close()
     report: dict[str, bool | str] = {}
-    for name in (*confinement.BASE_LAYERS, *confinement.OS_LAYERS, "rss_watchdog"):
+    for name in (*confinement.BASE_LAYERS, *confinement.OS_LAYERS, "rss_watchdog", "memory_cgroup"):
         value = layers.get(name, False)
         report[name] = value if isinstance(value, (bool, str)) else str(value)
     report["confined"] = any(_holds(report.get(n)) for n in CONFINING_LAYERS)
