@@ -285,6 +285,18 @@ def test_the_worker_never_keeps_uid_0_and_says_how():
         assert status == "not root"
 
 
+@needs("drop_root")
+def test_agent_sandbox_names_the_arrangement_that_drops_root():
+    pytest.importorskip("IPython")
+    from harness_magic.notebook.magics import sandbox_rows
+
+    rows = {row["layer"]: row for row in sandbox_rows(PROBE)}
+    assert rows["drop_root"]["state"] == "on"
+    assert rows["drop_root"]["detail"].startswith(("uid 65534", "not root"))
+    assert "memory" in rows["rss_watchdog"]["detail"] and "scratch" in rows["rss_watchdog"]["detail"]
+    assert {"ipcns", "memory_cgroup"} <= set(rows)
+
+
 # -- point 6: a fresh worker per cell and per subagent -------------------------------------------
 
 POISON = ("import pandas as pd, _thread, time\npd.Series.sum = lambda self, *a, **k: 10 * 42\n"

@@ -31,7 +31,7 @@ from typing import Any
 from harness_magic.core.cache.names import resolve_handle_name
 from harness_magic.core.interpreter import ExecutionResult
 from harness_magic.core.sandbox import confinement
-from harness_magic.core.sandbox.memcg import SLACK_BYTES, CgroupUnavailable, MemoryCgroup
+from harness_magic.core.sandbox.memcg import CgroupUnavailable, MemoryCgroup, cgroup_limit
 from harness_magic.core.sandbox.protocol import FrameReader, ProtocolError, send_frame
 from harness_magic.core.sandbox.transfer import RESULT_MAX_BYTES, TransferRefused, read_result, write_input
 
@@ -481,7 +481,7 @@ class SandboxedInterpreter:
     def _join_memory_cgroup(self, worker: _Worker) -> str:
         """Put the idle, just-confined worker in a memory cgroup of its own; how that went."""
         try:
-            cgroup = MemoryCgroup(self.rss_limit + SLACK_BYTES)
+            cgroup = MemoryCgroup(cgroup_limit(self.rss_limit))
         except CgroupUnavailable as exc:
             return f"unavailable: {exc}"
         try:

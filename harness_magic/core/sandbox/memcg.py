@@ -15,10 +15,19 @@ from __future__ import annotations
 import os
 import uuid
 
-__all__ = ["MemoryCgroup", "CgroupUnavailable", "SLACK_BYTES"]
+__all__ = ["MemoryCgroup", "CgroupUnavailable", "cgroup_limit", "SLACK_BYTES", "SLACK_FRACTION"]
 
 SLACK_BYTES = 64 * 1024 * 1024
-"""Above the watchdog's limit: page cache and kernel memory it does not count, so the watchdog speaks first."""
+"""At least this much above the watchdog's limit: page cache and kernel memory the watchdog does not count."""
+
+SLACK_FRACTION = 0.25
+"""And at least this share of it: the OS's OOM path can take seconds of reclaim, so the watchdog should speak
+first and the cgroup only catch what grows faster than the watchdog samples."""
+
+
+def cgroup_limit(watchdog_limit: int) -> int:
+    """The cgroup's hard limit for a worker whose watchdog stops it at ``watchdog_limit`` bytes."""
+    return watchdog_limit + max(SLACK_BYTES, int(watchdog_limit * SLACK_FRACTION))
 
 _ROOT = "/sys/fs/cgroup"
 _PREFIX = "harness-worker-"
