@@ -54,9 +54,11 @@ def test_configured_keys_are_removed_whatever_their_shape(monkeypatch):
     assert ENV_KEY not in cleaned and "plain-registered-secret-value" not in cleaned
 
 
-def test_ordinary_text_hashes_and_base64_images_are_left_alone():
+def test_ordinary_text_hashes_and_base64_images_are_left_alone(monkeypatch):
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "Ada Lovelace the analyst")  # not a credential by its name
     text = ("sha256 3f786850e387550fdab836ed7e6dc881de23001b0b4c4c2d5a1f5c9d8e4b7a6f, "
-            "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAIzaSyAKIAABCDEFGHIJKLMNOPsk+xx== ok")
+            "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAIzaSyAKIAABCDEFGHIJKLMNOPsk+xx== ok, "
+            "by Ada Lovelace the analyst")
     assert scrub(text) == text
 
 

@@ -36,8 +36,10 @@ REDACTED = "[REDACTED]"
 MIN_SECRET_CHARS = 8
 """Shorter configured values are not treated as secrets: replacing them would garble ordinary text."""
 
-_SECRET_NAME = re.compile(r"(API_?KEY|_KEY$|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
-"""Environment variable names whose values are credentials."""
+_SECRET_NAME = re.compile(r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|CREDENTIALS?|AUTH)(?:_|$)",
+                          re.IGNORECASE)
+"""Environment variable names whose values are credentials: one underscore-separated word of the name
+says so (``OPENAI_API_KEY``, ``AWS_SECRET_ACCESS_KEY``, ``HF_TOKEN``; not ``GIT_AUTHOR_NAME``)."""
 
 _HEADER = re.compile(
     r"""(?P<name>\b(?:proxy-)?authorization|\bx-api-key|\bapi[-_]key|\bx-goog-api-key)"""

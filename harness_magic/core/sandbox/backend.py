@@ -1,9 +1,13 @@
 """``SandboxedInterpreter``: the interpreter backend whose boundary is an OS-confined process.
 
 One launcher per kernel process (started on first use, shared by every session)
-forks one worker per :class:`SandboxedInterpreter`. A call writes the inputs the
-code references into the session's input directory, sends the code over a pipe
-and waits — with a wall-clock timeout and an RSS watchdog — for a reply frame.
+forks the workers of every :class:`SandboxedInterpreter`: a new one per cell
+(:meth:`~SandboxedInterpreter.fresh_worker`) and per subagent
+(:meth:`~SandboxedInterpreter.sibling`). A call writes the inputs the code
+references into the session's input directory, sends the code over a pipe and
+reads the reply frame a chunk at a time in the loop that enforces the
+wall-clock timeout and the memory watchdog (anonymous + shared memory, memfds
+and deleted files held open, scratch bytes; a memory cgroup backs it in the OS).
 A worker that crashes, times out or is killed is restarted on the next call; the
 call that lost it gets a readable error result.
 """
