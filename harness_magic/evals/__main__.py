@@ -72,7 +72,7 @@ def _run(args: argparse.Namespace) -> int:
     def progress(result: Any, done: int, total: int) -> None:
         if not args.quiet:
             mark = "PASS" if result.passed else f"FAIL ({result.failure})"
-            print(f"[{done}/{total}] {result.task_id} r{result.repeat}: {mark} {result.wall_s:.2f}s", flush=True)
+            print(f"[{done}/{total}] {result.task_id} r{result.repeat}: {mark} {result.wall_s:.2f} s", flush=True)
 
     data = run_suite(suite, args.model, repeat=args.repeat, jobs=args.jobs, tasks=args.task, out_dir=runs_dir,
                      options=options, on_result=progress)
@@ -84,7 +84,7 @@ def _run(args: argparse.Namespace) -> int:
         r["passed"] if r.get("expect") is None else (not r["passed"] and r["failure"] == r["expect"]))]
     low, high = s["ci95"]
     print(f"{s['passed']}/{s['attempts']} passed ({s['pass_rate']:.1%}, 95% CI {low:.1%}-{high:.1%}); "
-          f"wall {data['wall_s']:.1f}s; results in {args.out}")
+          f"wall {data['wall_s']:.1f} s; results in {args.out}")
     for r in unexpected:
         want = "pass" if r.get("expect") is None else f"fail as {r['expect']}"
         got = "passed" if r["passed"] else f"failed as {r['failure']}"

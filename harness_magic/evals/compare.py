@@ -108,8 +108,8 @@ def compare_results(a: dict[str, Any], b: dict[str, Any], options: GateOptions |
         out.reasons.append(f"cost: ${out.cost_b:.4f} vs ${out.cost_a:.4f} per attempt "
                            f"(more than +{options.cost_tolerance:.0%} and +${options.min_cost_delta})")
     if out.wall_b > out.wall_a * (1 + options.time_tolerance) and out.wall_b - out.wall_a > options.min_time_delta_s:
-        out.reasons.append(f"time: {out.wall_b:.2f}s vs {out.wall_a:.2f}s per attempt "
-                           f"(more than +{options.time_tolerance:.0%} and +{options.min_time_delta_s}s)")
+        out.reasons.append(f"time: {out.wall_b:.2f} s vs {out.wall_a:.2f} s per attempt "
+                           f"(more than +{options.time_tolerance:.0%} and +{options.min_time_delta_s} s)")
     if out.missing_in_b:
         out.reasons.append(f"coverage: B has no result for {', '.join(out.missing_in_b[:10])}")
     return out
@@ -126,8 +126,8 @@ def format_comparison(comp: Comparison, name_a: str = "A", name_b: str = "B") ->
     lines.append("")
     lines.append(f"pass rate {comp.pass_rate_a:.1%} -> {comp.pass_rate_b:.1%}; regressed pairs {comp.b_worse_pairs}, "
                  f"improved {comp.b_better_pairs}; one-sided exact McNemar p={comp.p_value:.4g}")
-    lines.append(f"cost/attempt ${comp.cost_a:.4f} -> ${comp.cost_b:.4f}; wall/attempt {comp.wall_a:.2f}s -> "
-                 f"{comp.wall_b:.2f}s")
+    lines.append(f"cost/attempt ${comp.cost_a:.4f} -> ${comp.cost_b:.4f}; wall/attempt {comp.wall_a:.2f} s -> "
+                 f"{comp.wall_b:.2f} s")
     if comp.worse:
         lines.append("GATE: FAIL — B is worse than A:")
         lines.extend(f"  - {reason}" for reason in comp.reasons)

@@ -80,7 +80,7 @@ def render_report(data: dict[str, Any], title: str | None = None) -> str:
             f"<td>{sum(a.get('input_tokens', 0) + a.get('output_tokens', 0) for a in attempts) / n:.0f}</td>"
             f"<td>{sum(a.get('cached_tokens', 0) for a in attempts) / n:.0f}</td>"
             f"<td>${sum(a.get('cost', 0.0) for a in attempts) / n:.4f}</td>"
-            f"<td>{sum(a.get('wall_s', 0.0) for a in attempts) / n:.2f}s</td>"
+            f"<td>{sum(a.get('wall_s', 0.0) for a in attempts) / n:.2f} s</td>"
             f"<td class=grades>{e(grades[:300])}</td><td class=log>{e(log)}</td></tr>")
     rate_plot = _bars([(t, sum(a["passed"] for a in v) / len(v), "#2e7d32" if all(a["passed"] for a in v) else "#c62828")
                        for t, v in per_task.items()], "Pass rate per task", "{:.0%}", maximum=1.0)
@@ -97,7 +97,7 @@ tr.pass td:first-child{{color:#2e7d32}}td.grades,td.log{{font-size:11px;color:#5
 95% Wilson interval [{low:.1%}, {high:.1%}]</p>
 <p>{e(pass_k)} &middot; repeats {e(str(data.get('repeat', 1)))} &middot; jobs {e(str(data.get('jobs', 1)))}
 &middot; total cost ${s['cost']:.4f} &middot; tokens {s['tokens']} (cached {s['cached_tokens']})
-&middot; summed wall {s['wall_s']:.1f}s, run wall {float(data.get('wall_s', 0.0)):.1f}s &middot; {e(str(data.get('created', '')))}</p>
+&middot; summed wall {s['wall_s']:.1f} s, run wall {float(data.get('wall_s', 0.0)):.1f} s &middot; {e(str(data.get('created', '')))}</p>
 <h2>Failure classes</h2><table><tr><th>class</th><th>attempts</th></tr>{failures}</table>
 <h2>Plots</h2>{rate_plot}<br>{time_plot}
 <h2>Tasks</h2><table><tr><th>task</th><th>passed</th><th>failure classes</th><th>turns</th><th>tokens</th>

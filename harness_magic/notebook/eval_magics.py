@@ -1,8 +1,8 @@
 """``%agent_eval SUITE [--model M] [--repeat N] [--jobs K]``: run an evaluation suite from a cell.
 
 Glue only: the work is :func:`harness_magic.evals.runner.run_suite`'s. Progress
-is one live display (a bar over attempts, pass/fail as they finish) updated in
-place; the cell's value is an :class:`EvalView` (summary and per-task table),
+is one live bar over attempts with pass/fail as they finish (an ipywidgets bar,
+or a display updated in place without ipywidgets); the cell's value is an :class:`EvalView` (summary and per-task table),
 which also holds the results document (``view.data``) and writes the HTML
 report (``view.save_report(path)``).
 """
@@ -74,6 +74,36 @@ def _bar(done: int, total: int, passed: int, last: str) -> str:
             f"height:10px'></div></div>{html.escape(last)}</div>")
 
 
+def _progress(total: int) -> Any:
+    """Show a progress bar; returns ``update(done, total, passed, last)``.
+
+    With ipywidgets the bar is a widget updated through its traits (the cell's
+    stored output stays the same as it first was); without, a display updated in place.
+    """
+    from IPython.display import HTML, display
+
+    try:
+        import ipywidgets as widgets
+    except ImportError:
+        handle = display(HTML(_bar(0, total, 0, "")), display_id=True)
+
+        def update_display(done: int, total_: int, passed: int, last: str) -> None:
+            if handle is not None:
+                handle.update(HTML(_bar(done, total_, passed, last)))
+
+        return update_display
+    bar = widgets.IntProgress(value=0, min=0, max=max(total, 1), description="tasks")
+    label = widgets.HTML(value=f"0/{total}")
+    display(widgets.HBox([bar, label]))
+
+    def update_widget(done: int, total_: int, passed: int, last: str) -> None:
+        bar.value = done
+        bar.bar_style = "success" if passed == done else "warning"
+        label.value = html.escape(f"{done}/{total_} done, {passed} passed; last: {last}")
+
+    return update_widget
+
+
 @magics_class
 class EvalMagics(Magics):
     """``%agent_eval`` next to the ``%%agent`` magics (their model and sandbox are the defaults)."""
@@ -95,9 +125,7 @@ class EvalMagics(Magics):
     @line_magic
     def agent_eval(self, line: str) -> EvalView:
         """Run an evaluation suite, one fresh session per task, with live progress."""
-        from IPython.display import HTML, display
-
-        from harness_magic.evals.runner import MAX_JOBS, run_suite
+        from harness_magic.evals.runner import ALL_WRONG, MAX_JOBS, SUITE_MODEL_PREFIX, run_suite
         from harness_magic.evals.schema import SuiteError, load_suite
 
         args = parse_argstring(self.agent_eval, line)
@@ -105,22 +133,25 @@ class EvalMagics(Magics):
             raise UsageError(f"%agent_eval: --repeat must be at least 1, got {args.repeat}")
         if not 1 <= args.jobs <= MAX_JOBS:
             raise UsageError(f"%agent_eval: --jobs must be from 1 to {MAX_JOBS}, got {args.jobs}")
+        model = args.model or getattr(self._agent, "model", None)
         try:
             suite = load_suite(args.suite)
-            total = len(suite.select(args.task)) * args.repeat
+            tasks = suite.select(args.task)
+            if model.startswith(SUITE_MODEL_PREFIX) and model != ALL_WRONG:
+                for task in tasks:  # every task has the script, before anything is shown
+                    task.script(model[len(SUITE_MODEL_PREFIX):])
+            total = args.repeat * (sum(len(t.wrong) for t in tasks) if model == ALL_WRONG else len(tasks))
         except SuiteError as exc:
             raise UsageError(f"%agent_eval: {exc}") from None
-        model = args.model or getattr(self._agent, "model", None)
         options = {"sandbox": getattr(self._agent, "sandbox", "worker"),
                    "api_base": getattr(self._agent, "api_base", None) or None}
-        handle = display(HTML(_bar(0, total, 0, "")), display_id=True)
+        update = _progress(total)
         passed = [0]
 
         def progress(result: Any, done: int, total_: int) -> None:
             passed[0] += result.passed
             mark = "PASS" if result.passed else f"FAIL ({result.failure})"
-            if handle is not None:
-                handle.update(HTML(_bar(done, total_, passed[0], f"{result.task_id} r{result.repeat}: {mark}")))
+            update(done, total_, passed[0], f"{result.task_id} r{result.repeat}: {mark}")
 
         try:
             data = run_suite(suite, model, repeat=args.repeat, jobs=args.jobs, tasks=args.task, out_dir=args.runs_dir,
