@@ -489,3 +489,39 @@ def _ctx():
     from harness_magic.core.connectors.registry import ToolContext
 
     return ToolContext(cache=None, harness=None, tool_name="docs__read")
+
+
+def test_search_tool_reindexes_an_edit_and_says_so(tmp_path, corpus_copy):
+    connector = docs_connector([corpus_copy], index_path=tmp_path / "i.sqlite")
+    (corpus_copy / "refunds.md").write_text("# Refunds\n\n## Vendor holdback\n\nHoldbacks of 10 percent apply.\n")
+    connector.index.last_refresh -= 5  # the next tool call is due to re-check the files
+    text = connector._search("vendor holdback", ctx=_ctx(), k=2)
+    assert "reindexed: 12 files" in text and "updated 1: runbooks/refunds.md" in text
+    assert "[doc:runbooks/refunds.md#vendor-holdback] Refunds > Vendor holdback" in text
+    again = connector._search("vendor holdback", ctx=_ctx(), k=2)
+    assert "reindexed" not in again
+
+
+def test_snippets_show_the_window_with_the_query_words(docs):
+    hit = docs.search("ECB reference rates loaded", 1)[0]
+    assert hit.source_id == "doc:runbooks/currency_conversion.md#rates"
+    assert "ECB reference rates" in hit.snippet
+
+
+def test_markdown_export_links_citations_to_logged_snippets(tmp_path, docs):
+    from harness_magic.core.export import RunRecorder, render_answer_markdown
+
+    turns = [
+        {"tool_calls": [call("load_connectors", connector_name="docs")]},
+        {"tool_calls": [call("docs__read", source_id="doc:runbooks/currency_conversion.md#which-rate-to-use")]},
+        {"text": "Refunds use the original booking date's rate [doc:runbooks/currency_conversion.md#which-rate-to-use]."},
+    ]
+    adapter = ProviderAdapter("scripted/test", transport=ScriptedModel(turns))
+    harness = Harness(adapter, "You analyse data.", [], run_dir=str(tmp_path / "runs"), cache=SessionCache())
+    ConnectorRegistry([docs]).install(harness)
+    recorder = RunRecorder()
+    harness.subscribe(recorder)
+    harness.run_result("Which rate applies to refunds?")
+    markdown = render_answer_markdown(recorder.records[-1])
+    assert "[\\[doc:runbooks/currency_conversion.md#which-rate-to-use\\]](#hm-src-1)" in markdown
+    assert "   > Orders use the rate of the booking date. Refunds use the rate of the original order's" in markdown

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -32,6 +33,9 @@ SEARCH_MAX_K = 10
 """Hits per ``docs__search``: ten snippets keep the result inline; read the rest by id."""
 RESULT_BUDGET_CHARS = 1_900
 """Search text is fitted under the formatter's inline limit (2,000) by shortening snippets."""
+REFRESH_INTERVAL_S = 1.0
+"""Tool calls re-check the files at most this often: a model's burst of searches costs one stat walk
+(1,000 files: ~40 ms), while an edit is seen by the next call a second later."""
 DEFAULT_INDEX_DIR = "runs/knowledge"
 """Where an index lives when no ``index_path`` is given (next to the session's run logs)."""
 DOCS_DESCRIPTION = ("Business documents (runbooks, policies, metric definitions); cite each business claim "
@@ -70,7 +74,15 @@ class DocsConnector(Connector):
         self.add_function(self._read, name="read")
 
     def refresh(self):
+        """Bring the index up to date now; returns the :class:`IndexReport`."""
         self.report = self.index.refresh()
+        return self.report
+
+    def refresh_if_due(self):
+        """Refresh unless the last refresh is under ``REFRESH_INTERVAL_S`` old (tool calls use this)."""
+        last = self.index.last_refresh
+        if last is None or time.time() - last >= REFRESH_INTERVAL_S or time.time() < last:
+            return self.refresh()
         return self.report
 
     def search(self, query: str, k: int = 5) -> list[Hit]:
@@ -79,7 +91,7 @@ class DocsConnector(Connector):
             raise ToolError("query must be non-empty text, e.g. docs__search(query='refund partner share').")
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= SEARCH_MAX_K:
             raise ToolError(f"k must be an integer from 1 to {SEARCH_MAX_K}, got {k!r}.")
-        self.refresh()
+        self.refresh_if_due()
         return self.index.search(query, k)
 
     def _search(self, query: str, ctx: ToolContext, k: int = 5) -> str:
@@ -89,10 +101,11 @@ class DocsConnector(Connector):
             query: Words to look for (keywords work best, e.g. "net revenue partner share").
             k: How many sections to return (1-10).
         """
+        before = self.report
         hits = self.search(query, k)
         report = self.report
         header = f"{len(hits)} sections for {query[:80]!r} (index: {report.files} files, {report.chunks} chunks"
-        header += f"; reindexed: {report.summary()})" if report.changed else ")"
+        header += f"; reindexed: {report.summary()})" if report is not before and report.changed else ")"
         if not hits:
             return header + ". Try other words, or glossary lookup for a defined term."
         record_retrieval(ctx.harness, ctx.tool_name, [
@@ -108,7 +121,7 @@ class DocsConnector(Connector):
         """
         if not isinstance(source_id, str) or not source_id.strip():
             raise ToolError("source_id must be an id from docs search, e.g. 'doc:runbooks/refunds.md#partner-share'.")
-        self.refresh()
+        self.refresh_if_due()
         wanted = normalize_doc_id(source_id)
         chunk = self.index.get(wanted)
         if chunk is None:

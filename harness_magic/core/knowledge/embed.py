@@ -18,6 +18,7 @@ An embedder has ``name`` (stored with each vector so a model change re-embeds),
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -37,11 +38,21 @@ EMBED_TEXT_MAX_CHARS = 8_000
 EMBED_TIMEOUT_S = 60
 """Per request: an embedding call that takes longer is a stuck connection."""
 
+HASH_CACHE_FEATURES = 200_000
+"""Feature hashes memoised (words and trigrams repeat: a vocabulary's worth fits)."""
+
 _WORD_RE = re.compile(r"[a-z0-9]+")
 
 
 class EmbeddingError(RuntimeError):
     """An embedding request failed (the message names the model)."""
+
+
+@functools.lru_cache(maxsize=HASH_CACHE_FEATURES)
+def _bucket(feature: str, dims: int) -> tuple[int, float]:
+    digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
+    value = int.from_bytes(digest, "little")
+    return value % dims, (1.0 if (value >> 63) & 1 else -1.0)
 
 
 class HashingEmbedder:
@@ -56,9 +67,7 @@ class HashingEmbedder:
         self.name = f"{OFFLINE_EMBEDDER}-{dims}"
 
     def _bucket(self, feature: str) -> tuple[int, float]:
-        digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
-        value = int.from_bytes(digest, "little")
-        return value % self.dims, (1.0 if (value >> 63) & 1 else -1.0)
+        return _bucket(feature, self.dims)
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         out = []

@@ -27,6 +27,7 @@ import json
 import os
 import re
 import sqlite3
+import stat as stat_module
 import threading
 import time
 from dataclasses import dataclass, field
@@ -50,8 +51,12 @@ CANDIDATES = 50
 """Hits taken from each retriever before fusion."""
 TITLE_WEIGHT = 3.0
 """BM25 weight of the heading trail relative to the body (1.0)."""
+DF_CACHE_TERMS = 100_000
+"""Query terms whose chunk counts are memoised (cleared when the index changes)."""
 SNIPPET_TOKENS = 32
-"""Tokens in an FTS5 snippet."""
+"""Words in a hit's snippet."""
+SNIPPET_PREFIX = 5
+"""Letters compared when finding query words in a snippet (a poor man's stemmer, for display only)."""
 SCHEMA_VERSION = 1
 
 _TOKEN_RE = re.compile(r"\w+", re.UNICODE)
@@ -147,8 +152,11 @@ class DocIndex:
         self._lock = threading.RLock()
         self._db = sqlite3.connect(str(self.db_path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")  # the index is a rebuildable cache: no fsync per file
         self._create()
         self._vectors: tuple[list[int], Any] | None = None
+        self._df: dict[str, int] = {}
+        self._df_total: int | None = None
         self.last_report: IndexReport | None = None
         self.last_refresh: float | None = None
 
@@ -181,30 +189,47 @@ class DocIndex:
 
     # -- indexing -------------------------------------------------------------------------
 
-    def _walk(self, report: IndexReport) -> Iterable[tuple[str, Path]]:
+    def _walk(self, report: IndexReport) -> Iterable[tuple[str, Path, os.stat_result]]:
+        """(id path, real path, stat) of every indexable file, sorted; symlinks leaving a root are skipped."""
         count = 0
         for root in self.roots:
-            for dirpath, dirnames, filenames in os.walk(root.path, followlinks=False):
-                dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-                for name in sorted(filenames):
-                    if name.startswith(".") or Path(name).suffix.lower() not in SUFFIXES:
+            stack = [(root.path, "")]
+            while stack:
+                directory, rel_dir = stack.pop()
+                try:
+                    entries = sorted(os.scandir(directory), key=lambda e: e.name, reverse=True)
+                except OSError as exc:
+                    report.skipped.append(f"{root.prefix}/{rel_dir}: {exc.strerror or exc}")
+                    continue
+                files = []
+                for entry in entries:
+                    if entry.name.startswith("."):
                         continue
-                    full = Path(dirpath) / name
-                    rel = full.relative_to(root.path).as_posix()
+                    rel = f"{rel_dir}{entry.name}"
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append((Path(entry.path), rel + "/"))
+                    elif Path(entry.name).suffix.lower() in SUFFIXES:
+                        files.append((rel, entry))
+                for rel, entry in sorted(files):
                     doc_path = f"{root.prefix}/{rel}"
+                    real = Path(entry.path)
                     try:
-                        real = full.resolve(strict=True)
+                        if entry.is_symlink():
+                            real = real.resolve(strict=True)
+                            if not real.is_relative_to(root.path):
+                                report.skipped.append(f"{doc_path}: links outside its root")
+                                continue
+                        stat = real.stat()
                     except OSError as exc:
                         report.skipped.append(f"{doc_path}: {exc.strerror or exc}")
                         continue
-                    if not real.is_relative_to(root.path):
-                        report.skipped.append(f"{doc_path}: links outside its root")
+                    if not stat_module.S_ISREG(stat.st_mode):
                         continue
                     count += 1
                     if count > MAX_FILES:
                         report.skipped.append(f"{doc_path}: more than {MAX_FILES} files under the roots")
                         return
-                    yield doc_path, real
+                    yield doc_path, real, stat
 
     def refresh(self) -> IndexReport:
         """Bring the index up to date with the files; returns what changed."""
@@ -215,12 +240,7 @@ class DocIndex:
             known = {row[0]: row[1:] for row in db.execute("SELECT path, sha256, size, mtime_ns FROM files")}
             seen: set[str] = set()
             new_chunk_ids: list[int] = []
-            for doc_path, real in self._walk(report):
-                try:
-                    stat = real.stat()
-                except OSError as exc:
-                    report.skipped.append(f"{doc_path}: {exc.strerror or exc}")
-                    continue
+            for doc_path, real, stat in self._walk(report):
                 if stat.st_size > FILE_MAX_BYTES:
                     report.skipped.append(f"{doc_path}: {stat.st_size} bytes, over the {FILE_MAX_BYTES} limit")
                     continue
@@ -286,6 +306,7 @@ class DocIndex:
             report.chunks = db.execute("SELECT count(*) FROM chunks").fetchone()[0]
             if report.changed:
                 self._vectors = None
+                self._df_total = None
         report.seconds = time.perf_counter() - started
         self.last_report = report
         self.last_refresh = time.time()
@@ -355,18 +376,64 @@ class DocIndex:
     # -- search ---------------------------------------------------------------------------
 
     def keyword(self, query: str, k: int) -> list[Hit]:
-        """BM25 hits, best first."""
-        expression = fts_query(query)
-        if not expression or k < 1:
+        """BM25 hits, best first.
+
+        Two steps: rank row ids inside FTS5 (no text read, no snippet), then
+        fetch the top ``k`` chunks and their snippets. Asking for snippets in
+        the ranking query would compute one for every matching row.
+        """
+        full = fts_query(query)
+        if not full or k < 1:
             return []
-        sql = (f"SELECT c.path, c.slug, c.trail, c.start_line, c.end_line, c.text, "
-               f"bm25(chunks_fts, {TITLE_WEIGHT}, 1.0) AS rank, "
-               f"snippet(chunks_fts, 1, '', '', ' … ', {SNIPPET_TOKENS}) "
-               "FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid "
-               "WHERE chunks_fts MATCH ? ORDER BY rank LIMIT ?")
+        rank_sql = (f"SELECT rowid, bm25(chunks_fts, {TITLE_WEIGHT}, 1.0) AS score FROM chunks_fts "
+                    "WHERE chunks_fts MATCH ? ORDER BY score LIMIT ?")
         with self._lock:
-            rows = self._db.execute(sql, (expression, k)).fetchall()
-        return [Hit(self._chunk(r[:6]), -float(r[6]), " ".join(r[7].split())) for r in rows]
+            expression = self._informative(full)
+            ranked = self._db.execute(rank_sql, (expression, k)).fetchall()
+            if len(ranked) < k and expression != full:
+                expression = full
+                ranked = self._db.execute(rank_sql, (expression, k)).fetchall()
+            if not ranked:
+                return []
+            marks = ",".join("?" * len(ranked))
+            ids = [r[0] for r in ranked]
+            rows = {r[0]: r[1:] for r in self._db.execute(
+                f"SELECT id, path, slug, trail, start_line, end_line, text FROM chunks WHERE id IN ({marks})", ids)}
+        terms = [t.strip('"').replace('""', '"') for t in full.split(" OR ")]
+        hits = []
+        for rowid, score in ranked:
+            if rowid in rows:
+                chunk = self._chunk(rows[rowid])
+                hits.append(Hit(chunk, -float(score), snippet(chunk.text, terms)))
+        return hits
+
+    def _informative(self, expression: str) -> str:
+        """``expression`` without the terms BM25 gives no weight, or itself when nothing would be left.
+
+        FTS5's bm25() uses idf = log((N - n + 0.5) / (n + 0.5)), clamped to 1e-6 when not positive:
+        a term in at least half of the chunks adds (almost exactly) nothing to any score, yet scoring
+        it costs a pass over half the index. Those terms are dropped (the caller retries with all
+        terms when fewer than k chunks match the rest). Document counts are memoised per index state.
+        """
+        terms = expression.split(" OR ")
+        if len(terms) < 2:
+            return expression
+        if self._df_total is None:
+            self._df_total = self._db.execute("SELECT count(*) FROM chunks").fetchone()[0]
+            self._df.clear()
+        total = self._df_total
+        kept = []
+        for term in terms:
+            count = self._df.get(term)
+            if count is None:
+                count = self._db.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?",
+                                         (term,)).fetchone()[0]
+                if len(self._df) >= DF_CACHE_TERMS:
+                    self._df.clear()
+                self._df[term] = count
+            if 0 < count and 2 * count < total:
+                kept.append(term)
+        return " OR ".join(kept) if kept else expression
 
     def _vector_matrix(self) -> tuple[list[int], Any]:
         import numpy as np
@@ -397,15 +464,18 @@ class DocIndex:
             raise ValueError(f"the embedder returned {q.shape[0]} dimensions; the index holds {matrix.shape[1]}")
         q = q / (np.linalg.norm(q) or 1.0)
         scores = matrix @ q
-        order = np.argsort(-scores)[:k]
-        hits = []
+        order = [int(i) for i in np.argsort(-scores)[:k]]
+        wanted = [ids[i] for i in order]
         with self._lock:
-            for i in order:
-                row = self._db.execute("SELECT path, slug, trail, start_line, end_line, text FROM chunks "
-                                       "WHERE id=?", (ids[int(i)],)).fetchone()
-                if row:
-                    chunk = self._chunk(row)
-                    hits.append(Hit(chunk, float(scores[int(i)]), _lead(chunk.text)))
+            rows = {r[0]: r[1:] for r in self._db.execute(
+                "SELECT id, path, slug, trail, start_line, end_line, text FROM chunks WHERE id IN "
+                f"({','.join('?' * len(wanted))})", wanted)}
+        hits = []
+        for i in order:
+            row = rows.get(ids[i])
+            if row is not None:
+                chunk = self._chunk(row)
+                hits.append(Hit(chunk, float(scores[i]), _lead(chunk.text)))
         return hits
 
     def search(self, query: str, k: int = 5) -> list[Hit]:
@@ -425,6 +495,25 @@ def fuse(rankings: Sequence[Sequence[Hit]], k: int) -> list[Hit]:
             first.setdefault(hit.source_id, hit)
     order = sorted(scores, key=lambda sid: (-scores[sid], sid))[:k]
     return [Hit(first[sid].chunk, round(scores[sid], 6), first[sid].snippet) for sid in order]
+
+
+def snippet(text: str, terms: Sequence[str], size: int = SNIPPET_TOKENS) -> str:
+    """The ``size``-word window of ``text`` holding the most query terms (matched on their first
+    SNIPPET_PREFIX letters, so "refunded" finds "refunds"), with "…" where text was cut."""
+    words = text.split()
+    if len(words) <= size:
+        return " ".join(words)
+    keys = {t[:SNIPPET_PREFIX] for t in terms if t}
+    marks = [1 if w.lower().strip(".,;:()[]`*#\"'")[:SNIPPET_PREFIX] in keys else 0 for w in words]
+    best, best_at, window = -1, 0, sum(marks[:size])
+    for start in range(0, len(words) - size + 1):
+        if start:
+            window += marks[start + size - 1] - marks[start - 1]
+        if window > best:
+            best, best_at = window, start
+    head = "… " if best_at else ""
+    tail = " …" if best_at + size < len(words) else ""
+    return head + " ".join(words[best_at : best_at + size]) + tail
 
 
 def _lead(text: str, limit: int = 240) -> str:
