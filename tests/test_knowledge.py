@@ -482,7 +482,7 @@ def test_citations_render_as_links_to_expandable_escaped_snippets():
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert "<details><summary><code>[doc:a.md#s]</code> A &gt; S</summary>" in html
     markdown = citations_markdown("Claim [doc:a.md#s].", sources)
-    assert "[\\[doc:a.md#s\\]](#hm-src-1)" in markdown and "> <script>alert(1)</script> text" in markdown
+    assert "[\\[doc:a.md#s\\]](#hm-src-1)" in markdown and "> &lt;script&gt;alert(1)&lt;/script&gt; text" in markdown
 
 
 def _ctx():

@@ -188,7 +188,10 @@ def _anchor(index: int) -> str:
 
 
 def citations_markdown(text: str, sources: dict[str, Source]) -> str:
-    """``text`` with each citation linked to a "Sources" list that quotes the snippet."""
+    """``text`` with each citation linked to a "Sources" list that quotes the snippet.
+
+    Titles and snippets are document text: their raw HTML is escaped (``escape_markdown_html``).
+    """
     cited = parse_citations(text)
     if not cited:
         return text
@@ -197,6 +200,8 @@ def citations_markdown(text: str, sources: dict[str, Source]) -> str:
     def link(match: re.Match[str]) -> str:
         return f"[\\[{match.group(1)}\\]](#{_anchor(numbers[match.group(1)])})"
 
+    from harness_magic.core.safe_markdown import escape_markdown_html
+
     body = CITATION_RE.sub(link, text)
     lines = ["", "", "**Sources**", ""]
     for sid in cited:
@@ -204,9 +209,9 @@ def citations_markdown(text: str, sources: dict[str, Source]) -> str:
         if source is None:
             lines.append(f"{numbers[sid]}. <a id=\"{_anchor(numbers[sid])}\"></a>`[{sid}]` — not retrieved in this run")
             continue
-        title = f" {source.title}" if source.title else ""
+        title = f" {escape_markdown_html(' '.join(source.title.split()))}" if source.title else ""
         lines.append(f"{numbers[sid]}. <a id=\"{_anchor(numbers[sid])}\"></a>`[{sid}]`{title}")
-        for snippet_line in source.snippet.splitlines() or [""]:
+        for snippet_line in escape_markdown_html(source.snippet).splitlines() or [""]:
             lines.append(f"   > {snippet_line}")
     return body + "\n".join(lines)
 
