@@ -69,6 +69,14 @@ def run_tools(tmp_path, registry, calls, cache=None):
     ("UPDATE t SET a = 1", "destructive"),
     ("SELECT 1; DROP TABLE t", "destructive"),
     ("ALTER TABLE t DROP COLUMN a", "destructive"),
+    ("SELECT 1; SELECT 2", "write"),
+    ("SELECT * FROM (SELECT pg_notify('a', 'b')) s", "write"),
+    ("SELECT * FROM ROWS FROM (pg_ls_dir('.'))", "write"),
+    ("SELECT 1 FROM t WHERE a IN (SELECT b FROM u FOR SHARE)", "write"),
+    ('SELECT "PG_ADVISORY_LOCK"(1)', "write"),
+    ("REVOKE SELECT ON t FROM x", "destructive"),
+    ("EXPLAIN SELECT pg_terminate_backend(1)", "read"),
+    ("EXPLAIN ANALYZE SELECT pg_terminate_backend(1)", "write"),
 ])
 def test_statements_are_classified(sql, kind):
     assert classify_sql(sql).kind == kind

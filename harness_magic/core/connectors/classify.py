@@ -191,98 +191,101 @@ _PG_NAMES = {"SelectStmt": "SELECT", "InsertStmt": "INSERT", "UpdateStmt": "UPDA
              "DeclareCursorStmt": "DECLARE", "GrantStmt": "GRANT"}
 
 
-def _pg_name(node: Any) -> str:
-    name = type(node).__name__
+def _classify_postgres(sql: str) -> list[StatementInfo]:
+    import json
+
+    from pglast.parser import ParseError, parse_sql_json
+
+    try:
+        tree = json.loads(parse_sql_json(sql))  # the parser's JSON: ~10x faster than its Python AST
+    except ParseError as exc:
+        raise SQLClassificationError(f"PostgreSQL's parser rejects it: {exc}") from None
+    infos = []
+    for raw in tree.get("stmts", []):
+        node = _pg_node(raw.get("stmt"))
+        if node is not None:
+            infos.append(_pg_statement(*node))
+    return infos
+
+
+def _pg_node(value: Any) -> "tuple[str, dict[str, Any]] | None":
+    """``(node type, fields)`` for a JSON node such as ``{"SelectStmt": {...}}``."""
+    if isinstance(value, dict) and len(value) == 1:
+        (name, fields), = value.items()
+        if name[:1].isupper() and isinstance(fields, dict):
+            return name, fields
+    return None
+
+
+def _pg_walk(value: Any) -> Iterable["tuple[str, dict[str, Any]]"]:
+    """Every typed node under a JSON value (itself included)."""
+    stack = [value]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, list):
+            stack.extend(current)
+        elif isinstance(current, dict):
+            node = _pg_node(current)
+            if node is not None:
+                yield node
+                stack.append(node[1])
+            else:
+                stack.extend(v for v in current.values() if isinstance(v, (dict, list)))
+
+
+def _pg_keyword(name: str) -> str:
     return _PG_NAMES.get(name, name.removesuffix("Stmt").upper())
 
 
-def _classify_postgres(sql: str) -> list[StatementInfo]:
-    from pglast import parse_sql
-    from pglast.parser import ParseError
-
-    try:
-        raws = parse_sql(sql)
-    except ParseError as exc:
-        raise SQLClassificationError(f"PostgreSQL's parser rejects it: {exc}") from None
-    return [_pg_statement(raw.stmt) for raw in raws]
+_PG_DML = ("InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt")
 
 
-def _pg_walk(node: Any) -> Iterable[Any]:
-    """Every AST node under ``node`` (itself included)."""
-    from pglast import ast
-
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, (list, tuple)):
-            stack.extend(current)
-        elif isinstance(current, ast.Node):
-            yield current
-            for slot in current.__slots__:
-                value = getattr(current, slot, None)
-                if isinstance(value, (ast.Node, list, tuple)):
-                    stack.append(value)
-
-
-def _pg_statement(node: Any) -> StatementInfo:
-    from pglast import ast
-
-    name = type(node).__name__
-    keyword = _pg_name(node)
-    if isinstance(node, ast.ExplainStmt):
-        options = {str(getattr(o, "defname", "")).lower() for o in (node.options or ())}
-        analyze = bool(options & {"analyze", "analyse"})
-        if not analyze:
+def _pg_statement(name: str, fields: dict[str, Any]) -> StatementInfo:
+    keyword = _pg_keyword(name)
+    if name == "ExplainStmt":
+        options = {str(o.get("DefElem", {}).get("defname", "")).lower() for o in fields.get("options") or ()}
+        if not options & {"analyze", "analyse"}:
             return StatementInfo("EXPLAIN", "read", "plan only")
-        inner = _pg_statement(node.query)
+        inner_node = _pg_node(fields.get("query"))
+        inner = _pg_statement(*inner_node) if inner_node else StatementInfo("?", "write", "unknown")
         if inner.kind == "read":
             return StatementInfo("EXPLAIN", "read", "EXPLAIN ANALYZE of a query")
         return StatementInfo("EXPLAIN", inner.kind, f"EXPLAIN ANALYZE runs {inner.keyword} ({inner.reason})")
-    if isinstance(node, ast.VariableShowStmt):
+    if name == "VariableShowStmt":
         return StatementInfo("SHOW", "read", "shows a setting")
-    if isinstance(node, ast.SelectStmt):
-        for sub in _pg_walk(node):
-            if isinstance(sub, (ast.InsertStmt, ast.UpdateStmt, ast.DeleteStmt, ast.MergeStmt)):
-                inner = _pg_statement(sub)
+    if name == "SelectStmt":
+        calls = []
+        for sub_name, sub in _pg_walk({name: fields}):
+            if sub_name in _PG_DML:
+                inner = _pg_statement(sub_name, sub)
                 return StatementInfo("SELECT", inner.kind, f"{inner.keyword} inside the query ({inner.reason})")
-            if isinstance(sub, ast.SelectStmt):
-                if sub.intoClause is not None:
+            if sub_name == "SelectStmt":
+                if sub.get("intoClause") is not None:
                     return StatementInfo("SELECT", "write", "SELECT ... INTO creates a table")
-                if sub.lockingClause:
+                if sub.get("lockingClause"):
                     return StatementInfo("SELECT", "write", "row locks (FOR UPDATE/SHARE)")
-        for call in _pg_function_calls(node):
+            if sub_name == "FuncCall":
+                calls.append(".".join(str(part.get("String", {}).get("sval", "")) for part in sub.get("funcname", [])))
+        for call in calls:
             reason = side_effect(call)
             if reason:
                 return StatementInfo("SELECT", "write", f"calls {call}: {reason}")
         return StatementInfo("SELECT", "read", "query")
     if name in _PG_DESTRUCTIVE:
         return StatementInfo(keyword, "destructive", _PG_DESTRUCTIVE[name])
-    if isinstance(node, ast.GrantStmt):
-        return StatementInfo("GRANT" if node.is_grant else "REVOKE", "destructive", "changes privileges")
-    if isinstance(node, (ast.DeleteStmt, ast.UpdateStmt)):
-        if node.whereClause is None:
+    if name == "GrantStmt":
+        return StatementInfo("GRANT" if fields.get("is_grant") else "REVOKE", "destructive", "changes privileges")
+    if name in ("DeleteStmt", "UpdateStmt"):
+        if fields.get("whereClause") is None:
             return StatementInfo(keyword, "destructive", f"{keyword} without WHERE touches every row")
         return StatementInfo(keyword, "write", "changes rows")
-    if isinstance(node, ast.AlterTableStmt):
-        from pglast.enums import AlterTableType
-
-        drops = [c for c in (node.cmds or ()) if getattr(c, "subtype", None) in
-                 (AlterTableType.AT_DropColumn, AlterTableType.AT_DropConstraint)]
-        if drops:
+    if name == "AlterTableStmt":
+        subtypes = {c.get("AlterTableCmd", {}).get("subtype") for c in fields.get("cmds") or ()}
+        if subtypes & {"AT_DropColumn", "AT_DropConstraint"}:
             return StatementInfo("ALTER", "destructive", "ALTER ... DROP")
-    if isinstance(node, ast.RenameStmt):
+    if name == "RenameStmt":
         return StatementInfo("ALTER", "destructive", "ALTER ... RENAME")
     return StatementInfo(keyword, "write", "not a plain query: changes the database or session")
-
-
-def _pg_function_calls(node: Any) -> list[str]:
-    from pglast import ast
-
-    names = []
-    for sub in _pg_walk(node):
-        if isinstance(sub, ast.FuncCall):
-            names.append(".".join(str(getattr(part, "sval", part)) for part in sub.funcname))
-    return names
 
 
 # --------------------------------------------------------------------------- DuckDB
