@@ -545,3 +545,65 @@ def test_unload_extension_removes_the_magics(tmp_path: Path) -> None:
         assert k.value("'agent' in get_ipython().magics_manager.magics['cell']")
     finally:
         k.close()
+
+
+def test_replay_and_retry_settle_into_one_final_output_like_agent_cells(kernel: Kernel) -> None:
+    model = script(kernel, code_turn("save('r', 1)"), answer("Once."), code_turn("save('r', 1)"), answer("Twice."))
+    kernel.run(f"%%agent --reset {model}\nOnce.")
+    log = kernel.value("_.run_file")
+    for line in (f"%agent_replay {log}", "%agent_retry --from-turn 2"):
+        cell = kernel.run(line)
+        assert cell.ok, cell.outputs
+        live = [m["content"] for m in cell.messages if m["msg_type"] == "display_data"]
+        assert len(live) == 1 and "text/plain" not in live[0]["data"]
+        updates = [m["content"] for m in cell.messages if m["msg_type"] == "update_display_data"]
+        assert len(updates) == 1 and updates[0]["data"] == {}
+        assert len(cell.data("text/html")) == 1 and "agent-final" in cell.result["text/html"]
+
+
+def test_agent_code_puts_the_runs_interpreter_code_into_the_next_cell(kernel: Kernel) -> None:
+    model = script(kernel, code_turn("x = 6 * 7\nsave('x', x)"), code_turn("print('''it''s \"quoted\"''')"),
+                   answer("Done."))
+    kernel.run(f"%%agent --reset {model}\nCompute.")
+    run_id = kernel.value("_.run_id")
+    cell = kernel.run("%agent_code --turn 2")
+    assert cell.ok, cell.outputs
+    payloads = [p for p in cell.reply.get("payload", []) if p.get("source") == "set_next_input"]
+    assert len(payloads) == 1
+    text = payloads[0]["text"]
+    assert text.startswith(f"# agent run {run_id}, turn 2: python_interpreter\n") and "x = 6 * 7" not in text
+    compile(text, "<next cell>", "exec")
+    everything = kernel.run(f"%agent_code --run {run_id}")
+    text = [p for p in everything.reply["payload"] if p.get("source") == "set_next_input"][0]["text"]
+    assert "x = 6 * 7\nsave('x', x)" in text and "turn 1" in text and "turn 2" in text
+    assert "put 2 calls of run" in everything.stdout
+    assert "no tool calls in turn 9" in usage_error(kernel.run("%agent_code --turn 9"))
+    assert "no run 'nope'" in usage_error(kernel.run("%agent_code --run nope"))
+
+
+def test_agent_code_writes_sql_as_strings_that_stay_strings() -> None:
+    from harness_magic.core.export import RunRecord, ToolRecord
+    from harness_magic.notebook.control_magics import agent_code_text
+
+    record = RunRecord(run_id="r1")
+    evil = "SELECT 1 -- ''' \"\"\"\nimport os; os.system('x')"
+    record.items.append(ToolRecord("t1", "warehouse__query", {"sql": evil}, 3))
+    text = agent_code_text(record)
+    namespace: dict[str, Any] = {}
+    exec(compile(text, "<cell>", "exec"), namespace)
+    assert namespace["sql_turn3_1"] == evil and "os" not in namespace
+
+
+def test_agent_status_names_model_sandbox_budgets_connectors_handles_and_cost(kernel: Kernel) -> None:
+    model = script(kernel, code_turn("save('kept', 1)"), answer("ok"))
+    kernel.run(f"%%agent --reset {model}\nKeep.")
+    kernel.run("%config AgentMagics.max_cost_usd = 2.5")
+    cell = kernel.run("%agent_status")
+    assert cell.ok, cell.outputs
+    text = cell.data("text/plain")[0]
+    lines = dict(line.split(None, 1) for line in text.splitlines())
+    assert lines["model"] == "offline/quickstart" and lines["sandbox"] == "worker"
+    assert "cost USD 2.5" in lines["budgets"] and "tokens ∞" in lines["budgets"]
+    assert "kept" in lines["handles"] and lines["session"].endswith(tuple("0123456789")) and "$" in lines["session"]
+    assert "<table" in cell.data("text/html")[0]
+    kernel.run("%config AgentMagics.max_cost_usd = None")

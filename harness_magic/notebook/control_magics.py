@@ -19,6 +19,14 @@
     answer. No arguments: the session's last two runs; one: that log against
     the latest run.
 
+``%agent_code [--run ID] [--turn N]``
+    Put the code of the agent's interpreter calls (and its SQL, as strings)
+    into the next cell (``set_next_input``), ready to run in the notebook
+    against ``%agent_pull``-ed values. Default: the latest run, every turn.
+``%agent_status``
+    Model, api_base, sandbox, budgets, connectors, the session's handles and
+    the session's running cost.
+
 Registered by :func:`register_control_magics` from the extension's
 ``load_extension``; shares the session and live view of ``AgentMagics``.
 """
@@ -32,7 +40,34 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-__all__ = ["ControlMagics", "register_control_magics"]
+__all__ = ["ControlMagics", "register_control_magics", "agent_code_text"]
+
+
+def agent_code_text(record: Any, turn: int | None = None) -> str:
+    """The code of ``record``'s interpreter calls and its SQL (as Python strings), one block per call.
+
+    Each block starts with a comment naming the run, turn and tool; SQL is
+    written as ``sql_turnN_K = '...'`` (``repr``, so any quoting in it stays a
+    string), file reads as a comment naming the path. ``""`` when there is none.
+    """
+    from harness_magic.core.export import tool_call_source
+
+    blocks: list[str] = []
+    for k, tool in enumerate(record.tools, 1):
+        if turn is not None and tool.turn != turn:
+            continue
+        source = tool_call_source(tool)
+        if source is None:
+            continue
+        language, text = source
+        head = f"# agent run {record.run_id}, turn {tool.turn}: {tool.name}"
+        if language == "python":
+            blocks.append(f"{head}\n{text.rstrip()}")
+        elif language == "sql":
+            blocks.append(f"{head} (SQL)\nsql_turn{tool.turn}_{k} = {text!r}")
+        else:
+            blocks.append(f"{head} read {text!r}")
+    return "\n\n".join(blocks) + ("\n" if blocks else "")
 
 
 def _log_path(path: str) -> str:
@@ -50,13 +85,19 @@ class ControlMagics(Magics):
         super().__init__(shell=shell)
         self._agent = agent_magics
 
-    def _handler(self) -> Any:
-        handler, widget = self._agent._live_renderer()
-        if widget is not None:
-            from IPython.display import display
+    def _handler(self) -> tuple[Any, Any]:
+        """(event handler or None, live display handle or None): the same one-output live view as ``%%agent``."""
+        from harness_magic.notebook.magics import _show_live
 
-            display(widget)
-        return handler
+        handler, widget = self._agent._live_renderer()
+        return handler, (_show_live(widget) if widget is not None else None)
+
+    @staticmethod
+    def _settle(handler: Any, live: Any, result: Any) -> None:
+        from harness_magic.notebook.magics import _settle
+
+        if live is not None:
+            _settle(live, handler, settled=result is not None)
 
     @no_var_expand
     @magic_arguments()
@@ -71,17 +112,20 @@ class ControlMagics(Magics):
         args = parse_argstring(self.agent_replay, line)
         log = _log_path(args.log)
         session = self._agent.session
-        handler = self._handler()
+        handler, live = self._handler()
         recorder = getattr(self._agent, "_recorder", None)
         sinks = [s for s in (recorder, handler) if s is not None]
         options: dict[str, Any] = {}
         if args.live_tools:
             options = live_tools_of(session.harness)
+        replay = None
         try:
             replay = replay_run(log, run_dir=session.config.run_dir, on_event=lambda e: [s(e) for s in sinks],
                                 **options)
         except ValueError as exc:
             raise UsageError(f"cannot replay {args.log!r}: {exc}") from None
+        finally:
+            self._settle(handler, live, replay)
         if replay.identical:
             print(f"replayed {replay.result.turns} turns: transcript identical to the recording "
                   f"({len(replay.replayed)} messages)")
@@ -108,15 +152,18 @@ class ControlMagics(Magics):
             from harness_magic.notebook.magics import _validate_model
 
             model = _validate_model(args.model)
-        handler = self._handler()
+        handler, live = self._handler()
         unsubscribe = session.subscribe(handler) if handler is not None else None
+        result = None
         try:
-            return session.retry(args.from_turn, log, model=model)
+            result = session.retry(args.from_turn, log, model=model)
+            return result
         except ValueError as exc:
             raise UsageError(f"%agent_retry: {exc}") from None
         finally:
             if unsubscribe is not None:
                 unsubscribe()
+            self._settle(handler, live, result)
 
     @line_magic
     def agent_connectors(self, line: str) -> Any:
@@ -128,6 +175,64 @@ class ControlMagics(Magics):
         installed = self._agent.session.connectors
         report = connectors_report(installed.registry) if installed is not None else []
         print(format_report(report))
+
+    @no_var_expand
+    @magic_arguments()
+    @argument("--run", default=None, metavar="ID", help="Run id (default: the latest run of this session).")
+    @argument("--turn", type=int, default=None, metavar="N", help="Only the calls of this turn.")
+    @line_magic
+    def agent_code(self, line: str) -> None:
+        """Put the agent's interpreter code (and SQL) of a run into the next cell."""
+        args = parse_argstring(self.agent_code, line)
+        records = list(self._agent._recorder.records) if self._agent._recorder is not None else []
+        if not records:
+            raise UsageError("%agent_code: no run yet in this session: run an %%agent cell first")
+        if args.run is not None:
+            chosen = [r for r in records if r.run_id == args.run]
+            if not chosen:
+                raise UsageError(f"%agent_code: no run {args.run!r}; runs: {', '.join(str(r.run_id) for r in records)}")
+            record = chosen[0]
+        else:
+            record = records[-1]
+        turns = sorted({t.turn for t in record.tools})
+        if args.turn is not None and args.turn not in turns:
+            raise UsageError(f"%agent_code: run {record.run_id} has no tool calls in turn {args.turn}; "
+                             f"turns with calls: {', '.join(map(str, turns)) or '(none)'}")
+        text = agent_code_text(record, args.turn)
+        if not text:
+            raise UsageError(f"%agent_code: run {record.run_id} ran no interpreter code or SQL")
+        self.shell.set_next_input(text, replace=False)
+        calls = text.count("# agent run ")
+        print(f"put {calls} call{'s' if calls != 1 else ''} of run {record.run_id} into the next cell; "
+              "%agent_pull the handles it reads first")
+
+    @line_magic
+    def agent_status(self, line: str) -> None:
+        """Model, api_base, sandbox, budgets, connectors, handles and the session's cost so far."""
+        if line.strip():
+            raise UsageError(f"%agent_status takes no arguments, got {line.strip()!r}")
+        agent = self._agent
+        session = agent.session
+        config = session.config
+        budgets = config.budgets()
+        limits = {"turns": agent.max_turns, "tokens": budgets.max_tokens, "cost USD": budgets.max_cost_usd,
+                  "wall s": budgets.max_wall_s, "tool calls": budgets.max_tool_calls}
+        installed = session.connectors
+        connectors = installed.registry.names() if installed is not None else []
+        records = agent._recorder.records if agent._recorder is not None else []
+        cost = sum(r.usage.cost for r in records if r.usage is not None)
+        tokens = sum(r.usage.total_tokens for r in records if r.usage is not None)
+        handles = session.cache.names()
+        rows = [
+            ("model", agent.model),
+            ("api_base", agent.api_base or "(provider default)"),
+            ("sandbox", agent.sandbox),
+            ("budgets", ", ".join(f"{k} {'∞' if v is None else v}" for k, v in limits.items())),
+            ("connectors", ", ".join(connectors) or "(none)"),
+            ("handles", f"{len(handles)}: " + ", ".join(handles) if handles else "(none)"),
+            ("session", f"{len(records)} run{'s' if len(records) != 1 else ''} · {tokens:,} tokens · ${cost:.4f}"),
+        ]
+        agent._show(_rows_html(rows), "\n".join(f"{k:<11} {v}" for k, v in rows))
 
     @no_var_expand
     @magic_arguments()
@@ -148,6 +253,14 @@ class ControlMagics(Magics):
                 raise UsageError("%agent_diff needs two runs: pass their logs, or run the agent twice first")
             logs = logs + known[-needed:] if logs else known[-2:]
         return diff_runs(logs[0], logs[1])
+
+
+def _rows_html(rows: list[tuple[str, Any]]) -> str:
+    import html
+
+    body = "".join(f'<tr><th style="text-align:left;padding:1px 8px">{html.escape(k)}</th>'
+                   f'<td style="text-align:left;padding:1px 8px">{html.escape(str(v))}</td></tr>' for k, v in rows)
+    return f'<table class="agent-status-table">{body}</table>'
 
 
 def register_control_magics(shell: Any, agent_magics: Any) -> ControlMagics:
