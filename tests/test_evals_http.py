@@ -54,3 +54,47 @@ def test_provider_error_over_http(server, api_key, tmp_path):
                  "total_revenue", "--out", str(out), "--quiet"]) == 1
     result = json.loads(out.read_text())["results"][0]
     assert result["failure"] == "provider_error" and "model not found" in (result["error"] or "")
+
+
+def test_budget_limit_over_http_in_a_user_suite(server, api_key, tmp_path):
+    suite = tmp_path / "mysuite"
+    suite.mkdir()
+    (suite / "two.yaml").write_text(
+        "id: two\n"
+        "prompt: 'What is 1 + 1? End with ANSWER: <number>.'\n"
+        "limits: {max_tokens: 1000}\n"
+        "graders:\n  - number: {expected: 2}\n"
+        "scripts:\n  reference: [{text: 'ANSWER: 2'}]\n"
+        "  wrong: [{name: three, expect: wrong_answer, turns: [{text: 'ANSWER: 3'}]}]\n")
+    call = {"text": "", "tool_calls": [{"name": "python_interpreter", "arguments": {"code": "print(1 + 1)"}}],
+            "usage": {"prompt_tokens": 700, "completion_tokens": 10}}
+    server.replies = [call, dict(call), {"text": "ANSWER: 2"}]
+    out = tmp_path / "budget.json"
+    assert main(["run", str(suite), "--model", "openai/test-model", "--api-base", server.api_base, "--out", str(out),
+                 "--quiet"]) == 1
+    result = json.loads(out.read_text())["results"][0]
+    assert result["status"] == "budget_tokens" and result["failure"] == "limit"
+    assert len(server.requests) == 2  # stopped at the budget, the third reply was never asked for
+
+
+def test_judge_grader_over_http_next_to_a_deterministic_one(server, api_key, tmp_path):
+    suite = tmp_path / "judged"
+    suite.mkdir()
+    (suite / "why.yaml").write_text(
+        "id: why\n"
+        "prompt: 'What is 1 + 1, and why? End with ANSWER: <number>.'\n"
+        "graders:\n  - number: {expected: 2}\n  - judge: {rubric: 'Explains that one plus one is two.'}\n"
+        "scripts:\n  reference: [{text: 'ANSWER: 2'}]\n"
+        "  wrong: [{name: three, expect: wrong_answer, turns: [{text: 'ANSWER: 3'}]}]\n")
+    server.replies = [{"text": "One and one make two.\nANSWER: 2"}, {"text": "PASS: it explains the sum."},
+                      {"text": "ANSWER: 2"}, {"text": "FAIL: no explanation."}]
+    out = tmp_path / "judged.json"
+    args = ["run", str(suite), "--model", "openai/test-model", "--api-base", server.api_base,
+            "--judge-model", "openai/judge-model", "--out", str(out), "--quiet", "--no-stream"]
+    assert main(args) == 0
+    assert server.requests[1]["model"] == "judge-model"
+    assert "Explains that one plus one is two." in server.requests[1]["messages"][0]["content"]
+    assert main(args) == 1
+    result = json.loads(out.read_text())["results"][0]
+    grades = {g["kind"]: g["passed"] for g in result["grades"]}
+    assert grades == {"number": True, "judge": False} and result["failure"] == "wrong_answer"
