@@ -8,6 +8,12 @@ body. Replies are dicts:
     a completion; streamed as SSE when the request asks for ``stream``.
 ``{"status": 429, "error": "..."}``
     an HTTP error.
+
+``ScriptedServer(strict=True)`` validates each request as OpenAI does (see
+:func:`strict_apis.openai_problems`) and answers a violation with HTTP 400
+without consuming a reply; ``strict_fields=True`` also rejects unknown fields
+(``cache_control`` included), as schema-strict gateways do. Rejections are kept
+in ``rejections``.
 """
 
 from __future__ import annotations
@@ -18,12 +24,18 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from strict_apis import openai_problems
+
 DEFAULT_USAGE = {"prompt_tokens": 100, "completion_tokens": 20, "cached_tokens": 0}
 
 
 class ScriptedServer:
-    def __init__(self, replies: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, replies: list[dict[str, Any]] | None = None, *, strict: bool = False,
+                 strict_fields: bool = False) -> None:
         self.replies: list[dict[str, Any]] = list(replies or [])
+        self.strict = strict or strict_fields
+        self.strict_fields = strict_fields
+        self.rejections: list[str] = []
         self.requests: list[dict[str, Any]] = []
         self.raw_requests: list[bytes] = []
         self._lock = threading.Lock()
@@ -39,11 +51,18 @@ class ScriptedServer:
                 with server._lock:
                     server.raw_requests.append(body)
                     server.requests.append(json.loads(body))
-                    reply = server.replies.pop(0) if server.replies else {"status": 500, "error": "script exhausted"}
+                    problem = (openai_problems(server.requests[-1], strict_fields=server.strict_fields)
+                               if server.strict else None)
+                    if problem:
+                        server.rejections.append(problem)
+                        reply = {"status": 400, "error": problem}
+                    else:
+                        reply = server.replies.pop(0) if server.replies else {"status": 500, "error": "script exhausted"}
                 if reply.get("delay"):
                     time.sleep(reply["delay"])
                 if "status" in reply:
-                    payload = json.dumps({"error": {"message": reply.get("error", "error"), "type": "server_error",
+                    kind = "invalid_request_error" if reply["status"] == 400 else "server_error"
+                    payload = json.dumps({"error": {"message": reply.get("error", "error"), "type": kind,
                                                     "code": reply["status"]}}).encode()
                     self.send_response(reply["status"])
                     self.send_header("Content-Type", "application/json")

@@ -143,7 +143,7 @@ def test_reminders_appear_only_in_the_suffix(server, http_adapter, tmp_path):
 
 def test_cache_control_is_sent_but_never_stored_or_logged(server, http_adapter, tmp_path):
     server.replies = [{"tool_calls": [{"id": "c1", "name": "echo", "arguments": {"text": "1"}}]}, {"text": "end"}]
-    result = make_harness(http_adapter(), tmp_path).run_result("go")
+    result = make_harness(http_adapter(prompt_caching="on"), tmp_path).run_result("go")
     assert all(b"cache_control" in body for body in server.raw_requests)
     system = server.requests[0]["messages"][0]["content"][0]
     assert system["cache_control"] == {"type": "ephemeral"}
@@ -153,30 +153,42 @@ def test_cache_control_is_sent_but_never_stored_or_logged(server, http_adapter, 
         assert "cache_control" not in handle.read()
 
 
-def test_adapter_never_mutates_stored_messages(tmp_path):
+def test_a_transport_cannot_mutate_the_shared_rendering_or_the_history(tmp_path):
     class MutatingTransport:
         """A provider route that edits the payload in place (as some litellm routes do)."""
 
         def __init__(self):
             self.model = ScriptedModel([
                 {"tool_calls": [{"name": "echo", "arguments": {"text": "x"}}]}, {"text": "done"}])
+            self.refused = []
 
         def complete(self, payload, on_text):
             response = self.model.complete(payload, on_text)
             for message in payload["messages"]:
-                message["content"] = "MUTATED"
-                message.pop("tool_calls", None)
+                for attempt in (lambda: message.__setitem__("content", "MUTATED"),
+                                lambda: message.pop("tool_calls", None),
+                                lambda: message["content"].append({"type": "text", "text": "MUTATED"})):
+                    try:
+                        attempt()
+                    except TypeError as exc:
+                        self.refused.append(str(exc))
+                    except AttributeError:  # string content has no append
+                        pass
             return response
 
     from harness_magic import ProviderAdapter
 
-    adapter = ProviderAdapter("offline/test", transport=MutatingTransport())
+    transport = MutatingTransport()
+    adapter = ProviderAdapter("offline/test", transport=transport)
     harness = make_harness(adapter, tmp_path)
     result = harness.run_result("keep me")
+    assert result.status == "completed"
+    assert transport.refused and all("read-only" in r for r in transport.refused)
     before = copy.deepcopy(list(result.messages))
     assert result.messages[0].text == "keep me"
     assert result.messages[1].tool_uses[0].input == {"text": "x"}
     assert "MUTATED" not in json.dumps([repr(m) for m in harness.messages])
+    assert "MUTATED" not in json.dumps(adapter.render(SYSTEM, harness.messages, []))
     assert list(harness.messages) == before
 
 
@@ -194,7 +206,8 @@ def test_server_errors_are_retried_then_surfaced_clearly(server, http_adapter, t
     assert result.status == "error"
     assert "HTTP 500" in result.error and "after 3 attempts" in result.error
     assert len(server.requests) == 3
-    assert [m.role for m in harness.messages] == ["user"], "no half-written assistant turn"
+    assert harness.messages == [], "no half-written assistant turn, and the unanswered prompt is taken back"
+    assert result.rolled_back and "taken back out of the conversation" in result.error
 
 
 def test_usage_sums_across_turns_including_cached_tokens(server, http_adapter, tmp_path):

@@ -23,6 +23,7 @@ __all__ = [
     "RunFinished",
     "SubagentEvent",
     "Notice",
+    "ContextCompacted",
     "VerificationChecked",
     "Event",
     "EventHandler",
@@ -125,6 +126,22 @@ class Notice:
 
 
 @dataclass(frozen=True)
+class ContextCompacted:
+    """The history was compacted to fit the model's input window before a request."""
+
+    turn: int
+    stage: str
+    """``tool_results`` (older results cut to their handle line) or ``summary`` (older turns summarised)."""
+    tokens_before: int
+    tokens_after: int
+    limit: int
+    """The model's input-token limit."""
+    results_compacted: int = 0
+    messages_summarised: int = 0
+    kind: Literal["context_compacted"] = "context_compacted"
+
+
+@dataclass(frozen=True)
 class VerificationChecked:
     """Outcome of the user's after-tool checks on one tool call's result handles."""
 
@@ -159,6 +176,7 @@ Event = Union[
     TurnFinished,
     RunFinished,
     Notice,
+    ContextCompacted,
     SubagentEvent,
     VerificationChecked,
 ]

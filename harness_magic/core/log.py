@@ -128,6 +128,8 @@ def reconstruct_transcript(path: str | os.PathLike[str]) -> list[Message]:
         elif kind == "turn":
             messages.extend(message_from_dict(m) for m in record["request"]["messages_appended"])
             messages.append(message_from_dict(record["response"]["message"]))
+        elif kind == "compaction":  # the history was compacted: it is recorded whole
+            messages = [message_from_dict(m) for m in record["history"]]
         elif kind == "run_end":
             messages.extend(message_from_dict(m) for m in record.get("messages_appended", []))
     return messages

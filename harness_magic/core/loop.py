@@ -27,6 +27,8 @@ from typing import Any, AsyncGenerator, Callable, Sequence
 
 from harness_magic.core.events import (
     AssistantMessage,
+    ContextCompacted,
+    Notice,
     Event,
     EventHandler,
     ReminderAdded,
@@ -50,10 +52,17 @@ from harness_magic.core.messages import (
     message_to_dict,
     unanswered_tool_uses,
 )
-from harness_magic.core.provider import INVALID_ARGUMENTS_KEY, ProviderError, ProviderResponse
+from harness_magic.core.provider import (
+    EMPTY_ANSWER_TEXT,
+    EMPTY_TOOL_RESULT_TEXT,
+    INVALID_ARGUMENTS_KEY,
+    ProviderError,
+    ProviderResponse,
+)
 from harness_magic.core.tools import ToolError, ToolOutput, ToolSpec
 
-__all__ = ["Harness", "AsyncHarness", "RunResult", "MaxTurnsExceeded", "ReminderHook", "RUN_STATUSES"]
+__all__ = ["Harness", "AsyncHarness", "RunResult", "MaxTurnsExceeded", "PromptTooLarge", "ReminderHook",
+           "RUN_STATUSES", "NO_ANSWER_TEXT"]
 
 ReminderHook = Callable[[int, int], "str | None"]
 
@@ -64,6 +73,25 @@ INTERRUPTED_RESULT = "Interrupted by the user before this tool call finished; it
 """Error result that answers tool calls cut off by an interrupt."""
 SKIPPED_RESULT = "Not run: the run stopped ({reason}) before this tool call."
 """Error result for tool calls left unanswered when a run stops early."""
+NO_ANSWER_TEXT = "(The model ended the run without writing an answer.)"
+"""``RunResult.text`` of a completed run whose model wrote no text at all."""
+ROLLED_BACK_NOTE = "no model answer yet, so the prompt was taken back out of the conversation"
+"""Added to the error of a run that failed before the model answered anything."""
+COMPACT_AT = 0.9
+"""Compact when a request's estimate passes this share of the input window (estimates are approximate)."""
+COMPACT_TO = 0.6
+"""Compact down to this share: room for many more turns before the next compaction (prefix stays stable)."""
+
+
+class PromptTooLarge(ValueError):
+    """A prompt that alone does not fit the model's input window; refused before anything is sent."""
+
+    def __init__(self, tokens: int, limit: int, model: str) -> None:
+        super().__init__(f"the prompt is about {tokens:,} tokens, over the {limit:,}-token input window of "
+                         f"{model!r}: nothing was sent. Put large data in the cache (--in NAME) and refer to "
+                         "it by handle instead of pasting it.")
+        self.tokens = tokens
+        self.limit = limit
 
 
 class MaxTurnsExceeded(Exception):
@@ -102,6 +130,8 @@ class RunResult:
     """Base64 PNG charts drawn during the run, in order."""
     subagent_usage: Usage = field(default_factory=Usage)
     """Usage reported by subagents of this run (``add_child_usage``); not in ``usage``."""
+    rolled_back: bool = False
+    """True when the run failed before the model answered and its prompt was taken out of the history."""
 
     @property
     def total_usage(self) -> Usage:
@@ -294,6 +324,11 @@ class _HarnessBase:
     def _new_run(self, user_message: str, run_id: str | None, session_id: str | None, fresh: bool) -> "_Run":
         if not isinstance(user_message, str) or not user_message.strip():
             raise ValueError("user_message must be a non-empty string")
+        limit = getattr(self._adapter, "max_input_tokens", None)
+        if limit:
+            tokens = self._adapter.estimate_text_tokens(user_message)
+            if tokens > limit:
+                raise PromptTooLarge(tokens, limit, getattr(self._adapter, "model", "?"))
         if fresh:
             self._messages = []
         return _Run(self, user_message, run_id or uuid.uuid4().hex[:12], session_id)
@@ -317,6 +352,12 @@ class _Run:
         self.started = time.monotonic()
         self.model = getattr(harness._adapter, "model", "unknown")
         history = list(harness._messages)
+        self.start_len = len(history)
+        """History length before this run: a run with no answer truncates back to it."""
+        self.responses = 0
+        """Model responses received in this run."""
+        self.calling = False
+        """True while the driver waits for the provider (an ending then counts the request as a turn)."""
         self.logger = RunLogger(harness._run_dir, run_id)
         harness._run_file = str(self.logger.path)
         self.logger.start(
@@ -365,7 +406,46 @@ class _Run:
         for text in reminders:
             self._append_suffix_text(text)
             h._emit(ReminderAdded(turn=self.turn, text=text))
-        return h._system, list(h._messages), h.visible_tools(), reminders
+        tools = h.visible_tools()
+        self._fit_window(tools)
+        return h._system, list(h._messages), tools, reminders
+
+    def _fit_window(self, tools: list[ToolSpec]) -> None:
+        """Compact the history when the request would pass :data:`COMPACT_AT` of the input window."""
+        h = self.h
+        adapter = h._adapter
+        limit = getattr(adapter, "max_input_tokens", None)
+        if not limit:
+            return
+        tokens = adapter.estimate_tokens(h._system, h._messages, tools)
+        if tokens <= limit * COMPACT_AT:
+            return
+        from harness_magic.core.compaction import compact
+
+        def estimate(messages: Sequence[Message]) -> int:
+            return adapter.estimate_messages_tokens(h._system, messages, tools)
+
+        compacted, report = compact(h._messages, estimate, int(limit * COMPACT_TO))
+        if report is not None:
+            h._messages[:] = compacted
+            self.logged_upto = len(h._messages)
+            self.logger.write("compaction", turn=self.turn, stage=report.stage, tokens_before=report.tokens_before,
+                              tokens_after=report.tokens_after, limit=limit,
+                              results_compacted=report.results_compacted,
+                              messages_summarised=report.messages_summarised,
+                              history=[message_to_dict(m) for m in compacted])
+            h._emit(ContextCompacted(turn=self.turn, stage=report.stage, tokens_before=report.tokens_before,
+                                     tokens_after=report.tokens_after, limit=limit,
+                                     results_compacted=report.results_compacted,
+                                     messages_summarised=report.messages_summarised))
+            what = (f"{report.results_compacted} older tool results cut to their handle line"
+                    if report.stage == "tool_results" else f"{report.messages_summarised} older messages summarised")
+            h._emit(Notice(text=f"context compacted to fit {limit:,} tokens: {what} "
+                                f"(~{report.tokens_before:,} → ~{report.tokens_after:,} tokens)"))
+            tokens = report.tokens_after
+        if tokens > limit:
+            raise _Stop("error", f"the conversation needs about {tokens:,} tokens, over the {limit:,}-token input "
+                                 f"window of {self.model!r}, even after compaction: nothing was sent")
 
     def _append_suffix_text(self, text: str) -> None:
         messages = self.h._messages
@@ -381,6 +461,11 @@ class _Run:
     def after_response(self, response: ProviderResponse, latency_s: float, tools: list[ToolSpec],
                        reminders: list[str]) -> list[ToolUseBlock]:
         h = self.h
+        self.responses += 1
+        if not response.message.text.strip() and not response.message.tool_uses:
+            # an empty answer is stored in a form every provider accepts on the next request
+            response = dataclasses.replace(
+                response, message=Message(role="assistant", content=(TextBlock(text=EMPTY_ANSWER_TEXT),)))
         appended = h._messages[self.logged_upto :]
         h._messages.append(response.message)
         self.logged_upto = len(h._messages)
@@ -409,7 +494,7 @@ class _Run:
             cache=h_cache.metadata() if hasattr(h_cache, "metadata") else [],
         )
         h._emit(AssistantMessage(turn=self.turn, message=response.message, usage=response.usage))
-        if response.message.text:
+        if response.message.text.strip() and response.message.text != EMPTY_ANSWER_TEXT:
             self.final_text = response.message.text
         return response.message.tool_uses
 
@@ -429,7 +514,8 @@ class _Run:
                     self.current_tool_use = None
                 duration = time.monotonic() - started
                 text = scrub(output.text) if output.is_error else output.text  # errors echo configs and headers
-                block = ToolResultBlock(tool_use_id=use.id, content=text, is_error=output.is_error)
+                block = ToolResultBlock(tool_use_id=use.id, content=text if text.strip() else EMPTY_TOOL_RESULT_TEXT,
+                                        is_error=output.is_error)
                 results.append(block)
                 self.tool_calls += 1
                 self.handles.extend(output.handles)
@@ -495,8 +581,14 @@ class _Run:
                                              is_error=True)
         return output
 
-    def finish(self, status: str, error: str | None = None) -> RunResult:
+    def finish(self, status: str, error: str | None = None, *, sent: bool = False) -> RunResult:
+        """End the run; ``sent``: the call in flight when it ended had reached the provider."""
         h = self.h
+        rolled_back = status != "completed" and self.responses == 0
+        if rolled_back:  # nothing answered: the conversation is as before the run (the log keeps the attempt)
+            del h._messages[self.start_len :]
+            self.logged_upto = len(h._messages)
+            error = f"{error or status} ({ROLLED_BACK_NOTE})"
         leftover = unanswered_tool_uses(h._messages)
         if leftover:
             reason = error or status
@@ -506,11 +598,12 @@ class _Run:
         appended = h._messages[self.logged_upto :]
         self.logged_upto = len(h._messages)
         error = scrub(error)
-        text = self.final_text if status == "completed" else ""
+        text = (self.final_text or NO_ANSWER_TEXT) if status == "completed" else ""
+        turns = self.responses + (1 if sent else 0)
         result = RunResult(
             status=status,
             text=text,
-            turns=self.turn,
+            turns=turns,
             usage=self.usage,
             run_id=self.run_id,
             session_id=self.session_id,
@@ -522,13 +615,15 @@ class _Run:
             messages=tuple(h._messages),
             charts=tuple(self.charts),
             subagent_usage=self.child_usage,
+            rolled_back=rolled_back,
         )
         self.logger.write(
             "run_end",
             status=status,
             text=text,
             error=error,
-            turns=self.turn,
+            rolled_back=rolled_back,
+            turns=turns,
             tool_calls=self.tool_calls,
             usage=self.usage.to_dict(),
             subagent_usage=self.child_usage.to_dict(),
@@ -553,13 +648,14 @@ class _Run:
 
     def stopped_by(self, exc: BaseException) -> RunResult:
         """End the run for one of :data:`_RUN_ENDINGS` with the matching status."""
+        calling, self.calling = self.calling, False
         if isinstance(exc, _Stop):
             return self.finish(exc.status, exc.reason)
         if isinstance(exc, ProviderError):
-            return self.finish("error", f"provider error: {exc}")
+            return self.finish("error", f"provider error: {exc}", sent=calling and exc.request_sent)
         if isinstance(exc, (ValueError, OSError)):  # e.g. a broken offline script or log
             return self.finish("error", f"{type(exc).__name__}: {exc}")
-        return self.finish("interrupted", "interrupted by the user")
+        return self.finish("interrupted", "interrupted by the user", sent=calling)
 
     def turn_finished(self, response: ProviderResponse) -> None:
         self.h._emit(TurnFinished(turn=self.turn, usage=response.usage, total_usage=self.usage,
@@ -616,7 +712,9 @@ class Harness(_HarnessBase):
             while True:
                 system, messages, tools, reminders = run.before_call()
                 started = time.monotonic()
+                run.calling = True
                 response = self._adapter.complete(system, messages, tools, on_text=run.on_text)
+                run.calling = False
                 if run.handle_response(response, time.monotonic() - started, tools, reminders):
                     return run.finish("completed")
         except _RUN_ENDINGS as exc:
@@ -679,7 +777,9 @@ class AsyncHarness(_HarnessBase):
             while True:
                 system, messages, tools, reminders = run.before_call()
                 started = time.monotonic()
+                run.calling = True
                 response = await self._adapter.complete(system, messages, tools, on_text=run.on_text)
+                run.calling = False
                 if run.handle_response(response, time.monotonic() - started, tools, reminders):
                     return run.finish("completed")
         except (*_RUN_ENDINGS, asyncio.CancelledError) as exc:

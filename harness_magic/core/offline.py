@@ -122,6 +122,12 @@ class ScriptedModel:
         """Same script from the start (a subagent or a new session)."""
         return ScriptedModel(self.turns, name=self.name)
 
+    def rewind(self) -> None:
+        """Start the script over (``--new``/``--reset``, or the model set again), so re-running a notebook works."""
+        self.position = 0
+        self._calls = 0
+        self._previous_prompt = ""
+
     @property
     def remaining(self) -> int:
         return len(self.turns) - self.position
@@ -186,9 +192,14 @@ class ReplayModel:
         if start_turn < 1:
             raise ValueError(f"start_turn must be >= 1, got {start_turn}")
         self.position = start_turn - 1
+        self.start_turn = start_turn
 
     def fresh(self) -> "ReplayModel":
         return ReplayModel(self.path)
+
+    def rewind(self) -> None:
+        """Play the recording again from its start turn."""
+        self.position = self.start_turn - 1
 
     def _respond(self, on_text: Callable[[str], None] | None) -> dict[str, Any]:
         from harness_magic.core.messages import ToolUseBlock, message_from_dict

@@ -34,6 +34,15 @@ __all__ = [
     "AsyncProviderAdapter",
     "ProviderResponse",
     "ProviderError",
+    "ModelRouteError",
+    "check_model_route",
+    "render_message",
+    "thaw",
+    "FrozenDict",
+    "FrozenList",
+    "PROMPT_CACHING_MODES",
+    "EMPTY_TOOL_RESULT_TEXT",
+    "EMPTY_ANSWER_TEXT",
     "Transport",
     "LiteLLMTransport",
     "render_request",
@@ -54,16 +63,29 @@ RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 INVALID_ARGUMENTS_KEY = "__invalid_arguments__"
 """Key under which unparseable tool-call arguments are kept for an error result."""
 
+CHARS_PER_TOKEN_ESTIMATE = 4
+"""Token estimate where litellm has no tokenizer for the model (offline models)."""
+
 TextCallback = Callable[[str], None]
 
 
 class ProviderError(Exception):
     """A provider call failed for good (after retries, or not retryable)."""
 
-    def __init__(self, message: str, *, status_code: int | None = None, retryable: bool = False) -> None:
+    def __init__(self, message: str, *, status_code: int | None = None, retryable: bool = False,
+                 request_sent: bool = True) -> None:
         super().__init__(scrub(message))  # gateways echo headers (and keys) into error bodies
         self.status_code = status_code
         self.retryable = retryable
+        self.request_sent = request_sent
+        """False when the failure happened before anything reached a provider (no key, no route, no connection)."""
+
+
+class ModelRouteError(ProviderError, ValueError):
+    """litellm cannot route this model id to a provider; raised before any request."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, request_sent=False)
 
 
 @dataclass(frozen=True)
@@ -93,13 +115,78 @@ class Transport(Protocol):
 # --------------------------------------------------------------------------- rendering
 
 _CACHE_MARK = {"type": "ephemeral"}
+EMPTY_TOOL_RESULT_TEXT = "(the tool returned no output)"
+"""Sent for a tool result with no text: Anthropic rejects empty text blocks."""
+EMPTY_ANSWER_TEXT = "(no answer text)"
+"""Sent for an assistant turn with neither text nor tool calls: OpenAI rejects ``content: null``."""
+EMPTY_USER_TEXT = "(empty message)"
+"""Sent for a user turn whose text blocks are all empty (never produced by the loop; old logs may have one)."""
+PROMPT_CACHING_MODES = ("auto", "on", "off")
+"""``auto``: cache markers only where litellm says the model supports prompt caching."""
 
 
-def _render_message(message: Message, parts: bool) -> list[dict[str, Any]]:
+class FrozenDict(dict):
+    """A dict that refuses changes: rendered messages are shared between requests."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("rendered provider messages are shared and read-only; copy them with thaw() first")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
+    __ior__ = _refuse  # type: ignore[assignment]
+
+    def __copy__(self) -> dict[str, Any]:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        return thaw(self)
+
+
+class FrozenList(list):
+    """A list that refuses changes (content parts of a shared rendered message)."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("rendered provider messages are shared and read-only; copy them with thaw() first")
+
+    __setitem__ = __delitem__ = append = extend = insert = pop = remove = clear = sort = reverse = _refuse  # type: ignore[assignment]
+    __iadd__ = __imul__ = _refuse  # type: ignore[assignment]
+
+    def __copy__(self) -> list[Any]:
+        return list(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        return thaw(self)
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, dict):
+        return FrozenDict({k: _freeze(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return FrozenList(_freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """Plain, mutable copies of the containers in ``value`` (strings and numbers are shared)."""
+    if isinstance(value, dict):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [thaw(v) for v in value]
+    return value
+
+
+def _has_text(text: str) -> bool:
+    return bool(text) and not text.isspace()
+
+
+def _render_message_uncached(message: Message, parts: bool) -> tuple[dict[str, Any], ...]:
     if message.role == "assistant":
-        text = message.text
-        rendered: dict[str, Any] = {"role": "assistant", "content": text or None}
+        text = message.text if _has_text(message.text) else ""
         uses = message.tool_uses
+        rendered: dict[str, Any] = {"role": "assistant", "content": text or (None if uses else EMPTY_ANSWER_TEXT)}
         if uses:
             rendered["tool_calls"] = [
                 {
@@ -109,25 +196,75 @@ def _render_message(message: Message, parts: bool) -> list[dict[str, Any]]:
                 }
                 for use in uses
             ]
-        return [rendered]
+        return (_freeze(rendered),)
     out: list[dict[str, Any]] = []
     for result in message.tool_results:
-        content: Any = f"ERROR: {result.content}" if result.is_error else result.content
+        body = result.content if _has_text(result.content) else EMPTY_TOOL_RESULT_TEXT
+        content: Any = f"ERROR: {body}" if result.is_error else body
         if parts:  # the same shape marked or not, so moving the marker keeps the prefix byte-stable
             content = [{"type": "text", "text": content}]
         out.append({"role": "tool", "tool_call_id": result.tool_use_id, "content": content})
-    texts = [b.text for b in message.content if isinstance(b, TextBlock)]
-    if texts:
-        out.append({"role": "user", "content": [{"type": "text", "text": t} for t in texts]})
-    return out
+    texts = [b.text for b in message.content if isinstance(b, TextBlock) and _has_text(b.text)]
+    if texts or not out:
+        out.append({"role": "user", "content": [{"type": "text", "text": t} for t in texts or [EMPTY_USER_TEXT]]})
+    return tuple(_freeze(item) for item in out)
 
 
-def _mark_last(rendered: dict[str, Any]) -> None:
+def render_message(message: Message, parts: bool) -> tuple[dict[str, Any], ...]:
+    """The wire form of one message: read-only dicts, computed once per message and mode.
+
+    Never an empty text part, never ``content: null`` without tool calls.
+    """
+    memo = message.__dict__.get("_wire")
+    if memo is None:
+        memo = {}
+        object.__setattr__(message, "_wire", memo)  # frozen dataclass: the memo is not a field
+    rendered = memo.get(parts)
+    if rendered is None:
+        rendered = memo[parts] = _render_message_uncached(message, parts)
+    return rendered
+
+
+def _render_message(message: Message, parts: bool) -> list[dict[str, Any]]:
+    return list(render_message(message, parts))
+
+
+def _marked(rendered: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``rendered`` whose last content part carries ``cache_control``."""
     content = rendered.get("content")
     if isinstance(content, str):
-        rendered["content"] = [{"type": "text", "text": content, "cache_control": dict(_CACHE_MARK)}]
+        marked = [{"type": "text", "text": content, "cache_control": dict(_CACHE_MARK)}]
     elif isinstance(content, list) and content:
-        content[-1]["cache_control"] = dict(_CACHE_MARK)
+        marked = list(content[:-1]) + [{**content[-1], "cache_control": dict(_CACHE_MARK)}]
+    else:
+        return rendered
+    return FrozenDict({**rendered, "content": _freeze(marked)})
+
+
+def _render_tool(tool: Any) -> dict[str, Any]:
+    return _freeze({
+        "type": "function",
+        "function": {"name": tool.name, "description": tool.description, "parameters": copy.deepcopy(tool.parameters)},
+    })
+
+
+def _assemble(model: str, system: str, flat: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]],
+              cache_markers: bool) -> dict[str, Any]:
+    system_part: dict[str, Any] = {"type": "text", "text": system}
+    if cache_markers:
+        system_part["cache_control"] = dict(_CACHE_MARK)
+    rendered = [FrozenDict({"role": "system", "content": _freeze([system_part])})]
+    rendered.extend(flat)
+    if cache_markers:
+        for index in range(len(rendered) - 1, 0, -1):
+            if rendered[index]["role"] in ("user", "tool"):
+                rendered[index] = _marked(rendered[index])
+                break
+    payload: dict[str, Any] = {"model": model}
+    if tools:  # tools before messages: the stable part of the request comes first
+        payload["tools"] = FrozenList(tools)
+    payload["messages"] = FrozenList(rendered)
+    return payload
 
 
 def render_request(
@@ -138,38 +275,18 @@ def render_request(
     *,
     cache_markers: bool = True,
 ) -> dict[str, Any]:
-    """OpenAI-style payload for ``messages``; a fresh structure sharing nothing.
+    """OpenAI-style payload for ``messages``.
 
     ``tools`` are :class:`~harness_magic.core.tools.ToolSpec` (visible ones only,
     in the caller's order). With ``cache_markers`` the system prompt and the
-    latest user-side message carry ``cache_control``.
+    latest user-side message carry ``cache_control``. Rendered messages are
+    read-only (:class:`FrozenDict`) and shared with later requests; use
+    :func:`thaw` for a mutable copy.
     """
-    system_part: dict[str, Any] = {"type": "text", "text": system}
-    if cache_markers:
-        system_part["cache_control"] = dict(_CACHE_MARK)
-    rendered = [{"role": "system", "content": [system_part]}]
+    flat: list[dict[str, Any]] = []
     for message in messages:
-        rendered.extend(_render_message(message, cache_markers))
-    if cache_markers:
-        for item in reversed(rendered):
-            if item["role"] in ("user", "tool"):
-                _mark_last(item)
-                break
-    payload: dict[str, Any] = {"model": model}
-    if tools:  # tools before messages: the stable part of the request comes first
-        payload["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": t.name,
-                    "description": t.description,
-                    "parameters": copy.deepcopy(t.parameters),
-                },
-            }
-            for t in tools
-        ]
-    payload["messages"] = rendered
-    return payload
+        flat.extend(render_message(message, cache_markers))
+    return _assemble(model, system, flat, [_render_tool(t) for t in tools], cache_markers)
 
 
 # --------------------------------------------------------------------------- normalising
@@ -245,9 +362,44 @@ def _import_litellm() -> Any:
     return litellm
 
 
-def _map_exception(exc: Exception) -> ProviderError:
+_CONNECTION_ERRORS = frozenset({"APIConnectionError", "ConnectError", "ConnectionError", "ConnectTimeout"})
+"""litellm/httpx exception names that mean the request never reached a server."""
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception in ``exc``'s cause/context chain (the socket error behind a wrapper)."""
+    seen = {id(exc)}
+    while True:
+        inner = exc.__cause__ or exc.__context__
+        if inner is None or id(inner) in seen:
+            return exc
+        seen.add(id(inner))
+        exc = inner
+
+
+def _is_connection_failure(exc: BaseException) -> bool:
+    chain: list[BaseException] = [exc]
+    while chain[-1].__cause__ is not None or chain[-1].__context__ is not None:
+        nxt = chain[-1].__cause__ or chain[-1].__context__
+        if nxt in chain or len(chain) > 20:
+            break
+        chain.append(nxt)  # type: ignore[arg-type]
+    for item in chain:
+        if type(item).__name__ in _CONNECTION_ERRORS or isinstance(item, ConnectionError) \
+                or type(item).__name__ == "gaierror":
+            return True
+    text = str(exc)
+    return "Connection error" in text or "Cannot connect" in text or "ConnectError" in text
+
+
+def _map_exception(exc: Exception, url: str | None = None) -> ProviderError:
     status = getattr(exc, "status_code", None)
     name = type(exc).__name__
+    if _is_connection_failure(exc) and not (isinstance(status, int) and 400 <= status < 500):
+        root = _root_cause(exc)
+        detail = str(root).strip().splitlines()[0] if str(root).strip() else type(root).__name__
+        return ProviderError(f"cannot connect to {url or 'the provider'}: {type(root).__name__}: {detail[:300]}",
+                             retryable=True, request_sent=False)
     transient_names = {"APIConnectionError", "Timeout", "RateLimitError", "InternalServerError",
                        "ServiceUnavailableError", "BadGatewayError"}
     retryable = (isinstance(status, int) and status in RETRYABLE_STATUS) or name in transient_names
@@ -255,6 +407,29 @@ def _map_exception(exc: Exception) -> ProviderError:
     label = f"{name} (HTTP {status})" if isinstance(status, int) else name
     return ProviderError(f"{label}: {detail[:500]}", status_code=status if isinstance(status, int) else None,
                          retryable=retryable)
+
+
+def check_model_route(model: str) -> str:
+    """The litellm provider for ``model``; :class:`ModelRouteError` (one line) when litellm has none.
+
+    Offline ids (``offline/``, ``scripted/``, ``replay/``) route to the offline models.
+    """
+    from harness_magic.core.offline import OFFLINE_PREFIXES, is_offline_model
+
+    if is_offline_model(model):
+        return model.partition("/")[0]
+    litellm = _import_litellm()
+    try:
+        return str(litellm.get_llm_provider(model)[1])
+    except Exception:
+        prefix, sep, _ = model.partition("/")
+        what = f"provider prefix {prefix + '/'!r}" if sep else "no provider prefix"
+        raise ModelRouteError(
+            f"model {model!r}: litellm cannot route it ({what}). Use '<provider>/<model>', e.g. "
+            f"'openai/gpt-4o-mini' or 'anthropic/claude-sonnet-4-20250514', or one of "
+            f"{', '.join(p + '...' for p in OFFLINE_PREFIXES)}; list providers with "
+            "`litellm.provider_list` and a provider's models with `litellm.models_by_provider['openai']`."
+        ) from None
 
 
 class LiteLLMTransport:
@@ -280,7 +455,18 @@ class LiteLLMTransport:
     def __repr__(self) -> str:  # never shows the key
         return f"LiteLLMTransport(api_base={self.api_base!r}, stream={self.stream})"
 
+    def _url(self, model: str) -> str:
+        """Where requests for ``model`` go: the configured api_base, else litellm's default for the provider."""
+        if self.api_base:
+            return self.api_base
+        try:
+            _, provider, _, base = _import_litellm().get_llm_provider(model)
+            return base or f"the {provider} API"
+        except Exception:
+            return "the provider"
+
     def _kwargs(self, litellm: Any, payload: dict[str, Any]) -> dict[str, Any]:
+        check_model_route(payload["model"])
         if self._api_key is None and self.api_base is None:
             check = litellm.validate_environment(model=payload["model"])
             missing = check.get("missing_keys") or []
@@ -288,9 +474,10 @@ class LiteLLMTransport:
                 raise ProviderError(
                     f"No API key for model {payload['model']!r}: set {', '.join(missing)} in the environment "
                     "(never in the notebook), point api_base at a local server, or use the offline model "
-                    "(model 'offline/quickstart', or 'scripted/<file.json>' / 'replay/<run.jsonl>')."
+                    "(model 'offline/quickstart', or 'scripted/<file.json>' / 'replay/<run.jsonl>').",
+                    request_sent=False,
                 )
-        kwargs = copy.deepcopy(payload)  # some routes mutate messages in place
+        kwargs = thaw(payload)  # plain containers: some routes mutate messages in place
         kwargs.update(self.extra)
         kwargs.update(timeout=self.timeout_s, num_retries=0, max_retries=0)
         if self.api_base:
@@ -327,7 +514,7 @@ class LiteLLMTransport:
         except ProviderError:
             raise
         except Exception as exc:
-            raise _map_exception(exc) from exc
+            raise _map_exception(exc, self._url(kwargs["model"])) from exc
         return self._finish(litellm, response)
 
     async def acomplete(self, payload: dict[str, Any], on_text: TextCallback | None) -> dict[str, Any]:
@@ -346,7 +533,7 @@ class LiteLLMTransport:
         except ProviderError:
             raise
         except Exception as exc:
-            raise _map_exception(exc) from exc
+            raise _map_exception(exc, self._url(kwargs["model"])) from exc
         return self._finish(litellm, response)
 
 
@@ -362,6 +549,29 @@ def transport_for_model(model: str, **options: Any) -> Any:
 # --------------------------------------------------------------------------- adapters
 
 
+class _RenderMemo:
+    """The last rendering: messages, their flat wire form, and offsets (message i starts at offsets[i])."""
+
+    __slots__ = ("messages", "flat", "offsets", "tokens")
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.flat: list[dict[str, Any]] = []
+        self.offsets: list[int] = [0]
+        self.tokens: list[int] = [0]
+        """Cumulative token estimate: ``tokens[i]`` for ``messages[:i]``."""
+
+
+def _common_length(old: list[Message], new: Sequence[Message]) -> int:
+    n = min(len(old), len(new))
+    if old[:n] == list(new[:n]):  # C-level loop; identical objects compare by identity first
+        return n
+    index = 0
+    while index < n and old[index] is new[index]:
+        index += 1
+    return index
+
+
 class _AdapterBase:
     def __init__(
         self,
@@ -373,22 +583,39 @@ class _AdapterBase:
         stream: bool = True,
         max_retries: int = DEFAULT_MAX_RETRIES,
         backoff_s: float = DEFAULT_BACKOFF_S,
-        cache_markers: bool = True,
+        cache_markers: bool | None = None,
+        prompt_caching: str = "auto",
+        context_window: int | None = None,
         extra: dict[str, Any] | None = None,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise ValueError(f"model must be a non-empty string, got {model!r}")
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries!r}")
+        if prompt_caching not in PROMPT_CACHING_MODES:
+            raise ValueError(f"prompt_caching {prompt_caching!r} is not valid; allowed: {', '.join(PROMPT_CACHING_MODES)}")
+        if context_window is not None and (not isinstance(context_window, int) or context_window < 1):
+            raise ValueError(f"context_window must be a positive number of tokens or None, got {context_window!r}")
         self.model = model
         self.max_retries = max_retries
         self.backoff_s = backoff_s
-        self.cache_markers = cache_markers
+        if cache_markers is not None:  # the older boolean switch: True = "on", False = "off"
+            prompt_caching = "on" if cache_markers else "off"
+        self.prompt_caching = prompt_caching
+        """``auto`` (markers where litellm's model info says the model caches prompts), ``on`` or ``off``."""
+        self.context_window = context_window
+        """Input-token limit override; None asks litellm's model info (offline models: no limit)."""
+        self.api_base = api_base
         self.transport = transport or transport_for_model(
             model, api_base=api_base, api_key=api_key, stream=stream, extra=extra
         )
         self.last_payload: dict[str, Any] | None = None
         """The most recent rendered payload (for inspection and benchmarks)."""
+        self._caching_resolved: bool | None = None
+        self._limit_resolved: int | None | bool = False
+        self._memo = _RenderMemo()
+        self._tool_memo: dict[int, tuple[Any, dict[str, Any]]] = {}
+        self._prefix_tokens: dict[tuple[Any, ...], int] = {}
 
     def fresh(self) -> "_AdapterBase":
         """A new adapter with the same settings and a fresh offline transport state."""
@@ -396,10 +623,171 @@ class _AdapterBase:
         if hasattr(self.transport, "fresh"):
             clone.transport = self.transport.fresh()
         clone.last_payload = None
+        clone._memo = _RenderMemo()
         return clone
 
+    def rewind(self) -> bool:
+        """Restart an offline model's script or recording from its first turn; False for real providers."""
+        rewind = getattr(self.transport, "rewind", None)
+        if rewind is None:
+            return False
+        rewind()
+        return True
+
+    # -- capabilities -------------------------------------------------------------------------
+
+    @property
+    def cache_markers(self) -> bool:
+        """Whether requests carry ``cache_control`` markers (resolved once from :attr:`prompt_caching`)."""
+        if self.prompt_caching != "auto":
+            return self.prompt_caching == "on"
+        if self._caching_resolved is None:
+            self._caching_resolved = self._model_supports_caching()
+        return self._caching_resolved
+
+    @cache_markers.setter
+    def cache_markers(self, value: bool) -> None:
+        self.prompt_caching = "on" if value else "off"
+
+    def _model_supports_caching(self) -> bool:
+        declared = getattr(self.transport, "supports_prompt_caching", None)
+        if declared is not None:
+            return bool(declared)
+        from harness_magic.core.offline import is_offline_model
+
+        if is_offline_model(self.model):
+            return True  # offline models emulate a prefix cache
+        try:
+            from litellm.utils import supports_prompt_caching
+
+            _import_litellm()
+            return bool(supports_prompt_caching(model=self.model))
+        except Exception:  # unknown model or provider: send no markers
+            return False
+
+    @property
+    def max_input_tokens(self) -> int | None:
+        """The model's input-token limit: :attr:`context_window`, else litellm's model info, else None."""
+        if self.context_window is not None:
+            return self.context_window
+        if self._limit_resolved is False:
+            self._limit_resolved = self._lookup_limit()
+        return self._limit_resolved  # type: ignore[return-value]
+
+    def _lookup_limit(self) -> int | None:
+        declared = getattr(self.transport, "max_input_tokens", None)
+        if declared is not None:
+            return int(declared)
+        from harness_magic.core.offline import is_offline_model
+
+        if is_offline_model(self.model):
+            return None
+        try:
+            info = _import_litellm().get_model_info(self.model)
+        except Exception:  # not in litellm's map: no known limit
+            return None
+        limit = info.get("max_input_tokens") or info.get("max_tokens")
+        return int(limit) if limit else None
+
+    # -- rendering ----------------------------------------------------------------------------
+
+    def _tools(self, tools: Sequence[Any]) -> list[dict[str, Any]]:
+        out = []
+        for tool in tools:
+            key = (tool.name, tool.description, id(tool.parameters))
+            memo = self._tool_memo.get(id(tool))
+            if memo is None or memo[0] != key:
+                memo = self._tool_memo[id(tool)] = (key, _render_tool(tool))
+            out.append(memo[1])
+        return out
+
+    def _flat(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
+        """The flat wire form of ``messages``, re-rendering only what changed since the last call."""
+        parts = self.cache_markers
+        if getattr(self, "_memo_parts", parts) != parts:  # the mode changed: nothing rendered is reusable
+            self._memo = _RenderMemo()
+        self._memo_parts = parts
+        memo = self._memo
+        keep = _common_length(memo.messages, messages)
+        del memo.messages[keep:], memo.offsets[keep + 1 :], memo.tokens[keep + 1 :]
+        del memo.flat[memo.offsets[keep] :]
+        for message in messages[keep:]:
+            rendered = render_message(message, parts)
+            memo.messages.append(message)
+            memo.flat.extend(rendered)
+            memo.offsets.append(len(memo.flat))
+            memo.tokens.append(memo.tokens[-1] + self._message_tokens(message, rendered))
+        return memo.flat
+
     def render(self, system: str, messages: Sequence[Message], tools: Sequence[Any]) -> dict[str, Any]:
-        return render_request(self.model, system, messages, tools, cache_markers=self.cache_markers)
+        """The request payload; message renderings are shared read-only with earlier requests."""
+        parts = self.cache_markers
+        return _assemble(self.model, system, self._flat(messages), self._tools(tools), parts)
+
+    # -- token estimates ----------------------------------------------------------------------
+
+    def _counter(self) -> Callable[[list[dict[str, Any]]], int]:
+        """litellm's token counter for this model (real models), else characters / 4."""
+        from harness_magic.core.offline import is_offline_model
+
+        if not is_offline_model(self.model):
+            try:
+                litellm = _import_litellm()
+
+                def count(items: list[dict[str, Any]]) -> int:
+                    return int(litellm.token_counter(model=self.model, messages=thaw(items)))
+
+                count(  # probe once: an unknown model falls back to the estimate
+                    [{"role": "user", "content": "probe"}])
+                return count
+            except Exception:
+                pass
+        return lambda items: len(json.dumps(items, ensure_ascii=False)) // CHARS_PER_TOKEN_ESTIMATE + 1
+
+    def _message_tokens(self, message: Message, rendered: Sequence[dict[str, Any]]) -> int:
+        memo = message.__dict__.get("_wire")
+        key = ("tokens", self.model)
+        if memo is not None and key in memo:
+            return memo[key]
+        if getattr(self, "_count", None) is None:
+            self._count = self._counter()
+        try:
+            tokens = self._count(list(rendered))
+        except Exception:
+            tokens = len(json.dumps(thaw(list(rendered)), ensure_ascii=False)) // CHARS_PER_TOKEN_ESTIMATE + 1
+        if memo is not None:
+            memo[key] = tokens
+        return tokens
+
+    def estimate_tokens(self, system: str, messages: Sequence[Message], tools: Sequence[Any]) -> int:
+        """Estimated input tokens of the request for ``messages`` (memoised per message)."""
+        self._flat(messages)
+        key = (system, tuple((t.name, t.description, id(t.parameters)) for t in tools))
+        prefix = self._prefix_tokens.get(key)
+        if prefix is None:
+            if getattr(self, "_count", None) is None:
+                self._count = self._counter()
+            prefix = self._count([{"role": "system", "content": system}])
+            if tools:
+                prefix += len(json.dumps(thaw(self._tools(tools)))) // CHARS_PER_TOKEN_ESTIMATE + 1
+            self._prefix_tokens = {key: prefix}
+        return prefix + self._memo.tokens[-1]
+
+    def estimate_messages_tokens(self, system: str, messages: Sequence[Message], tools: Sequence[Any]) -> int:
+        """Like :meth:`estimate_tokens` for any message list, without touching the incremental rendering."""
+        parts = self.cache_markers
+        total = self.estimate_tokens(system, [], tools) if not self._memo.messages else None
+        if total is None:
+            total = self.estimate_tokens(system, self._memo.messages, tools) - self._memo.tokens[-1]
+        for message in messages:
+            total += self._message_tokens(message, render_message(message, parts))
+        return total
+
+    def estimate_text_tokens(self, text: str) -> int:
+        """Estimated tokens of one user prompt."""
+        if getattr(self, "_count", None) is None:
+            self._count = self._counter()
+        return self._count([{"role": "user", "content": text}])
 
     def _prepare(self, system: str, messages: Sequence[Message], tools: Sequence[Any]) -> dict[str, Any]:
         """Render the request and keep it as :attr:`last_payload`."""
@@ -411,7 +799,8 @@ class _AdapterBase:
         if exc.retryable and attempt < self.max_retries:
             return self.backoff_s * (2**attempt)
         if attempt:
-            raise ProviderError(f"{exc} (after {attempt + 1} attempts)", status_code=exc.status_code) from exc
+            raise ProviderError(f"{exc} (after {attempt + 1} attempts)", status_code=exc.status_code,
+                                request_sent=exc.request_sent) from exc
         raise exc
 
 
@@ -433,7 +822,7 @@ class ProviderAdapter(_AdapterBase):
         attempt = 0
         while True:
             try:
-                return normalise_response(self.transport.complete(copy.deepcopy(payload), on_text))
+                return normalise_response(self.transport.complete(payload, on_text))
             except ProviderError as exc:
                 self._sleep(self._retry_delay(exc, attempt))
                 attempt += 1
@@ -457,7 +846,7 @@ class AsyncProviderAdapter(_AdapterBase):
         attempt = 0
         while True:
             try:
-                return normalise_response(await self.transport.acomplete(copy.deepcopy(payload), on_text))
+                return normalise_response(await self.transport.acomplete(payload, on_text))
             except ProviderError as exc:
                 await self._sleep(self._retry_delay(exc, attempt))
                 attempt += 1
