@@ -204,9 +204,9 @@ def test_successive_cells_continue_one_conversation(kernel: Kernel) -> None:
 
 
 def test_new_forgets_the_conversation_but_keeps_the_cache(kernel: Kernel) -> None:
-    model = script(kernel, code_turn("save('kept', 41 + 1)"), answer("Saved."), answer("Fresh."))
+    model = script(kernel, code_turn("save('kept', 41 + 1)"), answer("Saved."))
     kernel.run(f"%%agent {model}\nSave something.")
-    cell = kernel.run(f"%%agent --new {model}\nAnything?")
+    cell = kernel.run(f"%%agent --new {script(kernel, answer('Fresh.'))}\nAnything?")
     assert cell.ok
     magics = "get_ipython().magics_manager.registry['AgentMagics']"
     assert kernel.value(f"len({magics}.session.harness.messages)") == 2
@@ -214,9 +214,9 @@ def test_new_forgets_the_conversation_but_keeps_the_cache(kernel: Kernel) -> Non
 
 
 def test_reset_clears_conversation_and_cache(kernel: Kernel) -> None:
-    model = script(kernel, code_turn("save('gone', 1)"), answer("Saved."), answer("Empty now."))
+    model = script(kernel, code_turn("save('gone', 1)"), answer("Saved."))
     kernel.run(f"%%agent {model}\nSave.")
-    cell = kernel.run(f"%%agent --reset {model}\nStart over.")
+    cell = kernel.run(f"%%agent --reset {script(kernel, answer('Empty now.'))}\nStart over.")
     assert cell.ok
     magics = "get_ipython().magics_manager.registry['AgentMagics']"
     assert kernel.value(f"{magics}.session.cache.names()") == []

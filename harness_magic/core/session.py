@@ -56,6 +56,11 @@ class AgentConfig:
     """Offer the ``plan`` tool."""
     reminders: bool = True
     """Escalating suffix reminders when the model makes no progress, and the final-turn warning."""
+    prompt_caching: str = "auto"
+    """Cache markers: ``auto`` (where litellm says the model caches prompts), ``on`` (custom gateways that
+    cache) or ``off`` (gateways that reject unknown fields)."""
+    context_window: int | None = None
+    """Input-token limit override; None: litellm's model information (offline models: none)."""
 
     def budgets(self) -> Budgets:
         """The per-run budgets these settings ask for."""
@@ -68,6 +73,22 @@ class AgentConfig:
             raise ValueError(f"sandbox {self.sandbox!r} is not valid; allowed: {', '.join(SANDBOX_MODES)}")
         if not isinstance(self.max_turns, int) or self.max_turns < 1:
             raise ValueError(f"max_turns must be a positive integer, got {self.max_turns!r}")
+        from harness_magic.core.provider import PROMPT_CACHING_MODES
+
+        if self.prompt_caching not in PROMPT_CACHING_MODES:
+            raise ValueError(f"prompt_caching {self.prompt_caching!r} is not valid; allowed: "
+                             f"{', '.join(PROMPT_CACHING_MODES)}")
+        if self.context_window is not None and (not isinstance(self.context_window, int) or self.context_window < 1):
+            raise ValueError(f"context_window must be a positive number of tokens or None, got {self.context_window!r}")
+
+
+_ADAPTER_FIELDS = ("api_base", "stream", "extra", "prompt_caching", "context_window")
+"""Settings baked into provider adapters: changing one rebuilds the real-provider adapters (offline ones keep
+their place in the script)."""
+_BACKEND_FIELDS = ("sandbox", "allow_unconfined")
+"""Settings of the interpreter backend: changing one restarts the worker (the cache is kept)."""
+_HARNESS_FIELDS = ("planner", "reminders", "system_prompt")
+"""Settings that shape the tool list or prompt: changing one rebuilds the loop around the same history."""
 
 
 def make_backend(config: AgentConfig) -> Any:
@@ -111,6 +132,7 @@ class AgentSession:
         if adapter is not None:
             self._adapters[adapter.model] = adapter
         self.runs: list[RunResult] = []
+        self._subagent_options: dict[str, Any] | None = None
         self._extra_tools = list(extra_tools or [])
         self._handlers: list[EventHandler] = []
         self.harness = self._build_harness(adapter or self.adapter_for(self.config.model))
@@ -143,7 +165,7 @@ class AgentSession:
         return self.connectors.registry.register(connector)
 
     def enable_subagents(self, **options: Any) -> ToolSpec:
-        """Add the ``subagent`` tool. Each subagent run gets its own worker (a sibling of this
+        """Add the ``subagent`` tool (again: the same tool, or new options replace it). Each subagent run gets its own worker (a sibling of this
         session's sandbox backend); with the in-process backend it shares this session's."""
         from harness_magic.core.subagent import enable_subagents
 
@@ -158,6 +180,14 @@ class AgentSession:
             def close(self) -> None:
                 pass
 
+        from harness_magic.core.subagent import SUBAGENT_TOOL_NAME
+
+        existing = next((t for t in self.harness.tools if t.name == SUBAGENT_TOOL_NAME), None)
+        if existing is not None:
+            if self._subagent_options == options or not options:
+                return existing  # already on (the notebook enables subagents by default)
+            self.harness._tools = [t for t in self.harness._tools if t.name != SUBAGENT_TOOL_NAME]
+        self._subagent_options = dict(options)
         options.setdefault("backend", _SessionBackend())
         if "tools_factory" not in options:
             options.setdefault("backend_factory", self._subagent_backend)
@@ -187,7 +217,8 @@ class AgentSession:
         """One adapter per model id, kept so offline scripts advance across cells."""
         if model not in self._adapters:
             self._adapters[model] = ProviderAdapter(
-                model, api_base=self.config.api_base, stream=self.config.stream, extra=self.config.extra
+                model, api_base=self.config.api_base, stream=self.config.stream, extra=self.config.extra,
+                prompt_caching=self.config.prompt_caching, context_window=self.config.context_window,
             )
         return self._adapters[model]
 
@@ -302,17 +333,66 @@ class AgentSession:
         return result
 
     def new_conversation(self) -> None:
-        """Forget the conversation; keep the cache."""
+        """Forget the conversation; keep the cache. Scripted and replay models start over."""
         self.harness.reset_history()
         if self.planner is not None:
             self.planner.clear()
+        self.rewind_offline_models()
 
     def reset(self) -> None:
-        """Forget the conversation and clear the cache."""
-        self.harness.reset_history()
-        if self.planner is not None:
-            self.planner.clear()
+        """Forget the conversation and clear the cache. Scripted and replay models start over."""
+        self.new_conversation()
         self.cache.clear()
+
+    def rewind_offline_models(self, model: str | None = None) -> list[str]:
+        """Restart scripted/replay models (all, or the one ``model`` names); returns the ids rewound."""
+        rewound = []
+        for name, adapter in self._adapters.items():
+            if (model is None or name == model) and getattr(adapter, "rewind", lambda: False)():
+                rewound.append(name)
+        return rewound
+
+    def reconfigure(self, config: AgentConfig, *, connectors: Any | None = None) -> list[str]:
+        """Apply new settings, keeping the conversation, the cache and the offline models' places.
+
+        Only a sandbox change restarts the interpreter worker; provider settings
+        rebuild the real-provider adapters; planner/reminders/system prompt (or
+        new ``connectors``) rebuild the loop around the same history. Returns a
+        note per thing that was rebuilt.
+        """
+        old, notes = self.config, []
+        changed = {f for f in vars(config) if getattr(config, f) != getattr(old, f)}
+        self.config = config
+        if changed & set(_ADAPTER_FIELDS):
+            from harness_magic.core.offline import is_offline_model
+
+            self._adapters = {m: a for m, a in self._adapters.items() if is_offline_model(m)}
+            notes.append("provider settings changed: new adapters for real models")
+        if changed & set(_BACKEND_FIELDS) and self._backend is not None:
+            self._backend.close()
+            self._backend = None
+            notes.append("sandbox changed: the interpreter worker restarts at the next tool call (cache kept)")
+        for name in ("hot_count", "memory_budget_bytes"):
+            if name in changed and getattr(config, name) is not None and hasattr(self.cache, name):
+                setattr(self.cache, name, getattr(config, name))
+        if "spill_dir" in changed:
+            notes.append("spill_dir applies to caches created from now on (--reset keeps this cache's directory)")
+        if changed & set(_HARNESS_FIELDS) or connectors is not None:
+            history = self.harness.messages
+            registry = connectors if connectors is not None else (
+                self.connectors.registry if self.connectors is not None else None)
+            self.harness = self._build_harness(self.adapter_for(config.model))
+            self.harness.set_history(history)
+            self.connectors = registry.install(self.harness) if registry is not None else None
+            if self._subagent_options is not None:
+                self.enable_subagents(**self._subagent_options)
+            notes.append("the agent's tools were rebuilt around the same conversation")
+        else:
+            self.harness._adapter = self.adapter_for(config.model)
+            self.harness._max_turns = config.max_turns
+            self.harness._run_dir = config.run_dir
+            self._set_budgets(config.budgets())
+        return notes
 
     def close(self) -> None:
         if self._backend is not None:

@@ -51,8 +51,10 @@ OFFLINE_PREFIXES = ("offline/", "scripted/", "replay/")
 DEFAULT_MODEL = "openai/gpt-4o-mini"
 """Mirrors :data:`harness_magic.core.session.DEFAULT_MODEL`."""
 _SESSION_TRAITS = ("api_base", "sandbox", "hot_count", "memory_budget", "spill_dir", "run_dir", "stream",
-                   "planner", "reminders", "connectors")
-"""Settings baked into a session: changing one starts a new session at the next use."""
+                   "planner", "reminders", "connectors", "prompt_caching", "context_window", "max_turns")
+"""Settings of the session: a change is applied at the next use, keeping the conversation and the cache."""
+PROMPT_CACHING_MODES = ("auto", "on", "off")
+"""Mirrors :data:`harness_magic.core.provider.PROMPT_CACHING_MODES`."""
 _BUDGET_TRAITS = ("max_tokens", "max_cost_usd", "max_wall_s", "max_tool_calls")
 """Budget settings: applied to every run (no new session needed); ``%%agent`` flags override them per cell."""
 _RESULT_TYPE = ("harness_magic.core.loop", "RunResult")
@@ -135,6 +137,13 @@ class AgentMagics(Magics):
     planner = Bool(True, help="Offer the agent the 'plan' tool.").tag(config=True)
     reminders = Bool(True, help="Remind the model when it makes no progress, and warn it on its last turn.",
                      ).tag(config=True)
+    prompt_caching = Unicode("auto", help="Prompt-cache markers: 'auto' (only where litellm says the model "
+                             "caches prompts), 'on' (a custom gateway that caches) or 'off' (a gateway that "
+                             "rejects unknown fields).").tag(config=True)
+    context_window = Integer(None, allow_none=True, help="Input-token limit of the model; None: litellm's model "
+                             "information. Over it, older turns are compacted before a request.").tag(config=True)
+    subagents = Bool(True, help="Offer the agent the 'subagent' tool (delegation to an isolated subagent).",
+                     ).tag(config=True)
     connectors = List(Dict(), default_value=[], help="Connectors of every new session, as for "
                       "harness_magic.core.connectors.connectors_from_config, e.g. "
                       "[{'type': 'files', 'roots': ['data']}].").tag(config=True)
@@ -149,13 +158,36 @@ class AgentMagics(Magics):
             raise TraitError(str(exc)) from None
 
     def update_config(self, config: Any) -> None:
-        """``%config`` entry point: a rejected value is kept out and reported as a one-line UsageError."""
+        """``%config`` entry point: a rejected value is kept out and reported as a one-line UsageError.
+
+        The shell keeps a copy of every ``%config`` line; a rejected value is
+        dropped from it too, so ``%reload_ext`` does not trip over it. Setting
+        the model (even to the same id, as when a notebook's first cell runs
+        again) restarts a scripted or replay model.
+        """
+        section = config.get("AgentMagics", {}) if hasattr(config, "get") else {}
         try:
             super().update_config(config)
         except TraitError as exc:
             import sys
 
+            self._rejected.update(dict(section))
+            events = getattr(self.shell, "events", None)
+            if events is not None and self._prune_rejected not in events.callbacks["post_run_cell"]:
+                events.register("post_run_cell", self._prune_rejected)  # after the shell merged it too
             print(f"UsageError: {exc}", file=sys.stderr)
+            return
+        if "model" in section and self._session is not None:
+            self._session.rewind_offline_models(self.model)
+
+    def _prune_rejected(self, *args: Any) -> None:
+        """Drop values ``%config`` rejected from the shell's copy of the configuration."""
+        section = getattr(getattr(self.shell, "config", None), "AgentMagics", None)
+        for key, value in self._rejected.items():
+            if section is not None and key in section and section[key] == value:
+                section.pop(key)
+        self._rejected.clear()
+        self.shell.events.unregister("post_run_cell", self._prune_rejected)
 
     @validate("sandbox")
     def _valid_sandbox(self, proposal: Any) -> str:
@@ -197,49 +229,84 @@ class AgentMagics(Magics):
                 raise TraitError(f"connector {entry!r} needs a 'type' of {', '.join(BUILTIN_TYPES)}")
         return proposal["value"]
 
+    @validate("prompt_caching")
+    def _valid_prompt_caching(self, proposal: Any) -> str:
+        if proposal["value"] not in PROMPT_CACHING_MODES:
+            raise TraitError(f"prompt_caching {proposal['value']!r} is not valid; allowed: "
+                             f"{', '.join(PROMPT_CACHING_MODES)}")
+        return proposal["value"]
+
+    @validate("context_window")
+    def _valid_context_window(self, proposal: Any) -> int | None:
+        if proposal["value"] is not None and proposal["value"] < 1:
+            raise TraitError(f"context_window must be a positive number of tokens or None, got {proposal['value']}")
+        return proposal["value"]
+
     @observe(*_SESSION_TRAITS)
     def _settings_changed(self, change: Any) -> None:
         self._stale = True
+        if change["name"] == "connectors":
+            self._connectors_dirty = True
 
     @observe(*_BUDGET_TRAITS)
     def _budget_changed(self, change: Any) -> None:
         if getattr(self, "_session", None) is not None:
             setattr(self._session.config, change["name"], change["new"])
 
+    @observe("subagents")
+    def _on_subagents(self, change: Any) -> None:
+        if getattr(self, "_session", None) is not None and change["new"] and \
+                self._session._subagent_options is None:
+            self._session.enable_subagents()
+
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
         self._session: Any = None
         self._recorder: Any = None
         self._stale = False
+        self._connectors_dirty = False
+        self._rejected: dict[str, Any] = {}
 
     # -- session ----------------------------------------------------------------------------
 
+    def _config(self) -> Any:
+        """The core settings these traits ask for."""
+        from harness_magic.core.session import AgentConfig
+
+        return AgentConfig(
+            model=self.model, api_base=self.api_base, max_turns=self.max_turns, sandbox=self.sandbox,
+            run_dir=self.run_dir, hot_count=self.hot_count, memory_budget_bytes=self.memory_budget,
+            spill_dir=self.spill_dir, stream=self.stream, max_tokens=self.max_tokens,
+            max_cost_usd=self.max_cost_usd, max_wall_s=self.max_wall_s, max_tool_calls=self.max_tool_calls,
+            planner=self.planner, reminders=self.reminders, prompt_caching=self.prompt_caching,
+            context_window=self.context_window,
+        )
+
     @property
     def session(self) -> Any:
-        """The agent session, created on first use (and again after a session setting changed)."""
-        if self._session is None or self._stale:
+        """The agent session, created on first use; a settings change is applied to it in place
+        (conversation, cache and offline models' places are kept)."""
+        if self._session is not None and self._stale:
+            self._stale = False
+            connectors = None
+            if self._connectors_dirty:
+                connectors = self._configured_connectors(self._session.default_approver)
+                self._connectors_dirty = False
+            for note in self._session.reconfigure(self._config(), connectors=connectors):
+                print(f"agent settings changed: {note}; conversation and cache kept")
+        if self._session is None:
             from harness_magic.core.export import RunRecorder
-            from harness_magic.core.session import AgentConfig, AgentSession
+            from harness_magic.core.session import AgentSession
 
             from harness_magic.notebook.approval import StdinApprover
 
             approver = StdinApprover()
             connectors = self._configured_connectors(approver)
-            if self._session is not None:
-                self._session.close()
-                print("agent settings changed: started a new session (conversation and cache are fresh)")
-            config = AgentConfig(
-                model=self.model, api_base=self.api_base, max_turns=self.max_turns, sandbox=self.sandbox,
-                run_dir=self.run_dir, hot_count=self.hot_count, memory_budget_bytes=self.memory_budget,
-                spill_dir=self.spill_dir, stream=self.stream, max_tokens=self.max_tokens,
-                max_cost_usd=self.max_cost_usd, max_wall_s=self.max_wall_s, max_tool_calls=self.max_tool_calls,
-                planner=self.planner, reminders=self.reminders,
-            )
-            self._session = AgentSession(config, connectors=connectors)
+            self._session = AgentSession(self._config(), connectors=connectors, subagents=self.subagents)
             self._session.default_approver = approver
             self._recorder = RunRecorder()
             self._session.subscribe(self._recorder)
-            self._stale = False
+            self._stale = self._connectors_dirty = False
         return self._session
 
     def _configured_connectors(self, approver: Any) -> Any:
@@ -338,6 +405,13 @@ class AgentMagics(Magics):
             handle, name = _split_pair(spec, "--out")
             outputs.append((_check_handle(handle, "handle"), _check_handle(name, "variable name")))
 
+        if not model.startswith(OFFLINE_PREFIXES):  # a model litellm cannot route fails here, before any request
+            from harness_magic.core.provider import ModelRouteError, check_model_route
+
+            try:
+                check_model_route(model)
+            except ModelRouteError as exc:
+                raise UsageError(str(exc)) from None
         session = self.session
         if args.reset:
             session.reset()
@@ -351,9 +425,13 @@ class AgentMagics(Magics):
         unsubscribe = session.subscribe(handler) if handler is not None else None
         live = _show_live(widget) if widget is not None else None
         result = None
+        from harness_magic.core.loop import PromptTooLarge
+
         try:
             result = session.ask(prompt, model=model, max_turns=args.max_turns,
                                  budgets=session.config.budgets().merged(**limits))
+        except PromptTooLarge as exc:
+            raise UsageError(str(exc)) from None
         finally:
             if unsubscribe is not None:
                 unsubscribe()
@@ -665,13 +743,37 @@ def _formatters(shell: Any) -> dict[str, Any]:
     return {m: formatters[m] for m in ("text/html", "text/markdown") if m in formatters}
 
 
+def _make_magics(shell: Any) -> AgentMagics:
+    """The magics with the shell's ``AgentMagics`` settings; a bad one is dropped and reported in one line."""
+    config = getattr(shell, "config", None)
+    saved = config.pop("AgentMagics", None) if config is not None and "AgentMagics" in config else None
+    try:
+        magics = AgentMagics(shell=shell, parent=shell)
+    finally:
+        if saved is not None:
+            config["AgentMagics"] = saved
+    if saved:
+        import sys
+
+        for key, value in list(saved.items()):
+            try:
+                if not magics.has_trait(key):
+                    raise TraitError(f"no setting named {key!r}; settings: {', '.join(sorted(magics.class_own_traits(config=True)))}")
+                setattr(magics, key, value)
+            except TraitError as exc:
+                saved.pop(key, None)
+                print(f"UsageError: AgentMagics.{key} = {value!r} ignored: {str(exc).splitlines()[0]}", file=sys.stderr)
+    return magics
+
+
 def load_extension(shell: Any) -> None:
     """Register the magics and the final-output formatter for RunResult."""
     if id(shell) in _LOADED:
         return
-    magics = AgentMagics(shell=shell, parent=shell)
+    magics = _make_magics(shell)
     shell.register_magics(magics)
-    shell.configurables.append(magics)
+    if magics not in shell.configurables:  # register_magics already lists it: %config would run twice
+        shell.configurables.append(magics)
     from harness_magic.notebook.control_magics import register_control_magics  # %agent_replay/_retry/_diff
 
     register_control_magics(shell, magics)
@@ -704,8 +806,7 @@ def unload_extension(shell: Any) -> None:
     for name in ("agent_vars", "agent_push", "agent_pull", "agent_export", "agent_sandbox", "agent_docs", "agent_eval"):
         table["line"].pop(name, None)
     shell.magics_manager.registry.pop(type(magics).__name__, None)
-    if magics in shell.configurables:
-        shell.configurables.remove(magics)
+    shell.configurables[:] = [c for c in shell.configurables if c is not magics]
     for formatter in _formatters(shell).values():
         formatter.deferred_printers.pop(_RESULT_TYPE, None)
         for cls in list(formatter.type_printers):
