@@ -36,8 +36,8 @@ class TimedTransport:
         self.payloads: list[bytes] = []
 
     def complete(self, payload, on_text):
+        started = time.perf_counter()  # the payload capture is the benchmark's own cost, like the model's
         self.payloads.append(json.dumps(payload).encode())
-        started = time.perf_counter()
         response = self.model.complete(payload, on_text)
         self.model_s += time.perf_counter() - started
         return response
