@@ -108,6 +108,21 @@ def test_a_worker_stalling_mid_frame_meets_the_wall_clock_limit():
         assert run(sandbox, "'alive'").value == "alive"
 
 
+def test_a_flood_of_forged_stale_frames_does_not_blind_the_watchdog():
+    limit = 256 * MiB
+    flood = ("import os, json, struct, threading\nframe = json.dumps({'op': 'result', 'seq': -1}).encode()\n"
+             "frame = struct.pack('>I', len(frame)) + frame\ndef spam(os=os, frame=frame):\n    while True:\n"
+             "        for fd in range(3, 16):\n            try: os.write(fd, frame)\n            except OSError: pass\n"
+             "threading.Thread(target=spam, daemon=True).start()\n"
+             "x = []\nwhile True:\n    x.append(bytearray(2**24))")
+    with sandbox_with(timeout=8.0, rss_limit=limit, memory_limit=3 * 2**30) as sandbox:
+        started = time.monotonic()
+        result = run(sandbox, flood)
+        assert "memory limit" in result.error
+        assert time.monotonic() - started < 8.0
+        assert run(sandbox, "6 * 7").value == 42
+
+
 def test_a_trickled_oversized_frame_is_refused_without_buffering_it():
     with sandbox_with(timeout=5.0) as sandbox:
         started = time.monotonic()

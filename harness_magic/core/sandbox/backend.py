@@ -545,9 +545,9 @@ class SandboxedInterpreter:
                             f"the code went over the {self.rss_limit / 2**20:.0f} MiB memory limit (stopped by "
                             "its memory cgroup); its scratch files were deleted")
                     return self._lost_worker("the sandbox worker died (crash or memory limit)")
+                if reply is not None and reply.get("op") == "result" and reply.get("seq") != seq:
+                    reply = None  # a stale or forged frame: the real reply follows (the watchdog still runs)
                 if reply is not None:
-                    if reply.get("op") == "result" and reply.get("seq") != seq:
-                        continue  # a stale or forged frame: the real reply follows
                     if reply.get("recycle"):
                         self._stop_worker()
                     if reply.get("op") != "result":
