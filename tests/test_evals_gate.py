@@ -131,3 +131,10 @@ def test_report_is_self_contained_and_escapes(tmp_path):
     path.write_text(json.dumps(doc))
     assert main(["report", str(path)]) == 0
     assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_report_links_run_logs_relative_to_the_report(tmp_path):
+    doc = results([True])
+    doc["results"][0]["run_file"] = str(tmp_path / "runs" / "t 0" / "run\"<x>.jsonl")
+    page = render_report(doc, base=str(tmp_path))
+    assert '<a href="runs/t%200/run%22%3Cx%3E.jsonl">' in page

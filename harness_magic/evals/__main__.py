@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 
             data = load_results(args.results)
             out = args.out or os.path.splitext(args.results)[0] + ".html"
-            Path(out).write_text(render_report(data), encoding="utf-8")
+            Path(out).write_text(render_report(data, base=os.path.dirname(os.path.abspath(out))), encoding="utf-8")
             print(f"report written to {out}")
             return 0
         from harness_magic.evals.compare import GateOptions, compare_results, format_comparison

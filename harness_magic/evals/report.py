@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 from collections import Counter, defaultdict
 from typing import Any
+from urllib.parse import quote
 
 from harness_magic.evals.stats import pass_hat_k, wilson_interval
 
@@ -55,8 +56,22 @@ def _bars(rows: list[tuple[str, float, str]], title: str, fmt: str, maximum: flo
     return "".join(parts)
 
 
-def render_report(data: dict[str, Any], title: str | None = None) -> str:
-    """The HTML report of a results document (see :func:`~.stats.load_results`)."""
+def _log_link(run_file: str, base: str | None) -> str:
+    """A link to a run log, relative to the report's folder when that is known."""
+    import os
+
+    if not run_file:
+        return ""
+    href = os.path.relpath(run_file, base) if base else run_file
+    href = "/".join(quote(part) for part in href.split(os.sep))
+    return f'<a href="{html.escape(href)}">{html.escape(os.path.basename(run_file))}</a>'
+
+
+def render_report(data: dict[str, Any], title: str | None = None, base: str | None = None) -> str:
+    """The HTML report of a results document (see :func:`~.stats.load_results`).
+
+    ``base``: the folder the report will be written to; run-log links are made relative to it.
+    """
     e = html.escape
     s = summarise(data)
     per_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -81,7 +96,7 @@ def render_report(data: dict[str, Any], title: str | None = None) -> str:
             f"<td>{sum(a.get('cached_tokens', 0) for a in attempts) / n:.0f}</td>"
             f"<td>${sum(a.get('cost', 0.0) for a in attempts) / n:.4f}</td>"
             f"<td>{sum(a.get('wall_s', 0.0) for a in attempts) / n:.2f} s</td>"
-            f"<td class=grades>{e(grades[:300])}</td><td class=log>{e(log)}</td></tr>")
+            f"<td class=grades>{e(grades[:300])}</td><td class=log>{_log_link(log, base)}</td></tr>")
     rate_plot = _bars([(t, sum(a["passed"] for a in v) / len(v), "#2e7d32" if all(a["passed"] for a in v) else "#c62828")
                        for t, v in per_task.items()], "Pass rate per task", "{:.0%}", maximum=1.0)
     time_plot = _bars([(t, sum(a.get("wall_s", 0.0) for a in v) / len(v), "#1565c0") for t, v in per_task.items()],

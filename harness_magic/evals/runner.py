@@ -43,8 +43,10 @@ MAX_LOG_BYTES = 64 * 1024 * 1024
 """A run log larger than this is not read back for grading (graders then see no records)."""
 MAX_JOBS = 32
 """Upper bound on parallel attempts (each holds a worker process)."""
-DEFAULT_LIMITS = {"max_turns": 12}
-"""Limits of a task that sets none."""
+DEFAULT_LIMITS = {"max_turns": 12, "max_wall_s": 600.0}
+"""Limits of a task that sets none (a hung model or tool cannot hold a suite run forever)."""
+MAX_INPUT_FILE_BYTES = 256 * 1024 * 1024
+"""A suite's input file larger than this is refused (inputs are loaded into every attempt)."""
 
 _input_cache: dict[tuple[str, str, str], Any] = {}
 _input_lock = threading.Lock()
@@ -110,6 +112,9 @@ def load_inputs(task: Task, suite: Suite) -> dict[str, Any]:
             out[handle] = pd.read_csv(cbook.get_sample_data(spec["sample"], asfileobj=False), comment="#")
         else:
             path = suite.path / spec["file"]
+            if path.stat().st_size > MAX_INPUT_FILE_BYTES:
+                raise SuiteError(f"{task.path}: inputs.{handle}.file: {spec['file']!r} is larger than "
+                                 f"{MAX_INPUT_FILE_BYTES} bytes")
             out[handle] = pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
     return out
 
@@ -226,7 +231,8 @@ def run_task(task: Task, suite: Suite, model: str, *, repeat: int = 0, out_dir: 
         model_s = sum(float(r.get("latency_s") or 0.0) for r in records if r.get("type") == "turn")
         return TaskResult(task.id, repeat, model, failure is None, failure, grades, result.status, result.error,
                           result.text, result.turns, usage.input_tokens, usage.output_tokens, usage.cached_tokens,
-                          usage.cost, time.monotonic() - started, model_s, result.run_file, expect)
+                          usage.cost, time.monotonic() - started, model_s,
+                          os.path.abspath(result.run_file) if result.run_file else None, expect)
     except SuiteError:
         raise
     except Exception as exc:  # a session that cannot start is this attempt's failure, not the suite's

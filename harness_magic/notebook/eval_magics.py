@@ -40,7 +40,7 @@ class EvalView:
         from harness_magic.evals.report import render_report
 
         out = Path(path)
-        out.write_text(render_report(self.data), encoding="utf-8")
+        out.write_text(render_report(self.data, base=str(out.resolve().parent)), encoding="utf-8")
         return out
 
     def _lines(self) -> list[tuple[str, str, str]]:
