@@ -28,6 +28,7 @@ per line, appended as the run goes — the whole history is never rewritten:
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import hashlib
 import json
 import os
@@ -42,7 +43,9 @@ __all__ = ["RunLogger", "read_log", "reconstruct_transcript", "system_hash", "LO
 LOG_SUFFIX = ".jsonl"
 
 
+@functools.lru_cache(maxsize=16)
 def system_hash(system: str) -> str:
+    """SHA-256 of the system prompt (memoised: every turn record carries it)."""
     return hashlib.sha256(system.encode("utf-8")).hexdigest()
 
 
