@@ -147,3 +147,20 @@ def test_a_model_cannot_write_the_task_database_from_the_worker(core, tmp_path):
     # without the worker's confinement the same script does reach the file, and the sql grader sees it
     unconfined = run_task(hostile, core, "suite:hack", out_dir=tmp_path / "inprocess", options={"sandbox": "inprocess"})
     assert not {g.kind: g for g in unconfined.grades}["sql"].passed
+
+
+def test_cli_list_and_repeat(tmp_path, capsys):
+    assert main(["list", "core"]) == 0
+    listing = capsys.readouterr().out.splitlines()
+    assert len(listing) >= 30 and listing[0].split()[0] == "aapl_mean_2000"
+    out = tmp_path / "rep.json"
+    assert main(["run", "core", "--model", "suite:reference", "--task", "median_units", "--repeat", "2", "--jobs",
+                 "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "[2/2] median_units" in printed and "2/2 passed" in printed
+    assert [r["repeat"] for r in json.loads(out.read_text())["results"]] == [0, 1]
+    assert main(["report", str(out)]) == 0
+    assert "pass^2 = 100.0%" in (tmp_path / "rep.html").read_text()
+    with pytest.raises(SystemExit):
+        main(["run", "core", "--model", "suite:reference", "--repeat", "0"])
+    assert "must be at least 1" in capsys.readouterr().err
