@@ -524,11 +524,13 @@ class SandboxedInterpreter:
         The reply pipe is non-blocking and read a chunk at a time (:class:`FrameReader`),
         so a worker that sends half a frame and stalls, or trickles bytes while it
         allocates, still meets the wall-clock limit and the memory limit: both are
-        checked on every pass, whether or not bytes arrived.
+        checked every ``WATCHDOG_INTERVAL_S`` on this same loop, whether or not bytes
+        arrived (a flood of frames cannot starve the check).
         """
         deadline = time.monotonic() + self.timeout
         reader = FrameReader(worker.resp_fd)
         tick = 0
+        next_check = time.monotonic() + WATCHDOG_INTERVAL_S  # a quick reply pays for no check
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -553,6 +555,9 @@ class SandboxedInterpreter:
                     if reply.get("op") != "result":
                         return self._lost_worker(f"the sandbox worker failed: {str(reply.get('error'))[-2000:]}")
                     return reply
+            if time.monotonic() < next_check:
+                continue
+            next_check = time.monotonic() + WATCHDOG_INTERVAL_S
             over = self._over_memory(worker, scan_scratch=tick % SCRATCH_SCAN_EVERY == 0)
             tick += 1
             if over is not None:

@@ -17,7 +17,6 @@ import os
 import signal
 import sys
 import threading
-import time
 import traceback
 import types
 from typing import Any
@@ -29,16 +28,13 @@ from harness_magic.core.sandbox.transfer import TransferRefused, read_input, wri
 
 _thread_count = _thread._count  # taken before model code can replace it
 
-__all__ = ["run_worker", "MAX_CHARTS", "CHART_MAX_BYTES", "MAX_SAVES", "THREAD_SETTLE_S"]
+__all__ = ["run_worker", "MAX_CHARTS", "CHART_MAX_BYTES", "MAX_SAVES"]
 
 MAX_CHARTS = 20
 """Figures beyond this in one call are dropped: nobody reads twenty charts."""
 
 CHART_MAX_BYTES = 8 * 1024 * 1024
 """A PNG larger than this is dropped rather than shipped through the frame pipe."""
-
-THREAD_SETTLE_S = 0.001
-"""Pause before counting threads: a thread started last has not run (nor been counted) yet."""
 
 MAX_SAVES = 100
 """save() calls beyond this in one call fail: a loop saving rows is a mistake."""
@@ -254,8 +250,8 @@ def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any) -> dict[st
     # A thread the model started would outlive the call and could touch later ones: recycle.
     # _thread._count() sees raw _thread threads too (threading does not); native pools
     # (Arrow, BLAS) do not count. The boundary is the fresh worker per cell
-    # (SandboxedInterpreter.fresh_worker): this only stops a thread early.
-    time.sleep(THREAD_SETTLE_S)  # lets a just-started thread take the GIL and be counted
+    # (SandboxedInterpreter.fresh_worker): this only stops a thread early, and misses
+    # one started so late that it has not run yet.
     if threading.active_count() > 1 or _thread_count() > 0:
         reply["recycle"] = True
         notes.append("background threads were still running; the worker was restarted")
