@@ -25,6 +25,7 @@ __all__ = [
     "Notice",
     "ContextCompacted",
     "VerificationChecked",
+    "EngineProgress",
     "Event",
     "EventHandler",
 ]
@@ -142,6 +143,19 @@ class ContextCompacted:
 
 
 @dataclass(frozen=True)
+class EngineProgress:
+    """How far an engine query has got (e.g. DuckDB's ``query_progress``), for the live status line."""
+
+    engine: str
+    """Connector or engine name (``duckdb``)."""
+    percent: float | None
+    """0-100, or None when the engine cannot tell."""
+    done: bool = False
+    """True on the last report of a query (finished, failed or interrupted)."""
+    kind: Literal["engine_progress"] = "engine_progress"
+
+
+@dataclass(frozen=True)
 class VerificationChecked:
     """Outcome of the user's after-tool checks on one tool call's result handles."""
 
@@ -179,5 +193,6 @@ Event = Union[
     ContextCompacted,
     SubagentEvent,
     VerificationChecked,
+    EngineProgress,
 ]
 EventHandler = Callable[[Event], None]

@@ -13,7 +13,8 @@ exception                                 ``Type: message`` with ``is_error``
 ``str`` up to INLINE_STR_MAX_CHARS        the string, inline
 longer ``str``                            a handle + snapshot (length, head, tail)
 ``DataFrame``/``Series``/``ndarray``/     always a handle + snapshot,
-``Index``/extension array                 whatever the size
+``Index``/extension array, engine value   whatever the size (an engine value's
+(lazy relation)                           snapshot comes from its engine)
 dict/list/tuple/set, small and plain      compact JSON, inline
 dict/list/..., large or holding frames    a handle + snapshot
 ``bytes`` short / long                    inline repr / handle
@@ -36,6 +37,7 @@ import math
 import traceback
 from typing import Any
 
+from harness_magic.core.cache.engine_value import engine_of
 from harness_magic.core.cache.names import sanitize_identifier
 from harness_magic.core.cache.snapshot import snapshot_json
 from harness_magic.core.tools import ToolOutput
@@ -105,7 +107,8 @@ def format_tool_output(
         return value
     if isinstance(value, BaseException):
         return ToolOutput(text=format_exception(value), is_error=True)
-    if isinstance(value, (pd.DataFrame, pd.Series, pd.Index, np.ndarray, pd.api.extensions.ExtensionArray)):
+    if isinstance(value, (pd.DataFrame, pd.Series, pd.Index, np.ndarray, pd.api.extensions.ExtensionArray)) \
+            or engine_of(value) is not None:
         return _cached(cache, preferred_name, value, turn, tool)
     if value is None or isinstance(value, (bool, int, float, complex, decimal.Decimal, np.generic,
                                            _dt.date, _dt.time, _dt.timedelta)):

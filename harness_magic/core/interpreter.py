@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Protocol
 
 from harness_magic.core.cache.names import resolve_handle_name
-from harness_magic.core.format import format_tool_output, truncate_middle
+from harness_magic.core.cache.engine_value import engine_of
+from harness_magic.core.format import format_exception, format_tool_output, truncate_middle
 from harness_magic.core.tools import ToolOutput, ToolSpec
 
 __all__ = [
@@ -34,6 +35,8 @@ __all__ = [
     "STDOUT_MAX_CHARS",
 ]
 
+DEFAULT_MATERIALIZE_MAX_BYTES = 1024**3
+"""Bytes (Arrow) a lazy handle may bring into the kernel by default: a big frame, not a lake."""
 STDOUT_MAX_CHARS = 4_000
 """Printed output beyond this is cut to head and tail: the model reads it all."""
 
@@ -196,19 +199,43 @@ def _describe_result(
     return ToolOutput(text=text, is_error=execution.error is not None, handles=handles, artifacts=artifacts)
 
 
+def materialize_inputs(cache: Any, names: Collection[str], max_bytes: int) -> dict[str, Any]:
+    """Copy-boundary values of ``names``; engine values (lazy handles) brought in as frames under ``max_bytes``.
+
+    Raises whatever the engine raises when a value is over the cap or fails
+    (e.g. :class:`~harness_magic.core.connectors.lazy.MaterializeLimitError`).
+    """
+    inputs = {}
+    for name in sorted(names):
+        value = cache.view(name)
+        if engine_of(value) is not None:
+            value = value.materialize(cache, max_bytes, handle=name)
+        inputs[name] = value
+    return inputs
+
+
 def make_interpreter_tools(
     cache: Any,
     backend: InterpreterBackend,
     *,
     current_turn: Callable[[], int | None] = lambda: None,
+    materialize_max_bytes: Callable[[], int] = lambda: DEFAULT_MATERIALIZE_MAX_BYTES,
 ) -> list[ToolSpec]:
-    """Build the bound ``python_interpreter`` and ``list_variables`` tools."""
+    """Build the bound ``python_interpreter`` and ``list_variables`` tools.
+
+    Code that names a lazy (engine-held) handle gets its rows as a frame,
+    streamed under ``materialize_max_bytes()`` bytes; past that the call fails
+    with an error telling the model to aggregate or filter in the engine.
+    """
 
     def python_interpreter(code: str) -> ToolOutput:
         if not isinstance(code, str) or not code.strip():
             return ToolOutput(text="`code` must be a non-empty string of Python source.", is_error=True)
         wanted = referenced_names(code) & set(cache.names())
-        inputs = {name: cache.view(name) for name in sorted(wanted)}
+        try:
+            inputs = materialize_inputs(cache, wanted, materialize_max_bytes())
+        except Exception as exc:  # over the cap, or the engine failed: nothing ran
+            return ToolOutput(text=f"Not run: {format_exception(exc)}", is_error=True)
         if getattr(backend, "exports_inputs", False) and hasattr(cache, "versions"):
             # the backend writes each value's input file once and reuses it while the handle lives
             execution = backend.execute(code, inputs, cache.names(), versions=cache.versions())
@@ -220,7 +247,8 @@ def make_interpreter_tools(
         names = cache.names()
         if not names:
             return ToolOutput(text="The cache is empty: no handles yet.")
-        lines = [json.dumps({"name": n, **_listing(cache.snapshot(n))}, ensure_ascii=False) for n in names]
+        lines = [json.dumps({"name": n, **_listing(cache.snapshot(n)), **_where(cache, n)}, ensure_ascii=False)
+                 for n in names]
         return ToolOutput(text=truncate_middle("\n".join(lines), STDOUT_MAX_CHARS * 2))
 
     return [
@@ -248,6 +276,15 @@ def make_interpreter_tools(
     ]
 
 
+def _where(cache: Any, name: str) -> dict[str, Any]:
+    """``{"location": engine}`` for engine-held handles (memory/disk are not the model's concern)."""
+    try:
+        location = cache.location(name)
+    except Exception:
+        return {}
+    return {} if location in ("memory", "disk") else {"location": location}
+
+
 def _listing(snapshot: dict[str, Any]) -> dict[str, Any]:
-    keep = ("type", "shape", "columns", "dtype", "length")
+    keep = ("type", "shape", "rows_estimated", "columns", "dtype", "length")
     return {k: snapshot[k] for k in keep if k in snapshot}

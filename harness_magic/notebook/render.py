@@ -30,6 +30,7 @@ from typing import Any
 from harness_magic.core import export
 from harness_magic.core.events import (
     AssistantMessage,
+    EngineProgress,
     Notice,
     ReminderAdded,
     RunFinished,
@@ -251,6 +252,9 @@ class WidgetRunView:
             if isinstance(event, TurnStarted):
                 record.turn = event.turn
             self._set_status("waiting for the model" if isinstance(event, TurnStarted) else "thinking")
+        elif isinstance(event, EngineProgress) and transcript is self.transcript:
+            self._set_status("thinking" if event.done else f"{event.engine} query "
+                             f"{'running' if event.percent is None else f'{event.percent:.0f}%'}")
         elif isinstance(event, ReminderAdded):
             pass  # what the model saw, not what the user needs: shown only in the transcript's model view
         elif isinstance(event, Notice):

@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from harness_magic.core.cache.boundary import boundary_copy
+from harness_magic.core.cache.engine_value import engine_of
 from harness_magic.core.cache.errors import (
     CheckpointError,
     SpillReadError,
@@ -123,6 +124,8 @@ class _Entry:
     """False after a spill failed; the value then stays in memory until retired."""
     version: str = ""
     """Unique per stored value (handles are never overwritten): keys exports of this exact value."""
+    engine: str | None = None
+    """Engine holding the data of an engine value (see :mod:`.engine_value`): never spilled, not in the hot set."""
 
     @property
     def in_memory(self) -> bool:
@@ -142,7 +145,7 @@ class HandleInfo:
     size_bytes: int
     """Estimated in-memory size (see :func:`estimate_nbytes`)."""
     location: str
-    """``"memory"`` or ``"disk"``."""
+    """``"memory"``, ``"disk"``, or the engine of an engine value (``"duckdb"``)."""
     storage: str | None
     """Format of its spill file (``parquet``, ``arrow``, ``npy``, ``json``) or None if never spilled."""
     turn: int | None
@@ -249,8 +252,9 @@ class SessionCache:
         """Store ``value``; return its handle (``preferred_name`` made valid and unique)."""
         with self._lock:
             name = resolve_handle_name(preferred_name, self._entries)
+            engine = engine_of(value)
             self._entries[name] = _Entry(name, value, make_snapshot(value), estimate_nbytes(value), turn, tool,
-                                         version=_new_version())
+                                         version=_new_version(), spillable=engine is None, engine=engine)
             self._touch(name)
             self._enforce(pinned={name})
             return name
@@ -318,9 +322,10 @@ class SessionCache:
             return {name: entry.version for name, entry in self._entries.items()}
 
     def location(self, name: str) -> str:
-        """``"memory"`` or ``"disk"`` (never hydrates)."""
+        """``"memory"``, ``"disk"``, or the engine holding an engine value (e.g. ``"duckdb"``); never hydrates."""
         with self._lock:
-            return "memory" if self._require(name).in_memory else "disk"
+            entry = self._require(name)
+            return entry.engine or ("memory" if entry.in_memory else "disk")
 
     def retire(self, name: str) -> None:
         """Forget a handle explicitly: its value and spill file are dropped."""
@@ -353,11 +358,12 @@ class SessionCache:
     def usage(self) -> dict[str, int]:
         """Counts and bytes of the hot set against its bounds."""
         with self._lock:
-            hot = [e for e in self._entries.values() if e.in_memory]
+            hot = [e for e in self._entries.values() if e.in_memory and e.engine is None]
             return {
                 "handles": len(self._entries),
                 "in_memory": len(hot),
-                "on_disk": len(self._entries) - len(hot),
+                "on_disk": sum(1 for e in self._entries.values() if not e.in_memory),
+                "in_engine": sum(1 for e in self._entries.values() if e.engine is not None),
                 "memory_bytes": sum(e.size_bytes for e in hot),
                 "hot_count": self.hot_count,
                 "memory_budget_bytes": self.memory_budget_bytes,
@@ -481,7 +487,7 @@ class SessionCache:
             shape = [snap["length"]]
         return HandleInfo(
             name=entry.name, type=str(snap.get("type")), shape=shape, size_bytes=entry.size_bytes,
-            location="memory" if entry.in_memory else "disk",
+            location=entry.engine or ("memory" if entry.in_memory else "disk"),
             storage=entry.record.format if entry.record else None, turn=entry.turn, tool=entry.tool,
         )
 
@@ -498,7 +504,7 @@ class SessionCache:
 
     def _enforce(self, pinned: set[str], extra_count: int = 0, extra_bytes: int = 0) -> None:
         """Spill least-recently-used values until the hot set (plus values about to arrive) fits both bounds."""
-        hot = [self._entries[n] for n in self._recency if self._entries[n].in_memory]
+        hot = [self._entries[n] for n in self._recency if self._entries[n].in_memory and self._entries[n].engine is None]
         count, total = len(hot) + extra_count, sum(e.size_bytes for e in hot) + extra_bytes
         for entry in hot:  # least recent first
             if count <= self.hot_count and total <= self.memory_budget_bytes:

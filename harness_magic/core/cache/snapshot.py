@@ -30,6 +30,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from harness_magic.core.cache.engine_value import engine_of
+
 __all__ = [
     "make_snapshot",
     "snapshot_json",
@@ -116,6 +118,8 @@ def _describe(value: Any, lim: _Limits) -> dict[str, Any]:
     import numpy as np
     import pandas as pd
 
+    if engine_of(value) is not None:  # computed by the engine (pushdown), see .engine_value
+        return value.__harness_snapshot__(lambda head: _frame(head, lim))
     if isinstance(value, pd.DataFrame):
         return _frame(value, lim)
     if isinstance(value, pd.Series):

@@ -21,11 +21,15 @@ statement that runs past the timeout.
 
 from __future__ import annotations
 
+import glob as _glob
 import os
 import re
+import shutil
+import tempfile
 import threading
+import weakref
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from harness_magic.core.connectors._results import (
     DEFAULT_BATCH_ROWS,
@@ -36,6 +40,13 @@ from harness_magic.core.connectors._results import (
     truncation_note,
 )
 from harness_magic.core.connectors.classify import SQLClassificationError, classify_sql
+from harness_magic.core.connectors.lazy import (
+    COUNT_BUDGET_S,
+    LazyInputError,
+    LazyRelation,
+    MaterializeLimitError,
+    parse_estimate,
+)
 from harness_magic.core.connectors.registry import Connector, ConnectorResult, ToolContext
 from harness_magic.core.tools import ToolError
 
@@ -48,6 +59,13 @@ LOCKED_CONFIG = {"enable_external_access": False, "autoinstall_known_extensions"
                  "autoload_known_extensions": False, "allow_community_extensions": False}
 """Connection settings that keep DuckDB off the file system and away from extensions."""
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_GLOB_CHARS = frozenset("*?[")
+PROGRESS_INTERVAL_S = 0.25
+"""How often a running query's progress is polled for the live status line (cheap, smooth enough)."""
+HEAD_ROWS = 5
+"""Head rows a lazy handle's snapshot fetches with LIMIT."""
+Progress = Callable[[float | None, bool], None]
+"""``progress(percent or None, done)``: called from a polling thread while a statement runs."""
 
 
 def _quote(text: str) -> str:
@@ -59,64 +77,136 @@ class DuckDBEngine:
 
     def __init__(self, files: Mapping[str, str | os.PathLike[str]] | None = None, *,
                  max_rows: int = DEFAULT_MAX_ROWS, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 batch_rows: int = DEFAULT_BATCH_ROWS) -> None:
+                 batch_rows: int = DEFAULT_BATCH_ROWS, memory_limit: str | None = None,
+                 threads: int | None = None) -> None:
         self.files: dict[str, Path] = {}
+        """View name -> the path as configured (resolved): a file, a directory or a glob."""
+        self.sources: dict[str, tuple[str, list[Path]]] = {}
+        """View name -> (reader kind, the files it reads), fixed when the engine is built."""
         for view, path in (files or {}).items():
             if not _IDENT.fullmatch(view):
                 raise ValueError(f"duckdb file view name {view!r} must be an identifier")
-            real = Path(os.path.realpath(os.fspath(path)))
-            if real.suffix.lower() not in _READERS:
-                raise ValueError(f"duckdb cannot read {os.fspath(path)!r}; supported: {', '.join(sorted(_READERS))}")
-            if not real.is_file():
-                raise ValueError(f"duckdb file {os.fspath(path)!r} does not exist")
-            self.files[view] = real
+            kind, members = _resolve_source(os.fspath(path))
+            self.files[view] = Path(os.path.realpath(os.fspath(path))) if not _is_glob(os.fspath(path)) \
+                else Path(os.fspath(path))
+            self.sources[view] = (kind, members)
         self.max_rows, self.timeout_s, self.batch_rows = max_rows, timeout_s, batch_rows
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"duckdb threads must be a positive integer, got {threads!r}")
+        self.memory_limit, self.threads = memory_limit, threads
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="harness_magic_duckdb_"))  # mode 0700: spills are private
+        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.temp_dir), True)
+        if memory_limit is not None:
+            if not isinstance(memory_limit, str) or not memory_limit.strip():
+                raise ValueError(f"duckdb memory_limit must be a size such as '2GB', got {memory_limit!r}")
+            import duckdb
+
+            try:  # DuckDB itself parses the size: the error names what it accepts
+                duckdb.connect(":memory:", config=self._config()).close()
+            except duckdb.Error as exc:
+                self.close()
+                raise ValueError(f"duckdb memory_limit {memory_limit!r} is not valid: "
+                                 f"{str(exc).strip().splitlines()[0]}") from None
+
+    def _config(self) -> dict[str, Any]:
+        config: dict[str, Any] = dict(LOCKED_CONFIG)
+        config["temp_directory"] = str(self.temp_dir)
+        if self.memory_limit is not None:
+            config["memory_limit"] = self.memory_limit
+        if self.threads is not None:
+            config["threads"] = self.threads
+        return config
+
+    def close(self) -> None:
+        """Remove the private spill directory."""
+        self._finalizer()
 
     def connect(self, cache: Any, sql: str | None) -> Any:
-        """A fresh in-memory connection: configured files and the cached frames ``sql`` names, then locked."""
+        """A fresh in-memory connection: configured files and the cached handles ``sql`` names, then locked."""
+        return self._open(cache, sql)[0]
+
+    def _open(self, cache: Any, sql: str | None, root: LazyRelation | None = None
+              ) -> tuple[Any, dict[str, str], dict[str, LazyRelation]]:
+        """(connection, frames registered: handle -> version, lazy views created: handle -> relation).
+
+        Frames are registered as views of copies, lazy handles (of this engine)
+        as views of their own statements, their inputs first; then the
+        configuration is locked.
+        """
         import duckdb
 
-        con = duckdb.connect(":memory:", config=dict(LOCKED_CONFIG))
+        con = duckdb.connect(":memory:", config=self._config())
         try:
-            for view, path in self.files.items():
-                con.register(view, _open_file(path))
+            con.execute("SET enable_progress_bar = true")  # progress is tracked for query_progress() ...
+            con.execute("SET enable_progress_bar_print = false")  # ... and never printed into the cell
+            for view, source in self.sources.items():
+                con.register(view, _open_source(*source))
             wanted = set(_IDENT.findall(sql)) if sql is not None else set(cache.names() if cache is not None else [])
+            versions = cache.versions() if cache is not None and hasattr(cache, "versions") else {}
+            frames: dict[str, str] = {}
+            lazies: dict[str, LazyRelation] = {}
+            chain: list[LazyRelation] = [root] if root is not None else []
             for handle in sorted(wanted - set(self.files)):
-                if cache is not None and handle in cache and _is_frame(cache, handle):
-                    con.register(handle, cache.view(handle))
+                if cache is None or handle not in cache:
+                    continue
+                value = cache.get(handle) if _location(cache, handle) == LazyRelation.__harness_engine__ else None
+                if isinstance(value, LazyRelation):
+                    if value.engine is not self:
+                        raise ToolError(f"`{handle}` is a lazy handle of another duckdb connector; query it there "
+                                        "or bring its rows in first")
+                    lazies[handle] = value
+                    chain.append(value)
+                elif _is_frame(cache, handle):
+                    frames[handle] = versions.get(handle, "")
+            order: dict[str, LazyRelation] = {}
+            for lazy in chain:
+                try:
+                    deep_frames, deep_lazies = lazy.dependencies()
+                except LazyInputError as exc:
+                    raise ToolError(f"{exc}; rebuild the lazy handle") from None
+                for name, version in deep_frames.items():
+                    if name not in cache or versions.get(name, version) != version:
+                        raise ToolError(f"a lazy handle was built on `{name}`, which was retired or replaced since; "
+                                        "rebuild the lazy handle from the current handles")
+                    frames.setdefault(name, version)
+                order.update(deep_lazies)
+            for handle, lazy in lazies.items():
+                order.setdefault(handle, lazy)
+            for handle in sorted(frames):
+                con.register(handle, cache.view(handle))
+            for handle, lazy in order.items():
+                if handle in self.sources or handle in frames:
+                    raise ToolError(f"handle {handle!r} names two different values in this chain of lazy handles")
+                con.sql(_single(lazy.sql)).create_view(handle, replace=False)
             con.execute("SET lock_configuration = true")
         except Exception:
             con.close()
             raise
-        return con
+        return con, frames, order
 
-    def query(self, cache: Any, sql: str, max_rows: int | None = None) -> tuple[Any, bool]:
+    def _run(self, con: Any, work: Callable[[], Any], progress: Progress | None) -> Any:
+        """``work()`` under the statement timeout, polling ``con.query_progress()`` for ``progress``."""
         import duckdb
-        import pyarrow as pa
 
-        cap = cap_rows(max_rows, self.max_rows)
-        con = self.connect(cache, sql)
         timer = threading.Timer(self.timeout_s, con.interrupt)
         timer.daemon = True
+        stop = threading.Event()
+        poller = None
+        if progress is not None:
+            def poll() -> None:
+                while not stop.wait(PROGRESS_INTERVAL_S):
+                    try:
+                        value = con.query_progress()
+                    except Exception:
+                        return
+                    if value >= 0:
+                        progress(float(value), False)
+
+            poller = threading.Thread(target=poll, name="duckdb-progress", daemon=True)
+            poller.start()
         timer.start()
         try:
-            statements = duckdb.extract_statements(sql)
-            if len(statements) != 1:
-                raise ToolError(f"Refused: {len(statements)} statements; send exactly one per call.")
-            relation = con.sql(statements[0])  # only this statement runs, whatever else the text holds
-            if relation is None:
-                return pa.table({}).to_pandas(), False
-            reader = relation.to_arrow_reader(self.batch_rows)
-            batches, rows, truncated = [], 0, False
-            for batch in reader:
-                if rows + len(batch) > cap:
-                    batches.append(batch.slice(0, cap - rows))
-                    truncated = True
-                    break
-                batches.append(batch)
-                rows += len(batch)
-            table = pa.Table.from_batches(batches, schema=reader.schema)
-            return arrow_to_frame(table), truncated
+            return work()
         except duckdb.InterruptException as exc:
             raise ToolError(f"The statement timed out after {self.timeout_s:g} s and was interrupted.") from exc
         except duckdb.Error as exc:
@@ -124,7 +214,175 @@ class DuckDBEngine:
             raise ToolError(f"duckdb error: {first}") from exc
         finally:
             timer.cancel()
+            stop.set()
+            if poller is not None:
+                poller.join()
+                progress(None, True)
+
+    def lazy(self, cache: Any, sql: str, progress: Progress | None = None) -> LazyRelation:
+        """A :class:`LazyRelation` for one read-only statement; its snapshot facts come from the engine."""
+        import duckdb
+
+        statement = _single(sql)
+        con, frames, lazies = self._open(cache, sql)
+        try:
+            def describe() -> dict[str, Any]:
+                relation = con.sql(statement)
+                if relation is None:
+                    raise ToolError("The statement returns no rows to keep as a lazy handle.")
+                head = relation.limit(HEAD_ROWS).to_arrow_table()
+                info: dict[str, Any] = {
+                    "columns": list(relation.columns),
+                    "engine_types": {c: str(t) for c, t in zip(relation.columns, relation.types)},
+                    "head": arrow_to_frame(head),
+                }
+                counter = threading.Timer(COUNT_BUDGET_S, con.interrupt)
+                counter.daemon = True
+                counter.start()
+                try:
+                    info["rows"], info["rows_estimated"] = relation.aggregate("count(*)").fetchall()[0][0], False
+                except duckdb.InterruptException:
+                    info["rows"], info["rows_estimated"] = parse_estimate(relation.explain()), True
+                finally:
+                    counter.cancel()
+                return info
+
+            info = self._run(con, describe, progress)
+        finally:
             con.close()
+        used = {h: l for h, l in lazies.items() if h in set(_IDENT.findall(sql))}
+        direct_frames = {h: v for h, v in frames.items() if h in set(_IDENT.findall(sql))}
+        return LazyRelation(self, sql, direct_frames, used, info)
+
+    def fetch_lazy(self, lazy: LazyRelation, cache: Any, max_bytes: int, *, handle: str | None = None,
+                   progress: Progress | None = None) -> Any:
+        """The rows of ``lazy`` as an Arrow table; :class:`MaterializeLimitError` once they pass ``max_bytes``."""
+        import pyarrow as pa
+
+        con = self._open(cache, None if cache is None else "", root=lazy)[0]
+        try:
+            def fetch() -> Any:
+                reader = con.sql(_single(lazy.sql)).to_arrow_reader(self.batch_rows)
+                batches, total, rows = [], 0, 0
+                for batch in reader:
+                    total += batch.nbytes
+                    rows += batch.num_rows
+                    if total > max_bytes:
+                        con.interrupt()
+                        size = "an estimated" if lazy.rows_estimated else "its"
+                        raise MaterializeLimitError(
+                            f"`{handle or 'the lazy handle'}` is too big to bring into the kernel: more than "
+                            f"{max_bytes:,} bytes after {rows:,} of {size} {lazy.rows if lazy.rows is not None else '?'} "
+                            "rows (limit materialize_max_bytes). It stays in DuckDB: aggregate or filter it there "
+                            "first (duckdb__query with lazy=true, GROUP BY / WHERE / LIMIT) and use that smaller "
+                            "handle.", handle=handle)
+                    batches.append(batch)
+                return pa.Table.from_batches(batches, schema=reader.schema)
+
+            return self._run(con, fetch, progress)
+        finally:
+            con.close()
+
+    def query(self, cache: Any, sql: str, max_rows: int | None = None,
+              progress: Progress | None = None) -> tuple[Any, bool]:
+        import pyarrow as pa
+
+        cap = cap_rows(max_rows, self.max_rows)
+        statement = _single(sql)
+        con = self.connect(cache, sql)
+        try:
+            def fetch() -> tuple[Any, bool]:
+                relation = con.sql(statement)  # only this statement runs, whatever else the text holds
+                if relation is None:
+                    return pa.table({}).to_pandas(), False
+                reader = relation.to_arrow_reader(self.batch_rows)
+                batches, rows, truncated = [], 0, False
+                for batch in reader:
+                    if rows + len(batch) > cap:
+                        batches.append(batch.slice(0, cap - rows))
+                        truncated = True
+                        break
+                    batches.append(batch)
+                    rows += len(batch)
+                table = pa.Table.from_batches(batches, schema=reader.schema)
+                return arrow_to_frame(table), truncated
+
+            return self._run(con, fetch, progress)
+        finally:
+            con.close()
+
+
+def _single(sql: str) -> Any:
+    """The one statement in ``sql`` (DuckDB's own parser); ToolError for zero or several."""
+    import duckdb
+
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise ToolError(f"duckdb error: {str(exc).strip().splitlines()[0]}") from exc
+    if len(statements) != 1:
+        raise ToolError(f"Refused: {len(statements)} statements; send exactly one per call.")
+    return statements[0]
+
+
+def _is_glob(path: str) -> bool:
+    return any(c in _GLOB_CHARS for c in path)
+
+
+def _resolve_source(path: str) -> tuple[str, list[Path]]:
+    """(reader kind, files) for a configured file, directory (its files, recursively) or glob.
+
+    Every file is resolved (links followed) and must exist; all must share one
+    reader kind; JSON documents (not lines) are single files only.
+    """
+    if _is_glob(path):
+        members = sorted(Path(os.path.realpath(p)) for p in _glob.glob(path, recursive=True))
+        where = f"glob {path!r}"
+    elif os.path.isdir(path):
+        members = sorted(Path(os.path.realpath(p)) for p in Path(path).rglob("*")
+                         if p.suffix.lower() in _READERS)
+        where = f"directory {path!r}"
+    else:
+        real = Path(os.path.realpath(path))
+        if real.suffix.lower() not in _READERS:
+            raise ValueError(f"duckdb cannot read {path!r}; supported: {', '.join(sorted(_READERS))}")
+        if not real.is_file():
+            raise ValueError(f"duckdb file {path!r} does not exist")
+        return _READERS[real.suffix.lower()], [real]
+    members = [m for m in members if m.is_file()]
+    if not members:
+        raise ValueError(f"duckdb {where} matches no files")
+    kinds = {_READERS.get(m.suffix.lower()) for m in members}
+    if None in kinds or len(kinds) != 1:
+        raise ValueError(f"duckdb {where} must match files of one kind ({', '.join(sorted(_READERS))}); "
+                         f"it matches {', '.join(sorted({m.suffix or '(none)' for m in members}))}")
+    kind = kinds.pop()
+    if kind == "json" and len(members) > 1:
+        raise ValueError(f"duckdb {where}: JSON documents are read one file at a time; use JSON lines (.jsonl)")
+    return kind, members
+
+
+def _open_source(kind: str, members: list[Path]) -> Any:
+    """An Arrow dataset over ``members``, opened by Python for reading only."""
+    if len(members) == 1:
+        return _open_file(members[0])
+    import pyarrow.csv as pacsv
+    import pyarrow.dataset as ds
+
+    paths = [str(m) for m in members]
+    if kind == "parquet":
+        return ds.dataset(paths, format="parquet")
+    if kind in ("csv", "tsv"):
+        delimiter = "\t" if kind == "tsv" else ","
+        return ds.dataset(paths, format=ds.CsvFileFormat(parse_options=pacsv.ParseOptions(delimiter=delimiter)))
+    return ds.dataset(paths, format="json")
+
+
+def _location(cache: Any, handle: str) -> str | None:
+    try:
+        return cache.location(handle)
+    except Exception:
+        return None
 
 
 def _open_file(path: Path) -> Any:
@@ -151,6 +409,22 @@ def _open_file(path: Path) -> Any:
     return pa.Table.from_pylist(rows)
 
 
+def _progress_reporter(context: ToolContext, engine: str) -> Progress | None:
+    """Progress callback emitting :class:`EngineProgress` events on the tool's harness, if it has one."""
+    emit = getattr(context.harness, "_emit", None)
+    if emit is None:
+        return None
+    from harness_magic.core.events import EngineProgress
+
+    def report(percent: float | None, done: bool) -> None:
+        try:
+            emit(EngineProgress(engine=engine, percent=percent, done=done))
+        except Exception:  # a display problem must not fail the query
+            pass
+
+    return report
+
+
 def _is_frame(cache: Any, handle: str) -> bool:
     try:
         return str(cache.snapshot(handle).get("type", "")).lower() == "dataframe"
@@ -165,9 +439,16 @@ def duckdb_connector(
     description: str | None = None,
     max_rows: int = DEFAULT_MAX_ROWS,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    memory_limit: str | None = None,
+    threads: int | None = None,
 ) -> Connector:
-    """SQL over cached DataFrame handles and ``files`` (view name -> path), in-process."""
-    engine = DuckDBEngine(files, max_rows=max_rows, timeout_s=timeout_s)
+    """SQL over cached handles and ``files`` (view name -> file, directory or glob), in-process.
+
+    ``memory_limit`` (e.g. ``"2GB"``) bounds DuckDB's memory; larger work spills
+    to a private temporary directory (mode 0700) removed with the engine.
+    """
+    engine = DuckDBEngine(files, max_rows=max_rows, timeout_s=timeout_s, memory_limit=memory_limit,
+                          threads=threads)
     connector = Connector(
         name, description or "In-process DuckDB SQL over cached DataFrame handles (by handle name) and "
                              "configured files; results come back as handles.")
@@ -176,9 +457,16 @@ def duckdb_connector(
     @connector.tool()
     def list_tables(context: ToolContext) -> Any:
         """List what SQL can query: cached DataFrame handles and configured file views."""
-        out = [{"name": view, "kind": "file", "path": path.name} for view, path in engine.files.items()]
+        out = [{"name": view, "kind": "file", "path": path.name, "files": len(engine.sources[view][1])}
+               for view, path in engine.files.items()]
         for handle in context.cache.names():
-            if handle not in engine.files and _is_frame(context.cache, handle):
+            if handle in engine.files:
+                continue
+            if _location(context.cache, handle) == LazyRelation.__harness_engine__:
+                snap = context.cache.snapshot(handle)
+                out.append({"name": handle, "kind": "lazy handle", "rows": snap.get("shape", [None])[0],
+                            **({"rows_estimated": True} if snap.get("rows_estimated") else {})})
+            elif _is_frame(context.cache, handle):
                 out.append({"name": handle, "kind": "cached frame", "rows": context.cache.snapshot(handle).get("shape", [None])[0]})
         return out if out else "Nothing to query yet: no cached frames and no configured files."
 
@@ -201,13 +489,16 @@ def duckdb_connector(
         return {"table": table, "columns": [{"name": r[0], "type": r[1]} for r in rows]}
 
     @connector.tool(result_name=f"{name}_result")
-    def query(sql: str, context: ToolContext, name: str | None = None, max_rows: int | None = None) -> Any:
-        """Run one read-only DuckDB SQL statement; cached frames are tables named by their handle.
+    def query(sql: str, context: ToolContext, name: str | None = None, max_rows: int | None = None,
+              lazy: bool = False) -> Any:
+        """Run one read-only DuckDB SQL statement; cached frames and lazy handles are tables named by their handle.
 
         Args:
             sql: One SELECT/WITH/... statement, e.g. SELECT region, sum(x) FROM sales GROUP BY 1.
             name: Preferred handle name for the result.
             max_rows: Fetch at most this many rows (cannot exceed the connector's cap).
+            lazy: Keep the result in DuckDB as a lazy handle (no rows fetched; later queries can name it;
+                python code that names it brings its rows in, within a size cap). Use for large intermediates.
         """
         try:
             classification = classify_sql(sql, "duckdb")
@@ -219,7 +510,17 @@ def duckdb_connector(
         if not classification.is_read:
             raise ToolError(f"Refused: the statement is classified {classification.summary}; "
                             f"{connector.name}__query runs read-only statements. Save results as handles instead.")
-        frame, truncated = engine.query(context.cache, sql, max_rows)
+        progress = _progress_reporter(context, connector.name)
+        if lazy:
+            if max_rows is not None:
+                raise ToolError("max_rows applies to fetched results; a lazy handle fetches nothing. Add LIMIT "
+                                "to the SQL instead, or leave lazy unset.")
+            relation = engine.lazy(context.cache, sql, progress)
+            rows = "unknown" if relation.rows is None else f"{relation.rows:,}"
+            note = (f"Lazy handle: the result stays in DuckDB ({'about ' if relation.rows_estimated else ''}{rows} "
+                    "rows); name it in later duckdb queries, or in python code to bring its rows in.")
+            return ConnectorResult(relation, note, name=name)
+        frame, truncated = engine.query(context.cache, sql, max_rows, progress)
         cap = cap_rows(max_rows, engine.max_rows)
         return ConnectorResult(frame, truncation_note(len(frame), cap, truncated), name=name)
 

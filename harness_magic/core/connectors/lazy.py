@@ -1,0 +1,157 @@
+"""Lazy DuckDB handles: a query that stays in the engine until someone needs its rows.
+
+A :class:`LazyRelation` is what ``duckdb__query(..., lazy=True)`` caches: the
+one read-only statement (already classified), the engine it runs on, and the
+cached handles it names (frames by handle and value version, other lazy
+relations by object). It holds no rows. Contract:
+
+* **Immutable.** Copies are the object itself; nothing about it changes after
+  creation, so the cache can hand it out freely.
+* **Chaining.** A later DuckDB query that names the handle sees it as a view
+  (built from its own statement in the same fresh, locked connection), so a
+  chain of lazy handles runs as one query in the engine; rows never enter the
+  kernel until :meth:`materialize`.
+* **Snapshot by pushdown.** At creation the engine answers: columns and types
+  (``LIMIT 0``), head rows (``LIMIT 5``), and the row count (``count(*)``
+  under :data:`COUNT_BUDGET_S`; past that, DuckDB's plan estimate, marked
+  ``"rows_estimated": true``).
+* **Materialise within limits.** :meth:`materialize` streams Arrow batches and
+  stops with :class:`MaterializeLimitError` as soon as their bytes pass the cap,
+  telling the model to aggregate or filter in the engine first.
+* **Exact inputs.** A frame it was built on must still be the same value
+  (same handle, same version) when it runs, else :class:`LazyInputError`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+__all__ = ["LazyRelation", "MaterializeLimitError", "LazyInputError", "COUNT_BUDGET_S", "materialize_count",
+           "parse_estimate"]
+
+COUNT_BUDGET_S = 2.0
+"""An exact ``count(*)`` for a snapshot may take this long; past it the engine's estimate is shown."""
+_ESTIMATE = re.compile(r"~\s*([0-9][0-9,]*)\s*rows?", re.IGNORECASE)
+
+_materialized = [0]
+"""Process-wide count of materialisations (tests and benchmarks check chains do not move data)."""
+
+
+def materialize_count() -> int:
+    """How many times any lazy relation brought rows into this process."""
+    return _materialized[0]
+
+
+class MaterializeLimitError(Exception):
+    """The rows of a lazy handle exceed the byte cap; nothing was kept."""
+
+    def __init__(self, message: str, *, handle: str | None = None) -> None:
+        super().__init__(message)
+        self.handle = handle
+
+
+class LazyInputError(Exception):
+    """A cached frame a lazy handle was built on is gone or is no longer the same value."""
+
+
+class LazyRelation:
+    """A read-only DuckDB statement over configured files and cached handles (see module doc)."""
+
+    __harness_engine__ = "duckdb"
+
+    def __init__(self, engine: Any, sql: str, frames: dict[str, str], lazies: dict[str, "LazyRelation"],
+                 info: dict[str, Any]) -> None:
+        self._engine = engine
+        self._sql = sql
+        self._frames = dict(frames)
+        self._lazies = dict(lazies)
+        self._info = info
+
+    # -- identity: immutable, so copies are the object itself ---------------------------------
+
+    def __copy__(self) -> "LazyRelation":
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "LazyRelation":
+        return self
+
+    def __repr__(self) -> str:
+        return f"<lazy duckdb relation: {self._sql[:80]!r}>"
+
+    @property
+    def sql(self) -> str:
+        return self._sql
+
+    @property
+    def engine(self) -> Any:
+        return self._engine
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self._info["columns"])
+
+    @property
+    def rows(self) -> int | None:
+        return self._info["rows"]
+
+    @property
+    def rows_estimated(self) -> bool:
+        return bool(self._info["rows_estimated"])
+
+    def dependencies(self) -> tuple[dict[str, str], dict[str, "LazyRelation"]]:
+        """Every frame (handle -> version) and lazy relation (handle -> object) this one needs, nested ones too.
+
+        Raises :class:`LazyInputError` when two of them use one handle name for
+        different values (a handle was retired and its name reused).
+        """
+        frames: dict[str, str] = {}
+        lazies: dict[str, LazyRelation] = {}
+        self._collect(frames, lazies)
+        return frames, lazies
+
+    def _collect(self, frames: dict[str, str], lazies: dict[str, "LazyRelation"]) -> None:
+        for name, lazy in self._lazies.items():
+            if name in lazies and lazies[name] is not lazy or name in frames:
+                raise LazyInputError(f"handle {name!r} names two different values in this chain of lazy handles")
+            if name not in lazies:
+                lazy._collect(frames, lazies)
+                lazies[name] = lazy
+        for name, version in self._frames.items():
+            if frames.get(name, version) != version or name in lazies:
+                raise LazyInputError(f"handle {name!r} names two different values in this chain of lazy handles")
+            frames[name] = version
+
+    # -- snapshot -------------------------------------------------------------------------------
+
+    def __harness_snapshot__(self, describe_frame: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+        info = self._info
+        snap = describe_frame(info["head"])
+        snap["type"] = "lazy_frame"
+        snap["engine"] = self.__harness_engine__
+        snap["shape"] = [info["rows"], len(info["columns"])]
+        if info["rows_estimated"]:
+            snap["rows_estimated"] = True
+        snap["engine_types"] = dict(list(info["engine_types"].items())[: len(snap.get("dtypes", {})) or None])
+        snap.pop("index", None)  # an engine relation has no index: the head frame's is meaningless
+        snap["sql"] = self._sql if len(self._sql) <= 300 else self._sql[:297] + "..."
+        return snap
+
+    # -- rows -----------------------------------------------------------------------------------
+
+    def materialize(self, cache: Any, max_bytes: int, *, handle: str | None = None,
+                    progress: Callable[[float | None, bool], None] | None = None) -> Any:
+        """The rows as a pandas frame, streamed as Arrow batches; :class:`MaterializeLimitError` past ``max_bytes``."""
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+            raise ValueError(f"max_bytes must be a positive integer, got {max_bytes!r}")
+        table = self._engine.fetch_lazy(self, cache, max_bytes, handle=handle, progress=progress)
+        _materialized[0] += 1
+        from harness_magic.core.connectors._results import arrow_to_frame
+
+        return arrow_to_frame(table)
+
+
+def parse_estimate(plan_text: str) -> int | None:
+    """The row estimate of the top operator in DuckDB's ``EXPLAIN`` text (``~N rows``), if any."""
+    match = _ESTIMATE.search(plan_text)
+    return int(match.group(1).replace(",", "")) if match else None
