@@ -38,6 +38,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, observe, validate
 
+from harness_magic.core.interpreter import DEFAULT_MATERIALIZE_MAX_BYTES
 from harness_magic.core.scrub import escape_control
 
 __all__ = ["AgentMagics", "load_extension", "unload_extension", "LIVE_MODES"]
@@ -144,6 +145,10 @@ class AgentMagics(Magics):
                              "information. Over it, older turns are compacted before a request.").tag(config=True)
     subagents = Bool(True, help="Offer the agent the 'subagent' tool (delegation to an isolated subagent).",
                      ).tag(config=True)
+    materialize_max_bytes = Integer(DEFAULT_MATERIALIZE_MAX_BYTES, help="Bytes (Arrow) a lazy engine handle "
+                                    "may bring into the kernel when agent code names it or %agent_pull copies "
+                                    "it; over it the agent is told to aggregate in the engine first."
+                                    ).tag(config=True)
     connectors = List(Dict(), default_value=[], help="Connectors of every new session, as for "
                       "harness_magic.core.connectors.connectors_from_config, e.g. "
                       "[{'type': 'files', 'roots': ['data']}].").tag(config=True)
@@ -207,6 +212,12 @@ class AgentMagics(Magics):
             raise TraitError(f"{proposal['trait'].name} must be at least 1, got {proposal['value']}")
         return proposal["value"]
 
+    @validate("materialize_max_bytes")
+    def _valid_materialize(self, proposal: Any) -> int:
+        if proposal["value"] < 1:
+            raise TraitError(f"materialize_max_bytes must be a number of bytes >= 1, got {proposal['value']}")
+        return proposal["value"]
+
     @validate("memory_budget")
     def _valid_budget(self, proposal: Any) -> int | None:
         if proposal["value"] is not None and proposal["value"] < 0:
@@ -248,7 +259,7 @@ class AgentMagics(Magics):
         if change["name"] == "connectors":
             self._connectors_dirty = True
 
-    @observe(*_BUDGET_TRAITS)
+    @observe(*_BUDGET_TRAITS, "materialize_max_bytes")
     def _budget_changed(self, change: Any) -> None:
         if getattr(self, "_session", None) is not None:
             setattr(self._session.config, change["name"], change["new"])
@@ -279,7 +290,7 @@ class AgentMagics(Magics):
             spill_dir=self.spill_dir, stream=self.stream, max_tokens=self.max_tokens,
             max_cost_usd=self.max_cost_usd, max_wall_s=self.max_wall_s, max_tool_calls=self.max_tool_calls,
             planner=self.planner, reminders=self.reminders, prompt_caching=self.prompt_caching,
-            context_window=self.context_window,
+            context_window=self.context_window, materialize_max_bytes=self.materialize_max_bytes,
         )
 
     @property
@@ -525,23 +536,38 @@ class AgentMagics(Magics):
     @magic_arguments()
     @argument("handle", help="Cached handle to copy out.")
     @argument("name", nargs="?", default=None, help="Notebook variable to bind (default: HANDLE).")
+    @argument("--max-bytes", type=int, default=None, metavar="BYTES",
+              help="For a lazy engine handle: bring in at most this many bytes (default: materialize_max_bytes).")
     @line_magic
     def agent_pull(self, line: str) -> None:
-        """Copy a cached handle into a notebook variable."""
+        """Copy a cached handle into a notebook variable (a lazy engine handle is brought in within a byte cap)."""
         args = parse_argstring(self.agent_pull, line)
         handle = _check_handle(args.handle, "handle")
         name = _check_handle(args.name or handle, "variable name")
+        if args.max_bytes is not None and args.max_bytes < 1:
+            raise UsageError(f"--max-bytes must be a number of bytes >= 1, got {args.max_bytes}")
         cache = self.session.cache
         if handle not in cache:
             raise UsageError(f"no handle {handle!r}; handles: {', '.join(cache.names()) or '(none)'}")
-        print(f"pulled {self._bind(handle, name)}")
+        print(f"pulled {self._bind(handle, name, max_bytes=args.max_bytes)}")
 
-    def _bind(self, handle: str, name: str) -> str:
+    def _bind(self, handle: str, name: str, *, max_bytes: int | None = None) -> str:
         """Copy ``handle`` into the notebook as ``name``; warns (stderr) when that replaces a value of
-        another type. Returns ``"HANDLE → NAME (type shape)"`` for the confirmation line."""
+        another type. Returns ``"HANDLE → NAME (type shape)"`` for the confirmation line.
+
+        A lazy engine handle is materialised under ``max_bytes`` (default
+        :attr:`materialize_max_bytes`); over it, a UsageError names the cap and the flag to raise it."""
         import sys
 
-        value = copy_value(self.session.cache.view(handle))
+        from harness_magic.core.interpreter import materialize_inputs
+
+        try:
+            value = materialize_inputs(self.session.cache, [handle], max_bytes or self.materialize_max_bytes)[handle]
+        except Exception as exc:
+            if type(exc).__name__ == "MaterializeLimitError":
+                raise UsageError(f"{exc} To bring it in anyway: %agent_pull {handle} {name} --max-bytes N") from None
+            raise
+        value = copy_value(value)
         described = _describe(value)
         old = self.shell.user_ns.get(name, _MISSING)
         if old is not _MISSING and type(old) is not type(value) and not name.startswith("_"):

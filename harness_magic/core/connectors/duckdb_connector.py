@@ -224,6 +224,9 @@ class DuckDBEngine:
         import duckdb
 
         statement = _single(sql)
+        if statement.type != duckdb.StatementType.SELECT:  # DuckDB's parser: nothing else may run here
+            raise ToolError(f"Refused: a lazy handle must be one query (SELECT, WITH, FROM, VALUES); this statement "
+                            f"is {statement.type.name}.")
         con, frames, lazies = self._open(cache, sql)
         try:
             def describe() -> dict[str, Any]:
@@ -457,7 +460,8 @@ def duckdb_connector(
     @connector.tool()
     def list_tables(context: ToolContext) -> Any:
         """List what SQL can query: cached DataFrame handles and configured file views."""
-        out = [{"name": view, "kind": "file", "path": path.name, "files": len(engine.sources[view][1])}
+        out = [{"name": view, "kind": "file", "path": path.name,
+                **({"files": len(engine.sources[view][1])} if len(engine.sources[view][1]) > 1 else {})}
                for view, path in engine.files.items()]
         for handle in context.cache.names():
             if handle in engine.files:

@@ -1,0 +1,300 @@
+"""Lazy DuckDB handles over a multi-file Parquet dataset: chaining, pushdown snapshots,
+materialisation under a byte cap, out-of-core settings and progress events (real DuckDB)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from harness_magic.core.cache import SessionCache
+from harness_magic.core.connectors import duckdb_connector
+from harness_magic.core.connectors import lazy as lazy_mod
+from harness_magic.core.connectors.duckdb_connector import DuckDBEngine
+from harness_magic.core.connectors.lazy import LazyRelation, MaterializeLimitError, materialize_count
+from harness_magic.core.events import EngineProgress
+from harness_magic.core.offline import ScriptedModel
+from harness_magic.core.provider import ProviderAdapter
+from harness_magic.core.session import AgentConfig, AgentSession
+from harness_magic.core.tools import ToolError
+
+FILES = 4
+ROWS_PER_FILE = 25_000
+REGIONS = np.array(["north", "south", "east", "west"])
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """A Parquet dataset of several files (a directory, read through a glob)."""
+    root = tmp_path_factory.mktemp("lake") / "events"
+    root.mkdir()
+    for part in range(FILES):
+        ids = np.arange(part * ROWS_PER_FILE, (part + 1) * ROWS_PER_FILE)
+        pq.write_table(pa.table({"id": ids, "region": REGIONS[ids % 4], "amount": (ids % 97).astype("float64")}),
+                       root / f"part-{part}.parquet")
+    frame = pd.concat([pq.read_table(p).to_pandas() for p in sorted(root.glob("*.parquet"))], ignore_index=True)
+    return root, frame
+
+
+def call(tool, **arguments):
+    return {"tool_calls": [{"name": tool, "arguments": arguments}]}
+
+
+def session_for(tmp_path, turns, connector, **config):
+    adapter = ProviderAdapter("scripted/lazy", transport=ScriptedModel(turns))
+    session = AgentSession(AgentConfig(run_dir=str(tmp_path / "runs"), sandbox="inprocess", **config),
+                           adapter=adapter)
+    session.add_connector(connector)
+    return session
+
+
+def results(run):
+    return [b for m in run.messages for b in m.content if getattr(b, "type", "") == "tool_result"]
+
+
+def test_three_lazy_queries_chain_in_the_engine_without_materialising(tmp_path, dataset, monkeypatch):
+    root, frame = dataset
+    moved = []
+    monkeypatch.setattr(LazyRelation, "materialize", lambda *a, **k: moved.append(a) or pytest.fail("materialised"))
+    turns = [call("load_connectors", connector_name="duckdb"),
+             call("duckdb__query", sql="SELECT * FROM events WHERE amount > 10", name="big", lazy=True),
+             call("duckdb__query", sql="SELECT region, sum(amount) AS total, count(*) AS n FROM big GROUP BY region",
+                  name="by_region", lazy=True),
+             call("duckdb__query", sql="SELECT region, total / n AS mean FROM by_region ORDER BY region",
+                  name="means", lazy=True),
+             call("list_variables"), {"text": "done"}]
+    session = session_for(tmp_path, turns, duckdb_connector({"events": str(root / "*.parquet")}))
+    run = session.ask("go")
+    blocks = results(run)
+    assert not any(b.is_error for b in blocks), [b.content for b in blocks]
+    cache = session.cache
+    assert [cache.location(h) for h in ("big", "by_region", "means")] == ["duckdb"] * 3
+    assert moved == [] and all(isinstance(cache.get(h), LazyRelation) for h in ("big", "by_region", "means"))
+    assert cache.usage()["memory_bytes"] == 0  # nothing but descriptions in the cache
+    expected = frame[frame.amount > 10]
+    snap = cache.snapshot("big")
+    assert snap["type"] == "lazy_frame" and snap["engine"] == "duckdb"
+    assert snap["shape"] == [len(expected), 3] and "rows_estimated" not in snap
+    assert snap["engine_types"] == {"id": "BIGINT", "region": "VARCHAR", "amount": "DOUBLE"}
+    assert len(snap["sample"]) == 5
+    assert cache.snapshot("means")["shape"] == [4, 2]
+    listing = [json.loads(line) for line in blocks[-1].content.splitlines()]
+    assert {row["name"]: row.get("location") for row in listing} == {"big": "duckdb", "by_region": "duckdb",
+                                                                      "means": "duckdb"}
+    # the rows, once brought in, are exactly what pandas computes
+    monkeypatch.undo()
+    got = cache.get("means").materialize(cache, 10**6, handle="means").set_index("region")["mean"]
+    want = expected.groupby("region")["amount"].mean().sort_index()
+    pd.testing.assert_series_equal(got, want, check_names=False)
+
+
+def test_interpreter_materialises_under_the_cap_and_refuses_over_it(tmp_path, dataset):
+    root, frame = dataset
+    turns = [call("load_connectors", connector_name="duckdb"),
+             call("duckdb__query", sql="SELECT * FROM events", name="everything", lazy=True),
+             call("duckdb__query", sql="SELECT region, sum(amount) AS total FROM everything GROUP BY 1",
+                  name="small", lazy=True),
+             call("python_interpreter", code="small.sort_values('region').total.tolist()"),
+             call("python_interpreter", code="len(everything)"),
+             {"text": "done"}]
+    session = session_for(tmp_path, turns, duckdb_connector({"events": str(root)}),
+                          materialize_max_bytes=64 * 1024)
+    before = materialize_count()
+    blocks = results(session.ask("go"))
+    want = frame.groupby("region")["amount"].sum().sort_index().tolist()
+    assert not blocks[-2].is_error and json.loads(blocks[-2].content) == want
+    over = blocks[-1]
+    assert over.is_error and "too big to bring into the kernel" in over.content
+    assert "65,536 bytes" in over.content and "aggregate or filter" in over.content
+    assert materialize_count() == before + 1  # only the small one came in
+    assert session.cache.location("everything") == "duckdb"  # state intact
+
+
+def test_materialise_streams_and_stops_at_the_cap(dataset):
+    root, frame = dataset
+    engine = DuckDBEngine({"events": str(root / "part-*.parquet")}, batch_rows=2_048)
+    cache = SessionCache()
+    relation = engine.lazy(cache, "SELECT id, amount FROM events")
+    cache.put("rel", relation)
+    exact = relation.materialize(cache, 10 * 1024**2)
+    assert len(exact) == len(frame) and exact["id"].sum() == frame["id"].sum()
+    with pytest.raises(MaterializeLimitError, match=r"more than 50,000 bytes"):
+        relation.materialize(cache, 50_000, handle="rel")
+    for bad in (0, -1, True, 1.5, "1GB"):
+        with pytest.raises(ValueError, match="max_bytes must be a positive integer"):
+            relation.materialize(cache, bad)
+
+
+def test_a_query_joins_a_cached_pandas_frame_and_a_lazy_handle(tmp_path, dataset):
+    root, frame = dataset
+    targets = pd.DataFrame({"region": ["north", "south", "east"], "target": [1.0, 2.0, 3.0]})
+    turns = [call("load_connectors", connector_name="duckdb"),
+             call("duckdb__query", sql="SELECT region, avg(amount) AS mean FROM events GROUP BY 1", name="means",
+                  lazy=True),
+             call("duckdb__query", sql="SELECT m.region, m.mean - t.target AS gap FROM means m "
+                                       "JOIN targets t USING (region) ORDER BY 1", name="gaps"),
+             call("duckdb__query", sql="SELECT * FROM means JOIN targets USING (region)", name="lazy_gaps",
+                  lazy=True),
+             {"text": "done"}]
+    session = session_for(tmp_path, turns, duckdb_connector({"events": str(root / "*.parquet")}))
+    session.cache.put("targets", targets)
+    blocks = results(session.ask("go"))
+    assert not any(b.is_error for b in blocks), [b.content for b in blocks]
+    gaps = session.cache.get("gaps")
+    means = frame.groupby("region")["amount"].mean()
+    want = sorted((r, means[r] - t) for r, t in zip(targets.region, targets.target))
+    assert list(gaps.region) == [r for r, _ in want]
+    assert list(gaps.gap) == pytest.approx([g for _, g in want])
+    assert session.cache.location("gaps") == "memory" and session.cache.location("lazy_gaps") == "duckdb"
+    # the lazy join remembers the frame's exact value: retiring it makes the chain refuse, not guess
+    session.cache.retire("targets")
+    session.cache.put("targets", targets.assign(target=99.0))
+    with pytest.raises(ToolError, match="retired or replaced"):
+        session.cache.get("lazy_gaps").materialize(session.cache, 10**6)
+
+
+def test_hostile_sql_through_a_lazy_handle_is_still_refused(tmp_path, dataset):
+    root, _ = dataset
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hunter2\n")
+    target = root / "part-0.parquet"
+    before = target.read_bytes()
+    engine = DuckDBEngine({"events": str(root / "*.parquet")})
+    cache = SessionCache()
+    cache.put("base", engine.lazy(cache, "SELECT * FROM events"))
+    attacks = [f"SELECT * FROM read_csv('{secret}')",
+               f"COPY (SELECT * FROM base) TO '{target}' (FORMAT parquet)",
+               "SELECT 1; SELECT 2",
+               "SET memory_limit = '100TB'",
+               f"SELECT * FROM base, read_text('{secret}')",
+               "ATTACH ':memory:' AS x"]
+    for sql in attacks:
+        with pytest.raises(ToolError):
+            engine.lazy(cache, sql)
+    assert target.read_bytes() == before
+    # a lazy handle of another engine is not silently rebound to this one
+    other = DuckDBEngine({"events": str(root / "*.parquet")})
+    with pytest.raises(ToolError, match="another duckdb connector"):
+        other.lazy(cache, "SELECT count(*) FROM base")
+
+
+def test_memory_limit_and_private_temp_directory_are_in_force(dataset):
+    root, _ = dataset
+    engine = DuckDBEngine({"events": str(root)}, memory_limit="64MB", threads=1)
+    mode = stat.S_IMODE(os.stat(engine.temp_dir).st_mode)
+    assert mode == 0o700 and engine.temp_dir.name.startswith("harness_magic_duckdb_")
+    settings, _ = engine.query(SessionCache(), "SELECT current_setting('memory_limit') AS m, "
+                                               "current_setting('temp_directory') AS t, "
+                                               "current_setting('threads') AS n")
+    assert settings.m[0] == "61.0 MiB" and settings.t[0] == str(engine.temp_dir) and int(settings.n[0]) == 1
+    # a group-by with far more state than 64 MB finishes by spilling into the private directory
+    seen = []
+    big, _ = engine.query(SessionCache(), "SELECT count(*) AS groups FROM (SELECT i, any_value(i::VARCHAR || "
+                                          "repeat('x', 40)) FROM range(3000000) t(i) GROUP BY i)",
+                          progress=lambda pct, done: seen.append((pct, done)))
+    assert big.groups[0] == 3_000_000
+    assert seen and seen[-1] == (None, True)
+    with pytest.raises(ToolError, match="lock|configuration|Refused"):
+        engine.query(SessionCache(), "SET memory_limit = '100GB'")
+    path = engine.temp_dir
+    engine.close()
+    assert not path.exists()
+    with pytest.raises(ValueError, match="memory_limit 'lots' is not valid"):
+        DuckDBEngine({}, memory_limit="lots")
+    for bad in (0, True, "2"):
+        with pytest.raises(ValueError, match="threads"):
+            DuckDBEngine({}, threads=bad)
+
+
+def test_datasets_accept_globs_and_directories_of_one_kind(tmp_path, dataset):
+    root, frame = dataset
+    for view, where in (("by_glob", str(root / "part-*.parquet")), ("by_dir", str(root))):
+        engine = DuckDBEngine({view: where})
+        got, _ = engine.query(SessionCache(), f"SELECT count(*) AS n, sum(id) AS s FROM {view}")
+        assert (got.n[0], got.s[0]) == (len(frame), frame.id.sum())
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    frame.head(3).to_csv(mixed / "a.csv", index=False)
+    frame.head(3).to_parquet(mixed / "b.parquet")
+    with pytest.raises(ValueError, match="one kind"):
+        DuckDBEngine({"m": str(mixed)})
+    with pytest.raises(ValueError, match="matches no files"):
+        DuckDBEngine({"m": str(tmp_path / "nothing-*.parquet")})
+    (mixed / "b.parquet").unlink()
+    (mixed / "c.csv").write_text("id,region,amount\n7,north,1.5\n")
+    csv, _ = DuckDBEngine({"m": str(mixed / "*.csv")}).query(SessionCache(), "SELECT count(*) AS n FROM m")
+    assert csv.n[0] == 4
+
+
+def test_row_count_falls_back_to_the_engine_estimate(dataset, monkeypatch):
+    root, frame = dataset
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("harness_magic.core.connectors.duckdb_connector"),
+                        "COUNT_BUDGET_S", 0.05)
+    engine = DuckDBEngine({"events": str(root)})
+    cache = SessionCache()
+    relation = engine.lazy(cache, "SELECT a.id FROM events a, events b WHERE a.id < 1000")
+    cache.put("slow", relation)
+    snap = cache.snapshot("slow")
+    assert snap["rows_estimated"] is True and isinstance(snap["shape"][0], int) and snap["shape"][0] > 0
+    assert lazy_mod.parse_estimate("│ ~15,000,000 rows │\n│ ~3 rows │") == 15_000_000
+
+
+def test_query_progress_reaches_the_harness_as_events(tmp_path, dataset):
+    root, _ = dataset
+    turns = [call("load_connectors", connector_name="duckdb"),
+             call("duckdb__query", sql="SELECT count(*) AS n FROM (SELECT a.id FROM events a, range(60) r "
+                                       "WHERE a.amount * r.range > 1)"),
+             {"text": "done"}]
+    session = session_for(tmp_path, turns, duckdb_connector({"events": str(root)}))
+    events = []
+    session.subscribe(events.append)
+    assert session.ask("go").ok
+    progress = [e for e in events if isinstance(e, EngineProgress)]
+    assert progress and progress[-1].done and progress[-1].engine == "duckdb"
+
+
+def test_agent_pull_and_agent_vars_of_a_lazy_handle(tmp_path, dataset):
+    """In IPython: %agent_vars shows the engine as location; %agent_pull obeys the cap and --max-bytes."""
+    import subprocess
+    import sys
+    import textwrap
+
+    root, frame = dataset
+    driver = textwrap.dedent(f"""\
+        import json
+        from IPython.core.interactiveshell import InteractiveShell
+        from harness_magic.core.connectors.duckdb_connector import DuckDBEngine
+        shell = InteractiveShell.instance()
+        shell.run_line_magic("load_ext", "harness_magic")
+        shell.run_line_magic("config", 'AgentMagics.sandbox = "inprocess"')
+        shell.run_line_magic("config", "AgentMagics.materialize_max_bytes = 100000")
+        magics = shell.magics_manager.registry["AgentMagics"]
+        cache = magics.session.cache
+        engine = DuckDBEngine({{"events": {str(root)!r}}})
+        cache.put("everything", engine.lazy(cache, "SELECT * FROM events"))
+        cache.put("small", engine.lazy(cache, "SELECT region, count(*) AS n FROM events GROUP BY 1"))
+        shell.run_line_magic("agent_vars", "")
+        shell.run_line_magic("agent_pull", "small got_small")
+        print("SMALL", sorted(shell.user_ns["got_small"].n.tolist()))
+        result = shell.run_cell("%agent_pull everything got_all")
+        print("REFUSED", "got_all" not in shell.user_ns)
+        shell.run_line_magic("agent_pull", "everything got_all --max-bytes 100000000")
+        print("ALL", len(shell.user_ns["got_all"]))
+        shell.run_cell("%agent_pull small x --max-bytes 0")
+    """)
+    out = subprocess.run([sys.executable, "-c", driver], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout + out.stderr
+    assert "duckdb" in text.split("SMALL")[0]  # the listing's "where" column names the engine
+    assert f"SMALL {[ROWS_PER_FILE] * 4}" in text
+    assert "REFUSED True" in text and "100,000 bytes" in text and "--max-bytes N" in text
+    assert f"ALL {len(frame)}" in text
+    assert "--max-bytes must be a number of bytes >= 1, got 0" in text
