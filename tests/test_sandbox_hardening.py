@@ -179,6 +179,21 @@ def test_scratch_files_written_and_closed_are_capped():
         assert run(sandbox, "open('ok.txt', 'w').write('ok')").value == 2  # scratch still works
 
 
+def test_scratch_left_by_a_dead_kernel_is_swept_and_nothing_else(tmp_path):
+    from harness_magic.core.sandbox.backend import sweep_stale_roots
+
+    dead = 2**22 + 12345  # above the default pid_max: never a live process
+    stale = tmp_path / f"harness-sandbox-{dead}-abc"
+    (stale / "session-x" / "scratch").mkdir(parents=True)
+    (stale / "session-x" / "scratch" / "fill.bin").write_bytes(b"x" * 4096)
+    live = tmp_path / f"harness-sandbox-{os.getpid()}-def"
+    live.mkdir()
+    other = tmp_path / "harness-sandboxed-notes"
+    other.mkdir()
+    assert sweep_stale_roots(str(tmp_path)) == [str(stale)]
+    assert not stale.exists() and live.exists() and other.exists()
+
+
 def test_many_small_scratch_files_are_refused():
     with sandbox_with(timeout=20.0) as sandbox:
         result = run(sandbox, "import time\nfor i in range(12_000):\n    open(f'n{i}', 'w').close()\ntime.sleep(1)")

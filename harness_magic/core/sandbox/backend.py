@@ -102,6 +102,35 @@ def _shm_root() -> str:
     return base
 
 
+_ROOT_PREFIX = "harness-sandbox-"
+
+
+def sweep_stale_roots(base: str) -> list[str]:
+    """Delete sandbox roots (inputs, scratch) left in ``base`` by kernels that died without closing.
+
+    Only directories this user owns whose creating process is gone; returns their paths.
+    """
+    removed = []
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(_ROOT_PREFIX):
+            continue
+        owner = entry.name[len(_ROOT_PREFIX):].split("-", 1)[0]
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if (not owner.isdigit() or os.path.exists(f"/proc/{owner}") or info.st_uid != os.geteuid()
+                or not entry.is_dir(follow_symlinks=False)):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(entry.path)
+    return removed
+
+
 class _Launcher:
     """The kernel's handle on the launcher process (one per kernel, shared)."""
 
@@ -109,7 +138,8 @@ class _Launcher:
     _shared_lock = threading.Lock()
 
     def __init__(self) -> None:
-        self.root = tempfile.mkdtemp(prefix=f"harness-sandbox-{os.getpid()}-", dir=_shm_root())
+        sweep_stale_roots(_shm_root())
+        self.root = tempfile.mkdtemp(prefix=f"{_ROOT_PREFIX}{os.getpid()}-", dir=_shm_root())
         os.chmod(self.root, 0o711)
         empty = os.path.join(self.root, "empty")
         os.mkdir(empty, 0o555)
