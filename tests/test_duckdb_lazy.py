@@ -298,3 +298,24 @@ def test_agent_pull_and_agent_vars_of_a_lazy_handle(tmp_path, dataset):
     assert "REFUSED True" in text and "100,000 bytes" in text and "--max-bytes N" in text
     assert f"ALL {len(frame)}" in text
     assert "--max-bytes must be a number of bytes >= 1, got 0" in text
+
+
+def test_a_lazy_handle_reaches_the_sandboxed_worker_as_a_frame(tmp_path, dataset):
+    """The default backend: the materialised rows cross into the confined worker exactly."""
+    root, frame = dataset
+    turns = [call("load_connectors", connector_name="duckdb"),
+             call("duckdb__query", sql="SELECT region, sum(amount) AS total FROM events GROUP BY 1", name="totals",
+                  lazy=True),
+             call("python_interpreter", code="save('pulled', totals.sort_values('region').reset_index(drop=True))"),
+             {"text": "done"}]
+    adapter = ProviderAdapter("scripted/lazy", transport=ScriptedModel(turns))
+    session = AgentSession(AgentConfig(run_dir=str(tmp_path / "runs"), sandbox="worker"), adapter=adapter)
+    session.add_connector(duckdb_connector({"events": str(root)}))
+    try:
+        blocks = results(session.ask("go"))
+        assert not blocks[-1].is_error, blocks[-1].content
+        want = frame.groupby("region", as_index=False)["amount"].sum().rename(columns={"amount": "total"})
+        pd.testing.assert_frame_equal(session.cache.get("pulled"), want)
+        assert session.cache.location("totals") == "duckdb"
+    finally:
+        session.close()

@@ -64,6 +64,10 @@ PROGRESS_INTERVAL_S = 0.25
 """How often a running query's progress is polled for the live status line (cheap, smooth enough)."""
 HEAD_ROWS = 5
 """Head rows a lazy handle's snapshot fetches with LIMIT."""
+ONE_PASS_MAX_ROWS = 1_000_000
+"""A lazy result DuckDB estimates at most this big is computed once into an engine table for its snapshot
+(count and head from one run); larger ones get LIMIT for the head and a budgeted count(*)."""
+_SNAPSHOT_TABLE = "__harness_snapshot__"
 Progress = Callable[[float | None, bool], None]
 """``progress(percent or None, done)``: called from a polling thread while a statement runs."""
 
@@ -233,21 +237,32 @@ class DuckDBEngine:
                 relation = con.sql(statement)
                 if relation is None:
                     raise ToolError("The statement returns no rows to keep as a lazy handle.")
-                head = relation.limit(HEAD_ROWS).to_arrow_table()
                 info: dict[str, Any] = {
                     "columns": list(relation.columns),
                     "engine_types": {c: str(t) for c, t in zip(relation.columns, relation.types)},
-                    "head": arrow_to_frame(head),
                 }
+                estimate = parse_estimate(relation.explain())
+                head = rows = None
                 counter = threading.Timer(COUNT_BUDGET_S, con.interrupt)
                 counter.daemon = True
                 counter.start()
                 try:
-                    info["rows"], info["rows_estimated"] = relation.aggregate("count(*)").fetchall()[0][0], False
+                    if estimate is not None and estimate <= ONE_PASS_MAX_ROWS:
+                        # one run: the (small) result kept inside DuckDB gives both the count and the head
+                        relation.to_table(_SNAPSHOT_TABLE)
+                        kept = con.table(_SNAPSHOT_TABLE)
+                        rows = kept.aggregate("count(*)").fetchall()[0][0]
+                        head = kept.limit(HEAD_ROWS).to_arrow_table()
+                    else:
+                        rows = relation.aggregate("count(*)").fetchall()[0][0]
                 except duckdb.InterruptException:
-                    info["rows"], info["rows_estimated"] = parse_estimate(relation.explain()), True
+                    pass  # over the budget: the estimate stands in for the count
                 finally:
                     counter.cancel()
+                if head is None:
+                    head = relation.limit(HEAD_ROWS).to_arrow_table()
+                info["head"] = arrow_to_frame(head)
+                info["rows"], info["rows_estimated"] = (estimate, True) if rows is None else (rows, False)
                 return info
 
             info = self._run(con, describe, progress)
