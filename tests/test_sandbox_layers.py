@@ -84,7 +84,7 @@ def test_working_directory_is_empty_scratch_and_fds_are_closed():
         value = run(sandbox, "import os\n(os.listdir('.'), sorted(int(f) for f in os.listdir('/proc/self/fd')))").value
     listing, fds = value
     assert listing == []
-    assert len(fds) <= 6  # stdin/out/err on /dev/null, request and reply pipes, the listdir fd
+    assert len(fds) <= 7  # stdin/out/err on /dev/null, request and reply pipes, the result socket, the listdir fd
 
 
 def test_worker_has_its_own_process_group_and_session():

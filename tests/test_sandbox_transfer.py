@@ -187,3 +187,69 @@ def test_inputs_are_exported_once_per_value_and_removed_with_the_handle(tmp_path
             assert backend.exported_files() == []
     finally:
         backend.close()
+
+
+def _memfd(data: bytes, *, seal: bool = True) -> int:
+    import fcntl
+
+    fd = os.memfd_create("test", os.MFD_ALLOW_SEALING)
+    os.write(fd, data)
+    if seal:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
+                    fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
+    return fd
+
+
+def _arrow_bytes(frame, compression=None) -> bytes:
+    from harness_magic.core.cache.spill import frame_to_table
+
+    table = frame_to_table(frame)
+    sink = io.BytesIO()
+    with pa.ipc.new_file(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression=compression)) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
+
+
+def test_a_sealed_result_is_mapped_read_only_and_decoded_exactly() -> None:
+    frame = pd.DataFrame({"a": np.arange(5.0)}, index=pd.date_range("2024", periods=5, freq="D"))
+    fd = _memfd(_arrow_bytes(frame))
+    try:
+        back = read_result({"kind": "arrow", "shape": "frame", "fd_slot": 1}, "/nonexistent", sealed={1: fd})
+    finally:
+        os.close(fd)
+    assert_identical(frame, back)
+
+
+@pytest.mark.parametrize("attack", ["unsealed", "regular_file", "over_cap", "compressed", "unknown_slot", "garbage"])
+def test_crafted_sealed_results_are_refused_cleanly(tmp_path, attack) -> None:
+    frame = pd.DataFrame({"a": np.zeros(10_000)})
+    desc = {"kind": "arrow", "shape": "frame", "fd_slot": 1}
+    if attack == "unsealed":
+        fd = _memfd(_arrow_bytes(frame), seal=False)
+    elif attack == "regular_file":
+        (tmp_path / "plain").write_bytes(_arrow_bytes(frame))
+        fd = os.open(tmp_path / "plain", os.O_RDONLY)
+    elif attack == "compressed":
+        fd = _memfd(_arrow_bytes(frame, "zstd"))
+    elif attack == "garbage":
+        fd = _memfd(b"ARROW1\x00\x00" + os.urandom(4096) + b"ARROW1")
+    else:
+        fd = _memfd(_arrow_bytes(frame))
+    sealed = {1: fd} if attack != "unknown_slot" else {2: fd}
+    try:
+        with pytest.raises(ProtocolError, match={
+            "unsealed": "not sealed", "regular_file": "not a sealed memory file", "over_cap": "over the 1000-byte",
+            "compressed": "compressed Arrow buffers", "unknown_slot": "did not send", "garbage": "Arrow",
+        }[attack]):
+            read_result(desc, "/nonexistent", max_bytes=1000 if attack == "over_cap" else 2**30, sealed=sealed)
+    finally:
+        os.close(fd)
+
+
+@confined
+def test_worker_results_arrive_as_sealed_memory_files(sandbox) -> None:
+    result = sandbox.execute("import numpy as np\nsave('a', np.asfortranarray(np.ones((3, 2))))", {}, [])
+    assert result.error is None, result.error
+    back = result.saved[0][1]
+    assert back.flags.f_contiguous and not back.flags.writeable  # a read-only mapping of the sealed file
+    np.testing.assert_array_equal(back, np.ones((3, 2)))

@@ -37,7 +37,13 @@ from harness_magic.core.interpreter import ExecutionResult
 from harness_magic.core.sandbox import confinement
 from harness_magic.core.sandbox.memcg import CgroupUnavailable, MemoryCgroup, cgroup_limit
 from harness_magic.core.sandbox.protocol import FrameReader, ProtocolError, send_frame
-from harness_magic.core.sandbox.transfer import RESULT_MAX_BYTES, TransferRefused, read_result, write_input
+from harness_magic.core.sandbox.transfer import (
+    RESULT_MAX_BYTES,
+    TransferRefused,
+    read_result,
+    receive_sealed,
+    write_input,
+)
 
 __all__ = [
     "SandboxedInterpreter",
@@ -207,9 +213,12 @@ class _Launcher:
 
 
 class _Worker:
-    def __init__(self, pid: int, req_fd: int, resp_fd: int, hello: dict[str, Any]) -> None:
+    def __init__(self, pid: int, req_fd: int, resp_fd: int, hello: dict[str, Any],
+                 result_sock: socket.socket | None = None) -> None:
         self.pid, self.req_fd, self.resp_fd, self.hello = pid, req_fd, resp_fd, hello
         self.cgroup: MemoryCgroup | None = None
+        self.result_sock = result_sock
+        """Kernel end of the socketpair the worker passes sealed result memfds over."""
 
     def kill(self) -> None:
         for kill in (os.killpg, os.kill):
@@ -224,6 +233,8 @@ class _Worker:
                 os.close(fd)
             except OSError:
                 pass
+        if self.result_sock is not None:
+            self.result_sock.close()
 
     def _status(self, *keys: bytes) -> dict[bytes, int]:
         found: dict[bytes, int] = {}
@@ -407,12 +418,19 @@ class SandboxedInterpreter:
                         else:
                             written.append(path)
                     descs[name] = desc
+                for fd in receive_sealed(worker.result_sock, _MAX_SAVES + 1).values():
+                    os.close(fd)  # anything a previous call left queued is stale
                 send_frame(worker.req_fd, {"op": "exec", "seq": seq, "code": code, "inputs": descs,
                                            "taken": sorted(taken_names)})
                 reply = self._wait(worker, seq)
                 if isinstance(reply, ExecutionResult):
                     return reply
-                return self._build_result(reply, taken_names)
+                sealed = receive_sealed(worker.result_sock, _MAX_SAVES + 1)
+                try:
+                    return self._build_result(reply, taken_names, sealed)
+                finally:
+                    for fd in sealed.values():
+                        os.close(fd)  # the mappings made from them stay valid
             except (BrokenPipeError, EOFError, ProtocolError) as exc:
                 return self._lost_worker(f"the sandbox worker failed: {type(exc).__name__}: {exc}")
             finally:
@@ -470,15 +488,20 @@ class SandboxedInterpreter:
         config = {"session_dir": self.session_dir, "input_dir": self.input_dir, "scratch_dir": self.scratch_dir,
                   "layers": list(self._layers), "limits": self._limits, "ast_precheck": self._ast_precheck,
                   "audit_hooks": self._audit_hooks}
+        # Made before the worker confines itself (it may create no sockets after): sealed results come back here.
+        result_parent, result_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        fds = [req_r, resp_w, result_child.fileno()]
         try:
-            reply = self._launcher.request({"op": "spawn", "config": config}, [req_r, resp_w])
+            reply = self._launcher.request({"op": "spawn", "config": config}, fds)
         except (OSError, SandboxUnavailableError):
             self._launcher = _Launcher.shared()  # it died: start a new one once
-            reply = self._launcher.request({"op": "spawn", "config": config}, [req_r, resp_w])
+            reply = self._launcher.request({"op": "spawn", "config": config}, fds)
         finally:
             os.close(req_r)
             os.close(resp_w)
-        worker = _Worker(int(reply["pid"]), req_w, resp_r, {})
+            result_child.close()
+        result_parent.setblocking(False)  # drained without waiting: results are queued before the reply
+        worker = _Worker(int(reply["pid"]), req_w, resp_r, {}, result_parent)
         os.set_blocking(resp_r, False)
         try:
             hello = _read_hello(resp_r)
@@ -612,7 +635,8 @@ class SandboxedInterpreter:
                     f"scratch files), over the {self.rss_limit / 2**20:.0f} MiB memory limit")
         return None
 
-    def _build_result(self, reply: dict[str, Any], taken_names: Collection[str]) -> ExecutionResult:
+    def _build_result(self, reply: dict[str, Any], taken_names: Collection[str],
+                      sealed: dict[int, int] | None = None) -> ExecutionResult:
         result = ExecutionResult()
         stdout = reply.get("stdout", "")
         if not isinstance(stdout, str):
@@ -637,9 +661,9 @@ class SandboxedInterpreter:
                 raise ProtocolError("malformed saved entry")
             handle = resolve_handle_name(item[0], taken)  # never trust the worker's arithmetic
             taken.add(handle)
-            result.saved.append((handle, self._read(item[1])))
+            result.saved.append((handle, self._read(item[1], sealed)))
         if reply.get("value") is not None:
-            result.value = self._read(reply["value"])
+            result.value = self._read(reply["value"], sealed)
         charts = reply.get("charts", [])
         if isinstance(charts, list):
             for chart in charts[:20]:
@@ -648,9 +672,9 @@ class SandboxedInterpreter:
                     result.charts.append(png)
         return result
 
-    def _read(self, desc: Any) -> Any:
+    def _read(self, desc: Any, sealed: dict[int, int] | None = None) -> Any:
         try:
-            return read_result(desc, self.scratch_dir, self.result_max_bytes)
+            return read_result(desc, self.scratch_dir, self.result_max_bytes, sealed)
         except ProtocolError as exc:
             raise ProtocolError(f"result refused: {exc}") from exc
 

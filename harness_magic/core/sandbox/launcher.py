@@ -90,18 +90,18 @@ def main(control_fd: int) -> None:
     exited: dict[int, dict] = {}
     try:
         while True:
-            data, fds, _flags, _addr = socket.recv_fds(sock, MAX_CONTROL_BYTES, 2)
+            data, fds, _flags, _addr = socket.recv_fds(sock, MAX_CONTROL_BYTES, 3)
             if not data:
                 break
             message = json.loads(data)
             op = message.get("op")
-            if op == "spawn" and len(fds) == 2:
+            if op == "spawn" and len(fds) in (2, 3):
                 pid = os.fork()
                 if pid == 0:
                     try:
                         sock.close()
                         config = dict(message["config"], launcher_pid=os.getppid())
-                        run_worker(fds[0], fds[1], config)
+                        run_worker(fds[0], fds[1], config, fds[2] if len(fds) == 3 else None)
                     finally:
                         os._exit(1)
                 for fd in fds:

@@ -13,10 +13,15 @@ turned into a placeholder or a repr string. Nothing is pickled either way.
 Inputs (kernel -> worker): Arrow IPC files (uncompressed) and ``.npy`` in the
 session's input directory; the worker memory-maps them read-only.
 
-Results (worker -> kernel): the same formats in the worker's scratch
-directory. The kernel opens them without following links, checks they are
-regular files within the size cap, copies them into its own memory (the
-worker could still write to a mapping it shares), then walks the Arrow
+Results (worker -> kernel): the worker writes each table or array into a
+memory file (``memfd_create``), seals it against writing, growing and
+shrinking (``F_ADD_SEALS``) and passes the descriptor over a socketpair made
+before it confined itself (:func:`receive_sealed`). The kernel checks the
+seals, the type and the size, and maps it read-only: sealed means the worker
+can no longer change it, so no safety copy is made (:func:`read_sealed_result`).
+Without that channel, results are scratch files: the kernel opens them
+without following links, checks they are regular files within the size cap
+and copies them into its own memory. Either way it then walks the Arrow
 message metadata *before decoding anything*: compressed bodies are refused,
 every buffer must lie inside its message body, and the decoded size
 (buffers plus what pandas materialises per row) must stay under the cap.
@@ -30,7 +35,9 @@ to read; *saved* values are never placeholders: they are exact or refused.
 
 from __future__ import annotations
 
+import io
 import json
+import mmap
 import os
 import re
 import stat
@@ -191,6 +198,57 @@ def read_input(desc: dict[str, Any], directory: str) -> Any:
 # -- worker -> kernel -----------------------------------------------------------------------
 
 
+_CHANNEL: dict[str, Any] = {"sock": None, "slot": 0}
+"""Worker side: the result socket (one end of a socketpair made before confinement) and the next slot."""
+
+def _all_seals() -> int:
+    import fcntl
+
+    return fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
+
+
+def set_result_channel(fd: int) -> None:
+    """Worker side: send tables and arrays back as sealed memory files over this socket."""
+    import socket
+
+    _CHANNEL["sock"] = socket.socket(fileno=fd)
+
+
+def _send_sealed(write: Any, desc: dict[str, Any]) -> dict[str, Any]:
+    """Write into a fresh memfd, seal it against any change, pass the descriptor; return the reply's descriptor."""
+    import fcntl
+    import socket
+
+    fd = os.memfd_create("harness-result", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
+    try:
+        with os.fdopen(os.dup(fd), "wb") as sink:
+            write(sink)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _all_seals())
+        slot = _CHANNEL["slot"] = _CHANNEL["slot"] + 1
+        socket.send_fds(_CHANNEL["sock"], [json.dumps({"slot": slot}).encode()], [fd])
+    finally:
+        os.close(fd)
+    return {**desc, "fd_slot": slot}
+
+
+def _arrow_to(table: Any) -> Any:
+    def write(sink: Any) -> None:
+        pa = _pa()
+        with pa.PythonFile(sink, mode="w") as stream, pa.ipc.new_file(stream, table.schema) as writer:
+            writer.write_table(table)
+
+    return write
+
+
+def _npy_to(value: Any) -> Any:
+    def write(sink: Any) -> None:
+        import numpy as np
+
+        np.save(sink, value if type(value) is np.ndarray else np.asarray(value), allow_pickle=False)
+
+    return write
+
+
 def write_result(value: Any, directory: str, tag: str, notes: list[str], *, saved_as: str | None = None,
                  max_bytes: int = RESULT_MAX_BYTES) -> dict[str, Any]:
     """Worker side: serialise one result exactly, or raise :class:`TransferRefused` naming its kind.
@@ -210,10 +268,14 @@ def write_result(value: Any, directory: str, tag: str, notes: list[str], *, save
             warnings.simplefilter("ignore")
             table = _to_table(value, kind, what)
         _check_size(table.nbytes, max_bytes, what)
+        if _CHANNEL["sock"] is not None:
+            return _send_sealed(_arrow_to(table), {"kind": "arrow", "shape": kind})
         _write_arrow(table, base + ".arrow")
         return {"kind": "arrow", "shape": kind, "file": os.path.basename(base) + ".arrow"}
     if _is_plain_array(value):
         _check_size(value.nbytes, max_bytes, what)
+        if _CHANNEL["sock"] is not None:
+            return _send_sealed(_npy_to(value), {"kind": "npy"})
         _write_npy(value, base + ".npy")
         return {"kind": "npy", "file": os.path.basename(base) + ".npy"}
     try:
@@ -373,8 +435,114 @@ def check_ipc_file(buffer: Any, max_bytes: int) -> int:
     return estimate
 
 
-def read_result(desc: Any, directory: str, max_bytes: int = RESULT_MAX_BYTES) -> Any:
-    """Kernel side: rebuild a result from its descriptor, validating type, size and content."""
+def receive_sealed(sock: Any, limit: int) -> dict[int, int]:
+    """Kernel side: every descriptor waiting on the result socket, by slot (at most ``limit``; extras closed).
+
+    Never blocks: the worker sends them before its reply frame, so they are
+    queued by the time the reply has been read.
+    """
+    import socket
+
+    found: dict[int, int] = {}
+    for _ in range(limit * 2 + 2):
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(sock, 256, 2, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            break
+        except OSError:  # the worker was stopped and its socket closed: nothing to collect
+            break
+        if not data and not fds:
+            break
+        try:
+            slot = json.loads(data)["slot"]
+        except (ValueError, KeyError, TypeError):
+            slot = None
+        if type(slot) is int and len(fds) == 1 and slot not in found and len(found) < limit:
+            found[slot] = fds[0]
+        else:
+            for fd in fds:
+                os.close(fd)
+    return found
+
+
+def _map_sealed(fd: int, max_bytes: int) -> tuple[Any, int]:
+    """A read-only mapping of a memfd the worker sealed; refuses anything unsealed, not plain, or too big."""
+    import fcntl
+
+    try:
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+    except OSError as exc:
+        raise ProtocolError(f"result descriptor is not a sealed memory file ({exc.strerror})") from None
+    if seals & _all_seals() != _all_seals():
+        raise ProtocolError("result memory file is not sealed against writing, growing and shrinking")
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise ProtocolError("result descriptor is not a plain memory file")
+    if info.st_size > max_bytes:
+        raise ProtocolError(f"result is {info.st_size} bytes, over the {max_bytes}-byte result limit")
+    if info.st_size == 0:
+        raise ProtocolError("result memory file is empty")
+    return mmap.mmap(fd, info.st_size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ), info.st_size
+
+
+def _npy_from_buffer(mm: Any, size: int) -> Any:
+    import numpy as np
+
+    head = io.BytesIO(mm[: min(size, 1 << 16)])
+    fmt = np.lib.format
+    version = fmt.read_magic(head)
+    readers = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}
+    if version not in readers:
+        raise ProtocolError(f".npy format version {version} is not accepted")
+    try:
+        shape, fortran, dtype = readers[version](head)
+    except ValueError as exc:
+        raise ProtocolError(f"bad .npy header: {exc}") from exc
+    if dtype.hasobject:
+        raise ProtocolError("object arrays are not accepted")
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    offset = head.tell()
+    if count < 0 or offset + count * dtype.itemsize > size:
+        raise ProtocolError("array header claims more data than the file holds")
+    flat = np.frombuffer(mm, dtype=dtype, count=count, offset=offset)  # read-only: the mapping is
+    return flat.reshape(shape, order="F" if fortran else "C")
+
+
+def read_sealed_result(desc: dict[str, Any], fd: int, max_bytes: int = RESULT_MAX_BYTES) -> Any:
+    """Kernel side: rebuild a result from a sealed memfd without copying it (sealed = immutable)."""
+    mm, size = _map_sealed(fd, max_bytes)
+    if desc.get("kind") == "npy":
+        return _npy_from_buffer(mm, size)
+    if desc.get("shape") not in ("frame", "series", "table"):
+        raise ProtocolError("malformed table descriptor")
+    pa = _pa()
+    buffer = pa.py_buffer(mm)
+    try:
+        check_ipc_file(buffer, max_bytes)
+        register_pandas_arrow_types()
+        table = pa.ipc.open_file(buffer).read_all()
+        for field in table.schema:
+            _check_schema_types(pa, field.type)
+        table.validate(full=True)
+        return _from_table(table, desc["shape"])  # zero-copy over the sealed mapping where pandas allows
+    except ProtocolError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - anything malformed is the worker's fault
+        raise ProtocolError(f"invalid Arrow result: {type(exc).__name__}: {exc}") from exc
+
+
+def read_result(desc: Any, directory: str, max_bytes: int = RESULT_MAX_BYTES,
+                sealed: dict[int, int] | None = None) -> Any:
+    """Kernel side: rebuild a result from its descriptor, validating type, size and content.
+
+    A descriptor with ``fd_slot`` names a sealed memory file from ``sealed``
+    (see :func:`receive_sealed`); otherwise ``file`` names a scratch file.
+    """
+    if isinstance(desc, dict) and "fd_slot" in desc:
+        slot = desc["fd_slot"]
+        if sealed is None or type(slot) is not int or slot not in sealed:
+            raise ProtocolError("result names a memory file the worker did not send")
+        return read_sealed_result(desc, sealed[slot], max_bytes)
     if not isinstance(desc, dict) or desc.get("kind") not in ("arrow", "npy", "tagged", "repr"):
         raise ProtocolError("malformed result descriptor")
     kind = desc["kind"]

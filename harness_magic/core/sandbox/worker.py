@@ -24,7 +24,7 @@ from typing import Any
 from harness_magic.core.cache.names import resolve_handle_name
 from harness_magic.core.sandbox import checks, confinement
 from harness_magic.core.sandbox.protocol import recv_frame, send_frame
-from harness_magic.core.sandbox.transfer import TransferRefused, read_input, write_result
+from harness_magic.core.sandbox.transfer import TransferRefused, read_input, set_result_channel, write_result
 
 _thread_count = _thread._count  # taken before model code can replace it
 
@@ -66,13 +66,13 @@ class _BoundedText(io.TextIOBase):
         return "".join(self.parts)
 
 
-def _apply_layers(config: dict[str, Any], req_fd: int, resp_fd: int) -> dict[str, Any]:
+def _apply_layers(config: dict[str, Any], req_fd: int, resp_fd: int, result_fd: int | None = None) -> dict[str, Any]:
     wanted = set(config["layers"])
     limits = config["limits"]
     status: dict[str, Any] = {}
     confinement.apply_process_group()
     status["process_group"] = True
-    confinement.apply_fds([req_fd, resp_fd])
+    confinement.apply_fds([req_fd, resp_fd] + ([result_fd] if result_fd is not None else []))
     status["fds"] = True
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # oversized writes fail with EFBIG instead of killing
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -121,11 +121,13 @@ def _apply_layers(config: dict[str, Any], req_fd: int, resp_fd: int) -> dict[str
     return status
 
 
-def run_worker(req_fd: int, resp_fd: int, config: dict[str, Any]) -> None:
+def run_worker(req_fd: int, resp_fd: int, config: dict[str, Any], result_fd: int | None = None) -> None:
     """Entry point in the forked child. Never returns."""
     code = 0
     try:
-        status = _apply_layers(config, req_fd, resp_fd)
+        status = _apply_layers(config, req_fd, resp_fd, result_fd)
+        if result_fd is not None:
+            set_result_channel(result_fd)
         arm = checks.install_audit_hook(config["scratch_dir"]) if config.get("audit_hooks") else None
         send_frame(resp_fd, {"op": "hello", "layers": status, "pid": os.getpid(),
                              "uid": os.getuid()})
