@@ -243,7 +243,9 @@ def test_row_count_falls_back_to_the_engine_estimate(dataset, monkeypatch):
     relation = engine.lazy(cache, "SELECT a.id FROM events a, events b WHERE a.id < 1000")
     cache.put("slow", relation)
     snap = cache.snapshot("slow")
-    assert snap["rows_estimated"] is True and isinstance(snap["shape"][0], int) and snap["shape"][0] > 0
+    # past the budget: DuckDB's estimate, or null (unknown) where it has none (Arrow scans say "~1 row")
+    assert snap["rows_estimated"] is True and (snap["shape"][0] is None or snap["shape"][0] > 1)
+    assert snap["shape"][1] == 1 and len(snap["sample"]) == 5
     assert lazy_mod.parse_estimate("│ ~15,000,000 rows │\n│ ~3 rows │") == 15_000_000
 
 

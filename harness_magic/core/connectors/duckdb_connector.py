@@ -262,7 +262,12 @@ class DuckDBEngine:
                 if head is None:
                     head = relation.limit(HEAD_ROWS).to_arrow_table()
                 info["head"] = arrow_to_frame(head)
-                info["rows"], info["rows_estimated"] = (estimate, True) if rows is None else (rows, False)
+                if rows is None:  # DuckDB guesses "~1 row" for sources without statistics: say unknown instead
+                    rows = estimate if estimate is not None and estimate > 1 else None
+                    info["rows_estimated"] = True
+                else:
+                    info["rows_estimated"] = False
+                info["rows"] = rows
                 return info
 
             info = self._run(con, describe, progress)
@@ -535,9 +540,12 @@ def duckdb_connector(
                 raise ToolError("max_rows applies to fetched results; a lazy handle fetches nothing. Add LIMIT "
                                 "to the SQL instead, or leave lazy unset.")
             relation = engine.lazy(context.cache, sql, progress)
-            rows = "unknown" if relation.rows is None else f"{relation.rows:,}"
-            note = (f"Lazy handle: the result stays in DuckDB ({'about ' if relation.rows_estimated else ''}{rows} "
-                    "rows); name it in later duckdb queries, or in python code to bring its rows in.")
+            if relation.rows is None:
+                rows = "an unknown number of rows: counting took too long"
+            else:
+                rows = f"{'about ' if relation.rows_estimated else ''}{relation.rows:,} rows"
+            note = (f"Lazy handle: the result stays in DuckDB ({rows}); name it in later duckdb queries, or in "
+                    "python code to bring its rows in.")
             return ConnectorResult(relation, note, name=name)
         frame, truncated = engine.query(context.cache, sql, max_rows, progress)
         cap = cap_rows(max_rows, engine.max_rows)
