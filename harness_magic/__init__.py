@@ -63,6 +63,8 @@ _EXPORTS: dict[str, str] = {
     "files_connector": "harness_magic.core.connectors",
     "duckdb_connector": "harness_magic.core.connectors",
     "sql_connector": "harness_magic.core.connectors",
+    "docs_connector": "harness_magic.core.knowledge",
+    "glossary_connector": "harness_magic.core.knowledge",
     "SubagentRecursionError": "harness_magic.core.subagent",
     "enable_subagents": "harness_magic.core.subagent",
     # control plane

@@ -525,3 +525,67 @@ def test_markdown_export_links_citations_to_logged_snippets(tmp_path, docs):
     markdown = render_answer_markdown(recorder.records[-1])
     assert "[\\[doc:runbooks/currency_conversion.md#which-rate-to-use\\]](#hm-src-1)" in markdown
     assert "   > Orders use the rate of the booking date. Refunds use the rate of the original order's" in markdown
+
+
+@pytest.fixture
+def embedding_server():
+    """A local OpenAI-compatible /v1/embeddings endpoint (vectors from the offline embedder)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    requests: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            requests.append(body)
+            if body.get("model") == "broken":
+                self.send_response(500)
+                self.end_headers()
+                self.wfile.write(b'{"error": {"message": "boom"}}')
+                return
+            texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+            vectors = HashingEmbedder(64).embed(texts)
+            payload = {"object": "list", "model": body["model"],
+                       "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
+                       "usage": {"prompt_tokens": 1, "total_tokens": 1}}
+            data = json.dumps(payload).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1", requests
+    server.shutdown()
+
+
+def test_litellm_embeddings_over_http_feed_hybrid_search(tmp_path, corpus_copy, embedding_server):
+    api_base, requests = embedding_server
+    connector = docs_connector([corpus_copy], index_path=tmp_path / "i.sqlite", embedding_model="openai/embed-test",
+                               embedding_options={"api_base": api_base, "api_key": "x", "max_retries": 0})
+    assert requests and all(r["model"] == "embed-test" for r in requests)
+    embedded = sum(len(r["input"]) for r in requests)
+    assert embedded == connector.report.chunks
+    top = [h.source_id for h in connector.index.vector("partner share clawback refund", 3)]
+    assert "doc:runbooks/refunds.md#partner-share" in top
+    assert connector.search("partner share refunded", 3)[0].source_id == "doc:runbooks/refunds.md#partner-share"
+    before = len(requests)
+    connector.refresh()
+    assert len(requests) == before  # unchanged chunks are not embedded again
+
+
+def test_embedding_failure_names_the_model(tmp_path, corpus_copy, embedding_server):
+    from harness_magic.core.knowledge.embed import EmbeddingError
+
+    api_base, _ = embedding_server
+    with pytest.raises(EmbeddingError, match="'openai/broken'"):
+        docs_connector([corpus_copy], index_path=tmp_path / "i.sqlite", embedding_model="openai/broken",
+                       embedding_options={"api_base": api_base, "api_key": "x", "max_retries": 0})
