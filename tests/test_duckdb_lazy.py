@@ -321,3 +321,29 @@ def test_a_lazy_handle_reaches_the_sandboxed_worker_as_a_frame(tmp_path, dataset
         assert session.cache.location("totals") == "duckdb"
     finally:
         session.close()
+
+
+def test_snapshot_strategy_follows_the_plan(dataset):
+    """Reducing plans are computed once into an engine table; plain scans are streamed (LIMIT, count)."""
+    import importlib
+
+    module = importlib.import_module("harness_magic.core.connectors.duckdb_connector")
+    root, frame = dataset
+    engine = DuckDBEngine({"events": str(root)})
+    con = engine.connect(SessionCache(), "events")
+    try:
+        def small(sql):
+            plan = con.sql(sql).explain()
+            return module._small_result(plan, module.parse_estimate(plan))
+
+        assert small("SELECT region, count(*) FROM events GROUP BY 1")
+        assert small("SELECT * FROM events ORDER BY amount LIMIT 3")
+        assert small("SELECT count(*) FROM events")
+        assert not small("SELECT * FROM events WHERE amount > 3")
+    finally:
+        con.close()
+    cache = SessionCache()
+    for sql, rows in (("SELECT region, count(*) AS n FROM events GROUP BY 1", 4),
+                      ("SELECT * FROM events WHERE amount > 3", int((frame.amount > 3).sum()))):
+        snap = cache.snapshot(cache.put("r", engine.lazy(cache, sql)))
+        assert snap["shape"][0] == rows and "rows_estimated" not in snap and snap["sample"]

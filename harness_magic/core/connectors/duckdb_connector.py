@@ -65,8 +65,9 @@ PROGRESS_INTERVAL_S = 0.25
 HEAD_ROWS = 5
 """Head rows a lazy handle's snapshot fetches with LIMIT."""
 ONE_PASS_MAX_ROWS = 1_000_000
-"""A lazy result DuckDB estimates at most this big is computed once into an engine table for its snapshot
-(count and head from one run); larger ones get LIMIT for the head and a budgeted count(*)."""
+"""A lazy result that reduces rows (aggregate, LIMIT) or that DuckDB estimates at most this big is computed
+once into an engine table for its snapshot (count and head from one run; bounded by memory_limit and the
+count budget); others get LIMIT for the head and a budgeted count(*), both streamed."""
 _SNAPSHOT_TABLE = "__harness_snapshot__"
 Progress = Callable[[float | None, bool], None]
 """``progress(percent or None, done)``: called from a polling thread while a statement runs."""
@@ -241,13 +242,14 @@ class DuckDBEngine:
                     "columns": list(relation.columns),
                     "engine_types": {c: str(t) for c, t in zip(relation.columns, relation.types)},
                 }
-                estimate = parse_estimate(relation.explain())
+                plan = relation.explain()
+                estimate = parse_estimate(plan)
                 head = rows = None
                 counter = threading.Timer(COUNT_BUDGET_S, con.interrupt)
                 counter.daemon = True
                 counter.start()
                 try:
-                    if estimate is not None and estimate <= ONE_PASS_MAX_ROWS:
+                    if _small_result(plan, estimate):
                         # one run: the (small) result kept inside DuckDB gives both the count and the head
                         relation.to_table(_SNAPSHOT_TABLE)
                         kept = con.table(_SNAPSHOT_TABLE)
@@ -346,6 +348,23 @@ def _single(sql: str) -> Any:
     if len(statements) != 1:
         raise ToolError(f"Refused: {len(statements)} statements; send exactly one per call.")
     return statements[0]
+
+
+_PLAN_TITLE = re.compile(r"╭─ ([^─╮]+?) ─")
+_REDUCING = ("GROUP BY", "AGGREGATE", "LIMIT", "TOP_N", "TOP N", "DISTINCT")
+
+
+def _small_result(plan: str, estimate: int | None) -> bool:
+    """Whether to compute a lazy result once into an engine table for its snapshot (a cost choice only).
+
+    Yes when the plan's root operators reduce the rows (an aggregate, LIMIT,
+    top-N) or DuckDB has a real estimate (> 1) under :data:`ONE_PASS_MAX_ROWS`;
+    a plain scan is left to ``LIMIT`` and ``count(*)``, which DuckDB streams.
+    """
+    roots = [t.upper() for t in _PLAN_TITLE.findall(plan)[:3]]
+    if any(word in title for title in roots for word in _REDUCING):
+        return True
+    return estimate is not None and 1 < estimate <= ONE_PASS_MAX_ROWS
 
 
 def _is_glob(path: str) -> bool:
