@@ -29,7 +29,7 @@ def shown(monkeypatch):
 
     def fake_display(obj, **kw):
         items.append(obj)
-        for child in getattr(obj, "children", ()):
+        for child in obj.children[0].children:
             if hasattr(child, "max"):
                 child.observe(lambda change: changes.append(change["new"]), names="value")
 
@@ -43,8 +43,9 @@ def test_agent_eval_runs_with_live_progress(shell, shown, tmp_path, monkeypatch)
     view = shell.run_line_magic("agent_eval", "core -m suite:reference --task total_revenue --task median_units "
                                               "--task unique_orders --jobs 2 --out r.json")
     assert changes == [1, 2, 3]  # the bar moved as each attempt finished
-    bar, label = items[0].children
+    (bar, label), finished = items[0].children[0].children, items[0].children[1]
     assert bar.max == 3 and "3/3 done, 3 passed" in label.value
+    assert finished.value.count("PASS") == 3 and "median_units r0: PASS" in finished.value
     assert view.summary["passed"] == 3
     assert "core with suite:reference: 3/3 passed" in repr(view)
     assert "<table>" in view._repr_html_()
@@ -57,8 +58,9 @@ def test_agent_eval_wrong_scripts_show_failures(shell, shown, tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     view = shell.run_line_magic("agent_eval", "core -m suite:wrong --task cancelled_orders_read_only")
     assert "FAIL (policy_violation)" in repr(view)
-    label = shown[0][0].children[1]
+    label = shown[0][0].children[0].children[1]
     assert "0 passed" in label.value and "policy_violation" in label.value
+    assert "FAIL (policy_violation)" in shown[0][0].children[1].value
 
 
 @pytest.mark.parametrize("line, message", [

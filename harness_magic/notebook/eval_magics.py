@@ -94,12 +94,17 @@ def _progress(total: int) -> Any:
         return update_display
     bar = widgets.IntProgress(value=0, min=0, max=max(total, 1), description="tasks")
     label = widgets.HTML(value=f"0/{total}")
-    display(widgets.HBox([bar, label]))
+    finished = widgets.HTML(value="")
+    display(widgets.VBox([widgets.HBox([bar, label]), finished]))
+    lines: list[str] = []
 
     def update_widget(done: int, total_: int, passed: int, last: str) -> None:
         bar.value = done
         bar.bar_style = "success" if passed == done else "warning"
         label.value = html.escape(f"{done}/{total_} done, {passed} passed; last: {last}")
+        colour = "#2e7d32" if last.endswith("PASS") else "#c62828"
+        lines.append(f"<span style='color:{colour}'>{html.escape(last)}</span>")
+        finished.value = "<div style='font-family:monospace;font-size:12px'>" + "<br>".join(lines) + "</div>"
 
     return update_widget
 
