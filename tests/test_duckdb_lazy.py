@@ -347,3 +347,17 @@ def test_snapshot_strategy_follows_the_plan(dataset):
                       ("SELECT * FROM events WHERE amount > 3", int((frame.amount > 3).sum()))):
         snap = cache.snapshot(cache.put("r", engine.lazy(cache, sql)))
         assert snap["shape"][0] == rows and "rows_estimated" not in snap and snap["sample"]
+
+
+def test_a_reused_handle_name_in_a_chain_is_refused_not_guessed(dataset):
+    root, frame = dataset
+    engine = DuckDBEngine({"events": str(root)})
+    cache = SessionCache()
+    cache.put("a", engine.lazy(cache, "SELECT * FROM events WHERE amount < 10"))
+    cache.put("b", engine.lazy(cache, "SELECT count(*) AS n FROM a"))
+    cache.retire("a")
+    cache.put("a", engine.lazy(cache, "SELECT * FROM events WHERE amount >= 10"))
+    with pytest.raises(ToolError, match="two different lazy handles"):
+        engine.query(cache, "SELECT * FROM a, b")
+    alone, _ = engine.query(cache, "SELECT n FROM b")  # b still means what it meant
+    assert alone.n[0] == (frame.amount < 10).sum() == cache.get("b").materialize(cache, 10**6).n[0]

@@ -174,9 +174,10 @@ class DuckDBEngine:
                         raise ToolError(f"a lazy handle was built on `{name}`, which was retired or replaced since; "
                                         "rebuild the lazy handle from the current handles")
                     frames.setdefault(name, version)
-                order.update(deep_lazies)
-            for handle, lazy in lazies.items():
-                order.setdefault(handle, lazy)
+                for name, dependency in [*deep_lazies.items(), *lazies.items()]:
+                    if order.setdefault(name, dependency) is not dependency:
+                        raise ToolError(f"`{name}` names two different lazy handles in this query (one was retired "
+                                        "and its name reused); rebuild the lazy handle from the current handles")
             for handle in sorted(frames):
                 con.register(handle, cache.view(handle))
             for handle, lazy in order.items():
