@@ -361,3 +361,22 @@ def test_a_reused_handle_name_in_a_chain_is_refused_not_guessed(dataset):
         engine.query(cache, "SELECT * FROM a, b")
     alone, _ = engine.query(cache, "SELECT n FROM b")  # b still means what it meant
     assert alone.n[0] == (frame.amount < 10).sum() == cache.get("b").materialize(cache, 10**6).n[0]
+
+
+def test_config_entry_and_list_tables_show_datasets_and_lazy_handles(tmp_path, dataset):
+    from harness_magic.core.connectors import connectors_from_config
+
+    root, frame = dataset
+    registry = connectors_from_config([{"type": "duckdb", "files": {"events": str(root / "*.parquet")},
+                                        "memory_limit": "128MB", "threads": 1}])
+    engine = registry["duckdb"].engine
+    assert (engine.memory_limit, engine.threads, len(engine.sources["events"][1])) == ("128MB", 1, FILES)
+    turns = [call("load_connectors", connector_name="duckdb"),
+             call("duckdb__query", sql="SELECT * FROM events WHERE region = 'north'", name="north", lazy=True),
+             call("duckdb__list_tables"), {"text": "done"}]
+    session = session_for(tmp_path, turns, registry["duckdb"])
+    listing = json.loads(results(session.ask("go"))[-1].content)
+    assert {"name": "events", "kind": "file", "path": "*.parquet", "files": FILES} in listing
+    assert {"name": "north", "kind": "lazy handle", "rows": int((frame.region == "north").sum())} in listing
+    with pytest.raises(ValueError, match="memory_limit"):
+        connectors_from_config([{"type": "duckdb", "files": {}, "memory_limit": "-5 parsecs"}])

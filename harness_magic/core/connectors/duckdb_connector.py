@@ -102,7 +102,8 @@ class DuckDBEngine:
         self.temp_dir = Path(tempfile.mkdtemp(prefix="harness_magic_duckdb_"))  # mode 0700: spills are private
         self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.temp_dir), True)
         if memory_limit is not None:
-            if not isinstance(memory_limit, str) or not memory_limit.strip():
+            if not isinstance(memory_limit, str) or not memory_limit.strip() or memory_limit.strip().startswith("-"):
+                # DuckDB reads a negative size as "no limit": refuse it rather than run unbounded
                 raise ValueError(f"duckdb memory_limit must be a size such as '2GB', got {memory_limit!r}")
             import duckdb
 
