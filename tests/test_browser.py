@@ -4,7 +4,8 @@
   exactly once), the snapshot as a table, "what the model saw" one click away.
 * A long tool call: the status line and the call's time tick while it runs; a
   MultiIndex pivot snapshot renders as a table with its hidden-columns note;
-  an interrupt marks the running call interrupted.
+  an interrupt marks the running call interrupted and keeps what it printed;
+  printed lines stream into the running call's section before the run ends.
 * Hostile model text, tool output and data (``<script>``, ``<img onerror>``,
   ``javascript:`` links, external images pointed at a local server that counts
   requests): nothing runs and nothing loads, live, after saving and reloading
@@ -223,6 +224,12 @@ def test_long_tool_call_ticks_then_settles_with_a_pivot_table_and_an_interrupt_k
             page.wait_for_function(
                 "() => { const s = document.querySelector('.agent-run-view .agent-status-line');"
                 " return s && s.innerText.includes('running python_interpreter'); }", timeout=RUN_TIMEOUT_MS)
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.agent-run-view .agent-stdout')]"
+                ".some(p => p.textContent.includes('step 1'))", timeout=RUN_TIMEOUT_MS)
+            streamed = page.locator(".agent-run-view .agent-stdout").first.text_content()
+            assert "step 0\nstep 1" in streamed and "step 4" not in streamed, streamed
+            assert page.locator(".agent-final").count() == 0, "streamed lines show before the run ends"
             first = status.inner_text()
             title_first = page.locator(".agent-run-view .agent-tool .jupyter-widget-Collapse-header").first.inner_text()
             time.sleep(2.2)
@@ -259,6 +266,7 @@ def test_long_tool_call_ticks_then_settles_with_a_pivot_table_and_an_interrupt_k
             final.locator(".agent-transcript > summary").click()
             final.locator(".agent-tool > summary").first.click()
             assert "■ python_interpreter" in final.locator(".agent-tool > summary").first.inner_text()
+            assert "before" in final.locator(".agent-stdout").first.inner_text(), "the partial output is kept"
             page.evaluate("[...document.querySelectorAll('.agent-final')].pop().scrollIntoView({block: 'start'})")
             page.screenshot(path=str(ARTIFACTS / "jupyterlab-interrupted.png"), full_page=False)
         finally:

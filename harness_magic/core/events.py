@@ -18,6 +18,7 @@ __all__ = [
     "AssistantMessage",
     "ToolCallStarted",
     "ToolCallFinished",
+    "ToolOutputDelta",
     "ReminderAdded",
     "TurnFinished",
     "RunFinished",
@@ -88,6 +89,19 @@ class ToolCallFinished:
     snapshots: tuple[dict[str, Any], ...] = ()
     """Snapshots of ``handles``, in the same order, for rendering."""
     kind: Literal["tool_call_finished"] = "tool_call_finished"
+
+
+@dataclass(frozen=True)
+class ToolOutputDelta:
+    """Text a running tool call printed (stdout and stderr), as it arrives; bounded by the backend.
+
+    Display only: the call's :class:`ToolCallFinished` result holds the full output.
+    """
+
+    turn: int
+    tool_use_id: str
+    text: str
+    kind: Literal["tool_output_delta"] = "tool_output_delta"
 
 
 @dataclass(frozen=True)
@@ -186,6 +200,7 @@ Event = Union[
     AssistantMessage,
     ToolCallStarted,
     ToolCallFinished,
+    ToolOutputDelta,
     ReminderAdded,
     TurnFinished,
     RunFinished,

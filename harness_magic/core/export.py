@@ -45,6 +45,7 @@ from harness_magic.core.events import (
     TextDelta,
     ToolCallFinished,
     ToolCallStarted,
+    ToolOutputDelta,
     TurnFinished,
 )
 from harness_magic.core.scrub import scrub
@@ -78,6 +79,8 @@ CONNECTOR_TOOL = "load_connectors"
 """Tool whose calls render as connector loads."""
 STDOUT_PREVIEW_LINES = 200
 """Lines of printed output shown per call before ``… N lines more``: long logs stay readable."""
+LIVE_OUTPUT_MAX_CHARS = 256_000
+"""Characters of live output a record keeps per call (the backend streams fewer): a display, not a log."""
 _SNAPSHOT_LINE = re.compile(r"^Snapshot: \{.*\}$", re.M)
 """The JSON snapshot line of a tool result: shown to people as a table instead."""
 
@@ -219,6 +222,12 @@ def apply_event(record: RunRecord, event: Any, state: Any) -> None:
         tool.handles = list(event.handles)
         tool.snapshots = [dict(s) for s in event.snapshots]
         tool.charts = [a["data"] for a in event.artifacts if a.get("kind") == "image/png" and a.get("data")]
+    elif isinstance(event, ToolOutputDelta):
+        tool = record.tool(event.tool_use_id)
+        if tool is not None and tool.result is None:
+            room = LIVE_OUTPUT_MAX_CHARS - sum(len(chunk) for _, chunk in tool.output)
+            if room > 0:
+                tool.output.append(("stdout", event.text[:room]))
     elif isinstance(event, TurnFinished):
         record.turn = event.turn
         record.usage = event.total_usage

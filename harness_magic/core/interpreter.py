@@ -220,8 +220,13 @@ def make_interpreter_tools(
     *,
     current_turn: Callable[[], int | None] = lambda: None,
     materialize_max_bytes: Callable[[], int] = lambda: DEFAULT_MATERIALIZE_MAX_BYTES,
+    on_output: Callable[[str], None] | None = None,
 ) -> list[ToolSpec]:
     """Build the bound ``python_interpreter`` and ``list_variables`` tools.
+
+    ``on_output(text)`` receives what the code prints while it runs, where the
+    backend streams (``streams_output``, the sandbox worker); the tool's result
+    is the full captured output either way.
 
     Code that names a lazy (engine-held) handle gets its rows as a frame,
     streamed under ``materialize_max_bytes()`` bytes; past that the call fails
@@ -236,11 +241,14 @@ def make_interpreter_tools(
             inputs = materialize_inputs(cache, wanted, materialize_max_bytes())
         except Exception as exc:  # over the cap, or the engine failed: nothing ran
             return ToolOutput(text=f"Not run: {format_exception(exc)}", is_error=True)
+        extra: dict[str, Any] = {}
+        if on_output is not None and getattr(backend, "streams_output", False):
+            extra["on_output"] = on_output
         if getattr(backend, "exports_inputs", False) and hasattr(cache, "versions"):
             # the backend writes each value's input file once and reuses it while the handle lives
-            execution = backend.execute(code, inputs, cache.names(), versions=cache.versions())
+            execution = backend.execute(code, inputs, cache.names(), versions=cache.versions(), **extra)
         else:
-            execution = backend.execute(code, inputs, cache.names())
+            execution = backend.execute(code, inputs, cache.names(), **extra)
         return _describe_result(execution, cache, current_turn)
 
     def list_variables() -> ToolOutput:

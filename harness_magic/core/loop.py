@@ -37,6 +37,7 @@ from harness_magic.core.events import (
     TextDelta,
     ToolCallFinished,
     ToolCallStarted,
+    ToolOutputDelta,
     TurnFinished,
     TurnStarted,
 )
@@ -69,6 +70,8 @@ ReminderHook = Callable[[int, int], "str | None"]
 RUN_STATUSES = ("completed", "max_turns_exceeded", "error", "interrupted")
 """Statuses a run can end with (budget statuses are added by the control plane)."""
 
+PARTIAL_OUTPUT_MAX_CHARS = 16_000
+"""Printed text kept per tool call for an interrupted call's result and log: the head is what matters."""
 INTERRUPTED_RESULT = "Interrupted by the user before this tool call finished; it had no effect on the cache."
 """Error result that answers tool calls cut off by an interrupt."""
 SKIPPED_RESULT = "Not run: the run stopped ({reason}) before this tool call."
@@ -249,6 +252,21 @@ class _HarnessBase:
         """
         self._reminders.append(hook)
 
+    def tool_output(self, text: str) -> None:
+        """Report text the running tool call printed: a :class:`ToolOutputDelta`, kept for an interrupt.
+
+        Ignored outside a tool call. Up to ``PARTIAL_OUTPUT_MAX_CHARS`` per call are kept: an
+        interrupted call's result and log entry carry them instead of nothing.
+        """
+        run = self._active_run
+        use = run.current_tool_use if run is not None else None
+        if use is None or not isinstance(text, str) or not text:
+            return
+        kept = run.partial_output.get(use.id, "")
+        if len(kept) < PARTIAL_OUTPUT_MAX_CHARS:
+            run.partial_output[use.id] = kept + text[:PARTIAL_OUTPUT_MAX_CHARS - len(kept)]
+        self._emit(ToolOutputDelta(turn=run.turn, tool_use_id=use.id, text=text))
+
     def subscribe(self, handler: EventHandler) -> Callable[[], None]:
         """Call ``handler(event)`` for every event; returns an unsubscribe function."""
         self._handlers.append(handler)
@@ -372,6 +390,8 @@ class _Run:
         )
         self.current_tool_use: ToolUseBlock | None = None
         """The tool use being dispatched right now (tools that link child runs read its id)."""
+        self.partial_output: dict[str, str] = {}
+        """Tool use id -> text it printed so far (:meth:`_HarnessBase.tool_output`), bounded."""
         harness._active_run = self
         if prompt is not None:  # None: resume from the history as it is (retry from a checkpoint)
             harness._messages.append(Message(role="user", content=(TextBlock(text=prompt),)))
@@ -532,7 +552,12 @@ class _Run:
             answered = {r.tool_use_id for r in results}
             for use in uses:
                 if use.id not in answered:
-                    results.append(ToolResultBlock(tool_use_id=use.id, content=INTERRUPTED_RESULT, is_error=True))
+                    partial = scrub(self.partial_output.get(use.id, ""))
+                    content = INTERRUPTED_RESULT + (f"\nOutput printed before the interrupt:\n{partial}" if partial else "")
+                    results.append(ToolResultBlock(tool_use_id=use.id, content=content, is_error=True))
+                    if partial:
+                        meta.append({"tool_use_id": use.id, "name": use.name, "is_error": True, "interrupted": True,
+                                     "partial_output": partial})
             h._messages.append(Message(role="user", content=tuple(results)))
             self.logger.write("tools", turn=self.turn, results=meta)
 

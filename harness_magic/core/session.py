@@ -232,8 +232,12 @@ class AgentSession:
 
         class _LazyBackend:
             name = "lazy"
+            streams_output = True
 
-            def execute(self, code: str, inputs: dict[str, Any], taken_names: Any) -> Any:
+            def execute(self, code: str, inputs: dict[str, Any], taken_names: Any,
+                        on_output: Any = None) -> Any:
+                if on_output is not None and getattr(session.backend, "streams_output", False):
+                    return session.backend.execute(code, inputs, taken_names, on_output=on_output)
                 return session.backend.execute(code, inputs, taken_names)
 
             def close(self) -> None:
@@ -243,6 +247,7 @@ class AgentSession:
         tools = make_interpreter_tools(
             self.cache, _LazyBackend(), current_turn=lambda: holder["h"].current_turn if "h" in holder else None,
             materialize_max_bytes=lambda: session.config.materialize_max_bytes,
+            on_output=lambda text: holder["h"].tool_output(text) if "h" in holder else None,
         )
         harness = Harness(
             adapter,

@@ -39,6 +39,7 @@ from harness_magic.core.events import (
     TextDelta,
     ToolCallFinished,
     ToolCallStarted,
+    ToolOutputDelta,
     TurnFinished,
     TurnStarted,
 )
@@ -147,6 +148,12 @@ class _Transcript:
             accordion.add_class("agent-subagent")
         body.value = export.render_tool_body_html(tool)
 
+    def open(self, tool: ToolRecord) -> None:
+        """Unfold a call's section (once it prints, so the output is seen as it streams)."""
+        entry = self.tools.get(tool.id)
+        if entry is not None and entry[0].selected_index is None:
+            entry[0].selected_index = 0
+
     def tick(self, now: float) -> None:
         for accordion, _, tool in self.tools.values():
             if tool.result is None and not tool.interrupted:
@@ -242,6 +249,11 @@ class WidgetRunView:
                 transcript.on_tool_started(tool)
             if transcript is self.transcript:
                 self._set_status(f"running {event.tool_use.name}")
+        elif isinstance(event, ToolOutputDelta):
+            tool = record.tool(event.tool_use_id)
+            if tool is not None and tool.result is None:
+                transcript.refresh(tool)  # the backend hands output on at most ~10 times a second
+                transcript.open(tool)
         elif isinstance(event, ToolCallFinished):
             tool = record.tool(event.tool_use.id)
             if tool is not None:
@@ -321,6 +333,8 @@ class TerminalRenderer:
         self.console = console or Console(highlight=False)
         self.record = RunRecord()
         self._streaming = False
+        self._live: dict[str, list[Any]] = {}
+        """tool_use_id -> [lines printed live, lines held back, unfinished last line]."""
         self.printed_final = False
         """True once the final answer has been printed (the cell's value need not repeat it)."""
 
@@ -358,8 +372,11 @@ class TerminalRenderer:
             else:
                 body = Syntax(strip_control(source[1]), source[0], word_wrap=True)
             c.print(Panel(body, title=strip_control(event.tool_use.name), title_align="left", border_style="blue"))
+        elif isinstance(event, ToolOutputDelta):
+            self._print_live(event)
         elif isinstance(event, ToolCallFinished):
             tool = self.record.tool(event.tool_use.id)
+            self._end_live(event.tool_use.id)
             if tool is not None:
                 self._print_tool(tool)
         elif isinstance(event, TurnFinished):
@@ -368,6 +385,8 @@ class TerminalRenderer:
             c.print(Text(strip_control(event.text), style="yellow" if event.level != "error" else "red"))
         elif isinstance(event, RunFinished):
             result = event.result
+            for tool_use_id in list(self._live):
+                self._end_live(tool_use_id)
             for tool in self.record.tools:
                 if tool.interrupted:
                     c.print(Text(strip_control(export.tool_summary(tool)), style="yellow"))
@@ -380,6 +399,34 @@ class TerminalRenderer:
                 c.print(Text(f"chart {i} of {len(result.charts)}: {_png_size(chart)} PNG — "
                              f"%agent_export run.html shows it", style="dim"))
             c.print(Text(strip_control(export.render_footer_text(self.record)), style="dim"))
+
+    def _print_live(self, event: ToolOutputDelta) -> None:
+        """Print a running call's output line by line as it arrives, at most TERMINAL_RESULT_LINES."""
+        from rich.text import Text
+
+        state = self._live.setdefault(event.tool_use_id, [0, 0, ""])
+        *lines, state[2] = (state[2] + event.text).split("\n")
+        for line in lines:
+            if state[0] < TERMINAL_RESULT_LINES:
+                self.console.print(Text("│ " + strip_control(line), style="dim"))
+                state[0] += 1
+            else:
+                state[1] += 1
+
+    def _end_live(self, tool_use_id: str) -> None:
+        """After a streamed call: the unfinished last line and how many lines were held back."""
+        from rich.text import Text
+
+        state = self._live.pop(tool_use_id, None)
+        if state is None:
+            return
+        if state[2]:
+            if state[0] < TERMINAL_RESULT_LINES:
+                self.console.print(Text("│ " + strip_control(state[2]), style="dim"))
+            else:
+                state[1] += 1
+        if state[1]:
+            self.console.print(Text(f"│ … {state[1]:,} lines more", style="dim"))
 
     def _print_tool(self, tool: ToolRecord) -> None:
         from rich.text import Text

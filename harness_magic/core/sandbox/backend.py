@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from harness_magic.core.cache.names import resolve_handle_name
@@ -86,6 +86,12 @@ CONFINING_LAYERS = ("landlock", "seccomp")
 
 _MAX_SAVES = 100
 """Matches the worker's cap on save() calls per run."""
+
+STREAM_MAX_CHARS = 64_000
+"""Streamed output characters handed on per call: past this, output frames are read and dropped."""
+
+STREAM_RELAY_INTERVAL_S = 0.1
+"""Streamed text is handed to the callback at most this often: a frame flood cannot flood the display."""
 
 _CONTROL_MAX_BYTES = 1 << 16
 """Launcher replies are a pid or an exit status."""
@@ -377,8 +383,12 @@ class SandboxedInterpreter:
     exports_inputs = True
     """``execute`` takes ``versions``: inputs are exported once per value version (see :meth:`execute`)."""
 
+    streams_output = True
+    """``execute`` takes ``on_output``: printed text is handed to it while the call runs."""
+
     def execute(self, code: str, inputs: dict[str, Any], taken_names: Collection[str],
-                versions: dict[str, str] | None = None) -> ExecutionResult:
+                versions: dict[str, str] | None = None,
+                on_output: Callable[[str], None] | None = None) -> ExecutionResult:
         """Run ``code`` in the worker with ``inputs`` attached read-only.
 
         ``versions`` (handle -> token unique to the value, from
@@ -387,6 +397,11 @@ class SandboxedInterpreter:
         nothing is rewritten), and files of tokens no longer listed (retired
         or replaced handles) are removed. Without ``versions`` every input is
         written for this call only.
+
+        ``on_output(text)`` receives stdout/stderr as the code prints it (the
+        worker's ``output`` frames), at most ``STREAM_MAX_CHARS`` per call, on
+        this thread, inside the loop that keeps the deadline and the memory
+        watchdog. The returned result holds the full captured output as before.
         """
         with self._lock:
             if self._closed:
@@ -422,7 +437,7 @@ class SandboxedInterpreter:
                     os.close(fd)  # anything a previous call left queued is stale
                 send_frame(worker.req_fd, {"op": "exec", "seq": seq, "code": code, "inputs": descs,
                                            "taken": sorted(taken_names)})
-                reply = self._wait(worker, seq)
+                reply = self._wait(worker, seq, on_output)
                 if isinstance(reply, ExecutionResult):
                     return reply
                 sealed = receive_sealed(worker.result_sock, _MAX_SAVES + 1)
@@ -433,6 +448,9 @@ class SandboxedInterpreter:
                         os.close(fd)  # the mappings made from them stay valid
             except (BrokenPipeError, EOFError, ProtocolError) as exc:
                 return self._lost_worker(f"the sandbox worker failed: {type(exc).__name__}: {exc}")
+            except KeyboardInterrupt:
+                self._stop_worker()  # the code is still running: stop it, the next call gets a fresh worker
+                raise
             finally:
                 for path in written:
                     _unlink(path)
@@ -571,7 +589,8 @@ class SandboxedInterpreter:
             why += f" (exit status {status['status']})"
         return ExecutionResult(error=f"SandboxError: {why}. The worker was restarted; the session is intact.")
 
-    def _wait(self, worker: _Worker, seq: int) -> dict[str, Any] | ExecutionResult:
+    def _wait(self, worker: _Worker, seq: int,
+              on_output: Callable[[str], None] | None = None) -> dict[str, Any] | ExecutionResult:
         """The reply to call ``seq``, or an error result: one loop owns the deadline and the watchdog.
 
         The reply pipe is non-blocking and read a chunk at a time (:class:`FrameReader`),
@@ -579,7 +598,17 @@ class SandboxedInterpreter:
         allocates, still meets the wall-clock limit and the memory limit: both are
         checked every ``WATCHDOG_INTERVAL_S`` on this same loop, whether or not bytes
         arrived (a flood of frames cannot starve the check).
+
+        ``output`` frames of this call go to ``on_output`` (see :class:`_OutputRelay`);
+        any other frame that is not this call's result is dropped.
         """
+        relay = _OutputRelay(seq, on_output)
+        try:
+            return self._wait_reply(worker, seq, relay)
+        finally:
+            relay.flush()  # what was printed before the end, the interrupt or the kill
+
+    def _wait_reply(self, worker: _Worker, seq: int, relay: _OutputRelay) -> dict[str, Any] | ExecutionResult:
         deadline = time.monotonic() + self.timeout
         reader = FrameReader(worker.resp_fd)
         tick = 0
@@ -600,6 +629,9 @@ class SandboxedInterpreter:
                             f"the code went over the {self.rss_limit / 2**20:.0f} MiB memory limit (stopped by "
                             "its memory cgroup); its scratch files were deleted")
                     return self._lost_worker("the sandbox worker died (crash or memory limit)")
+                if reply is not None and reply.get("op") == "output":
+                    relay.take(reply)
+                    reply = None
                 if reply is not None and reply.get("op") == "result" and reply.get("seq") != seq:
                     reply = None  # a stale or forged frame: the real reply follows (the watchdog still runs)
                 if reply is not None:
@@ -611,6 +643,7 @@ class SandboxedInterpreter:
             if time.monotonic() < next_check:
                 continue
             next_check = time.monotonic() + WATCHDOG_INTERVAL_S
+            relay.tick()
             over = self._over_memory(worker, scan_scratch=tick % SCRATCH_SCAN_EVERY == 0)
             tick += 1
             if over is not None:
@@ -686,6 +719,48 @@ class SandboxedInterpreter:
         for name in names:
             if name.startswith("out_"):
                 _unlink(os.path.join(self.scratch_dir, name))
+
+
+class _OutputRelay:
+    """Hands a call's ``output`` frames to ``on_output``: bounded, coalesced, never failing the call.
+
+    Text of frames for another ``seq``, malformed frames and characters past
+    ``STREAM_MAX_CHARS`` are dropped. Text is handed on at most every
+    ``STREAM_RELAY_INTERVAL_S`` (and on :meth:`flush`), so a worker flooding
+    tiny frames costs the display a bounded number of updates per second.
+    """
+
+    def __init__(self, seq: int, on_output: Callable[[str], None] | None) -> None:
+        self.seq, self.on_output = seq, on_output
+        self.taken = 0
+        self.pending: list[str] = []
+        self.last = 0.0
+
+    def take(self, frame: dict[str, Any]) -> None:
+        text = frame.get("text")
+        if self.on_output is None or frame.get("seq") != self.seq or not isinstance(text, str) or not text:
+            return
+        room = STREAM_MAX_CHARS - self.taken
+        if room <= 0:
+            return
+        text = text[:room]
+        self.taken += len(text)
+        self.pending.append(text)
+        self.tick()
+
+    def tick(self) -> None:
+        """Hand pending text on if the interval has passed (called from the watchdog tick too)."""
+        if self.pending and time.monotonic() - self.last >= STREAM_RELAY_INTERVAL_S:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending or self.on_output is None:
+            return
+        text, self.pending, self.last = "".join(self.pending), [], time.monotonic()
+        try:
+            self.on_output(text)
+        except Exception as exc:  # noqa: BLE001 - the display is not the result
+            warnings.warn(f"output callback failed: {exc!r}", RuntimeWarning)
 
 
 def _read_hello(fd: int) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 import types
 from typing import Any
@@ -28,7 +29,7 @@ from harness_magic.core.sandbox.transfer import TransferRefused, read_input, set
 
 _thread_count = _thread._count  # taken before model code can replace it
 
-__all__ = ["run_worker", "MAX_CHARTS", "CHART_MAX_BYTES", "MAX_SAVES"]
+__all__ = ["run_worker", "MAX_CHARTS", "CHART_MAX_BYTES", "MAX_SAVES", "STREAM_INTERVAL_S", "STREAM_MAX_CHARS"]
 
 MAX_CHARTS = 20
 """Figures beyond this in one call are dropped: nobody reads twenty charts."""
@@ -38,6 +39,16 @@ CHART_MAX_BYTES = 8 * 1024 * 1024
 
 MAX_SAVES = 100
 """save() calls beyond this in one call fail: a loop saving rows is a mistake."""
+
+
+STREAM_INTERVAL_S = 0.1
+"""Output frames are sent at most this often (on a newline or flush): a print loop is not a frame flood."""
+
+STREAM_MAX_CHARS = 64_000
+"""Characters streamed live per call; the rest still lands in the final reply's captured stdout."""
+
+STREAM_FRAME_CHARS = 8_000
+"""Pending text past this is sent at the next newline or flush regardless of the interval."""
 
 
 class _BoundedText(io.TextIOBase):
@@ -64,6 +75,54 @@ class _BoundedText(io.TextIOBase):
 
     def value(self) -> str:
         return "".join(self.parts)
+
+
+class _StreamingText(_BoundedText):
+    """:class:`_BoundedText` that also sends what is printed as ``output`` frames while the call runs.
+
+    Frames are ``{"op": "output", "seq": seq, "text": ...}`` on the reply pipe,
+    sent on a newline or ``flush()`` once ``STREAM_INTERVAL_S`` has passed since
+    the last one (or once ``STREAM_FRAME_CHARS`` are pending), and at most
+    ``STREAM_MAX_CHARS`` in all. The kernel bounds them again: this is courtesy, not a limit.
+    """
+
+    def __init__(self, limit: int, fd: int, seq: int) -> None:
+        super().__init__(limit)
+        self.fd, self.seq = fd, seq
+        self.pending: list[str] = []
+        self.pending_chars = 0
+        self.streamed = 0
+        self.last = 0.0
+
+    def write(self, text: str) -> int:
+        text = str(text)
+        room = STREAM_MAX_CHARS - self.streamed - self.pending_chars
+        if room > 0 and text:
+            piece = text[:room]
+            self.pending.append(piece)
+            self.pending_chars += len(piece)
+            if "\n" in piece:
+                self._send(force=False)
+        return super().write(text)
+
+    def flush(self) -> None:
+        self._send(force=False)
+
+    def _send(self, *, force: bool) -> None:
+        now = time.monotonic()
+        if not self.pending or (not force and now - self.last < STREAM_INTERVAL_S
+                                and self.pending_chars < STREAM_FRAME_CHARS):
+            return
+        text, self.pending, self.streamed = "".join(self.pending), [], self.streamed + self.pending_chars
+        self.pending_chars, self.last = 0, now
+        try:
+            send_frame(self.fd, {"op": "output", "seq": self.seq, "text": text})
+        except Exception:  # noqa: BLE001 - the final reply still carries everything printed
+            pass
+
+    def close_stream(self) -> None:
+        """Send what is still pending (before the result frame)."""
+        self._send(force=True)
 
 
 def _apply_layers(config: dict[str, Any], req_fd: int, resp_fd: int, result_fd: int | None = None) -> dict[str, Any]:
@@ -136,7 +195,7 @@ def run_worker(req_fd: int, resp_fd: int, config: dict[str, Any], result_fd: int
                 request = recv_frame(req_fd)
             except EOFError:
                 break
-            reply = _serve(request, config, arm)
+            reply = _serve(request, config, arm, resp_fd)
             send_frame(resp_fd, reply)
             if reply.get("recycle"):
                 break
@@ -176,14 +235,15 @@ def _capture_charts(notes: list[str]) -> list[str]:
     return images
 
 
-def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any) -> dict[str, Any]:
+def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any, resp_fd: int | None = None) -> dict[str, Any]:
     from harness_magic.core.interpreter import split_trailing_expression
 
     seq = int(request["seq"])
     taken = set(request.get("taken", []))
     saved: list[tuple[str, Any]] = []
     notes: list[str] = []
-    out = _BoundedText(int(config["limits"]["stdout_chars"]))
+    limit = int(config["limits"]["stdout_chars"])
+    out = _StreamingText(limit, resp_fd, seq) if resp_fd is not None else _BoundedText(limit)
     reply: dict[str, Any] = {"op": "result", "seq": seq, "error": None, "value": None, "saved": [],
                              "charts": [], "notes": notes}
 
@@ -228,6 +288,8 @@ def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any) -> dict[st
         reply["error"] = _format_error(exc)
     finally:
         sys.stdout, sys.stderr = old_out, old_err
+        if isinstance(out, _StreamingText):
+            out.close_stream()
     cap = int(config["limits"]["file_size"]) - (1 << 20)
     try:
         if reply["error"] is None:

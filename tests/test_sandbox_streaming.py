@@ -1,0 +1,222 @@
+"""Live output from the sandbox worker (issue 14, point 3): streamed while the call runs, bounded, kept on interrupt.
+
+The worker sends ``output`` frames on its reply pipe while model code prints;
+the kernel's reply loop hands them to a callback, bounded in characters and in
+updates per second, while it keeps the deadline and the memory watchdog. The
+hostile tests forge output frames from inside the sandbox (the worker's pipe is
+one of its descriptors), the way a prompt-injected model would.
+"""
+
+from __future__ import annotations
+
+import _thread
+import json
+import threading
+import time
+import warnings
+
+import pytest
+
+from harness_magic import Harness, ScriptedModel, SessionCache, make_interpreter_tools
+from harness_magic.core.events import ToolCallFinished, ToolOutputDelta
+from harness_magic.core.loop import INTERRUPTED_RESULT
+from harness_magic.core.sandbox import SandboxedInterpreter, probe_confinement
+from harness_magic.core.sandbox.backend import STREAM_MAX_CHARS, STREAM_RELAY_INTERVAL_S
+
+PROBE = probe_confinement()
+
+pytestmark = pytest.mark.skipif(not PROBE["confined"], reason="no OS confinement on this machine")
+
+SLOW_PRINTS = ("import time\nfor i in range(5):\n    print(f'line {i}', flush=True)\n    time.sleep(0.6)\n"
+               "print('done')")
+
+
+def sandbox(**options) -> SandboxedInterpreter:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return SandboxedInterpreter(ast_precheck=False, audit_hooks=False, **options)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.chunks: list[tuple[float, str]] = []
+
+    def __call__(self, text: str) -> None:
+        self.chunks.append((time.monotonic(), text))
+
+    @property
+    def text(self) -> str:
+        return "".join(t for _, t in self.chunks)
+
+
+def test_lines_printed_over_seconds_arrive_before_the_call_ends():
+    seen = Recorder()
+    with sandbox(timeout=20.0) as box:
+        result = box.execute(SLOW_PRINTS, {}, [], on_output=seen)
+        ended = time.monotonic()
+    assert result.error is None
+    assert result.stdout == "line 0\nline 1\nline 2\nline 3\nline 4\ndone\n", "the result is the full output, as before"
+    assert seen.text == result.stdout
+    first = next(at for at, text in seen.chunks if "line 0" in text)
+    third = next(at for at, text in seen.chunks if "line 2" in text)
+    assert ended - first > 2.0, "line 0 was printed ~3 s before the end and must have arrived then"
+    assert third - first > 0.8, "lines arrive as they are printed, not in one piece"
+
+
+def test_without_a_callback_nothing_changes():
+    with sandbox(timeout=20.0) as box:
+        result = box.execute("print('a')\nprint('b', flush=True)\n1", {}, [])
+    assert result.stdout == "a\nb\n" and result.value == 1
+
+
+FLOOD = (
+    "import os, json, struct, time\n"
+    "def frame(obj):\n    data = json.dumps(obj).encode()\n    return struct.pack('>I', len(data)) + data\n"
+    "tiny = frame({'op': 'output', 'seq': 1, 'text': 'x'})\n"
+    "big = frame({'op': 'output', 'seq': 1, 'text': 'B' * 500000})\n"
+    "odd = [frame({'op': 'output', 'seq': 1, 'text': 7}), frame({'op': 'output', 'seq': 99, 'text': 'STALE'}),\n"
+    "       frame({'op': 'output', 'seq': 1}), frame({'op': 'output', 'text': 'NOSEQ'}), frame([1, 2])[:0]]\n"
+    "end = time.monotonic() + 60\n"
+    "while time.monotonic() < end:\n"
+    "    for fd in range(3, 16):\n"
+    "        for f in odd + [tiny] * 50 + [big]:\n"
+    "            try: os.write(fd, f)\n"
+    "            except OSError: pass\n"
+)
+
+
+def test_a_flood_of_forged_output_frames_is_bounded_and_the_deadline_holds():
+    seen = Recorder()
+    timeout = 4.0
+    with sandbox(timeout=timeout) as box:
+        started = time.monotonic()
+        result = box.execute(FLOOD, {}, [], on_output=seen)
+        took = time.monotonic() - started
+        assert "time limit" in result.error
+        assert took < timeout + 1.5
+        assert len(seen.text) <= STREAM_MAX_CHARS
+        assert len(seen.chunks) <= timeout / STREAM_RELAY_INTERVAL_S + 3, "updates are coalesced, not one per frame"
+        assert "STALE" not in seen.text and "NOSEQ" not in seen.text
+        assert set(seen.text) <= {"x", "B"}
+        assert box.execute("6 * 7", {}, []).value == 42
+
+
+def test_printing_a_lot_streams_at_most_the_cap_and_the_result_keeps_its_own_bound():
+    seen = Recorder()
+    with sandbox(timeout=30.0, stdout_max_chars=300_000) as box:
+        result = box.execute("for i in range(20000):\n    print('y' * 40)", {}, [], on_output=seen)
+    assert result.error is None
+    assert len(seen.text) == STREAM_MAX_CHARS and set(seen.text) <= {"y", "\n"}
+    assert result.stdout.startswith("y" * 40 + "\n") and "more characters of output dropped" in result.stdout
+
+
+def test_a_failing_callback_does_not_fail_the_call():
+    def broken(text: str) -> None:
+        raise RuntimeError("display broke")
+
+    with sandbox(timeout=20.0) as box, warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        result = box.execute("print('still here', flush=True)\n2", {}, [], on_output=broken)
+    assert result.value == 2 and result.stdout == "still here\n"
+
+
+def test_an_interrupt_mid_call_keeps_the_partial_output_in_the_result_and_the_log(tmp_path):
+    from harness_magic import ProviderAdapter
+
+    code = "import time\nfor i in range(3):\n    print(f'partial {i}', flush=True)\n    time.sleep(0.3)\ntime.sleep(60)"
+    adapter = ProviderAdapter("offline/t", transport=ScriptedModel([
+        {"tool_calls": [{"name": "python_interpreter", "arguments": {"code": code}}]}, {"text": "after"}]))
+    cache = SessionCache()
+    holder: dict[str, Harness] = {}
+    with sandbox(timeout=60.0) as box:
+        tools = make_interpreter_tools(cache, box, on_output=lambda text: holder["h"].tool_output(text))
+        harness = holder["h"] = Harness(adapter, "system", tools, run_dir=str(tmp_path / "runs"), cache=cache)
+        events: list = []
+        harness.subscribe(events.append)
+
+        def interrupt_after_output() -> None:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if "partial 2" in "".join(e.text for e in events if isinstance(e, ToolOutputDelta)):
+                    break
+                time.sleep(0.05)
+            _thread.interrupt_main()
+
+        threading.Thread(target=interrupt_after_output, daemon=True).start()
+        started = time.monotonic()
+        result = harness.run_result("go")
+        assert time.monotonic() - started < 20, "the interrupt stopped the call"
+        assert result.status == "interrupted"
+        deltas = [e for e in events if isinstance(e, ToolOutputDelta)]
+        assert "".join(e.text for e in deltas) == "partial 0\npartial 1\npartial 2\n"
+        assert not any(isinstance(e, ToolCallFinished) for e in events)
+        content = result.messages[-1].tool_results[0].content
+        assert content.startswith(INTERRUPTED_RESULT) and "partial 0\npartial 1\npartial 2" in content
+        records = [json.loads(line) for line in open(result.run_file, encoding="utf-8")]
+        tools_entry = next(r for r in records if r.get("type", r.get("event")) == "tools")
+        assert tools_entry["results"] != []
+        assert tools_entry["results"][0]["interrupted"] is True
+        assert tools_entry["results"][0]["partial_output"] == "partial 0\npartial 1\npartial 2\n"
+        assert box.execute("1 + 1", {}, []).value == 2, "the interrupted worker was replaced"
+
+
+def test_tool_output_outside_a_tool_call_is_ignored(tmp_path):
+    from harness_magic import ProviderAdapter
+
+    harness = Harness(ProviderAdapter("offline/t", transport=ScriptedModel([{"text": "hi"}])), "system", [],
+                      run_dir=str(tmp_path / "runs"))
+    events: list = []
+    harness.subscribe(events.append)
+    harness.tool_output("stray")
+    assert events == []
+
+
+# -- the views: widgets and terminal ----------------------------------------------------------
+
+
+def _events(lines: int, hostile: str = ""):
+    from harness_magic.core.events import RunStarted, ToolCallStarted
+    from harness_magic.core.messages import ToolUseBlock
+
+    use = ToolUseBlock(id="t1", name="python_interpreter", input={"code": "print(...)"})
+    yield RunStarted(run_id="r", model="m", max_turns=5, prompt="p", run_file=None)
+    yield ToolCallStarted(turn=1, tool_use=use)
+    text = hostile + "".join(f"line {i}\n" for i in range(lines))
+    for start in range(0, len(text), 37):  # chunks that cut lines in the middle
+        yield ToolOutputDelta(turn=1, tool_use_id="t1", text=text[start:start + 37])
+
+
+def test_terminal_prints_streamed_lines_bounded_and_stripped():
+    import io
+
+    from rich.console import Console
+
+    from harness_magic.notebook.render import TERMINAL_RESULT_LINES, TerminalRenderer
+
+    screen = io.StringIO()
+    renderer = TerminalRenderer(Console(file=screen, force_terminal=False, color_system=None, width=200))
+    for event in _events(TERMINAL_RESULT_LINES + 10, hostile="\x1b]0;pwned\x07\x1b[2J\n"):
+        renderer(event)
+    renderer._end_live("t1")
+    shown = screen.getvalue()
+    assert "\x1b" not in shown and "\x07" not in shown
+    assert "│ line 0\n" in shown and f"│ line {TERMINAL_RESULT_LINES - 2}\n" in shown
+    assert f"│ line {TERMINAL_RESULT_LINES}\n" not in shown
+    assert "│ … 11 lines more" in shown  # 10 lines past the cap, plus the hostile first line took one
+
+
+def test_widget_view_streams_into_the_running_section_escaped_and_opens_it():
+    pytest.importorskip("ipywidgets")
+    from harness_magic.notebook.render import WidgetRunView
+
+    view = WidgetRunView()
+    try:
+        for event in _events(300, hostile="<script>alert(1)</script>\n"):
+            view(event)
+        accordion, body, tool = view.transcript.tools["t1"]
+        assert accordion.selected_index == 0, "the running call's section opens when it prints"
+        assert "line 299" in body.value and "<script>" not in body.value and "&lt;script&gt;" not in body.value
+        assert "lines more above" in body.value, "the live view keeps the last lines with a count of the rest"
+        assert "".join(t for _, t in tool.output).startswith("<script>alert(1)</script>\nline 0\n")
+    finally:
+        view.close()
