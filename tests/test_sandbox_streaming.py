@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import _thread
 import json
+import os
+import signal
 import threading
 import time
 import warnings
@@ -218,5 +220,59 @@ def test_widget_view_streams_into_the_running_section_escaped_and_opens_it():
         assert "line 299" in body.value and "<script>" not in body.value and "&lt;script&gt;" not in body.value
         assert "lines more above" in body.value, "the live view keeps the last lines with a count of the rest"
         assert "".join(t for _, t in tool.output).startswith("<script>alert(1)</script>\nline 0\n")
+        from harness_magic.core.events import SandboxStep
+
+        view(SandboxStep(action="restart", duration_s=None, tool_use_id="t1"))
+        assert "restarting the sandbox" in view.status.value
+        view(SandboxStep(action="restart", duration_s=1.5, tool_use_id="t1"))
+        assert "running python_interpreter" in view.status.value
+        assert "sandbox restarted · 1.50 s" in view.transcript.box.children[-1].value
     finally:
         view.close()
+
+
+# -- starting and restarting the sandbox is a visible step ------------------------------------------
+
+
+def test_starting_and_restarting_the_sandbox_are_steps_with_their_time(tmp_path):
+    from harness_magic import AgentConfig, AgentSession, ProviderAdapter
+    from harness_magic.core.events import SandboxStep, ToolCallStarted
+
+    def call(code):
+        return {"tool_calls": [{"name": "python_interpreter", "arguments": {"code": code}}]}
+
+    turns = [call("print('hi', flush=True)"), call("1"), call("6 * 7"), {"text": "done"}]
+    adapter = ProviderAdapter("scripted/steps", transport=ScriptedModel(turns))
+    session = AgentSession(AgentConfig(run_dir=str(tmp_path / "runs"), sandbox="worker"), adapter=adapter)
+    events: list = []
+    session.subscribe(events.append)
+
+    def kill_worker_after_the_first_call(event) -> None:
+        if isinstance(event, ToolCallFinished) and sum(isinstance(e, ToolCallFinished) for e in events) == 1:
+            os.kill(session.backend.worker_pid, signal.SIGKILL)  # the worker dies between calls
+
+    session.subscribe(kill_worker_after_the_first_call)
+    try:
+        result = session.ask("go")
+        assert result.status == "completed"
+        kinds = [(e.kind, getattr(e, "action", None), getattr(e, "duration_s", 0) is None) for e in events
+                 if isinstance(e, (SandboxStep, ToolCallStarted, ToolCallFinished, ToolOutputDelta))]
+        assert kinds[:5] == [("tool_call_started", None, False), ("sandbox_step", "start", True),
+                             ("sandbox_step", "start", False), ("tool_output_delta", None, False),
+                             ("tool_call_finished", None, False)], kinds
+        steps = [e for e in events if isinstance(e, SandboxStep)]
+        first_use = events[[i for i, e in enumerate(events) if isinstance(e, ToolCallStarted)][0]].tool_use.id
+        assert steps[1].tool_use_id == first_use and steps[1].duration_s > 0
+        restart = [e for e in steps if e.action == "restart"]
+        assert len(restart) == 1 and restart[0].duration_s is not None and restart[0].duration_s < 30
+        third = [e for e in events if isinstance(e, ToolCallStarted)][2].tool_use.id
+        assert restart[0].tool_use_id == third, "the restart happens in the call after the one that lost the worker"
+        from harness_magic.core.export import RunRecord, apply_event, render_run_html
+
+        record = RunRecord()
+        for event in events:
+            apply_event(record, event, record)
+        page = render_run_html(record)
+        assert "sandbox started · " in page and "sandbox restarted · " in page
+    finally:
+        session.close()

@@ -19,6 +19,7 @@ __all__ = [
     "ToolCallStarted",
     "ToolCallFinished",
     "ToolOutputDelta",
+    "SandboxStep",
     "ReminderAdded",
     "TurnFinished",
     "RunFinished",
@@ -102,6 +103,17 @@ class ToolOutputDelta:
     tool_use_id: str
     text: str
     kind: Literal["tool_output_delta"] = "tool_output_delta"
+
+
+@dataclass(frozen=True)
+class SandboxStep:
+    """The sandbox is being started or restarted during a tool call (``duration_s`` None), or was (with its time)."""
+
+    action: Literal["start", "restart"]
+    """``start``: the first use in the session (launcher and worker); ``restart``: a new worker after one was lost."""
+    duration_s: float | None = None
+    tool_use_id: str | None = None
+    kind: Literal["sandbox_step"] = "sandbox_step"
 
 
 @dataclass(frozen=True)
@@ -201,6 +213,7 @@ Event = Union[
     ToolCallStarted,
     ToolCallFinished,
     ToolOutputDelta,
+    SandboxStep,
     ReminderAdded,
     TurnFinished,
     RunFinished,

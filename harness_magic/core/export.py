@@ -45,6 +45,7 @@ from harness_magic.core.events import (
     TextDelta,
     ToolCallFinished,
     ToolCallStarted,
+    SandboxStep,
     ToolOutputDelta,
     TurnFinished,
 )
@@ -191,6 +192,13 @@ class RunRecorder:
         return next((r for r in self.records if r.run_id == run_id), None)
 
 
+def sandbox_step_text(event: SandboxStep) -> str:
+    """``sandbox started · 2.31 s`` (or ``restarted``); ``starting the sandbox`` while it runs."""
+    if event.duration_s is None:
+        return "starting the sandbox" if event.action == "start" else "restarting the sandbox"
+    return f"sandbox {'started' if event.action == 'start' else 'restarted'} · {event.duration_s:.2f} s"
+
+
 def apply_event(record: RunRecord, event: Any, state: Any) -> None:
     """Fold one event into ``record`` (``state`` tracks whether text is streaming)."""
     if isinstance(event, TextDelta):
@@ -222,6 +230,9 @@ def apply_event(record: RunRecord, event: Any, state: Any) -> None:
         tool.handles = list(event.handles)
         tool.snapshots = [dict(s) for s in event.snapshots]
         tool.charts = [a["data"] for a in event.artifacts if a.get("kind") == "image/png" and a.get("data")]
+    elif isinstance(event, SandboxStep):
+        if event.duration_s is not None:
+            record.items.append(("notice", "info", sandbox_step_text(event)))
     elif isinstance(event, ToolOutputDelta):
         tool = record.tool(event.tool_use_id)
         if tool is not None and tool.result is None:

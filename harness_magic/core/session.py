@@ -6,6 +6,7 @@ The notebook layer is glue over this class: it maps its traitlets onto an
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
@@ -207,6 +208,17 @@ class AgentSession:
             self._backend = make_backend(self.config)
         return self._backend
 
+    def _started_backend(self, harness: Any) -> Any:
+        """:attr:`backend`; its first start (cold: imports the data stack) is a visible step with its time."""
+        if self._backend is not None or harness is None or self.config.sandbox == "inprocess":
+            return self.backend
+        _sandbox_step(harness, "start", None)
+        started = time.monotonic()
+        try:
+            return self.backend
+        finally:
+            _sandbox_step(harness, "start", time.monotonic() - started)
+
     def _subagent_backend(self) -> Any:
         """A backend of the subagent's own (None: share this session's, which has no workers)."""
         sibling = getattr(self.backend, "sibling", None)
@@ -236,9 +248,15 @@ class AgentSession:
 
             def execute(self, code: str, inputs: dict[str, Any], taken_names: Any,
                         on_output: Any = None) -> Any:
-                if on_output is not None and getattr(session.backend, "streams_output", False):
-                    return session.backend.execute(code, inputs, taken_names, on_output=on_output)
-                return session.backend.execute(code, inputs, taken_names)
+                backend = session._started_backend(holder.get("h"))
+                restarts = getattr(backend, "restarts", 0)
+                try:
+                    if on_output is not None and getattr(backend, "streams_output", False):
+                        return backend.execute(code, inputs, taken_names, on_output=on_output)
+                    return backend.execute(code, inputs, taken_names)
+                finally:
+                    if getattr(backend, "restarts", 0) > restarts and "h" in holder:
+                        _sandbox_step(holder["h"], "restart", getattr(backend, "last_start_s", None))
 
             def close(self) -> None:
                 pass
@@ -409,3 +427,12 @@ class AgentSession:
         if self._backend is not None:
             self._backend.close()
         self.cache.close()
+
+
+def _sandbox_step(harness: Any, action: str, duration_s: float | None) -> None:
+    """Emit a :class:`SandboxStep` on ``harness`` for the tool call in progress."""
+    from harness_magic.core.events import SandboxStep
+
+    run = harness.current_run
+    use = run.current_tool_use if run is not None else None
+    harness._emit(SandboxStep(action=action, duration_s=duration_s, tool_use_id=use.id if use else None))

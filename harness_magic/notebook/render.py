@@ -35,6 +35,7 @@ from harness_magic.core.events import (
     ReminderAdded,
     RunFinished,
     RunStarted,
+    SandboxStep,
     SubagentEvent,
     TextDelta,
     ToolCallFinished,
@@ -249,6 +250,16 @@ class WidgetRunView:
                 transcript.on_tool_started(tool)
             if transcript is self.transcript:
                 self._set_status(f"running {event.tool_use.name}")
+        elif isinstance(event, SandboxStep):
+            if event.duration_s is None:
+                if transcript is self.transcript:
+                    self._set_status(export.sandbox_step_text(event))
+            else:
+                transcript._append(self.w.HTML(f'<div class="agent-sandbox-step" style="color:#57606a;font-size:0.9em">'
+                                               f"{_e(export.sandbox_step_text(event))}</div>"))
+                running = next((t.name for t in reversed(record.tools) if t.result is None and not t.interrupted), None)
+                if transcript is self.transcript and running is not None:
+                    self._set_status(f"running {running}")
         elif isinstance(event, ToolOutputDelta):
             tool = record.tool(event.tool_use_id)
             if tool is not None and tool.result is None:
@@ -372,6 +383,9 @@ class TerminalRenderer:
             else:
                 body = Syntax(strip_control(source[1]), source[0], word_wrap=True)
             c.print(Panel(body, title=strip_control(event.tool_use.name), title_align="left", border_style="blue"))
+        elif isinstance(event, SandboxStep):
+            if event.duration_s is not None:
+                c.print(Text(export.sandbox_step_text(event), style="dim"))
         elif isinstance(event, ToolOutputDelta):
             self._print_live(event)
         elif isinstance(event, ToolCallFinished):

@@ -359,6 +359,8 @@ class SandboxedInterpreter:
         """Value version -> (input file, descriptor): written once, mapped by every later call."""
         self._lock = threading.Lock()
         self.restarts = 0
+        self.last_start_s = 0.0
+        """Seconds the latest worker took to fork, confine itself and report in."""
         self._closed = False
         self._start_worker()  # fail early (and refuse) rather than on the model's first call
 
@@ -501,6 +503,13 @@ class SandboxedInterpreter:
     # -- worker lifecycle ------------------------------------------------------------------
 
     def _start_worker(self) -> _Worker:
+        started = time.monotonic()
+        try:
+            return self._spawn_worker()
+        finally:
+            self.last_start_s = time.monotonic() - started
+
+    def _spawn_worker(self) -> _Worker:
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
         config = {"session_dir": self.session_dir, "input_dir": self.input_dir, "scratch_dir": self.scratch_dir,
