@@ -259,3 +259,37 @@ def test_session_wires_connectors_and_approvals(tmp_path):
     result = session.ask("go")
     assert result.ok and calls == [("append", "x")]
     assert session.connectors.loaded == ["demo"]
+
+
+def test_approval_wait_is_reported_apart_from_the_tool_time(tmp_path):
+    import time
+
+    from harness_magic.core.events import ToolCallFinished
+    from harness_magic.core.export import RunRecord, apply_event, tool_summary
+
+    def slow_user(request):
+        time.sleep(0.4)
+        return True
+
+    calls: list = []
+    registry = ConnectorRegistry([demo_connector(calls)], approval=ApprovalPolicy(approver=slow_user))
+    turns = [{"tool_calls": [call("load_connectors", connector_name="demo")]},
+             {"tool_calls": [call("demo__append", row="r1"), call("demo__echo", text="read")]}, {"text": "done"}]
+    harness, _ = scripted_harness(tmp_path, turns, registry)
+    events: list = []
+    harness.subscribe(events.append)
+    result = harness.run_result("go")
+    append, echo = [e for e in events if isinstance(e, ToolCallFinished)][1:]
+    assert 0.4 <= append.approval_wait_s <= append.duration_s and append.duration_s - append.approval_wait_s < 0.3
+    assert echo.approval_wait_s == 0.0, "read tools are never asked about"
+    record = RunRecord()
+    for event in events:
+        apply_event(record, event, record)
+    summary = tool_summary(record.tool(append.tool_use.id))
+    assert "approval wait 0.4 s" in summary and summary.split(" · ")[1].endswith(" s")
+    assert float(summary.split(" · ")[1][:-2]) < 0.3, summary
+    assert "approval" not in tool_summary(record.tool(echo.tool_use.id))
+    log = read_log(result.run_file)
+    assert [r for r in log if r.get("event") == "approval"][0]["wait_s"] >= 0.4
+    tools = [r for r in log if r.get("type") == "tools"][-1]["results"]
+    assert tools[0]["approval_wait_s"] >= 0.4 and "approval_wait_s" not in tools[1]

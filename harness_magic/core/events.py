@@ -89,6 +89,8 @@ class ToolCallFinished:
     """Display-only extras such as PNG charts; never sent to the model."""
     snapshots: tuple[dict[str, Any], ...] = ()
     """Snapshots of ``handles``, in the same order, for rendering."""
+    approval_wait_s: float = 0.0
+    """Seconds of ``duration_s`` spent waiting for the user's approval (the tool's own time is the rest)."""
     kind: Literal["tool_call_finished"] = "tool_call_finished"
 
 

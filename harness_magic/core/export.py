@@ -80,6 +80,8 @@ CONNECTOR_TOOL = "load_connectors"
 """Tool whose calls render as connector loads."""
 STDOUT_PREVIEW_LINES = 200
 """Lines of printed output shown per call before ``… N lines more``: long logs stay readable."""
+APPROVAL_WAIT_SHOWN_S = 0.05
+"""Approval waits shorter than this (a policy answering at once) are not worth a mention."""
 LIVE_OUTPUT_MAX_CHARS = 256_000
 """Characters of live output a record keeps per call (the backend streams fewer): a display, not a log."""
 _SNAPSHOT_LINE = re.compile(r"^Snapshot: \{.*\}$", re.M)
@@ -98,6 +100,8 @@ class ToolRecord:
     """Result text sent to the model (None while running)."""
     is_error: bool = False
     duration_s: float | None = None
+    approval_wait_s: float = 0.0
+    """Seconds of ``duration_s`` spent waiting for the user's approval."""
     started: float | None = None
     """``time.monotonic()`` when the call started (live views tick from it)."""
     output: list[tuple[str, str]] = field(default_factory=list)
@@ -227,6 +231,7 @@ def apply_event(record: RunRecord, event: Any, state: Any) -> None:
         tool.result = event.result.content
         tool.is_error = event.result.is_error
         tool.duration_s = event.duration_s
+        tool.approval_wait_s = float(getattr(event, "approval_wait_s", 0.0) or 0.0)
         tool.handles = list(event.handles)
         tool.snapshots = [dict(s) for s in event.snapshots]
         tool.charts = [a["data"] for a in event.artifacts if a.get("kind") == "image/png" and a.get("data")]
@@ -417,7 +422,9 @@ def tool_summary(tool: ToolRecord, now: float | None = None) -> str:
         mark = "…" if tool.result is None else ("✗" if tool.is_error else "✓")
     bits = [f"{mark} {tool.title}"]
     if tool.duration_s is not None:
-        bits.append(f"{tool.duration_s:.2f} s")
+        bits.append(f"{max(tool.duration_s - tool.approval_wait_s, 0.0):.2f} s")
+        if tool.approval_wait_s >= APPROVAL_WAIT_SHOWN_S:
+            bits.append(f"approval wait {tool.approval_wait_s:.1f} s")
     elif now is not None and tool.started is not None and not tool.interrupted:
         bits.append(f"{now - tool.started:.0f} s")
     if tool.interrupted and tool.result is None:

@@ -390,6 +390,8 @@ class _Run:
         )
         self.current_tool_use: ToolUseBlock | None = None
         """The tool use being dispatched right now (tools that link child runs read its id)."""
+        self.approval_wait_s: dict[str, float] = {}
+        """Tool use id -> seconds its approval took (written by approval guards)."""
         self.partial_output: dict[str, str] = {}
         """Tool use id -> text it printed so far (:meth:`_HarnessBase.tool_output`), bounded."""
         harness._active_run = self
@@ -541,12 +543,14 @@ class _Run:
                 self.handles.extend(output.handles)
                 self.charts.extend(a["data"] for a in output.artifacts if a.get("kind") == "image/png")
                 snapshots = tuple(self._snapshot(name) for name in output.handles)
+                waited = min(self.approval_wait_s.get(use.id, 0.0), duration)
                 meta.append({"tool_use_id": use.id, "name": use.name, "is_error": output.is_error,
                              "duration_s": round(duration, 6), "handles": list(output.handles),
-                             "content_chars": len(output.text)})
+                             "content_chars": len(output.text)}
+                            | ({"approval_wait_s": round(waited, 6)} if waited else {}))
                 h._emit(ToolCallFinished(turn=self.turn, tool_use=use, result=block, duration_s=duration,
                                          handles=tuple(output.handles), artifacts=tuple(output.artifacts),
-                                         snapshots=snapshots))
+                                         snapshots=snapshots, approval_wait_s=waited))
         finally:
             # On interrupt, answer what is left so the transcript stays consistent.
             answered = {r.tool_use_id for r in results}

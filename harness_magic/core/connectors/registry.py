@@ -42,6 +42,7 @@ import collections.abc
 import dataclasses
 import inspect
 import re
+import time
 import types
 import typing
 from dataclasses import dataclass, field
@@ -518,12 +519,17 @@ class InstalledConnectors:
             return None
         request = ApprovalRequest(tool=spec.name, connector=spec.connector, safety=safety,
                                   arguments=dict(use.input), summary=summary, tool_use_id=use.id)
+        asked = time.monotonic()
         decision: ApprovalDecision = self.registry.approval.decide(request)
+        waited = time.monotonic() - asked
         run = getattr(self.harness, "current_run", None)
         if run is not None:
+            waits = getattr(run, "approval_wait_s", None)
+            if isinstance(waits, dict):  # shown apart from the tool's own time
+                waits[use.id] = waits.get(use.id, 0.0) + waited
             run.logger.write("event", event="approval", tool=spec.name, safety=safety, summary=summary,
                              approved=decision.approved, reason=decision.reason, tool_use_id=use.id,
-                             turn=run.turn)
+                             turn=run.turn, wait_s=round(waited, 6))
         if decision.approved:
             return None
         self.harness._emit(Notice(text=f"Denied {spec.name} ({safety}): {decision.reason}", level="warning"))
