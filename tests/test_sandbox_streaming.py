@@ -276,3 +276,25 @@ def test_starting_and_restarting_the_sandbox_are_steps_with_their_time(tmp_path)
         assert "sandbox started · " in page and "sandbox restarted · " in page
     finally:
         session.close()
+
+
+def test_a_subagents_sandboxed_call_streams_into_its_nested_section(tmp_path):
+    from harness_magic import AgentConfig, AgentSession, ProviderAdapter
+    from harness_magic.core.events import SubagentEvent
+
+    turns = [{"tool_calls": [{"name": "subagent", "arguments": {"task": "print things"}}]},
+             {"tool_calls": [{"name": "python_interpreter", "arguments": {"code": "print('from the child', flush=True)"}}]},
+             {"text": "child done"},
+             {"text": "done"}]
+    adapter = ProviderAdapter("scripted/sub", transport=ScriptedModel(turns))
+    session = AgentSession(AgentConfig(run_dir=str(tmp_path / "runs"), sandbox="worker"), adapter=adapter,
+                           subagents=True)
+    events: list = []
+    session.subscribe(events.append)
+    try:
+        assert session.ask("go").status == "completed"
+    finally:
+        session.close()
+    nested = [e.event for e in events if isinstance(e, SubagentEvent) and isinstance(e.event, ToolOutputDelta)]
+    assert "".join(e.text for e in nested) == "from the child\n"
+    assert not any(isinstance(e, ToolOutputDelta) for e in events), "the parent's own calls printed nothing"

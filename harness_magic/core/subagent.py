@@ -143,12 +143,14 @@ def make_subagent_tool(
         raise ValueError(f"max_turns must be at least 1, got {max_turns!r}")
     make_adapter = adapter_factory or default_adapter_factory
 
-    def build_tools(cache: Any, current_turn: Callable[[], "int | None"], own: Any) -> list[ToolSpec]:
+    def build_tools(cache: Any, current_turn: Callable[[], "int | None"], own: Any,
+                    on_output: Callable[[str], None] | None = None) -> list[ToolSpec]:
         if tools_factory is not None:
             return list(tools_factory(cache, current_turn))
         from harness_magic.core.interpreter import InProcessInterpreter, make_interpreter_tools
 
-        return make_interpreter_tools(cache, own or backend or InProcessInterpreter(), current_turn=current_turn)
+        return make_interpreter_tools(cache, own or backend or InProcessInterpreter(), current_turn=current_turn,
+                                      on_output=on_output)
 
     def subagent(task: str, input_handles: list[str] | None = None,
                  output_policy: str = "publish_created") -> ToolOutput:
@@ -188,7 +190,8 @@ def make_subagent_tool(
         child_cache = cache_factory() if cache_factory is not None else SessionCache()
         local_inputs = [child_cache.put(h, parent_cache.view(h)) for h in inputs]
         holder: dict[str, Any] = {}
-        tools = build_tools(child_cache, lambda: holder["h"].current_turn if "h" in holder else None, own)
+        tools = build_tools(child_cache, lambda: holder["h"].current_turn if "h" in holder else None, own,
+                            lambda text: holder["h"].tool_output(text) if "h" in holder else None)
         tools = [t for t in tools if t.name != SUBAGENT_TOOL_NAME] + [_recursion_stub()]
         child = Harness(
             make_adapter(parent.adapter),
