@@ -3,7 +3,8 @@
 Contract of :func:`estimate_nbytes`: an estimate of the bytes a value keeps
 alive, computed in time independent of the number of rows.
 
-* frames and series: ``memory_usage(index=True, deep=False)``, which is exact
+* frames and series: ``memory_usage(index=True, deep=False)`` (for frames
+  summed from the block arrays' ``nbytes``, the same figure), which is exact
   for numeric, datetime, categorical and Arrow-backed (the pandas 3 default
   ``str``) columns because it reads buffer sizes; ``object`` columns are
   estimated from a sample of :data:`SIZE_SAMPLE_VALUES` values
@@ -43,13 +44,37 @@ def _sampled(values: Any, length: int) -> float:
     return sum(sys.getsizeof(v, 64) for v in sample) / len(sample) * length
 
 
+def _frame_buffers(frame: Any) -> float:
+    """``frame.memory_usage(index=True, deep=False).sum()``, read from the blocks.
+
+    The same figure (each column's ``nbytes`` plus the index's shallow
+    usage), summed over the frame's blocks -- one array per dtype -- instead
+    of building a Series per column, which costs far more than the sizes
+    themselves. Falls back to ``memory_usage`` when pandas internals differ.
+    """
+    try:
+        blocks = frame._mgr.blocks
+        return float(sum(int(block.values.nbytes) for block in blocks) + frame.index.memory_usage(deep=False))
+    except Exception:  # pandas internals moved: the public figure is always right
+        return float(frame.memory_usage(index=True, deep=False).sum())
+
+
+def _block_dtypes(frame: Any) -> list[Any]:
+    """The distinct dtypes held by the frame's blocks (falls back to every column's dtype)."""
+    try:
+        return [block.dtype for block in frame._mgr.blocks]
+    except Exception:
+        return list(frame.dtypes)
+
+
 def _estimate(value: Any, depth: int) -> float:
     import numpy as np
     import pandas as pd
 
     if isinstance(value, pd.DataFrame):
-        usage = value.memory_usage(index=True, deep=False)
-        total = float(usage.sum())
+        total = _frame_buffers(value)
+        if not any(dtype == object for dtype in _block_dtypes(value)):
+            return total
         for position in np.flatnonzero((value.dtypes == object).to_numpy()):
             column = value.iloc[: SIZE_SAMPLE_VALUES, position]
             total += _sampled(column.tolist(), len(value))

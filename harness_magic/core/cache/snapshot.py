@@ -161,9 +161,9 @@ def _frame(df: Any, lim: _Limits) -> dict[str, Any]:
     import pandas as pd
 
     n_rows, n_cols = df.shape
-    listed = df.columns[: lim.columns]
+    listed = df.columns[: lim.columns].tolist()  # plain labels: iterating an Index costs per element
     keys = [_label_key(c, lim.cell_chars) for c in listed]
-    dtypes = df.iloc[:0, : lim.columns].dtypes
+    dtypes = df.dtypes.tolist()[: lim.columns]  # metadata only: O(columns), no row slice built
     snap: dict[str, Any] = {
         "type": "dataframe",
         "shape": [n_rows, n_cols],
@@ -171,16 +171,19 @@ def _frame(df: Any, lim: _Limits) -> dict[str, Any]:
     }
     if n_cols > len(listed):
         snap["columns_omitted"] = n_cols - len(listed)
-    snap["dtypes"] = {k: str(t) for k, t in zip(keys, dtypes)}
-    if not _is_plain_columns(df.columns):
+    names: dict[Any, str] = {}  # str(dtype) once per distinct dtype
+    snap["dtypes"] = {k: names[t] if t in names else names.setdefault(t, str(t)) for k, t in zip(keys, dtypes)}
+    if not _is_plain_columns(df.columns, listed if lim.columns >= SNAPSHOT_MAX_COLUMNS else None):
         snap["column_index"] = {k: v for k, v in _index(df.columns[:0], lim).items() if k != "head"}
         snap["column_index"]["nlevels"] = df.columns.nlevels
     categories = {k: _categories(t, lim) for k, t in zip(keys, dtypes) if isinstance(t, pd.CategoricalDtype)}
     if categories:
         snap["categories"] = categories
     snap["index"] = _index(df.index, lim)
-    sub = df.iloc[: lim.rows, : lim.sample_columns]
-    columns = [[_cell(v, lim.cell_chars) for v in sub.iloc[:, j].tolist()] for j in range(sub.shape[1])]
+    sub = df.iloc[: lim.rows]  # a row slice is a view: cheap whatever the width
+    if n_cols > lim.sample_columns:
+        sub = sub.iloc[:, : lim.sample_columns]
+    columns = [[_cell(v, lim.cell_chars) for v in _column_head(sub, j)] for j in range(sub.shape[1])]
     rows = [list(r) for r in zip(*columns)] if columns else [[] for _ in range(len(sub))]
     sample_keys = keys[: sub.shape[1]]
     if len(set(sample_keys)) == len(sample_keys):
@@ -191,6 +194,23 @@ def _frame(df: Any, lim: _Limits) -> dict[str, Any]:
     if n_cols > sub.shape[1]:
         snap["sample_columns_omitted"] = n_cols - sub.shape[1]
     return snap
+
+
+def _column_head(sub: Any, position: int) -> list[Any]:
+    """Values of column ``position`` of the (already row-sliced) frame ``sub``, as ``Series.tolist()`` gives them.
+
+    Reads the column's array straight from the block manager (what
+    ``Series._values`` is) instead of building a Series per column, which is
+    most of a snapshot's cost on a narrow frame; falls back to the public
+    ``iloc`` path when that internal is missing or changes shape.
+    """
+    try:
+        values = sub._mgr.iget_values(position)
+        if len(values) == len(sub) and getattr(values, "ndim", 1) == 1:
+            return values.tolist()
+    except Exception:  # pandas internals moved: the public path is always right
+        pass
+    return sub.iloc[:, position].tolist()
 
 
 def _series(s: Any, lim: _Limits) -> dict[str, Any]:
@@ -236,11 +256,14 @@ def _categories(dtype: Any, lim: _Limits) -> dict[str, Any]:
             "head": [_cell(v, lim.cell_chars) for v in cats[: lim.rows].tolist()]}
 
 
-def _is_plain_columns(columns: Any) -> bool:
+def _is_plain_columns(columns: Any, listed: list[Any] | None = None) -> bool:
+    """A flat, unnamed column index of strings (``listed``: its first labels, already as a list)."""
     import pandas as pd
 
+    if listed is None:
+        listed = columns[:SNAPSHOT_MAX_COLUMNS].tolist()
     return type(columns) is pd.Index and columns.name is None and all(
-        isinstance(c, str) for c in columns[:SNAPSHOT_MAX_COLUMNS]
+        isinstance(c, str) for c in listed[:SNAPSHOT_MAX_COLUMNS]
     )
 
 
