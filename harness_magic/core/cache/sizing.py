@@ -54,9 +54,15 @@ def _frame_buffers(frame: Any) -> float:
     """
     try:
         blocks = frame._mgr.blocks
-        return float(sum(int(block.values.nbytes) for block in blocks) + frame.index.memory_usage(deep=False))
+        return float(sum(_array_bytes(block.values) for block in blocks) + frame.index.memory_usage(deep=False))
     except Exception:  # pandas internals moved: the public figure is always right
         return float(frame.memory_usage(index=True, deep=False).sum())
+
+
+def _array_bytes(values: Any) -> int:
+    """Shallow bytes of one block's array, as ``Series.memory_usage(deep=False)`` counts them."""
+    usage = getattr(values, "memory_usage", None)  # Categorical: codes + its categories' own usage
+    return int(usage(deep=False)) if callable(usage) else int(values.nbytes)
 
 
 def _block_dtypes(frame: Any) -> list[Any]:
