@@ -240,7 +240,8 @@ def test_row_count_falls_back_to_the_engine_estimate(dataset, monkeypatch):
                         "COUNT_BUDGET_S", 0.05)
     engine = DuckDBEngine({"events": str(root)})
     cache = SessionCache()
-    relation = engine.lazy(cache, "SELECT a.id FROM events a, events b WHERE a.id < 1000")
+    # a count that cannot finish within the budget on any machine (10^11 rows), whose head is instant
+    relation = engine.lazy(cache, "SELECT a.id FROM events a, range(100000000) r WHERE a.id < 1000")
     cache.put("slow", relation)
     snap = cache.snapshot("slow")
     # past the budget: DuckDB's estimate, or null (unknown) where it has none (Arrow scans say "~1 row")
