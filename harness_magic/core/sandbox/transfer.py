@@ -515,8 +515,17 @@ def read_sealed_result(desc: dict[str, Any], fd: int, max_bytes: int = RESULT_MA
         return _npy_from_buffer(mm, size)
     if desc.get("shape") not in ("frame", "series", "table"):
         raise ProtocolError("malformed table descriptor")
+    # zero-copy over the sealed mapping where pandas allows
+    return _decode_arrow_result(_pa().py_buffer(mm), desc["shape"], max_bytes)
+
+
+def _decode_arrow_result(buffer: Any, shape: str, max_bytes: int) -> Any:
+    """Validate an Arrow IPC result buffer the worker cannot change any more, then rebuild the value.
+
+    Bounds (compression, buffer extents, decoded size) are checked before anything is read;
+    anything malformed is a :class:`ProtocolError`, never a crash.
+    """
     pa = _pa()
-    buffer = pa.py_buffer(mm)
     try:
         check_ipc_file(buffer, max_bytes)
         register_pandas_arrow_types()
@@ -524,7 +533,7 @@ def read_sealed_result(desc: dict[str, Any], fd: int, max_bytes: int = RESULT_MA
         for field in table.schema:
             _check_schema_types(pa, field.type)
         table.validate(full=True)
-        return _from_table(table, desc["shape"])  # zero-copy over the sealed mapping where pandas allows
+        return _from_table(table, shape)
     except ProtocolError:
         raise
     except Exception as exc:  # noqa: BLE001 - anything malformed is the worker's fault
@@ -581,17 +590,6 @@ def read_result(desc: Any, directory: str, max_bytes: int = RESULT_MAX_BYTES,
             buffer = pa.py_buffer(handle.read(size + 1))  # private copy: the worker cannot change it now
         if buffer.size > size:
             raise ProtocolError("result file grew while being read")
-        try:
-            check_ipc_file(buffer, max_bytes)
-            register_pandas_arrow_types()
-            table = pa.ipc.open_file(buffer).read_all()
-            for field in table.schema:
-                _check_schema_types(pa, field.type)
-            table.validate(full=True)
-            return _from_table(table, desc["shape"])  # over our private copy: safe to share
-        except ProtocolError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - anything malformed is the worker's fault
-            raise ProtocolError(f"invalid Arrow result: {type(exc).__name__}: {exc}") from exc
+        return _decode_arrow_result(buffer, desc["shape"], max_bytes)  # over our private copy: safe to share
     finally:
         os.close(fd)
