@@ -78,3 +78,18 @@ def test_answers_render_as_markdown_not_raw(transcript: str) -> None:
 def test_snapshots_print_as_tables_in_the_run_and_from_agent_vars(transcript: str) -> None:
     assert transcript.count("1,200.50") == 2 and transcript.count("┃") >= 4
     assert '"type": "dataframe"' not in transcript and "region" in transcript
+
+
+def test_output_streamed_from_the_sandbox_prints_once(tmp_path: Path) -> None:
+    if not IPYTHON.exists():
+        pytest.skip("ipython script not installed next to the interpreter")
+    code = "print('zebra' + '-stripe', flush=True)\nsave('n', 1)"
+    turns = [{"text": "Printing.", "tool_calls": [{"name": "python_interpreter", "arguments": {"code": code}}]},
+             {"text": "Done."}]
+    (tmp_path / "model.json").write_text(json.dumps({"turns": turns}))
+    out = run_in_terminal(tmp_path, (
+        "%load_ext harness_magic\n"
+        "_run = get_ipython().run_cell_magic('agent', '-m scripted/model.json', 'Go.')\n"
+    ))
+    assert "│ zebra-stripe" in out, "streamed live from the worker"
+    assert out.count("zebra-stripe") == 1, "not repeated in the finished call's result"

@@ -450,7 +450,11 @@ class TerminalRenderer:
         c = self.console
         style = "red" if tool.is_error else "dim"
         c.print(Text(strip_control(export.tool_summary(tool)), style=style))
-        shown = strip_control(export.display_result_text(tool))
+        shown = export.display_result_text(tool)
+        streamed = "stdout:\n" + "".join(chunk for _, chunk in tool.output)
+        if tool.output and shown.startswith(streamed):  # already printed live: one copy only
+            shown = shown[len(streamed):].lstrip("\n")
+        shown = strip_control(shown)
         lines = shown.splitlines()
         if len(lines) > TERMINAL_RESULT_LINES:
             lines = lines[:TERMINAL_RESULT_LINES] + [f"… {len(lines) - TERMINAL_RESULT_LINES:,} lines more"]
