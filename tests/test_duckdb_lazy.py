@@ -381,3 +381,88 @@ def test_config_entry_and_list_tables_show_datasets_and_lazy_handles(tmp_path, d
     assert {"name": "north", "kind": "lazy handle", "rows": int((frame.region == "north").sum())} in listing
     with pytest.raises(ValueError, match="memory_limit"):
         connectors_from_config([{"type": "duckdb", "files": {}, "memory_limit": "-5 parsecs"}])
+
+
+def test_materialise_stops_at_the_row_cap_with_an_engine_first_hint(dataset):
+    root, frame = dataset
+    engine = DuckDBEngine({"events": str(root)}, batch_rows=2_048)
+    cache = SessionCache()
+    relation = engine.lazy(cache, "SELECT id, amount FROM events")
+    cache.put("rel", relation)
+    exact = relation.materialize(cache, 10 * 1024**2, max_rows=len(frame))  # exactly at the cap: allowed
+    assert len(exact) == len(frame)
+    before = materialize_count()
+    with pytest.raises(MaterializeLimitError, match=r"more than 5,000 rows") as info:
+        relation.materialize(cache, 10 * 1024**2, max_rows=5_000, handle="rel")
+    assert info.value.limit == "rows" and info.value.handle == "rel"
+    assert "materialize_max_rows" in str(info.value) and "aggregate or filter it there" in str(info.value)
+    assert materialize_count() == before  # nothing came in
+    for bad in (0, -1, True, 1.5, "10", 2**63):
+        with pytest.raises(ValueError, match=r"max_rows must be a positive integer \(1 to"):
+            relation.materialize(cache, 10**6, max_rows=bad)
+
+
+def test_interpreter_obeys_the_row_cap_and_hostile_row_caps_are_refused(tmp_path, dataset):
+    root, frame = dataset
+    turns = [call("load_connectors", connector_name="duckdb"),
+             call("duckdb__query", sql="SELECT id FROM events", name="ids", lazy=True),
+             call("duckdb__query", sql="SELECT region, count(*) AS n FROM events GROUP BY 1", name="counts",
+                  lazy=True),
+             call("python_interpreter", code="int(counts.n.sum())"),
+             call("python_interpreter", code="len(ids)"),
+             {"text": "done"}]
+    # the byte cap is generous: only the row cap can stop `ids`
+    session = session_for(tmp_path, turns, duckdb_connector({"events": str(root)}),
+                          materialize_max_rows=1_000, materialize_max_bytes=1024**3)
+    blocks = results(session.ask("go"))
+    assert not blocks[-2].is_error and json.loads(blocks[-2].content) == len(frame)
+    assert blocks[-1].is_error and "more than 1,000 rows" in blocks[-1].content
+    assert "materialize_max_rows" in blocks[-1].content and "aggregate or filter" in blocks[-1].content
+    assert session.cache.location("ids") == "duckdb"
+    for bad in (0, -5, True, 2.5, "1000", None, 2**64):
+        with pytest.raises(ValueError, match="materialize_max_rows must be a positive integer"):
+            AgentConfig(materialize_max_rows=bad)
+
+
+def test_agent_pull_max_rows_raises_the_row_cap_and_refuses_hostile_values(tmp_path, dataset):
+    import subprocess
+    import sys
+    import textwrap
+
+    root, frame = dataset
+    driver = textwrap.dedent(f"""\
+        from IPython.core.interactiveshell import InteractiveShell
+        from harness_magic.core.connectors.duckdb_connector import DuckDBEngine
+        shell = InteractiveShell.instance()
+        shell.run_line_magic("load_ext", "harness_magic")
+        shell.run_line_magic("config", 'AgentMagics.sandbox = "inprocess"')
+        shell.run_line_magic("config", "AgentMagics.materialize_max_rows = 1000")
+        magics = shell.magics_manager.registry["AgentMagics"]
+        cache = magics.session.cache
+        engine = DuckDBEngine({{"events": {str(root)!r}}})
+        cache.put("ids", engine.lazy(cache, "SELECT id FROM events"))
+        shell.run_cell("%agent_pull ids got")
+        print("REFUSED", "got" not in shell.user_ns)
+        for bad in ["-5", "0", "abc", "1.5", "1e400", "99999999999999999999999", "nan"]:
+            print("BAD", bad)
+            shell.run_cell("%agent_pull ids got --max-rows " + bad)
+            print("STILL", "got" not in shell.user_ns)
+        shell.run_cell("%config AgentMagics.materialize_max_rows = -1")
+        print("TRAIT", magics.materialize_max_rows)
+        shell.run_line_magic("agent_pull", "ids got --max-rows 1e6")
+        print("ALL", len(shell.user_ns["got"]))
+    """)
+    out = subprocess.run([sys.executable, "-c", driver], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout + out.stderr
+    assert "REFUSED True" in text and "more than 1,000 rows" in text and "--max-rows N" in text
+    assert "--max-rows must be a number of rows >= 1, got -5" in text
+    assert "--max-rows must be a number of rows >= 1, got 0" in text
+    assert "--max-rows must be a whole number of rows >= 1, got 'abc'" in text
+    assert "--max-rows must be a whole number of rows >= 1, got '1.5'" in text
+    assert "--max-rows must be a whole number of rows >= 1, got '1e400'" in text
+    assert "--max-rows must be a whole number of rows >= 1, got 'nan'" in text
+    assert "--max-rows must be at most 9,223,372,036,854,775,807 rows, got 99999999999999999999999" in text
+    assert text.count("STILL True") == 7
+    assert "materialize_max_rows must be a number of rows from 1 to" in text and "TRAIT 1000" in text
+    assert f"ALL {len(frame)}" in text

@@ -37,6 +37,8 @@ __all__ = [
 
 DEFAULT_MATERIALIZE_MAX_BYTES = 1024**3
 """Bytes (Arrow) a lazy handle may bring into the kernel by default: a big frame, not a lake."""
+DEFAULT_MATERIALIZE_MAX_ROWS = 10_000_000
+"""Rows a lazy handle may bring into the kernel by default: more than anyone reads, fewer than pandas chokes on."""
 STDOUT_MAX_CHARS = 4_000
 """Printed output beyond this is cut to head and tail: the model reads it all."""
 
@@ -199,8 +201,10 @@ def _describe_result(
     return ToolOutput(text=text, is_error=execution.error is not None, handles=handles, artifacts=artifacts)
 
 
-def materialize_inputs(cache: Any, names: Collection[str], max_bytes: int) -> dict[str, Any]:
-    """Copy-boundary values of ``names``; engine values (lazy handles) brought in as frames under ``max_bytes``.
+def materialize_inputs(cache: Any, names: Collection[str], max_bytes: int,
+                       max_rows: int | None = None) -> dict[str, Any]:
+    """Copy-boundary values of ``names``; engine values (lazy handles) brought in as frames under ``max_bytes``
+    bytes and ``max_rows`` rows (None: no row cap).
 
     Raises whatever the engine raises when a value is over the cap or fails
     (e.g. :class:`~harness_magic.core.connectors.lazy.MaterializeLimitError`).
@@ -209,7 +213,7 @@ def materialize_inputs(cache: Any, names: Collection[str], max_bytes: int) -> di
     for name in sorted(names):
         value = cache.view(name)
         if engine_of(value) is not None:
-            value = value.materialize(cache, max_bytes, handle=name)
+            value = value.materialize(cache, max_bytes, max_rows=max_rows, handle=name)
         inputs[name] = value
     return inputs
 
@@ -220,6 +224,7 @@ def make_interpreter_tools(
     *,
     current_turn: Callable[[], int | None] = lambda: None,
     materialize_max_bytes: Callable[[], int] = lambda: DEFAULT_MATERIALIZE_MAX_BYTES,
+    materialize_max_rows: Callable[[], int] = lambda: DEFAULT_MATERIALIZE_MAX_ROWS,
     on_output: Callable[[str], None] | None = None,
 ) -> list[ToolSpec]:
     """Build the bound ``python_interpreter`` and ``list_variables`` tools.
@@ -229,7 +234,8 @@ def make_interpreter_tools(
     is the full captured output either way.
 
     Code that names a lazy (engine-held) handle gets its rows as a frame,
-    streamed under ``materialize_max_bytes()`` bytes; past that the call fails
+    streamed under ``materialize_max_bytes()`` bytes and ``materialize_max_rows()``
+    rows; past either the call fails
     with an error telling the model to aggregate or filter in the engine.
     """
 
@@ -238,7 +244,7 @@ def make_interpreter_tools(
             return ToolOutput(text="`code` must be a non-empty string of Python source.", is_error=True)
         wanted = referenced_names(code) & set(cache.names())
         try:
-            inputs = materialize_inputs(cache, wanted, materialize_max_bytes())
+            inputs = materialize_inputs(cache, wanted, materialize_max_bytes(), materialize_max_rows())
         except Exception as exc:  # over the cap, or the engine failed: nothing ran
             return ToolOutput(text=f"Not run: {format_exception(exc)}", is_error=True)
         extra: dict[str, Any] = {}

@@ -14,7 +14,12 @@ from typing import Any, Callable
 from harness_magic.core.budgets import Budgets
 from harness_magic.core.cache import SessionCache
 from harness_magic.core.events import EventHandler
-from harness_magic.core.interpreter import DEFAULT_MATERIALIZE_MAX_BYTES, InProcessInterpreter, make_interpreter_tools
+from harness_magic.core.interpreter import (
+    DEFAULT_MATERIALIZE_MAX_BYTES,
+    DEFAULT_MATERIALIZE_MAX_ROWS,
+    InProcessInterpreter,
+    make_interpreter_tools,
+)
 from harness_magic.core.loop import Harness, RunResult
 from harness_magic.core.prompts import DEFAULT_SYSTEM_PROMPT
 from harness_magic.core.provider import ProviderAdapter
@@ -64,6 +69,8 @@ class AgentConfig:
     """Input-token limit override; None: litellm's model information (offline models: none)."""
     materialize_max_bytes: int = DEFAULT_MATERIALIZE_MAX_BYTES
     """Bytes (Arrow) a lazy engine handle may bring into the kernel when code names it or it is pulled."""
+    materialize_max_rows: int = DEFAULT_MATERIALIZE_MAX_ROWS
+    """Rows a lazy engine handle may bring into the kernel when code names it or it is pulled."""
 
     def budgets(self) -> Budgets:
         """The per-run budgets these settings ask for."""
@@ -74,9 +81,10 @@ class AgentConfig:
         self.budgets()  # validates the budget fields
         if self.sandbox not in SANDBOX_MODES:
             raise ValueError(f"sandbox {self.sandbox!r} is not valid; allowed: {', '.join(SANDBOX_MODES)}")
-        if isinstance(self.materialize_max_bytes, bool) or not isinstance(self.materialize_max_bytes, int) \
-                or self.materialize_max_bytes < 1:
-            raise ValueError(f"materialize_max_bytes must be a positive integer, got {self.materialize_max_bytes!r}")
+        from harness_magic.core.connectors.lazy import check_cap
+
+        check_cap(self.materialize_max_bytes, "materialize_max_bytes")
+        check_cap(self.materialize_max_rows, "materialize_max_rows")
         if not isinstance(self.max_turns, int) or self.max_turns < 1:
             raise ValueError(f"max_turns must be a positive integer, got {self.max_turns!r}")
         from harness_magic.core.provider import PROMPT_CACHING_MODES
@@ -265,6 +273,7 @@ class AgentSession:
         tools = make_interpreter_tools(
             self.cache, _LazyBackend(), current_turn=lambda: holder["h"].current_turn if "h" in holder else None,
             materialize_max_bytes=lambda: session.config.materialize_max_bytes,
+            materialize_max_rows=lambda: session.config.materialize_max_rows,
             on_output=lambda text: holder["h"].tool_output(text) if "h" in holder else None,
         )
         harness = Harness(

@@ -38,7 +38,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, observe, validate
 
-from harness_magic.core.interpreter import DEFAULT_MATERIALIZE_MAX_BYTES
+from harness_magic.core.interpreter import DEFAULT_MATERIALIZE_MAX_BYTES, DEFAULT_MATERIALIZE_MAX_ROWS
 from harness_magic.core.scrub import escape_control
 
 __all__ = ["AgentMagics", "load_extension", "unload_extension", "LIVE_MODES"]
@@ -67,6 +67,34 @@ def _check_handle(name: str, what: str) -> str:
     if not name.isidentifier() or keyword.iskeyword(name):
         raise UsageError(f"bad {what} {name!r}: it must be a valid Python identifier")
     return name
+
+
+MAX_CAP = 2**63 - 1
+"""Mirrors :data:`harness_magic.core.connectors.lazy.MAX_CAP` (64-bit row and byte counts)."""
+
+
+def _cap_arg(text: Any, flag: str, unit: str) -> int:
+    """A ``--max-bytes``/``--max-rows`` value: a whole number 1..MAX_CAP (``1_000_000`` and ``1e6`` too)."""
+    raw = str(text).strip().replace("_", "")
+    shown = raw if len(raw) <= 40 else raw[:37] + "..."
+    if raw.isascii() and raw.isdigit() and len(raw.lstrip("0")) > len(str(MAX_CAP)):
+        raise UsageError(f"{flag} must be at most {MAX_CAP:,} {unit}, got {shown}")
+    try:
+        value = int(raw) if raw.isascii() and raw.lstrip("+-").isdigit() else _whole(float(raw))
+    except (ValueError, OverflowError):
+        raise UsageError(f"{flag} must be a whole number of {unit} >= 1, got {shown!r}") from None
+    if value < 1:
+        raise UsageError(f"{flag} must be a number of {unit} >= 1, got {value}")
+    if value > MAX_CAP:
+        raise UsageError(f"{flag} must be at most {MAX_CAP:,} {unit}, got {shown}")
+    return value
+
+
+def _whole(number: float) -> int:
+    """``1e6`` as 1000000; ValueError for fractions, NaN; OverflowError for infinities."""
+    if not number.is_integer():
+        raise ValueError(number)
+    return int(number)
 
 
 def _split_pair(spec: str, what: str) -> tuple[str, str]:
@@ -149,6 +177,9 @@ class AgentMagics(Magics):
                                     "may bring into the kernel when agent code names it or %agent_pull copies "
                                     "it; over it the agent is told to aggregate in the engine first."
                                     ).tag(config=True)
+    materialize_max_rows = Integer(DEFAULT_MATERIALIZE_MAX_ROWS, help="Rows a lazy engine handle may bring into "
+                                   "the kernel when agent code names it or %agent_pull copies it; over it the "
+                                   "agent is told to aggregate in the engine first.").tag(config=True)
     connectors = List(Dict(), default_value=[], help="Connectors of every new session, as for "
                       "harness_magic.core.connectors.connectors_from_config, e.g. "
                       "[{'type': 'files', 'roots': ['data']}].").tag(config=True)
@@ -212,11 +243,13 @@ class AgentMagics(Magics):
             raise TraitError(f"{proposal['trait'].name} must be at least 1, got {proposal['value']}")
         return proposal["value"]
 
-    @validate("materialize_max_bytes")
+    @validate("materialize_max_bytes", "materialize_max_rows")
     def _valid_materialize(self, proposal: Any) -> int:
-        if proposal["value"] < 1:
-            raise TraitError(f"materialize_max_bytes must be a number of bytes >= 1, got {proposal['value']}")
-        return proposal["value"]
+        name, value = proposal["trait"].name, proposal["value"]
+        unit = "bytes" if name.endswith("bytes") else "rows"
+        if not 1 <= value <= MAX_CAP:
+            raise TraitError(f"{name} must be a number of {unit} from 1 to {MAX_CAP:,}, got {value}")
+        return value
 
     @validate("memory_budget")
     def _valid_budget(self, proposal: Any) -> int | None:
@@ -259,7 +292,7 @@ class AgentMagics(Magics):
         if change["name"] == "connectors":
             self._connectors_dirty = True
 
-    @observe(*_BUDGET_TRAITS, "materialize_max_bytes")
+    @observe(*_BUDGET_TRAITS, "materialize_max_bytes", "materialize_max_rows")
     def _budget_changed(self, change: Any) -> None:
         if getattr(self, "_session", None) is not None:
             setattr(self._session.config, change["name"], change["new"])
@@ -291,6 +324,7 @@ class AgentMagics(Magics):
             max_cost_usd=self.max_cost_usd, max_wall_s=self.max_wall_s, max_tool_calls=self.max_tool_calls,
             planner=self.planner, reminders=self.reminders, prompt_caching=self.prompt_caching,
             context_window=self.context_window, materialize_max_bytes=self.materialize_max_bytes,
+            materialize_max_rows=self.materialize_max_rows,
         )
 
     @property
@@ -536,36 +570,42 @@ class AgentMagics(Magics):
     @magic_arguments()
     @argument("handle", help="Cached handle to copy out.")
     @argument("name", nargs="?", default=None, help="Notebook variable to bind (default: HANDLE).")
-    @argument("--max-bytes", type=int, default=None, metavar="BYTES",
+    @argument("--max-bytes", default=None, metavar="BYTES",
               help="For a lazy engine handle: bring in at most this many bytes (default: materialize_max_bytes).")
+    @argument("--max-rows", default=None, metavar="ROWS",
+              help="For a lazy engine handle: bring in at most this many rows (default: materialize_max_rows).")
     @line_magic
     def agent_pull(self, line: str) -> None:
-        """Copy a cached handle into a notebook variable (a lazy engine handle is brought in within a byte cap)."""
+        """Copy a cached handle into a notebook variable (a lazy engine handle is brought in within a row and
+        byte cap)."""
         args = parse_argstring(self.agent_pull, line)
         handle = _check_handle(args.handle, "handle")
         name = _check_handle(args.name or handle, "variable name")
-        if args.max_bytes is not None and args.max_bytes < 1:
-            raise UsageError(f"--max-bytes must be a number of bytes >= 1, got {args.max_bytes}")
+        max_bytes = None if args.max_bytes is None else _cap_arg(args.max_bytes, "--max-bytes", "bytes")
+        max_rows = None if args.max_rows is None else _cap_arg(args.max_rows, "--max-rows", "rows")
         cache = self.session.cache
         if handle not in cache:
             raise UsageError(f"no handle {handle!r}; handles: {', '.join(cache.names()) or '(none)'}")
-        print(f"pulled {self._bind(handle, name, max_bytes=args.max_bytes)}")
+        print(f"pulled {self._bind(handle, name, max_bytes=max_bytes, max_rows=max_rows)}")
 
-    def _bind(self, handle: str, name: str, *, max_bytes: int | None = None) -> str:
+    def _bind(self, handle: str, name: str, *, max_bytes: int | None = None, max_rows: int | None = None) -> str:
         """Copy ``handle`` into the notebook as ``name``; warns (stderr) when that replaces a value of
         another type. Returns ``"HANDLE → NAME (type shape)"`` for the confirmation line.
 
-        A lazy engine handle is materialised under ``max_bytes`` (default
-        :attr:`materialize_max_bytes`); over it, a UsageError names the cap and the flag to raise it."""
+        A lazy engine handle is materialised under ``max_bytes`` and ``max_rows`` (defaults
+        :attr:`materialize_max_bytes`, :attr:`materialize_max_rows`); over either, a UsageError names the cap
+        and the flag to raise it."""
         import sys
 
         from harness_magic.core.interpreter import materialize_inputs
 
         try:
-            value = materialize_inputs(self.session.cache, [handle], max_bytes or self.materialize_max_bytes)[handle]
+            value = materialize_inputs(self.session.cache, [handle], max_bytes or self.materialize_max_bytes,
+                                       max_rows or self.materialize_max_rows)[handle]
         except Exception as exc:
             if type(exc).__name__ == "MaterializeLimitError":
-                raise UsageError(f"{exc} To bring it in anyway: %agent_pull {handle} {name} --max-bytes N") from None
+                flag = "--max-rows" if getattr(exc, "limit", "bytes") == "rows" else "--max-bytes"
+                raise UsageError(f"{exc} To bring it in anyway: %agent_pull {handle} {name} {flag} N") from None
             raise
         value = copy_value(value)
         described = _describe(value)

@@ -281,9 +281,10 @@ class DuckDBEngine:
         direct_frames = {h: v for h, v in frames.items() if h in set(_IDENT.findall(sql))}
         return LazyRelation(self, sql, direct_frames, used, info)
 
-    def fetch_lazy(self, lazy: LazyRelation, cache: Any, max_bytes: int, *, handle: str | None = None,
-                   progress: Progress | None = None) -> Any:
-        """The rows of ``lazy`` as an Arrow table; :class:`MaterializeLimitError` once they pass ``max_bytes``."""
+    def fetch_lazy(self, lazy: LazyRelation, cache: Any, max_bytes: int, *, max_rows: int | None = None,
+                   handle: str | None = None, progress: Progress | None = None) -> Any:
+        """The rows of ``lazy`` as an Arrow table; :class:`MaterializeLimitError` once they pass ``max_bytes``
+        bytes or ``max_rows`` rows (None: no row cap)."""
         import pyarrow as pa
 
         con = self._open(cache, None if cache is None else "", root=lazy)[0]
@@ -294,15 +295,12 @@ class DuckDBEngine:
                 for batch in reader:
                     total += batch.nbytes
                     rows += batch.num_rows
-                    if total > max_bytes:
+                    over = "bytes" if total > max_bytes else "rows" if max_rows is not None and rows > max_rows \
+                        else None
+                    if over is not None:
                         con.interrupt()
-                        size = "an estimated" if lazy.rows_estimated else "its"
-                        raise MaterializeLimitError(
-                            f"`{handle or 'the lazy handle'}` is too big to bring into the kernel: more than "
-                            f"{max_bytes:,} bytes after {rows:,} of {size} {lazy.rows if lazy.rows is not None else '?'} "
-                            "rows (limit materialize_max_bytes). It stays in DuckDB: aggregate or filter it there "
-                            "first (duckdb__query with lazy=true, GROUP BY / WHERE / LIMIT) and use that smaller "
-                            "handle.", handle=handle)
+                        raise MaterializeLimitError(_too_big(lazy, handle, over, max_bytes, max_rows, total, rows),
+                                                    handle=handle, limit=over)
                     batches.append(batch)
                 return pa.Table.from_batches(batches, schema=reader.schema)
 
@@ -337,6 +335,19 @@ class DuckDBEngine:
             return self._run(con, fetch, progress)
         finally:
             con.close()
+
+
+def _too_big(lazy: LazyRelation, handle: str | None, over: str, max_bytes: int, max_rows: int | None,
+             total: int, rows: int) -> str:
+    """The error for a materialisation past a cap: which cap, how far it got, what to do instead."""
+    of = f"{'an estimated' if lazy.rows_estimated else 'its'} {lazy.rows:,}" if lazy.rows is not None else "its ?"
+    if over == "bytes":
+        passed = f"more than {max_bytes:,} bytes after {rows:,} of {of} rows (limit materialize_max_bytes)"
+    else:
+        passed = f"more than {max_rows:,} rows ({total:,} bytes so far) of {of} rows (limit materialize_max_rows)"
+    return (f"`{handle or 'the lazy handle'}` is too big to bring into the kernel: {passed}. It stays in DuckDB: "
+            "aggregate or filter it there first (duckdb__query with lazy=true, GROUP BY / WHERE / LIMIT) and use "
+            "that smaller handle.")
 
 
 def _single(sql: str) -> Any:

@@ -16,8 +16,9 @@ relations by object). It holds no rows. Contract:
   under :data:`COUNT_BUDGET_S`; past that, DuckDB's plan estimate, marked
   ``"rows_estimated": true``).
 * **Materialise within limits.** :meth:`materialize` streams Arrow batches and
-  stops with :class:`MaterializeLimitError` as soon as their bytes pass the cap,
-  telling the model to aggregate or filter in the engine first.
+  stops with :class:`MaterializeLimitError` as soon as their bytes pass the
+  byte cap or their rows pass the row cap, telling the model to aggregate or
+  filter in the engine first.
 * **Exact inputs.** A frame it was built on must still be the same value
   (same handle, same version) when it runs, else :class:`LazyInputError`.
 """
@@ -28,7 +29,7 @@ import re
 from typing import Any, Callable
 
 __all__ = ["LazyRelation", "MaterializeLimitError", "LazyInputError", "COUNT_BUDGET_S", "materialize_count",
-           "parse_estimate"]
+           "parse_estimate", "check_cap", "MAX_CAP"]
 
 COUNT_BUDGET_S = 2.0
 """An exact ``count(*)`` for a snapshot may take this long; past it the engine's estimate is shown."""
@@ -43,12 +44,28 @@ def materialize_count() -> int:
     return _materialized[0]
 
 
-class MaterializeLimitError(Exception):
-    """The rows of a lazy handle exceed the byte cap; nothing was kept."""
+MAX_CAP = 2**63 - 1
+"""Largest row or byte cap: Arrow and DuckDB count rows and bytes in signed 64-bit integers."""
 
-    def __init__(self, message: str, *, handle: str | None = None) -> None:
+
+def check_cap(value: Any, what: str) -> int:
+    """``value`` as a cap (an int from 1 to :data:`MAX_CAP`); ValueError naming ``what`` and the bad value."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CAP:
+        raise ValueError(f"{what} must be a positive integer (1 to {MAX_CAP:,}), got {value!r}")
+    return value
+
+
+class MaterializeLimitError(Exception):
+    """The rows of a lazy handle exceed the byte or row cap; nothing was kept.
+
+    ``limit`` says which cap stopped it: ``"bytes"`` (``materialize_max_bytes``)
+    or ``"rows"`` (``materialize_max_rows``).
+    """
+
+    def __init__(self, message: str, *, handle: str | None = None, limit: str = "bytes") -> None:
         super().__init__(message)
         self.handle = handle
+        self.limit = limit
 
 
 class LazyInputError(Exception):
@@ -139,12 +156,17 @@ class LazyRelation:
 
     # -- rows -----------------------------------------------------------------------------------
 
-    def materialize(self, cache: Any, max_bytes: int, *, handle: str | None = None,
+    def materialize(self, cache: Any, max_bytes: int, *, max_rows: int | None = None, handle: str | None = None,
                     progress: Callable[[float | None, bool], None] | None = None) -> Any:
-        """The rows as a pandas frame, streamed as Arrow batches; :class:`MaterializeLimitError` past ``max_bytes``."""
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
-            raise ValueError(f"max_bytes must be a positive integer, got {max_bytes!r}")
-        table = self._engine.fetch_lazy(self, cache, max_bytes, handle=handle, progress=progress)
+        """The rows as a pandas frame, streamed as Arrow batches.
+
+        :class:`MaterializeLimitError` past ``max_bytes`` bytes or ``max_rows``
+        rows (None: no row cap); nothing is kept then.
+        """
+        check_cap(max_bytes, "max_bytes")
+        if max_rows is not None:
+            check_cap(max_rows, "max_rows")
+        table = self._engine.fetch_lazy(self, cache, max_bytes, max_rows=max_rows, handle=handle, progress=progress)
         _materialized[0] += 1
         from harness_magic.core.connectors._results import arrow_to_frame
 
