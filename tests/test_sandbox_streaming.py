@@ -226,7 +226,9 @@ def test_widget_view_streams_into_the_running_section_escaped_and_opens_it():
         assert "restarting the sandbox" in view.status.value
         view(SandboxStep(action="restart", duration_s=1.5, tool_use_id="t1"))
         assert "running python_interpreter" in view.status.value
-        assert "sandbox restarted · 1.50 s" in view.transcript.box.children[-1].value
+        children = view.transcript.box.children
+        at = children.index(accordion)
+        assert "sandbox restarted · 1.50 s" in children[at - 1].value, "the step sits above the call it ran for"
     finally:
         view.close()
 
@@ -264,7 +266,9 @@ def test_starting_and_restarting_the_sandbox_are_steps_with_their_time(tmp_path)
         first_use = events[[i for i, e in enumerate(events) if isinstance(e, ToolCallStarted)][0]].tool_use.id
         assert steps[1].tool_use_id == first_use and steps[1].duration_s > 0
         restart = [e for e in steps if e.action == "restart"]
-        assert len(restart) == 1 and restart[0].duration_s is not None and restart[0].duration_s < 30
+        assert [e.duration_s is None for e in restart] == [True, False], "announced, then done with its time"
+        restart = restart[1:]
+        assert restart[0].duration_s < 30
         third = [e for e in events if isinstance(e, ToolCallStarted)][2].tool_use.id
         assert restart[0].tool_use_id == third, "the restart happens in the call after the one that lost the worker"
         from harness_magic.core.export import RunRecord, apply_event, render_run_html
@@ -298,3 +302,57 @@ def test_a_subagents_sandboxed_call_streams_into_its_nested_section(tmp_path):
     nested = [e.event for e in events if isinstance(e, SubagentEvent) and isinstance(e.event, ToolOutputDelta)]
     assert "".join(e.text for e in nested) == "from the child\n"
     assert not any(isinstance(e, ToolOutputDelta) for e in events), "the parent's own calls printed nothing"
+
+
+def test_each_cell_forks_a_fresh_worker_as_a_step_shown_before_its_first_call(tmp_path):
+    from harness_magic import AgentConfig, AgentSession, ProviderAdapter
+    from harness_magic.core.events import RunStarted, SandboxStep, ToolCallStarted
+    from harness_magic.core.export import RunRecorder, render_run_html, tool_summary
+
+    def call(code):
+        return {"tool_calls": [{"name": "python_interpreter", "arguments": {"code": code}}]}
+
+    turns = [call("import os\nprint(os.getpid())"), {"text": "one"},
+             {"text": "no code this time"},
+             call("import os\nprint(os.getpid())"), call("2"), {"text": "three"}]
+    adapter = ProviderAdapter("scripted/forks", transport=ScriptedModel(turns))
+    session = AgentSession(AgentConfig(run_dir=str(tmp_path / "runs"), sandbox="worker"), adapter=adapter)
+    events: list = []
+    recorder = RunRecorder()
+    session.subscribe(events.append)
+    session.subscribe(recorder)
+    try:
+        first = session.ask("one")
+        pid_first = session.backend.worker_pid
+        second = session.ask("two")
+        assert session.backend.worker_pid is None, "the cell's worker stopped when it began (it ran no code)"
+        third = session.ask("three")
+        pid_third = session.backend.worker_pid
+    finally:
+        session.close()
+    assert first.status == second.status == third.status == "completed"
+    assert pid_first != pid_third and pid_third is not None, "a new process for the new cell"
+    runs: list[list] = []
+    for event in events:
+        if isinstance(event, RunStarted):
+            runs.append([])
+        elif isinstance(event, (SandboxStep, ToolCallStarted)):
+            runs[-1].append((event.kind, getattr(event, "action", None), getattr(event, "duration_s", 0) is None))
+    assert runs[0][:3] == [("tool_call_started", None, False), ("sandbox_step", "start", True),
+                           ("sandbox_step", "start", False)]
+    assert runs[1] == [], "a cell without code forks nothing"
+    assert runs[2] == [("tool_call_started", None, False), ("sandbox_step", "fork", True),
+                       ("sandbox_step", "fork", False), ("tool_call_started", None, False)], \
+        "one fork, at the cell's first call; the second call reuses it"
+    record = recorder.records[2]
+    kinds = [item[0] if isinstance(item, tuple) else "tool" for item in record.items]
+    assert kinds[:2] == ["notice", "tool"], f"the fork step comes before the call it ran for: {record.items}"
+    assert record.items[0][2].startswith("fresh sandbox worker forked · ")
+    page = render_run_html(record)
+    assert page.index("fresh sandbox worker forked") < page.index("python_interpreter")
+    fork = next(e for e in events if isinstance(e, SandboxStep) and e.action == "fork" and e.duration_s)
+    tool = record.tools[0]
+    assert tool.sandbox_s == fork.duration_s
+    shown = float(tool_summary(tool).split(" · ")[1].removesuffix(" s"))
+    assert shown == pytest.approx(max(tool.duration_s - fork.duration_s, 0.0), abs=0.006), \
+        "the call's own time leaves the fork out"

@@ -109,10 +109,11 @@ class ToolOutputDelta:
 
 @dataclass(frozen=True)
 class SandboxStep:
-    """The sandbox is being started or restarted during a tool call (``duration_s`` None), or was (with its time)."""
+    """The sandbox is being started, forked or restarted during a tool call (``duration_s`` None), or was (with its time)."""
 
-    action: Literal["start", "restart"]
-    """``start``: the first use in the session (launcher and worker); ``restart``: a new worker after one was lost."""
+    action: Literal["start", "restart", "fork"]
+    """``start``: the first use in the session (launcher and worker); ``fork``: this cell's fresh worker
+    (one per run, forked at its first interpreter call); ``restart``: a new worker after one was lost."""
     duration_s: float | None = None
     tool_use_id: str | None = None
     kind: Literal["sandbox_step"] = "sandbox_step"

@@ -102,6 +102,8 @@ class ToolRecord:
     duration_s: float | None = None
     approval_wait_s: float = 0.0
     """Seconds of ``duration_s`` spent waiting for the user's approval."""
+    sandbox_s: float = 0.0
+    """Seconds of ``duration_s`` spent starting, forking or restarting the sandbox (shown as its own step)."""
     started: float | None = None
     """``time.monotonic()`` when the call started (live views tick from it)."""
     output: list[tuple[str, str]] = field(default_factory=list)
@@ -196,11 +198,19 @@ class RunRecorder:
         return next((r for r in self.records if r.run_id == run_id), None)
 
 
+_STEP_WORDS = {"start": ("starting the sandbox", "sandbox started"),
+               "fork": ("forking a fresh sandbox worker", "fresh sandbox worker forked"),
+               "restart": ("restarting the sandbox", "sandbox restarted")}
+"""What a :class:`SandboxStep` says while it runs, and once done (followed by its time)."""
+
+
 def sandbox_step_text(event: SandboxStep) -> str:
-    """``sandbox started · 2.31 s`` (or ``restarted``); ``starting the sandbox`` while it runs."""
+    """``sandbox started · 2.31 s`` (``fresh sandbox worker forked``, ``sandbox restarted``);
+    ``starting the sandbox`` (``forking …``, ``restarting …``) while it runs."""
+    running, done = _STEP_WORDS.get(event.action, _STEP_WORDS["restart"])
     if event.duration_s is None:
-        return "starting the sandbox" if event.action == "start" else "restarting the sandbox"
-    return f"sandbox {'started' if event.action == 'start' else 'restarted'} · {event.duration_s:.2f} s"
+        return running
+    return f"{done} · {event.duration_s:.2f} s"
 
 
 def apply_event(record: RunRecord, event: Any, state: Any) -> None:
@@ -236,8 +246,14 @@ def apply_event(record: RunRecord, event: Any, state: Any) -> None:
         tool.snapshots = [dict(s) for s in event.snapshots]
         tool.charts = [a["data"] for a in event.artifacts if a.get("kind") == "image/png" and a.get("data")]
     elif isinstance(event, SandboxStep):
-        if event.duration_s is not None:
-            record.items.append(("notice", "info", sandbox_step_text(event)))
+        if event.duration_s is not None:  # placed before the call it ran for: it happened before the code ran
+            tool = record.tool(event.tool_use_id) if event.tool_use_id else None
+            notice = ("notice", "info", sandbox_step_text(event))
+            if tool is None:
+                record.items.append(notice)
+            else:
+                record.items.insert(next(i for i, item in enumerate(record.items) if item is tool), notice)
+                tool.sandbox_s += event.duration_s
     elif isinstance(event, ToolOutputDelta):
         tool = record.tool(event.tool_use_id)
         if tool is not None and tool.result is None:
@@ -422,7 +438,7 @@ def tool_summary(tool: ToolRecord, now: float | None = None) -> str:
         mark = "…" if tool.result is None else ("✗" if tool.is_error else "✓")
     bits = [f"{mark} {tool.title}"]
     if tool.duration_s is not None:
-        bits.append(f"{max(tool.duration_s - tool.approval_wait_s, 0.0):.2f} s")
+        bits.append(f"{max(tool.duration_s - tool.approval_wait_s - tool.sandbox_s, 0.0):.2f} s")
         if tool.approval_wait_s >= APPROVAL_WAIT_SHOWN_S:
             bits.append(f"approval wait {tool.approval_wait_s:.1f} s")
     elif now is not None and tool.started is not None and not tool.interrupted:

@@ -41,6 +41,10 @@ DEFAULT_MATERIALIZE_MAX_ROWS = 10_000_000
 """Rows a lazy handle may bring into the kernel by default: more than anyone reads, fewer than pandas chokes on."""
 STDOUT_MAX_CHARS = 4_000
 """Printed output beyond this is cut to head and tail: the model reads it all."""
+STREAM_INTERVAL_S = 0.1
+"""Printed text is handed on at most this often (on a newline or flush), as the sandbox worker does."""
+STREAM_MAX_CHARS = 64_000
+"""Characters of one call's output handed on live (the result keeps the full output): a display, not a log."""
 
 _NO_VALUE = object()
 
@@ -116,6 +120,59 @@ def _capture_figures() -> list[bytes]:
     return images
 
 
+class _StreamingCapture(io.StringIO):
+    """Captures what the code prints and hands it to ``on_output`` while the call runs.
+
+    The same policy as the sandbox worker's output frames: text goes on at a
+    newline or ``flush()`` once :data:`STREAM_INTERVAL_S` has passed since the
+    last hand-off, at most :data:`STREAM_MAX_CHARS` in all, the rest at
+    :meth:`finish`. The callback runs with the real ``sys.stdout`` back in
+    place (a terminal view prints there, not into this capture), and a
+    failing callback never fails the model's code.
+    """
+
+    def __init__(self, on_output: Callable[[str], None] | None, outer: Any) -> None:
+        super().__init__()
+        self.on_output, self.outer = on_output, outer
+        self.pending: list[str] = []
+        self.room = STREAM_MAX_CHARS
+        self.last = 0.0
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        if self.on_output is not None and self.room > 0 and text:
+            piece = str(text)[: self.room]
+            self.room -= len(piece)
+            self.pending.append(piece)
+            if "\n" in piece:
+                self._send(force=False)
+        return written
+
+    def flush(self) -> None:
+        self._send(force=False)
+
+    def finish(self) -> None:
+        """Hand on whatever is still pending (the call ended)."""
+        self._send(force=True)
+
+    def _send(self, *, force: bool) -> None:
+        import sys
+        import time
+        import warnings
+
+        now = time.monotonic()
+        if not self.pending or (not force and now - self.last < STREAM_INTERVAL_S):
+            return
+        text, self.pending, self.last = "".join(self.pending), [], now
+        inner, sys.stdout = sys.stdout, self.outer
+        try:
+            self.on_output(text)  # type: ignore[misc]
+        except Exception as exc:  # noqa: BLE001 - the display is not the result
+            warnings.warn(f"output callback failed: {exc!r}", RuntimeWarning)
+        finally:
+            sys.stdout = inner
+
+
 class InProcessInterpreter:
     """Runs code in this process with a fresh namespace per call.
 
@@ -133,7 +190,15 @@ class InProcessInterpreter:
     def __init__(self, *, checks: bool = False) -> None:
         self.checks = checks
 
-    def execute(self, code: str, inputs: dict[str, Any], taken_names: Collection[str]) -> ExecutionResult:
+    streams_output = True
+    """``execute`` takes ``on_output``: printed text is handed to it while the call runs."""
+
+    def execute(self, code: str, inputs: dict[str, Any], taken_names: Collection[str],
+                on_output: Callable[[str], None] | None = None) -> ExecutionResult:
+        """Run ``code``; ``on_output(text)`` receives what it prints as it prints it (bounded, see
+        :class:`_StreamingCapture`); the result holds the full output either way."""
+        import sys
+
         result = ExecutionResult()
         taken = set(taken_names)
 
@@ -144,7 +209,7 @@ class InProcessInterpreter:
             return handle
 
         namespace: dict[str, Any] = {"__name__": "__agent__", "save": save, **inputs}
-        stdout = io.StringIO()
+        stdout = _StreamingCapture(on_output, sys.stdout)
         armed: Any = contextlib.nullcontext()
         if self.checks:
             from harness_magic.core.sandbox import checks
@@ -165,6 +230,8 @@ class InProcessInterpreter:
             agent_frames = [f for f in frames if f.filename == "<agent>"]
             lines = traceback.format_list(agent_frames) + traceback.format_exception_only(type(exc), exc)
             result.error = "Traceback (most recent call last):\n" + "".join(lines)
+        finally:
+            stdout.finish()
         result.stdout = stdout.getvalue()
         result.charts = _capture_figures()
         return result

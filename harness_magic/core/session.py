@@ -142,6 +142,8 @@ class AgentSession:
         self.session_id = uuid.uuid4().hex[:12]
         self.cache = cache if cache is not None else make_cache(self.config)
         self._backend = backend
+        self._fork_pending = False
+        """The worker was retired when this run began; its first interpreter call forks the new one."""
         self._adapters: dict[str, Any] = {}
         if adapter is not None:
             self._adapters[adapter.model] = adapter
@@ -217,15 +219,31 @@ class AgentSession:
         return self._backend
 
     def _started_backend(self, harness: Any) -> Any:
-        """:attr:`backend`; its first start (cold: imports the data stack) is a visible step with its time."""
-        if self._backend is not None or harness is None or self.config.sandbox == "inprocess":
+        """:attr:`backend`, its worker running; starting it is a visible step with its time.
+
+        ``start``: the session's first use (launcher, data stack imports and the
+        first worker); ``fork``: the fresh worker of this cell (see
+        :meth:`_fresh_worker`); ``restart``: a worker after the previous one was
+        lost. Each emits :class:`~harness_magic.core.events.SandboxStep` before
+        (no time) and after (with its time), for the tool call in progress.
+        """
+        if harness is None or self.config.sandbox == "inprocess":
             return self.backend
-        _sandbox_step(harness, "start", None)
+        if self._backend is None:
+            action, start = "start", lambda: self.backend
+        else:
+            backend = self._backend
+            if not hasattr(backend, "start_worker") or getattr(backend, "worker_pid", None) is not None:
+                return backend
+            action, start = ("fork" if self._fork_pending else "restart"), backend.start_worker
+        _sandbox_step(harness, action, None)
         started = time.monotonic()
         try:
-            return self.backend
+            start()
+            self._fork_pending = False
         finally:
-            _sandbox_step(harness, "start", time.monotonic() - started)
+            _sandbox_step(harness, action, time.monotonic() - started)
+        return self._backend
 
     def _subagent_backend(self) -> Any:
         """A backend of the subagent's own (None: share this session's, which has no workers)."""
@@ -233,7 +251,16 @@ class AgentSession:
         return sibling() if sibling is not None else None
 
     def _fresh_worker(self) -> None:
-        """Each run (an ``%%agent`` cell) starts in a new worker: nothing a previous cell did survives."""
+        """Each run (an ``%%agent`` cell) starts in a new worker: nothing a previous cell did survives.
+
+        The old worker stops now; the new one is forked at the run's first
+        interpreter call, shown as a ``fork`` step (:meth:`_started_backend`).
+        """
+        retire = getattr(self._backend, "retire_worker", None)
+        if retire is not None:
+            retire()
+            self._fork_pending = True
+            return
         fresh = getattr(self._backend, "fresh_worker", None)
         if fresh is not None:
             fresh()

@@ -101,6 +101,13 @@ class _Transcript:
     def _append(self, widget: Any) -> None:
         self.box.children = (*self.box.children, widget)
 
+    def _insert_before(self, widget: Any, tool_use_id: str | None) -> None:
+        """Put ``widget`` just above the section of call ``tool_use_id`` (at the end when there is none)."""
+        entry = self.tools.get(tool_use_id) if tool_use_id else None
+        children = list(self.box.children)
+        at = next((i for i, child in enumerate(children) if entry is not None and child is entry[0]), len(children))
+        self.box.children = (*children[:at], widget, *children[at:])
+
     def _set_text(self) -> None:
         self.text_widget.value = f'<div class="agent-text">{export.render_markdown_safe(self.text)}</div>'
 
@@ -255,8 +262,9 @@ class WidgetRunView:
                 if transcript is self.transcript:
                     self._set_status(export.sandbox_step_text(event))
             else:
-                transcript._append(self.w.HTML(f'<div class="agent-sandbox-step" style="color:#57606a;font-size:0.9em">'
-                                               f"{_e(export.sandbox_step_text(event))}</div>"))
+                step = self.w.HTML(f'<div class="agent-sandbox-step" style="color:#57606a;font-size:0.9em">'
+                                   f"{_e(export.sandbox_step_text(event))}</div>")
+                transcript._insert_before(step, event.tool_use_id)
                 running = next((t.name for t in reversed(record.tools) if t.result is None and not t.interrupted), None)
                 if transcript is self.transcript and running is not None:
                     self._set_status(f"running {running}")

@@ -359,6 +359,8 @@ class SandboxedInterpreter:
         """Value version -> (input file, descriptor): written once, mapped by every later call."""
         self._lock = threading.Lock()
         self.restarts = 0
+        """Workers started to replace one that was lost (not counting retired ones)."""
+        self._retired = False
         self.last_start_s = 0.0
         """Seconds the latest worker took to fork, confine itself and report in."""
         self._closed = False
@@ -471,6 +473,36 @@ class SandboxedInterpreter:
             self._stop_worker()
             self._start_worker()
 
+    def retire_worker(self) -> None:
+        """Stop the worker now; the next call (or :meth:`start_worker`) forks a fresh one.
+
+        What :meth:`fresh_worker` does, in two halves: the session retires the
+        worker when a cell starts and forks the new one at the cell's first
+        interpreter call, as a step the user sees with its time.
+        """
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("this SandboxedInterpreter is closed")
+            self._stop_worker()
+            self._retired = True
+
+    def start_worker(self) -> float:
+        """Fork a worker now if none runs (retired, or lost); seconds it took (0.0 when one was running).
+
+        A worker lost to a crash, a memory kill or an interrupt counts in
+        :attr:`restarts`; one replacing a retired worker does not.
+        """
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("this SandboxedInterpreter is closed")
+            if self._worker is not None:
+                return 0.0
+            if not self._retired:
+                self.restarts += 1
+            self._retired = False
+            self._start_worker()
+            return self.last_start_s
+
     def _drop_exports(self, live: set[str]) -> None:
         for token in [t for t in self._exports if t not in live]:
             path, _ = self._exports.pop(token)
@@ -558,7 +590,9 @@ class SandboxedInterpreter:
 
     def _ensure_worker(self) -> _Worker:
         if self._worker is None:
-            self.restarts += 1
+            if not self._retired:
+                self.restarts += 1
+            self._retired = False
             return self._start_worker()
         return self._worker
 
