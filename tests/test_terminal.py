@@ -96,3 +96,54 @@ def test_output_streamed_from_the_sandbox_prints_once(tmp_path: Path) -> None:
     ))
     assert "│ zebra-stripe" in out, "streamed live from the worker"
     assert out.count("zebra-stripe") == 1, "not repeated in the finished call's result"
+
+
+def test_a_running_duckdb_query_shows_its_progress_in_place(tmp_path: Path) -> None:
+    """DuckDB's query_progress reaches the terminal as one line rewritten in place, cleared when done."""
+    if not IPYTHON.exists():
+        pytest.skip("ipython script not installed next to the interpreter")
+    sql = ("SELECT count(*) AS n FROM range(20000) a, range(40000) b "
+           "WHERE (a.range * 7 + b.range) % 1000003 = 5")  # 8e8 pairs: a few seconds on two cores
+    turns = [{"tool_calls": [{"name": "load_connectors", "arguments": {"connector_name": "duckdb"}}]},
+             {"text": "Counting.", "tool_calls": [{"name": "duckdb__query", "arguments": {"sql": sql}}]},
+             {"text": "Counted."}]
+    (tmp_path / "model.json").write_text(json.dumps({"turns": turns}))
+    out = run_in_terminal(tmp_path, (
+        "%load_ext harness_magic\n"
+        "%config AgentMagics.sandbox = 'inprocess'\n"
+        "%config AgentMagics.connectors = [{'type': 'duckdb', 'files': {}}]\n"
+        "_run = get_ipython().run_cell_magic('agent', '-m scripted/model.json', 'Go.')\n"
+    ))
+    import re
+
+    shown = re.findall(r"\rduckdb query (\d+)%\x1b\[K", out)
+    assert shown, out[-2000:]
+    assert all(0 <= int(p) <= 100 for p in shown)
+    tail = out[out.rindex("duckdb query"):]
+    assert "\r\x1b[K" in tail and tail.index("\r\x1b[K") < tail.index("Counted."), "cleared before what follows"
+
+
+def test_progress_lines_in_a_log_are_bounded_and_control_free() -> None:
+    """Not a terminal: one line per quarter, engine names cannot drive the terminal, percents are clamped."""
+    import io
+
+    from rich.console import Console
+
+    from harness_magic.core.events import EngineProgress
+    from harness_magic.notebook.render import TerminalRenderer
+
+    buffer = io.StringIO()
+    renderer = TerminalRenderer(Console(file=buffer, force_terminal=False, width=100))
+    name = "duck\x1b]0;pwned\x07db"
+    for percent in [None, 1, 2, 26, 27, 55, 80, 99, 250, -5]:
+        renderer(EngineProgress(engine=name, percent=percent))
+    renderer(EngineProgress(engine=name, percent=None, done=True))
+    lines = buffer.getvalue().splitlines()
+    assert [line.split()[-1] for line in lines] == ["1%", "26%", "55%", "80%", "100%"]
+    assert "\x1b]0;pwned" not in buffer.getvalue() and "\\x1b]0;pwned" in lines[0]
+    terminal = io.StringIO()
+    renderer = TerminalRenderer(Console(file=terminal, force_terminal=True, width=100))
+    for percent in [10, 10, 10.2, 40]:
+        renderer(EngineProgress(engine="duckdb", percent=percent))
+    renderer(EngineProgress(engine="duckdb", percent=None, done=True))
+    assert terminal.getvalue() == "\rduckdb query 10%\x1b[K\rduckdb query 40%\x1b[K\r\x1b[K"

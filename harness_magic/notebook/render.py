@@ -56,6 +56,8 @@ TICK_S = 1.0
 """The status line and a running call's time are refreshed this often while nothing else happens."""
 TERMINAL_RESULT_LINES = 40
 """Lines of a tool result printed in the terminal before ``… N lines more``."""
+TERMINAL_PROGRESS_STEP = 25
+"""Where the output is not a terminal (a log, a pipe), engine progress prints one line per this many percent."""
 
 _e = html.escape
 
@@ -356,6 +358,39 @@ class TerminalRenderer:
         """tool_use_id -> [lines printed live, lines held back, unfinished last line]."""
         self.printed_final = False
         """True once the final answer has been printed (the cell's value need not repeat it)."""
+        self._progress_lock = threading.Lock()
+        self._progress_shown: str | None = None
+        """The engine progress line now on screen (a terminal: rewritten in place), or None."""
+        self._progress_step = -1
+        """Last TERMINAL_PROGRESS_STEP band printed where the output is not a terminal."""
+
+    def _engine_progress(self, event: EngineProgress) -> None:
+        """A running engine query's progress: one line rewritten in place on a terminal, cleared when done;
+        elsewhere one line per TERMINAL_PROGRESS_STEP percent. Called from the engine's polling thread."""
+        from rich.text import Text
+
+        engine = strip_control(event.engine)
+        with self._progress_lock:
+            if event.done:
+                self._clear_progress_locked()
+                self._progress_step = -1
+                return
+            percent = "running" if event.percent is None else f"{max(0.0, min(event.percent, 100.0)):.0f}%"
+            text = f"{engine} query {percent}"
+            if self.console.is_terminal:
+                if text != self._progress_shown:
+                    self.console.file.write("\r" + text + "\x1b[K")
+                    self.console.file.flush()
+                    self._progress_shown = text
+            elif event.percent is not None and int(event.percent // TERMINAL_PROGRESS_STEP) > self._progress_step:
+                self._progress_step = int(event.percent // TERMINAL_PROGRESS_STEP)
+                self.console.print(Text(text, style="dim"))
+
+    def _clear_progress_locked(self) -> None:
+        if self._progress_shown is not None:
+            self.console.file.write("\r\x1b[K")
+            self.console.file.flush()
+            self._progress_shown = None
 
     def __call__(self, event: Any) -> None:
         from rich.markdown import Markdown
@@ -364,6 +399,11 @@ class TerminalRenderer:
         from rich.text import Text
 
         c = self.console
+        if isinstance(event, EngineProgress):
+            self._engine_progress(event)
+            return
+        with self._progress_lock:  # anything else printed starts on a clean line
+            self._clear_progress_locked()
         if isinstance(event, RunStarted):
             self.record = RunRecord(event.run_id, event.model, event.prompt, event.max_turns, event.run_file)
             self.printed_final = False

@@ -4,14 +4,19 @@ Each query gets a fresh in-memory DuckDB connection in which
 
 * every cached DataFrame handle the SQL names is registered as a view of a
   copy (``cache.view``), so SQL can never change what the cache holds;
-* every configured file (``files={"sales": "data/sales.parquet"}``) is a
-  table backed by an Arrow dataset that Python opened read-only (Parquet and
-  CSV scanned lazily, JSON loaded), so DuckDB itself never holds a path;
-* the connection is opened with external access off (no file system, no
-  ``ATTACH``, no ``COPY ... TO``, no ``EXPORT``), extension auto-install and
-  auto-load off, and its configuration locked before any model SQL runs.
-  ``read_csv('/etc/passwd')`` and ``COPY t TO '<configured file>'`` fail
-  inside the engine, whatever the statement looks like.
+* every configured Parquet file (``files={"sales": "data/sales.parquet"}``,
+  directories and globs too) is a view over DuckDB's own Parquet reader,
+  reading through :class:`~.readonly_fs.ReadOnlyFiles`: a file system
+  registered on this connection only that opens the configured files
+  ``O_RDONLY`` and refuses every write, and the only paths DuckDB may touch
+  (``allowed_paths``); CSV and JSON files are tables backed by Arrow datasets
+  that Python opened read-only (CSV scanned lazily, JSON loaded);
+* the connection then runs with external access off (no other file, no
+  ``ATTACH``, no ``COPY ... TO`` a real path, no ``EXPORT``), extension
+  auto-install and auto-load off, and its configuration locked before any
+  model SQL runs. ``read_csv('/etc/passwd')`` and ``COPY t TO '<configured
+  file>'`` fail inside the engine or its read-only file system, whatever the
+  statement looks like.
 
 DuckDB's own parser (``extract_statements``) classifies the text: exactly one
 statement per call, and only plain queries run (see :mod:`.classify`).
@@ -47,6 +52,7 @@ from harness_magic.core.connectors.lazy import (
     MaterializeLimitError,
     parse_estimate,
 )
+from harness_magic.core.connectors.readonly_fs import ReadOnlyFiles
 from harness_magic.core.connectors.registry import Connector, ConnectorResult, ToolContext
 from harness_magic.core.tools import ToolError
 
@@ -60,6 +66,10 @@ LOCKED_CONFIG = {"enable_external_access": False, "autoinstall_known_extensions"
 """Connection settings that keep DuckDB off the file system and away from extensions."""
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _GLOB_CHARS = frozenset("*?[")
+WAIT_SLICE_S = 0.1
+"""The calling thread waits for a running statement in slices this long, so an interrupt is seen at once."""
+INTERRUPT_GRACE_S = 10.0
+"""After an interrupt, how long to wait for DuckDB to stop the statement (it checks often: milliseconds)."""
 PROGRESS_INTERVAL_S = 0.25
 """How often a running query's progress is polled for the live status line (cheap, smooth enough)."""
 HEAD_ROWS = 5
@@ -77,6 +87,10 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _sql_list(items: list[str]) -> str:
+    return "[" + ", ".join(_quote(item) for item in items) + "]"
+
+
 class DuckDBEngine:
     """Runs read-only SQL over cache frames and configured files."""
 
@@ -88,6 +102,9 @@ class DuckDBEngine:
         """View name -> the path as configured (resolved): a file, a directory or a glob."""
         self.sources: dict[str, tuple[str, list[Path]]] = {}
         """View name -> (reader kind, the files it reads), fixed when the engine is built."""
+        readable: dict[str, Path] = {}
+        self._parquet_urls: dict[str, list[str]] = {}
+        """Parquet view name -> the read-only file system URLs of its files."""
         for view, path in (files or {}).items():
             if not _IDENT.fullmatch(view):
                 raise ValueError(f"duckdb file view name {view!r} must be an identifier")
@@ -95,6 +112,13 @@ class DuckDBEngine:
             self.files[view] = Path(os.path.realpath(os.fspath(path))) if not _is_glob(os.fspath(path)) \
                 else Path(os.fspath(path))
             self.sources[view] = (kind, members)
+            if kind == "parquet":
+                names = [f"{view}/{i}{member.suffix.lower()}" for i, member in enumerate(members)]
+                readable.update(zip(names, members))
+                self._parquet_urls[view] = names
+        self._readonly = ReadOnlyFiles(readable) if readable else None
+        if self._readonly is not None:
+            self._parquet_urls = {v: [self._readonly.url(n) for n in names] for v, names in self._parquet_urls.items()}
         self.max_rows, self.timeout_s, self.batch_rows = max_rows, timeout_s, batch_rows
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ValueError(f"duckdb threads must be a positive integer, got {threads!r}")
@@ -115,13 +139,18 @@ class DuckDBEngine:
                                  f"{str(exc).strip().splitlines()[0]}") from None
 
     def _config(self) -> dict[str, Any]:
-        config: dict[str, Any] = dict(LOCKED_CONFIG)
+        """Connection settings; external access is switched off after the read-only file system is in place."""
+        config: dict[str, Any] = {k: v for k, v in LOCKED_CONFIG.items() if k != "enable_external_access"}
         config["temp_directory"] = str(self.temp_dir)
         if self.memory_limit is not None:
             config["memory_limit"] = self.memory_limit
         if self.threads is not None:
             config["threads"] = self.threads
         return config
+
+    def parquet_urls(self) -> dict[str, list[str]]:
+        """Parquet view name -> the read-only file system URLs DuckDB reads its files by (its allowed paths)."""
+        return {view: list(urls) for view, urls in self._parquet_urls.items()}
 
     def close(self) -> None:
         """Remove the private spill directory."""
@@ -145,8 +174,15 @@ class DuckDBEngine:
         try:
             con.execute("SET enable_progress_bar = true")  # progress is tracked for query_progress() ...
             con.execute("SET enable_progress_bar_print = false")  # ... and never printed into the cell
+            if self._readonly is not None:  # the configured Parquet files, read-only, are all DuckDB may open
+                con.register_filesystem(self._readonly)
+                con.execute(f"SET allowed_paths = {_sql_list(self._readonly.urls())}")
+            con.execute("SET enable_external_access = false")
             for view, source in self.sources.items():
-                con.register(view, _open_source(*source))
+                if view in self._parquet_urls:
+                    con.sql(f"SELECT * FROM read_parquet({_sql_list(self._parquet_urls[view])})").create_view(view)
+                else:
+                    con.register(view, _open_source(*source))
             wanted = set(_IDENT.findall(sql)) if sql is not None else set(cache.names() if cache is not None else [])
             versions = cache.versions() if cache is not None and hasattr(cache, "versions") else {}
             frames: dict[str, str] = {}
@@ -191,10 +227,20 @@ class DuckDBEngine:
             raise
         return con, frames, order
 
-    def _run(self, con: Any, work: Callable[[], Any], progress: Progress | None) -> Any:
-        """``work()`` under the statement timeout, polling ``con.query_progress()`` for ``progress``."""
+    def _run(self, con: Any, work: Callable[[], Any], progress: Progress | None,
+             cancelled: threading.Event | None = None) -> Any:
+        """``work()`` under the statement timeout, polling ``con.query_progress()`` for ``progress``.
+
+        The statement runs in a helper thread while the calling thread waits in
+        short, signal-interruptible slices: a KeyboardInterrupt there (the
+        kernel's stop button) sets ``cancelled``, calls ``con.interrupt()``,
+        waits up to :data:`INTERRUPT_GRACE_S` for DuckDB to stop and re-raises,
+        so the run ends as interrupted and the engine is ready for the next
+        query (each query has its own connection).
+        """
         import duckdb
 
+        cancelled = cancelled if cancelled is not None else threading.Event()
         timer = threading.Timer(self.timeout_s, con.interrupt)
         timer.daemon = True
         stop = threading.Event()
@@ -211,14 +257,35 @@ class DuckDBEngine:
 
             poller = threading.Thread(target=poll, name="duckdb-progress", daemon=True)
             poller.start()
+        outcome: dict[str, Any] = {}
+        finished = threading.Event()
+
+        def statement() -> None:
+            try:
+                outcome["value"] = work()
+            except BaseException as exc:  # handed to the waiting thread as it is
+                outcome["error"] = exc
+            finally:
+                finished.set()
+
         timer.start()
         try:
-            return work()
+            threading.Thread(target=statement, name="duckdb-statement", daemon=True).start()
+            try:
+                while not finished.wait(WAIT_SLICE_S):
+                    pass
+            except KeyboardInterrupt:
+                cancelled.set()
+                con.interrupt()
+                finished.wait(INTERRUPT_GRACE_S)
+                raise
+            if "error" in outcome:
+                raise outcome["error"]
+            return outcome["value"]
         except duckdb.InterruptException as exc:
             raise ToolError(f"The statement timed out after {self.timeout_s:g} s and was interrupted.") from exc
         except duckdb.Error as exc:
-            first = str(exc).strip().splitlines()[0]
-            raise ToolError(f"duckdb error: {first}") from exc
+            raise ToolError(f"duckdb error: {_first_line(exc)}") from exc
         finally:
             timer.cancel()
             stop.set()
@@ -235,6 +302,7 @@ class DuckDBEngine:
             raise ToolError(f"Refused: a lazy handle must be one query (SELECT, WITH, FROM, VALUES); this statement "
                             f"is {statement.type.name}.")
         con, frames, lazies = self._open(cache, sql)
+        cancelled = threading.Event()
         try:
             def describe() -> dict[str, Any]:
                 relation = con.sql(statement)
@@ -260,7 +328,9 @@ class DuckDBEngine:
                     else:
                         rows = relation.aggregate("count(*)").fetchall()[0][0]
                 except duckdb.InterruptException:
-                    pass  # over the budget: the estimate stands in for the count
+                    if cancelled.is_set():
+                        raise  # the user's interrupt, not the count budget
+                    # over the budget: the estimate stands in for the count
                 finally:
                     counter.cancel()
                 if head is None:
@@ -274,7 +344,7 @@ class DuckDBEngine:
                 info["rows"] = rows
                 return info
 
-            info = self._run(con, describe, progress)
+            info = self._run(con, describe, progress, cancelled)
         finally:
             con.close()
         used = {h: l for h, l in lazies.items() if h in set(_IDENT.findall(sql))}
@@ -335,6 +405,16 @@ class DuckDBEngine:
             return self._run(con, fetch, progress)
         finally:
             con.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    """The line of a DuckDB error that says what went wrong (a Python error from the read-only file system
+    arrives as a traceback: its last line)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if lines and lines[0].startswith("Traceback"):
+        named = [line for line in lines if "Error:" in line]
+        return named[-1] if named else lines[-1]
+    return lines[0] if lines else type(exc).__name__
 
 
 def _too_big(lazy: LazyRelation, handle: str | None, over: str, max_bytes: int, max_rows: int | None,
