@@ -467,3 +467,129 @@ def test_agent_pull_max_rows_raises_the_row_cap_and_refuses_hostile_values(tmp_p
     assert text.count("STILL True") == 7
     assert "materialize_max_rows must be a number of rows from 1 to" in text and "TRAIT 1000" in text
     assert f"ALL {len(frame)}" in text
+
+
+# -- checkpoints ---------------------------------------------------------------------------------
+
+
+def _checkpointed(tmp_path, dataset):
+    """A cache with a frame, a lazy handle over a file view and the frame, and a lazy handle over that one."""
+    from harness_magic.core.connectors import ConnectorRegistry
+
+    root, frame = dataset
+    registry = ConnectorRegistry([duckdb_connector({"events": str(root)}, name="lake")])
+    engine = registry["lake"].engine
+    cache = SessionCache()
+    cache.put("targets", pd.DataFrame({"region": ["north", "south"], "target": [1.0, 2.0]}))
+    cache.put("joined", engine.lazy(cache, "SELECT e.region, e.amount - t.target AS gap FROM events e "
+                                           "JOIN targets t USING (region)"))
+    cache.put("by_region", engine.lazy(cache, "SELECT region, sum(gap) AS gap FROM joined GROUP BY 1 ORDER BY 1"))
+    cache.save(tmp_path / "ckpt")
+    return registry, cache
+
+
+def test_a_checkpoint_keeps_lazy_handles_as_definitions_and_rebinds_them(tmp_path, dataset):
+    from harness_magic.core.connectors.duckdb_connector import lazy_rebinder
+
+    registry, cache = _checkpointed(tmp_path, dataset)
+    manifest = json.loads((tmp_path / "ckpt" / "manifest.json").read_text())
+    rows = {row["name"]: row for row in manifest["entries"]}
+    assert rows["joined"]["definition"]["connector"] == "lake" and "file" not in rows["joined"]
+    assert set(rows["by_region"]["definition"]) == {"connector", "sql"}
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["manifest.json", "targets.parquet"]
+    loaded = SessionCache.load(tmp_path / "ckpt", rebind=lazy_rebinder(registry))
+    assert loaded.not_restored == {}
+    assert [loaded.location(n) for n in ("joined", "by_region")] == ["duckdb", "duckdb"]
+    assert loaded.location("targets") in ("memory", "disk")
+    pd.testing.assert_frame_equal(loaded.get("by_region").materialize(loaded, 10**7),
+                                  cache.get("by_region").materialize(cache, 10**7))
+    assert loaded.snapshot("by_region")["shape"] == [2, 2]
+
+
+def test_without_its_connector_a_lazy_handle_is_named_and_the_rest_loads(tmp_path, dataset):
+    from harness_magic.core.cache import CheckpointWarning
+    from harness_magic.core.connectors.duckdb_connector import lazy_rebinder
+
+    registry, cache = _checkpointed(tmp_path, dataset)
+    with pytest.warns(CheckpointWarning, match=r"2 engine handle\(s\) not restored: joined .*rebind"):
+        loaded = SessionCache.load(tmp_path / "ckpt")
+    assert loaded.names() == ["targets"] and set(loaded.not_restored) == {"joined", "by_region"}
+    other = duckdb_connector({}, name="other")
+    with pytest.warns(CheckpointWarning, match="connector 'lake' is not a configured duckdb connector here "
+                                               r"\(duckdb connectors: other\)"):
+        loaded = SessionCache.load(tmp_path / "ckpt", rebind=lazy_rebinder([other]))
+    assert loaded.names() == ["targets"]
+    pd.testing.assert_frame_equal(loaded.get("targets"), cache.get("targets"))
+
+
+HOSTILE_DEFINITIONS = [
+    "COPY (SELECT 'pwned' AS a) TO '{target}' (FORMAT csv)",
+    "SELECT 1; COPY (SELECT 'pwned' AS a) TO '{target}' (FORMAT csv)",
+    "SELECT * FROM read_csv('{secret}')",
+    "ATTACH '{target}' AS x",
+    "INSTALL httpfs",
+    "SET enable_external_access = true",
+    "CREATE TABLE t AS SELECT 1",
+    "SELECT * FROM query('COPY (SELECT 1) TO ''{target}''')",
+    "",
+]
+
+
+@pytest.mark.parametrize("sql", HOSTILE_DEFINITIONS)
+def test_a_crafted_query_in_a_checkpoint_runs_nothing_the_model_could_not(tmp_path, dataset, sql):
+    from harness_magic.core.cache import CheckpointWarning
+    from harness_magic.core.connectors.duckdb_connector import lazy_rebinder
+
+    registry, cache = _checkpointed(tmp_path, dataset)
+    target, secret = tmp_path / "written.csv", tmp_path / "secret.txt"
+    secret.write_text("hunter2\n")
+    path = tmp_path / "ckpt" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    for row in manifest["entries"]:
+        if row["name"] == "joined":
+            row["definition"]["sql"] = sql.format(target=target, secret=secret)
+    path.write_text(json.dumps(manifest))
+    with pytest.warns(CheckpointWarning) as caught:
+        loaded = SessionCache.load(tmp_path / "ckpt", rebind=lazy_rebinder(registry))
+    assert not target.exists(), "nothing was written"
+    assert "joined" in loaded.not_restored and "hunter2" not in str(loaded.not_restored)
+    assert "hunter2" not in " ".join(str(w.message) for w in caught)
+    assert loaded.get("targets").shape == (2, 2)  # the rest loaded
+
+
+@pytest.mark.parametrize("row_change", [
+    {"definition": "SELECT 1"}, {"definition": {"connector": "lake", "sql": 5}}, {"definition": {}},
+    {"definition": {"connector": "lake", "sql": "SELECT 1 " + " " * 100_000}}, {"engine": "duck db"},
+    {"engine": None}, {"file": "x.parquet"}, {"code": "__import__('os').system('touch pwned')"},
+    {"snapshot": "x"}, {"turn": "1"},
+])
+def test_a_malformed_engine_entry_refuses_the_checkpoint_naming_it(tmp_path, dataset, row_change):
+    from harness_magic.core.cache import CheckpointError
+
+    _checkpointed(tmp_path, dataset)
+    path = tmp_path / "ckpt" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    for row in manifest["entries"]:
+        if row["name"] == "joined":
+            row.update(row_change)
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="handle 'joined'"):
+        SessionCache.load(tmp_path / "ckpt")
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_an_engine_handle_without_a_definition_still_refuses_the_save(tmp_path):
+    from harness_magic.core.cache import CheckpointError
+
+    class Opaque:
+        __harness_engine__ = "elsewhere"
+
+        def __harness_snapshot__(self, describe_frame):
+            return {"type": "lazy_frame", "shape": [None, 0]}
+
+    cache = SessionCache()
+    cache.put("keep", pd.DataFrame({"a": [1]}))
+    cache.put("opaque", Opaque())
+    with pytest.raises(CheckpointError, match="opaque .*elsewhere handle: it has no checkpoint definition"):
+        cache.save(tmp_path / "ckpt")
+    assert not (tmp_path / "ckpt" / "manifest.json").exists()

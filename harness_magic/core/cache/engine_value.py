@@ -11,6 +11,12 @@ the value's class provides:
   engine (pushdown); ``describe_frame(head)`` turns a small pandas frame of
   head rows into the usual frame snapshot, which the value then completes
   with its row count and engine.
+* ``__harness_checkpoint__()`` (optional): the value's *definition* for a
+  checkpoint, a small JSON object of strings (for a lazy DuckDB relation:
+  ``{"connector": "duckdb", "sql": "SELECT ..."}``) with no engine state and
+  nothing executable by decoding. :meth:`SessionCache.load` hands it to a
+  ``rebind`` callable, which re-creates the value through the connector's
+  usual checks (or reports why it cannot).
 
 This module only recognises them; the values themselves live with their
 connector (see :mod:`harness_magic.core.connectors.lazy`).
@@ -20,7 +26,10 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["engine_of", "is_engine_value"]
+__all__ = ["engine_of", "is_engine_value", "checkpoint_definition", "DEFINITION_MAX_CHARS"]
+
+DEFINITION_MAX_CHARS = 100_000
+"""Longest string in a checkpointed definition: a long SQL query, not a payload."""
 
 
 def engine_of(value: Any) -> str | None:
@@ -31,3 +40,16 @@ def engine_of(value: Any) -> str | None:
 
 def is_engine_value(value: Any) -> bool:
     return engine_of(value) is not None
+
+
+def checkpoint_definition(value: Any) -> dict[str, str] | None:
+    """The engine value's checkpoint definition (validated: string keys and values, bounded), or None."""
+    hook = getattr(type(value), "__harness_checkpoint__", None)
+    if hook is None:
+        return None
+    definition = hook(value)
+    if not isinstance(definition, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and len(v) <= DEFINITION_MAX_CHARS
+            for k, v in definition.items()):
+        raise TypeError(f"{type(value).__name__}.__harness_checkpoint__ must return a dict of strings")
+    return dict(definition)

@@ -10,8 +10,10 @@ Hierarchy::
           └── CheckpointError       a checkpoint cannot be written or read
 
     UserWarning
-     └── SpillWarning               a value could not be written to disk and
-                                    stays in memory (nothing is lost)
+     ├── SpillWarning               a value could not be written to disk and
+     │                              stays in memory (nothing is lost)
+     └── CheckpointWarning          a checkpoint loaded, but an engine handle in
+                                    it could not be re-bound (it is named)
 
 ``CacheError`` subclasses ``KeyError`` so that code which looks a handle up
 and handles ``KeyError`` keeps working; unlike ``KeyError`` its ``str()`` is
@@ -28,6 +30,7 @@ __all__ = [
     "BoundaryCopyError",
     "CheckpointError",
     "SpillWarning",
+    "CheckpointWarning",
 ]
 
 
@@ -65,3 +68,7 @@ class CheckpointError(CacheError):
 
 class SpillWarning(UserWarning):
     """A value could not be spilled to disk and stays in memory."""
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint loaded, but some engine handles in it could not be re-bound; each is named with the reason."""

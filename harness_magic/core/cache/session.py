@@ -33,7 +33,11 @@ Contract:
   :meth:`close` (also when the cache is garbage-collected or the process exits).
 * **Checkpoints.** :meth:`save` writes every value, snapshot and provenance to
   a directory; :meth:`load` rebuilds a cache from it, lazily (values stay on
-  disk until used).
+  disk until used). An engine handle (a lazy DuckDB relation) is saved as its
+  definition only (connector name and query: no rows, no engine state);
+  :meth:`load` re-binds it through a ``rebind`` callable (the connector's
+  usual checks), else loads everything else and names what it left out
+  (:attr:`not_restored`, a :class:`CheckpointWarning`).
 * **Threads.** Every public method holds one re-entrant lock.
 """
 
@@ -55,9 +59,10 @@ from pathlib import Path
 from typing import Any
 
 from harness_magic.core.cache.boundary import boundary_copy
-from harness_magic.core.cache.engine_value import engine_of
+from harness_magic.core.cache.engine_value import DEFINITION_MAX_CHARS, checkpoint_definition, engine_of
 from harness_magic.core.cache.errors import (
     CheckpointError,
+    CheckpointWarning,
     SpillReadError,
     SpillWarning,
     UnknownHandleError,
@@ -243,6 +248,8 @@ class SessionCache:
         if spill_dir is not None and os.path.lexists(spill_dir):
             check_private_directory(Path(spill_dir))  # refuse a foreign or shared directory now
         self._serial = 0
+        self.not_restored: dict[str, str] = {}
+        """After :meth:`load`: engine handles of the checkpoint that could not be re-bound -> why."""
         self._lock = threading.RLock()
         self._finalizer = weakref.finalize(self, self._dir.cleanup)
 
@@ -396,13 +403,29 @@ class SessionCache:
 
         All or nothing: if any value cannot be written, :class:`CheckpointError`
         names them and no manifest is written. Spilled values are hard-linked
-        (or copied) from their spill files, so nothing is hydrated.
+        (or copied) from their spill files, so nothing is hydrated. Engine
+        handles are written as their definition (see :mod:`.engine_value`),
+        in the cache's order, so a handle comes after the handles it uses.
         """
         with self._lock:
             root = Path(directory)
             root.mkdir(parents=True, exist_ok=True, mode=0o700)
             rows, failures = [], []
             for entry in self._entries.values():
+                if entry.engine is not None:
+                    try:
+                        definition = checkpoint_definition(entry.value)
+                    except Exception as exc:
+                        definition, why = None, f"{type(exc).__name__}: {exc}"
+                    else:
+                        why = "it has no checkpoint definition"
+                    if definition is None:
+                        failures.append(f"{entry.name} (a {entry.engine} handle: {why})")
+                        continue
+                    rows.append({"name": entry.name, "engine": entry.engine, "definition": definition,
+                                 "snapshot": entry.snapshot, "size_bytes": entry.size_bytes,
+                                 "turn": entry.turn, "tool": entry.tool})
+                    continue
                 try:
                     record = self._checkpoint_file(entry, root)
                 except (OSError, SpillUnsupported, SpillReadError) as exc:
@@ -435,16 +458,29 @@ class SessionCache:
         hot_count: int | None = None,
         memory_budget_bytes: int | None = None,
         spill_dir: str | os.PathLike[str] | None = None,
+        rebind: Any = None,
     ) -> SessionCache:
         """A cache rebuilt from a :meth:`save` checkpoint; values stay on disk until used.
 
         Files are hard-linked (or copied) into the new cache's spill directory,
         so the checkpoint stays independent of the cache. Raises
         :class:`CheckpointError` for a missing or foreign manifest or a missing file.
+
+        Engine handles are re-bound after every file-backed handle is in
+        place, in the checkpoint's order: ``rebind(engine, definition, cache)``
+        returns the value again (e.g.
+        :func:`harness_magic.core.connectors.duckdb_connector.lazy_rebinder`,
+        which runs the saved query through the connector's usual
+        classification, exactly as a model's call). A definition is data: it
+        is never decoded into code, and one that ``rebind`` refuses (or no
+        ``rebind``) leaves that handle out, named with the reason in
+        :attr:`not_restored` and one :class:`CheckpointWarning`; the rest loads.
         """
         root = Path(directory)
         manifest = _read_manifest(root)
         rows = _validated_rows(root, manifest)
+        engine_rows = [row for row in rows if "engine" in row]
+        rows = [row for row in rows if "engine" not in row]
         cache = cls(
             hot_count=manifest["hot_count"] if hot_count is None else hot_count,
             memory_budget_bytes=manifest["memory_budget_bytes"] if memory_budget_bytes is None
@@ -463,9 +499,36 @@ class SessionCache:
         for name in recency if isinstance(recency, list) else []:
             if isinstance(name, str) and name in cache._entries:
                 cache._recency[name] = None
+        for row in engine_rows:
+            cache._rebind(row, rebind)
+        for name in list(cache._recency):
+            if name not in cache._entries:
+                del cache._recency[name]
         for name in cache._entries:
             cache._recency.setdefault(name, None)
+        if cache.not_restored:
+            warnings.warn(CheckpointWarning(
+                f"checkpoint {root}: {len(cache.not_restored)} engine handle(s) not restored: "
+                + "; ".join(f"{n} ({why})" for n, why in cache.not_restored.items())), stacklevel=2)
         return cache
+
+    def _rebind(self, row: dict[str, Any], rebind: Any) -> None:
+        """Re-create one engine handle from its definition through ``rebind``; a refusal is recorded, not raised."""
+        name, engine = row["name"], row["engine"]
+        if rebind is None:
+            self.not_restored[name] = (f"a {engine} handle needs its connector to be re-bound: load with "
+                                       f"rebind=... (e.g. lazy_rebinder(connectors))")
+            return
+        try:
+            value = rebind(engine, dict(row["definition"]), self)
+        except Exception as exc:  # the connector's refusal or error, as it words it
+            self.not_restored[name] = f"{type(exc).__name__}: {str(exc).strip()[:500]}"
+            return
+        if engine_of(value) != engine:
+            self.not_restored[name] = f"re-binding gave a {type(value).__name__}, not a {engine} handle"
+            return
+        self._entries[name] = _Entry(name, value, make_snapshot(value), estimate_nbytes(value), row.get("turn"),
+                                     row.get("tool"), version=_new_version(), spillable=False, engine=engine)
 
     # ------------------------------------------------------------------ internals
 
@@ -630,6 +693,10 @@ def _validated_rows(root: Path, manifest: dict[str, Any]) -> list[dict[str, Any]
             raise CheckpointError(f"checkpoint {root}: {label} has name {name!r}, which is not a valid, unique "
                                   "handle (letters, digits and _ only)", handle=str(name))
         label = f"handle {name!r}"
+        if "engine" in row:
+            rows.append(_validated_engine_row(root, row, label))
+            seen.add(name)
+            continue
         file = row.get("file")
         if not isinstance(file, str) or not file or os.path.basename(file) != file or file in (".", "..") \
                 or "\x00" in file or os.sep in file:
@@ -663,6 +730,32 @@ def _validated_rows(root: Path, manifest: dict[str, Any]) -> list[dict[str, Any]
         seen.add(name)
         rows.append(row)
     return rows
+
+
+_ENGINE_ROW_KEYS = frozenset({"name", "engine", "definition", "snapshot", "size_bytes", "turn", "tool"})
+
+
+def _validated_engine_row(root: Path, row: dict[str, Any], label: str) -> dict[str, Any]:
+    """An engine handle's manifest entry: a definition of short strings and nothing else (no file, no code)."""
+    extra = set(row) - _ENGINE_ROW_KEYS
+    if extra:
+        raise CheckpointError(f"checkpoint {root}: {label} is an engine handle with unexpected fields "
+                              f"{sorted(extra)!r}", handle=row["name"])
+    engine, definition = row.get("engine"), row.get("definition")
+    if not isinstance(engine, str) or sanitize_identifier(engine) != engine:
+        raise CheckpointError(f"checkpoint {root}: {label} names engine {engine!r}; an identifier is required",
+                              handle=row["name"])
+    if not isinstance(definition, dict) or not definition or not all(
+            isinstance(k, str) and isinstance(v, str) and len(v) <= DEFINITION_MAX_CHARS
+            for k, v in definition.items()):
+        raise CheckpointError(f"checkpoint {root}: {label} has a malformed definition (an object of strings up to "
+                              f"{DEFINITION_MAX_CHARS:,} characters is required)", handle=row["name"])
+    if not isinstance(row.get("snapshot"), dict) or type(row.get("size_bytes")) is not int:
+        raise CheckpointError(f"checkpoint {root}: {label} has a malformed snapshot or size", handle=row["name"])
+    for key in ("turn", "tool"):
+        if row.get(key) is not None and type(row[key]) is not (int if key == "turn" else str):
+            raise CheckpointError(f"checkpoint {root}: {label} has a malformed {key}", handle=row["name"])
+    return row
 
 
 def _link_or_copy(source: Path, target: Path) -> None:

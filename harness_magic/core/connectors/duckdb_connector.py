@@ -56,7 +56,7 @@ from harness_magic.core.connectors.readonly_fs import ReadOnlyFiles
 from harness_magic.core.connectors.registry import Connector, ConnectorResult, ToolContext
 from harness_magic.core.tools import ToolError
 
-__all__ = ["duckdb_connector", "DuckDBEngine"]
+__all__ = ["duckdb_connector", "DuckDBEngine", "lazy_rebinder"]
 
 _READERS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".tsv": "tsv",
             ".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl"}
@@ -91,6 +91,36 @@ def _sql_list(items: list[str]) -> str:
     return "[" + ", ".join(_quote(item) for item in items) + "]"
 
 
+_CURSOR_SETTINGS = {"enable_progress_bar": "true", "enable_progress_bar_print": "false"}
+"""Set on every query's cursor (the only settings the locked database lets a cursor change)."""
+
+
+def _create_temporary(kind: str, name: str, sql: str) -> str:
+    """``CREATE TEMPORARY VIEW|TABLE "name" AS <the one query in sql>``, checked by DuckDB's parser to be exactly
+    that one statement (the query was already classified a single SELECT)."""
+    import duckdb
+
+    statement = _single(sql)
+    if statement.type != duckdb.StatementType.SELECT:
+        raise ToolError(f"Refused: `{name}` must be one query (SELECT, WITH, FROM, VALUES); it is "
+                        f"{statement.type.name}.")
+    text = f'CREATE TEMPORARY {kind} "{name}" AS {statement.query}'
+    built = duckdb.extract_statements(text)
+    if len(built) != 1 or built[0].type != duckdb.StatementType.CREATE:
+        raise ToolError(f"Refused: the query of `{name}` cannot be kept in the engine as written")
+    return text
+
+
+def _close_engine(db: list[Any], temp_dir: str) -> None:
+    """Close the engine's database (if it was opened) and remove its spill directory."""
+    while db:
+        try:
+            db.pop().close()
+        except Exception:
+            pass
+    shutil.rmtree(temp_dir, True)
+
+
 class DuckDBEngine:
     """Runs read-only SQL over cache frames and configured files."""
 
@@ -123,8 +153,13 @@ class DuckDBEngine:
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ValueError(f"duckdb threads must be a positive integer, got {threads!r}")
         self.memory_limit, self.threads = memory_limit, threads
+        self.connector_name = "duckdb"
+        """The connector this engine serves (set by :func:`duckdb_connector`); lazy handles' checkpoints name it."""
         self.temp_dir = Path(tempfile.mkdtemp(prefix="harness_magic_duckdb_"))  # mode 0700: spills are private
-        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.temp_dir), True)
+        self._db: list[Any] = []
+        """The engine's private in-memory database (created on first use), shared by every query's cursor."""
+        self._db_lock = threading.Lock()
+        self._finalizer = weakref.finalize(self, _close_engine, self._db, str(self.temp_dir))
         if memory_limit is not None:
             if not isinstance(memory_limit, str) or not memory_limit.strip() or memory_limit.strip().startswith("-"):
                 # DuckDB reads a negative size as "no limit": refuse it rather than run unbounded
@@ -153,8 +188,41 @@ class DuckDBEngine:
         return {view: list(urls) for view, urls in self._parquet_urls.items()}
 
     def close(self) -> None:
-        """Remove the private spill directory."""
+        """Close the engine's database and remove the private spill directory."""
         self._finalizer()
+
+    def _database(self) -> Any:
+        """The engine's database, set up once: read-only file system, file views, external access off, locked.
+
+        Every query then gets its own cursor (:meth:`_open`): a connection of
+        this database whose registered frames, temporary views and tables are
+        its own and vanish when it closes. One database per engine keeps
+        DuckDB's threads, allocator and caches warm between queries (a fresh
+        database per query cost ~0.2-0.3 s on two cores).
+        """
+        import duckdb
+
+        with self._db_lock:
+            if not self._finalizer.alive:
+                raise ToolError("this duckdb connector was closed")
+            if self._db:
+                return self._db[0]
+            db = duckdb.connect(":memory:", config=self._config())
+            try:
+                if self._readonly is not None:  # the configured Parquet files, read-only, are all DuckDB may open
+                    db.register_filesystem(self._readonly)
+                    db.execute(f"SET allowed_paths = {_sql_list(self._readonly.urls())}")
+                db.execute("SET enable_external_access = false")
+                for view, urls in self._parquet_urls.items():
+                    db.sql(f"SELECT * FROM read_parquet({_sql_list(urls)})").create_view(view)
+                # each cursor turns progress tracking on for query_progress() (never printed into the cell)
+                db.execute(f"SET allowed_configs = {_sql_list(list(_CURSOR_SETTINGS))}")
+                db.execute("SET lock_configuration = true")
+            except Exception:
+                db.close()
+                raise
+            self._db.append(db)
+            return db
 
     def connect(self, cache: Any, sql: str | None) -> Any:
         """A fresh in-memory connection: configured files and the cached handles ``sql`` names, then locked."""
@@ -168,20 +236,12 @@ class DuckDBEngine:
         as views of their own statements, their inputs first; then the
         configuration is locked.
         """
-        import duckdb
-
-        con = duckdb.connect(":memory:", config=self._config())
+        con = self._database().cursor()
         try:
-            con.execute("SET enable_progress_bar = true")  # progress is tracked for query_progress() ...
-            con.execute("SET enable_progress_bar_print = false")  # ... and never printed into the cell
-            if self._readonly is not None:  # the configured Parquet files, read-only, are all DuckDB may open
-                con.register_filesystem(self._readonly)
-                con.execute(f"SET allowed_paths = {_sql_list(self._readonly.urls())}")
-            con.execute("SET enable_external_access = false")
+            for setting, value in _CURSOR_SETTINGS.items():
+                con.execute(f"SET {setting} = {value}")
             for view, source in self.sources.items():
-                if view in self._parquet_urls:
-                    con.sql(f"SELECT * FROM read_parquet({_sql_list(self._parquet_urls[view])})").create_view(view)
-                else:
+                if view not in self._parquet_urls:
                     con.register(view, _open_source(*source))
             wanted = set(_IDENT.findall(sql)) if sql is not None else set(cache.names() if cache is not None else [])
             versions = cache.versions() if cache is not None and hasattr(cache, "versions") else {}
@@ -220,8 +280,7 @@ class DuckDBEngine:
             for handle, lazy in order.items():
                 if handle in self.sources or handle in frames:
                     raise ToolError(f"handle {handle!r} names two different values in this chain of lazy handles")
-                con.sql(_single(lazy.sql)).create_view(handle, replace=False)
-            con.execute("SET lock_configuration = true")
+                con.execute(_create_temporary("VIEW", handle, lazy.sql))
         except Exception:
             con.close()
             raise
@@ -321,7 +380,7 @@ class DuckDBEngine:
                 try:
                     if _small_result(plan, estimate):
                         # one run: the (small) result kept inside DuckDB gives both the count and the head
-                        relation.to_table(_SNAPSHOT_TABLE)
+                        con.execute(_create_temporary("TABLE", _SNAPSHOT_TABLE, sql))
                         kept = con.table(_SNAPSHOT_TABLE)
                         rows = kept.aggregate("count(*)").fetchall()[0][0]
                         head = kept.limit(HEAD_ROWS).to_arrow_table()
@@ -544,6 +603,57 @@ def _open_file(path: Path) -> Any:
     return pa.Table.from_pylist(rows)
 
 
+def _check_read_only(sql: str, connector_name: str) -> None:
+    """The classification every DuckDB query passes before it runs (the model's, and a checkpoint's re-binding):
+    exactly one statement, read-only; ToolError otherwise."""
+    if not isinstance(sql, str) or not sql.strip():
+        raise ToolError("sql must be a non-empty string holding one SQL statement")
+    try:
+        classification = classify_sql(sql, "duckdb")
+    except SQLClassificationError as exc:
+        raise ToolError(f"Cannot run this SQL: {exc}.") from None
+    if len(classification.statements) > 1:
+        raise ToolError(f"Refused: {len(classification.statements)} statements; send one statement per call "
+                        f"({classification.summary}).")
+    if not classification.is_read:
+        raise ToolError(f"Refused: the statement is classified {classification.summary}; "
+                        f"{connector_name}__query runs read-only statements. Save results as handles instead.")
+
+
+def lazy_rebinder(connectors: Any) -> Callable[[str, dict[str, str], Any], LazyRelation]:
+    """``rebind`` for :meth:`SessionCache.load`: lazy DuckDB handles re-created on the configured connectors.
+
+    ``connectors`` is a ConnectorRegistry (``session.connectors.registry``) or
+    an iterable of connectors. A saved definition names its connector and
+    query; the query goes through :func:`_check_read_only` (the same
+    classification as the model's ``duckdb__query``) and :meth:`DuckDBEngine.lazy`
+    (DuckDB's parser: one SELECT; the locked, file-less connection), so a
+    crafted checkpoint can run nothing the model could not. Refusals raise
+    ToolError/LookupError naming the reason; the cache records them.
+    """
+    if hasattr(connectors, "names") and hasattr(connectors, "__getitem__"):
+        found = {n: connectors[n] for n in connectors.names}
+    else:
+        found = {c.name: c for c in connectors}
+
+    def rebind(engine: str, definition: dict[str, str], cache: Any) -> LazyRelation:
+        if engine != LazyRelation.__harness_engine__:
+            raise LookupError(f"no connector re-binds {engine!r} handles here")
+        if set(definition) != {"connector", "sql"}:
+            raise ValueError(f"a duckdb lazy handle's definition holds 'connector' and 'sql', got {sorted(definition)}")
+        name, sql = definition["connector"], definition["sql"]
+        connector = found.get(name)
+        duck = getattr(connector, "engine", None)
+        if not isinstance(duck, DuckDBEngine):
+            configured = ", ".join(n for n, c in found.items() if isinstance(getattr(c, "engine", None), DuckDBEngine))
+            raise LookupError(f"connector {name!r} is not a configured duckdb connector here (duckdb connectors: "
+                              f"{configured or 'none'})")
+        _check_read_only(sql, name)
+        return duck.lazy(cache, sql)
+
+    return rebind
+
+
 def _progress_reporter(context: ToolContext, engine: str) -> Progress | None:
     """Progress callback emitting :class:`EngineProgress` events on the tool's harness, if it has one."""
     emit = getattr(context.harness, "_emit", None)
@@ -588,6 +698,7 @@ def duckdb_connector(
         name, description or "In-process DuckDB SQL over cached DataFrame handles (by handle name) and "
                              "configured files; results come back as handles.")
     connector.engine = engine  # type: ignore[attr-defined]
+    engine.connector_name = connector.name
 
     @connector.tool()
     def list_tables(context: ToolContext) -> Any:
@@ -636,16 +747,7 @@ def duckdb_connector(
             lazy: Keep the result in DuckDB as a lazy handle (no rows fetched; later queries can name it;
                 python code that names it brings its rows in, within a size cap). Use for large intermediates.
         """
-        try:
-            classification = classify_sql(sql, "duckdb")
-        except SQLClassificationError as exc:
-            raise ToolError(f"Cannot run this SQL: {exc}.") from None
-        if len(classification.statements) > 1:
-            raise ToolError(f"Refused: {len(classification.statements)} statements; send one statement per call "
-                            f"({classification.summary}).")
-        if not classification.is_read:
-            raise ToolError(f"Refused: the statement is classified {classification.summary}; "
-                            f"{connector.name}__query runs read-only statements. Save results as handles instead.")
+        _check_read_only(sql, connector.name)
         progress = _progress_reporter(context, connector.name)
         if lazy:
             if max_rows is not None:

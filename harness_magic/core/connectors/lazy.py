@@ -21,6 +21,10 @@ relations by object). It holds no rows. Contract:
   filter in the engine first.
 * **Exact inputs.** A frame it was built on must still be the same value
   (same handle, same version) when it runs, else :class:`LazyInputError`.
+* **Checkpoints.** Its definition is the connector's name and the query
+  (``__harness_checkpoint__``); loading re-runs that query through the
+  connector's usual classification (:func:`~.duckdb_connector.lazy_rebinder`),
+  never anything decoded from the checkpoint.
 """
 
 from __future__ import annotations
@@ -95,6 +99,10 @@ class LazyRelation:
 
     def __repr__(self) -> str:
         return f"<lazy duckdb relation: {self._sql[:80]!r}>"
+
+    def __harness_checkpoint__(self) -> dict[str, str]:
+        """The definition a checkpoint keeps: the connector's name and the query (no rows, no engine state)."""
+        return {"connector": str(getattr(self._engine, "connector_name", "duckdb")), "sql": self._sql}
 
     @property
     def sql(self) -> str:
