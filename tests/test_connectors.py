@@ -293,3 +293,60 @@ def test_approval_wait_is_reported_apart_from_the_tool_time(tmp_path):
     assert [r for r in log if r.get("event") == "approval"][0]["wait_s"] >= 0.4
     tools = [r for r in log if r.get("type") == "tools"][-1]["results"]
     assert tools[0]["approval_wait_s"] >= 0.4 and "approval_wait_s" not in tools[1]
+
+
+def test_the_live_view_says_waiting_for_approval_while_the_user_decides(tmp_path):
+    import time
+
+    pytest.importorskip("ipywidgets")
+    from harness_magic.core.events import ApprovalStep
+    from harness_magic.notebook.render import TICK_S, WidgetRunView
+
+    seen: dict = {}
+    view = WidgetRunView()
+
+    def slow_user(request):
+        seen["status"] = view.status.value
+        accordion = view.transcript.tools[request.tool_use_id][0]
+        seen["title_at_once"] = accordion.get_title(0)
+        time.sleep(TICK_S * 1.6)  # the ticker redraws the open call meanwhile
+        seen["title_later"] = accordion.get_title(0)
+        return True
+
+    def broken(request):
+        raise RuntimeError("<b>prompt closed</b>")
+
+    calls: list = []
+    registry = ConnectorRegistry([demo_connector(calls)], approval=ApprovalPolicy(approver=slow_user))
+    turns = [{"tool_calls": [call("load_connectors", connector_name="demo")]},
+             {"tool_calls": [call("demo__append", row="r1"), call("demo__echo", text="read")]}, {"text": "done"}]
+    harness, _ = scripted_harness(tmp_path, turns, registry)
+    events: list = []
+    harness.subscribe(events.append)
+    harness.subscribe(view)
+    try:
+        result = harness.run_result("go")
+        assert result.ok
+        assert "waiting for approval: demo__append" in seen["status"]
+        assert "waiting for approval 0 s" in seen["title_at_once"], seen
+        assert "waiting for approval 1 s" in seen["title_later"], "the wait ticks, apart from the tool's time"
+        steps = [e for e in events if isinstance(e, ApprovalStep)]
+        assert [(s.tool, s.wait_s is None, s.approved) for s in steps] == [
+            ("demo__append", True, None), ("demo__append", False, True)], "read tools are never asked about"
+        assert steps[1].wait_s >= TICK_S * 1.6
+        append = view.record.tool(steps[0].tool_use_id)
+        title = view.transcript.tools[append.id][0].get_title(0)
+        assert "approval wait 1.6 s" in title and "waiting" not in title
+        assert float(title.split(" · ")[1][:-2]) < 0.5, "the tool's own time leaves the wait out"
+        assert "waiting for approval" not in view.status.value
+    finally:
+        view.close()
+
+    # a policy that answers without asking shows no step; an approver that fails shows its step, denied
+    for policy, expected in ((ApprovalPolicy.allow_all(), []), (ApprovalPolicy(approver=broken), [None, False])):
+        registry = ConnectorRegistry([demo_connector([])], approval=policy)
+        harness, _ = scripted_harness(tmp_path / str(len(expected)), turns, registry)
+        events = []
+        harness.subscribe(events.append)
+        harness.run_result("go")
+        assert [e.approved for e in events if isinstance(e, ApprovalStep)] == expected

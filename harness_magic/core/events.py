@@ -20,6 +20,7 @@ __all__ = [
     "ToolCallFinished",
     "ToolOutputDelta",
     "SandboxStep",
+    "ApprovalStep",
     "ReminderAdded",
     "TurnFinished",
     "RunFinished",
@@ -120,6 +121,24 @@ class SandboxStep:
 
 
 @dataclass(frozen=True)
+class ApprovalStep:
+    """The user is being asked to approve a tool call (``wait_s`` None), or has answered (with the wait).
+
+    Emitted only when the policy really asks (an ``ask`` rule with an approver),
+    around the approver's call; the wait is not the tool's time.
+    """
+
+    tool: str
+    """Full tool name, e.g. ``sql__execute``."""
+    tool_use_id: str | None = None
+    wait_s: float | None = None
+    """Seconds the approver took; None while it is still asking."""
+    approved: bool | None = None
+    """The answer (None while asking)."""
+    kind: Literal["approval_step"] = "approval_step"
+
+
+@dataclass(frozen=True)
 class ReminderAdded:
     """A suffix reminder appended before a provider call."""
 
@@ -217,6 +236,7 @@ Event = Union[
     ToolCallFinished,
     ToolOutputDelta,
     SandboxStep,
+    ApprovalStep,
     ReminderAdded,
     TurnFinished,
     RunFinished,

@@ -46,6 +46,7 @@ from harness_magic.core.events import (
     ToolCallFinished,
     ToolCallStarted,
     SandboxStep,
+    ApprovalStep,
     ToolOutputDelta,
     TurnFinished,
 )
@@ -102,6 +103,8 @@ class ToolRecord:
     duration_s: float | None = None
     approval_wait_s: float = 0.0
     """Seconds of ``duration_s`` spent waiting for the user's approval."""
+    approval_since: float | None = None
+    """``time.monotonic()`` when the user was asked to approve this call, while the question is open."""
     sandbox_s: float = 0.0
     """Seconds of ``duration_s`` spent starting, forking or restarting the sandbox (shown as its own step)."""
     started: float | None = None
@@ -242,6 +245,7 @@ def apply_event(record: RunRecord, event: Any, state: Any) -> None:
         tool.is_error = event.result.is_error
         tool.duration_s = event.duration_s
         tool.approval_wait_s = float(getattr(event, "approval_wait_s", 0.0) or 0.0)
+        tool.approval_since = None
         tool.handles = list(event.handles)
         tool.snapshots = [dict(s) for s in event.snapshots]
         tool.charts = [a["data"] for a in event.artifacts if a.get("kind") == "image/png" and a.get("data")]
@@ -254,6 +258,14 @@ def apply_event(record: RunRecord, event: Any, state: Any) -> None:
             else:
                 record.items.insert(next(i for i, item in enumerate(record.items) if item is tool), notice)
                 tool.sandbox_s += event.duration_s
+    elif isinstance(event, ApprovalStep):
+        tool = record.tool(event.tool_use_id) if event.tool_use_id else None
+        if tool is not None:
+            if event.wait_s is None:
+                tool.approval_since = time.monotonic()
+            else:
+                tool.approval_since = None
+                tool.approval_wait_s += event.wait_s
     elif isinstance(event, ToolOutputDelta):
         tool = record.tool(event.tool_use_id)
         if tool is not None and tool.result is None:
@@ -441,8 +453,10 @@ def tool_summary(tool: ToolRecord, now: float | None = None) -> str:
         bits.append(f"{max(tool.duration_s - tool.approval_wait_s - tool.sandbox_s, 0.0):.2f} s")
         if tool.approval_wait_s >= APPROVAL_WAIT_SHOWN_S:
             bits.append(f"approval wait {tool.approval_wait_s:.1f} s")
+    elif tool.approval_since is not None and now is not None and not tool.interrupted:
+        bits.append(f"waiting for approval {now - tool.approval_since:.0f} s")
     elif now is not None and tool.started is not None and not tool.interrupted:
-        bits.append(f"{now - tool.started:.0f} s")
+        bits.append(f"{max(now - tool.started - tool.approval_wait_s, 0.0):.0f} s")
     if tool.interrupted and tool.result is None:
         bits.append("interrupted")
     if tool.handles:

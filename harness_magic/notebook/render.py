@@ -29,6 +29,7 @@ from typing import Any
 
 from harness_magic.core import export
 from harness_magic.core.events import (
+    ApprovalStep,
     AssistantMessage,
     EngineProgress,
     Notice,
@@ -270,6 +271,12 @@ class WidgetRunView:
                 running = next((t.name for t in reversed(record.tools) if t.result is None and not t.interrupted), None)
                 if transcript is self.transcript and running is not None:
                     self._set_status(f"running {running}")
+        elif isinstance(event, ApprovalStep):
+            tool = record.tool(event.tool_use_id) if event.tool_use_id else None
+            if tool is not None:
+                transcript.refresh(tool)
+            self._set_status(f"waiting for approval: {event.tool}" if event.wait_s is None  # a subagent's too
+                             else f"running {event.tool}")
         elif isinstance(event, ToolOutputDelta):
             tool = record.tool(event.tool_use_id)
             if tool is not None and tool.result is None:

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Sequence
 
 from harness_magic.core.connectors.approval import ApprovalDecision, ApprovalPolicy, ApprovalRequest
-from harness_magic.core.events import Notice
+from harness_magic.core.events import ApprovalStep, Notice
 from harness_magic.core.format import format_tool_output
 from harness_magic.core.tools import SAFETY_CLASSES, ToolError, ToolOutput, ToolSpec
 
@@ -519,9 +519,16 @@ class InstalledConnectors:
             return None
         request = ApprovalRequest(tool=spec.name, connector=spec.connector, safety=safety,
                                   arguments=dict(use.input), summary=summary, tool_use_id=use.id)
+        policy = self.registry.approval
+        asks = policy.approver is not None and policy.rule_for(spec.name, safety) == "ask"
+        if asks:  # the status line says so while the user decides
+            self.harness._emit(ApprovalStep(tool=spec.name, tool_use_id=use.id))
         asked = time.monotonic()
-        decision: ApprovalDecision = self.registry.approval.decide(request)
+        decision: ApprovalDecision = policy.decide(request)
         waited = time.monotonic() - asked
+        if asks:
+            self.harness._emit(ApprovalStep(tool=spec.name, tool_use_id=use.id, wait_s=waited,
+                                            approved=decision.approved))
         run = getattr(self.harness, "current_run", None)
         if run is not None:
             waits = getattr(run, "approval_wait_s", None)
