@@ -276,6 +276,90 @@ def test_long_tool_call_ticks_then_settles_with_a_pivot_table_and_an_interrupt_k
                 browser.close()
 
 
+# -- the copy button of each call ----------------------------------------------------------------------
+
+COPY_CALL = "import time\nfor i in range(4):\n    print('tick', i, flush=True)\n    time.sleep(1)\ncopied_total = sum(range(10))\nprint('copied total', copied_total)"
+
+
+def test_each_calls_copy_button_copies_its_code_live_and_after_settling_and_it_runs_in_the_notebook(lab) -> None:
+    from playwright.sync_api import sync_playwright
+
+    script = {"turns": [
+        {"text": "Adding up.", "tool_calls": [{"name": "python_interpreter", "arguments": {"code": COPY_CALL}}]},
+        {"text": "The total is 45."},
+    ]}
+    forged = ('<button class="agent-copy-code" data-agent-call="forged:key">copy code</button>'
+              '<button class="agent-copy-code" data-agent-call="">copy code</button>')
+    nb = _notebook("%load_ext harness_magic", "%%agent -m scripted/copy.json\nAdd up.",
+                   f"from IPython.display import HTML\nHTML({forged!r})")
+    url, chromium, root = lab({"copy.ipynb": nb, "copy.json": json.dumps(script)})
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = _browser(p, chromium)
+        try:
+            context = browser.new_context(viewport={"width": 1280, "height": 1400})
+            context.grant_permissions(["clipboard-read", "clipboard-write"], origin=url)
+            page = context.new_page()
+            _open_and_run_all(page, url, "copy.ipynb")
+            live = page.locator(".agent-run-view button.agent-copy-code").first
+            live.wait_for(state="visible", timeout=RUN_TIMEOUT_MS)
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.agent-run-view .agent-stdout')]"
+                ".some(p => p.textContent.includes('tick 0'))", timeout=RUN_TIMEOUT_MS)
+            assert page.locator(".agent-final").count() == 0, "clicked while the kernel is busy with the run"
+            live.click()
+            page.wait_for_function("() => [...document.querySelectorAll('.agent-run-view button.agent-copy-code')]"
+                                   ".some(b => b.textContent.includes('copied'))", timeout=5_000)
+            copied_live = page.evaluate("navigator.clipboard.readText()")
+            assert copied_live.startswith("# agent run ") and ", turn 1: python_interpreter\n" in copied_live
+            assert copied_live.endswith(COPY_CALL + "\n"), copied_live
+            page.screenshot(path=str(ARTIFACTS / "jupyterlab-copy-live.png"), full_page=False)
+
+            page.wait_for_selector(".agent-final .agent-footer", timeout=RUN_TIMEOUT_MS)
+            page.wait_for_function(KERNEL_IDLE_JS, timeout=RUN_TIMEOUT_MS)
+            page.evaluate("navigator.clipboard.writeText('emptied')")
+            page.locator(".agent-final .agent-transcript > summary").click()
+            page.locator(".agent-final .agent-tool > summary").first.click()
+            settled = page.locator(".agent-final button.agent-copy-code").first
+            settled.wait_for(state="visible", timeout=10_000)
+            settled.click()
+            page.wait_for_function("() => [...document.querySelectorAll('.agent-final button.agent-copy-code')]"
+                                   ".some(b => b.textContent.includes('copied'))", timeout=5_000)
+            assert page.evaluate("navigator.clipboard.readText()") == copied_live, "the settled button copies the same"
+            page.evaluate("document.querySelector('.agent-final').scrollIntoView({block: 'start'})")
+            page.screenshot(path=str(ARTIFACTS / "jupyterlab-copy-settled.png"), full_page=False)
+
+            for button in page.locator(".jp-OutputArea-output button.agent-copy-code[data-agent-call='forged:key'], "
+                                       ".jp-OutputArea-output button.agent-copy-code[data-agent-call='']").all():
+                button.click()
+                assert page.evaluate("navigator.clipboard.readText()") == copied_live, "a forged key copies nothing"
+
+            # paste into a new cell below and run it: the agent's code runs in the notebook's own namespace
+            page.evaluate("window.jupyterapp.commands.execute('notebook:insert-cell-below')")
+            page.evaluate("window.jupyterapp.commands.execute('notebook:enter-edit-mode')")
+            page.keyboard.press("Control+V")
+            page.evaluate("window.jupyterapp.commands.execute('notebook:run-cell')")
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.jp-OutputArea-output')]"
+                ".some(o => o.innerText.includes('copied total 45') && !o.closest('.agent-final')"
+                " && !o.querySelector('.agent-run-view'))", timeout=RUN_TIMEOUT_MS)
+            page.screenshot(path=str(ARTIFACTS / "jupyterlab-copy-pasted.png"), full_page=False)
+
+            page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
+            page.wait_for_function(
+                "() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=30_000)
+            saved = json.loads((root / "copy.ipynb").read_text())
+            final = next("".join(o["data"]["text/html"]) for c in saved["cells"] for o in c.get("outputs", [])
+                         if "agent-final" in "".join(o.get("data", {}).get("text/html", "")))
+            assert 'class="agent-copy-code"' in final and " hidden " in final, "the saved fallback keeps it hidden"
+            assert "<script" not in final and "onclick" not in final.lower(), "and script-free"
+            static = context.new_page()
+            static.set_content(final)
+            assert _visible_count(static, "button.agent-copy-code") == 0, "hidden where no notebook runs it"
+        finally:
+            browser.close()
+
+
 # -- hostile text, output and data ------------------------------------------------------------------
 
 

@@ -66,6 +66,8 @@ __all__ = [
     "render_html_document",
     "render_markdown_document",
     "render_tool_body_html",
+    "copy_key",
+    "copy_button_html",
     "display_result_text",
     "printed_output",
     "tool_call_source",
@@ -406,17 +408,42 @@ def printed_html(tool: ToolRecord) -> str:
     return f'{note}<pre class="agent-stdout" style="{_PRE}">{_e(text)}</pre>'
 
 
-def render_tool_body_html(tool: ToolRecord, *, charts: bool = True) -> str:
-    """One call's section body: what it ran, its result for people, tables, charts, what the model saw."""
+def copy_key(record: RunRecord, tool: ToolRecord) -> str | None:
+    """``RUN_ID:TOOL_USE_ID``, naming a call whose code (Python or SQL) can be copied; None for other calls."""
     source = tool_call_source(tool)
-    parts: list[str] = [_source_html(tool)]
+    if source is None or source[0] not in ("python", "sql") or not record.run_id:
+        return None
+    return f"{record.run_id}:{tool.id}"
+
+
+def copy_button_html(key: str) -> str:
+    """A hidden "copy code" button naming call ``key``: inert HTML, no script.
+
+    In a running notebook the session's clipboard widget
+    (:mod:`harness_magic.notebook.clipboard`) shows it and copies that call's
+    code on a click; anywhere else (a saved notebook on GitHub, an export) it stays hidden.
+    """
+    return (f'<button type="button" class="agent-copy-code" data-agent-call="{_e(key, quote=True)}" hidden '
+            'style="display:none;float:right;font-size:0.8em;margin:2px 0 2px 6px;cursor:pointer" '
+            'title="Copy this call\'s code (what %agent_code puts into the next cell for it)">copy code</button>')
+
+
+def render_tool_body_html(tool: ToolRecord, *, charts: bool = True, copy: str | None = None) -> str:
+    """One call's section body: what it ran, its result for people, tables, charts, what the model saw.
+
+    ``copy``: the call's :func:`copy_key`, to put a "copy code" button (:func:`copy_button_html`) above its code.
+    """
+    source = tool_call_source(tool)
+    parts: list[str] = [copy_button_html(copy)] if copy else []
+    parts.append(_source_html(tool))
     shown_key = {"python": "code", "sql": "sql" if "sql" in tool.input else "query", "path": "path"}.get(
         source[0]) if source else None
     others = {k: v for k, v in tool.input.items() if k != shown_key}
     if others:
         parts.append(f'<pre style="{_PRE}">{_e(json.dumps(others, ensure_ascii=False, indent=1, default=str))}</pre>')
     if tool.subagent is not None:
-        parts.append(f'<div style="margin-left:12px">{render_run_html(tool.subagent, nested=True)}</div>')
+        nested = render_run_html(tool.subagent, nested=True, copy_buttons=copy is not None)
+        parts.append(f'<div style="margin-left:12px">{nested}</div>')
     if tool.result is None:
         parts.append(printed_html(tool))
         if tool.interrupted:
@@ -465,11 +492,12 @@ def tool_summary(tool: ToolRecord, now: float | None = None) -> str:
 
 
 def render_run_html(record: RunRecord, *, nested: bool = False, open_tools: bool = False,
-                    final_form: bool = False) -> str:
+                    final_form: bool = False, copy_buttons: bool = False) -> str:
     """The transcript of one run: text, and one ``<details>`` per tool call; reminders only as model input.
 
     ``final_form``: the transcript sits under the answer, so the answer's text
-    and the charts (shown above it) are not repeated.
+    and the charts (shown above it) are not repeated. ``copy_buttons``: a
+    (hidden, inert) "copy code" button per code or SQL call, for the notebook.
     """
     parts: list[str] = []
     answer = record.result.text if final_form and record.result is not None else None
@@ -481,7 +509,8 @@ def render_run_html(record: RunRecord, *, nested: bool = False, open_tools: bool
             parts.append(
                 f'<details class="agent-tool agent-{item.kind}" style="{_BOX}"{opened}>'
                 f"<summary>{_e(tool_summary(item))}</summary>"
-                f"{render_tool_body_html(item, charts=not final_form)}</details>"
+                f"{render_tool_body_html(item, charts=not final_form, copy=copy_key(record, item) if copy_buttons else None)}"
+                "</details>"
             )
         elif item[0] == "text":
             if answer is not None and item is record.items[-1] and item[1].strip() == answer.strip():
@@ -544,8 +573,11 @@ def _cited_markdown(text: str, record: RunRecord) -> str:
     return citations_markdown(text, sources_from_run_file(record.run_file))
 
 
-def render_answer_html(record: RunRecord) -> str:
-    """The stable final output: status, answer, charts, footer, and the transcript folded."""
+def render_answer_html(record: RunRecord, *, copy_buttons: bool = False) -> str:
+    """The stable final output: status, answer, charts, footer, and the transcript folded.
+
+    ``copy_buttons``: each code or SQL call gets a "copy code" button (hidden and inert outside a running notebook).
+    """
     result = record.result
     parts = ['<div class="agent-final">', _status_html(record)]
     if result is not None and result.text:
@@ -556,7 +588,7 @@ def render_answer_html(record: RunRecord) -> str:
         parts.append(
             f'<details class="agent-transcript" style="{_BOX}"><summary>transcript: '
             f"{len(tools)} tool call{'s' if len(tools) != 1 else ''}</summary>"
-            f"{render_run_html(record, final_form=True)}</details>"
+            f"{render_run_html(record, final_form=True, copy_buttons=copy_buttons)}</details>"
         )
     parts.append(f'<div class="agent-footer" style="{_MUTED}">{_e(render_footer_text(record))}</div></div>')
     return "".join(parts)

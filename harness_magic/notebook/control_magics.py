@@ -40,7 +40,24 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-__all__ = ["ControlMagics", "register_control_magics", "agent_code_text"]
+__all__ = ["ControlMagics", "register_control_magics", "agent_code_text", "call_code_text"]
+
+
+def call_code_text(record: Any, tool: Any) -> str | None:
+    """One call's block as :func:`agent_code_text` writes it (None for a call with no code or SQL)."""
+    from harness_magic.core.export import tool_call_source
+
+    source = tool_call_source(tool)
+    if source is None:
+        return None
+    language, text = source
+    k = next((i for i, t in enumerate(record.tools, 1) if t is tool), 0)
+    head = f"# agent run {record.run_id}, turn {tool.turn}: {tool.name}"
+    if language == "python":
+        return f"{head}\n{text.rstrip()}"
+    if language == "sql":
+        return f"{head} (SQL)\nsql_turn{tool.turn}_{k} = {text!r}"
+    return f"{head} read {text!r}"
 
 
 def agent_code_text(record: Any, turn: int | None = None) -> str:
@@ -50,23 +67,8 @@ def agent_code_text(record: Any, turn: int | None = None) -> str:
     written as ``sql_turnN_K = '...'`` (``repr``, so any quoting in it stays a
     string), file reads as a comment naming the path. ``""`` when there is none.
     """
-    from harness_magic.core.export import tool_call_source
-
-    blocks: list[str] = []
-    for k, tool in enumerate(record.tools, 1):
-        if turn is not None and tool.turn != turn:
-            continue
-        source = tool_call_source(tool)
-        if source is None:
-            continue
-        language, text = source
-        head = f"# agent run {record.run_id}, turn {tool.turn}: {tool.name}"
-        if language == "python":
-            blocks.append(f"{head}\n{text.rstrip()}")
-        elif language == "sql":
-            blocks.append(f"{head} (SQL)\nsql_turn{tool.turn}_{k} = {text!r}")
-        else:
-            blocks.append(f"{head} read {text!r}")
+    blocks = [call_code_text(record, tool) for tool in record.tools if turn is None or tool.turn == turn]
+    blocks = [b for b in blocks if b is not None]
     return "\n\n".join(blocks) + ("\n" if blocks else "")
 
 

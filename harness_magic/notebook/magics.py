@@ -392,9 +392,10 @@ class AgentMagics(Magics):
         if mode == "auto":
             mode = "widgets" if self._in_kernel() else "rich"
         if mode == "widgets":
+            from harness_magic.notebook.clipboard import code_clipboard
             from harness_magic.notebook.render import WidgetRunView
 
-            view = WidgetRunView()
+            view = WidgetRunView(clipboard=code_clipboard(self))  # a "copy code" button per call
             return view, view.widget
         if mode == "rich":
             from harness_magic.notebook.render import TerminalRenderer
@@ -852,7 +853,7 @@ def load_extension(shell: Any) -> None:
     from harness_magic.core import export
 
     def as_html(result: Any) -> str:
-        return export.render_answer_html(magics.record_for(result))
+        return export.render_answer_html(magics.record_for(result), copy_buttons=True)
 
     # Only sanitized HTML is registered: a text/markdown entry would carry the model's raw text,
     # which a front end renders as trusted Markdown (its raw HTML and remote images included).

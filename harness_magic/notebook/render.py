@@ -91,9 +91,13 @@ def status_text(record: RunRecord, state: str, elapsed_s: float | None = None) -
 class _Transcript:
     """Widgets of one transcript (a run, or a subagent's nested run)."""
 
-    def __init__(self, widgets: Any, box: Any) -> None:
+    def __init__(self, widgets: Any, box: Any, clipboard: Any = None) -> None:
         self.w = widgets
         self.box = box
+        self.record = RunRecord()
+        """The run this transcript shows (names its calls for the copy buttons)."""
+        self.clipboard = clipboard
+        """The session's :class:`~harness_magic.notebook.clipboard.CodeClipboard`, or None (no copy buttons)."""
         self.text_widget: Any = None
         self.text = ""
         self.last_flush = 0.0
@@ -135,9 +139,22 @@ class _Transcript:
         self._set_text()
         self.text_widget = None
 
+    def _body(self, tool: ToolRecord) -> str:
+        """A call's section body, with its "copy code" button once the clipboard holds its code."""
+        key = export.copy_key(self.record, tool) if self.clipboard is not None else None
+        if key is not None:
+            from harness_magic.notebook.control_magics import call_code_text
+
+            code = call_code_text(self.record, tool)
+            if code is None:
+                key = None
+            else:
+                self.clipboard.add(key, code + "\n")
+        return export.render_tool_body_html(tool, copy=key)
+
     def on_tool_started(self, tool: ToolRecord) -> None:
         self.text_widget = None
-        body = self.w.HTML(export.render_tool_body_html(tool))
+        body = self.w.HTML(self._body(tool))
         body.add_class("agent-tool-body")
         container = self.w.VBox(children=(body,))
         accordion = self.w.Accordion(children=(container,))
@@ -157,7 +174,7 @@ class _Transcript:
         accordion.set_title(0, export.tool_summary(tool, time.monotonic()))
         if tool.subagent is not None:
             accordion.add_class("agent-subagent")
-        body.value = export.render_tool_body_html(tool)
+        body.value = self._body(tool)
 
     def open(self, tool: ToolRecord) -> None:
         """Unfold a call's section (once it prints, so the output is seen as it streams)."""
@@ -178,7 +195,8 @@ class _Transcript:
             inner = self.w.VBox(layout=self.w.Layout(margin="0 0 0 12px"))
             container = accordion.children[0]
             container.children = (*container.children, inner)
-            self.nested[tool.id] = _Transcript(self.w, inner)
+            self.nested[tool.id] = _Transcript(self.w, inner, self.clipboard)
+            self.nested[tool.id].record = tool.subagent if tool.subagent is not None else RunRecord()
             accordion.add_class("agent-subagent")
         return self.nested[tool.id]
 
@@ -191,7 +209,9 @@ class WidgetRunView:
     run goes; :meth:`close` (or the run's end) stops it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clipboard: Any = None) -> None:
+        """``clipboard``: the session's :class:`~harness_magic.notebook.clipboard.CodeClipboard`; with it,
+        each code or SQL call gets a "copy code" button."""
         import ipywidgets
 
         self.w = ipywidgets
@@ -199,7 +219,7 @@ class WidgetRunView:
         self.status = ipywidgets.HTML()
         self.status.add_class("agent-status-line")
         body = ipywidgets.VBox()
-        self.transcript = _Transcript(ipywidgets, body)
+        self.transcript = _Transcript(ipywidgets, body, clipboard)
         self.widget = _RunBox(children=(self.status, body))
         self.widget.add_class("agent-run-view")
         self._state = "starting"
@@ -242,6 +262,7 @@ class WidgetRunView:
             record = self.record
             if isinstance(event, RunStarted):
                 self.record = RunRecord(event.run_id, event.model, event.prompt, event.max_turns, event.run_file)
+                self.transcript.record = self.record
                 self._started = time.monotonic()
                 self._set_status("starting")
                 self._start_ticker()

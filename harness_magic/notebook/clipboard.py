@@ -1,0 +1,140 @@
+"""The "copy code" button of each tool call, in the live view and in the settled final form.
+
+A cell's kernel is busy while the agent runs, so a widget button with a Python
+callback would answer only after the run; and the settled final form is static
+HTML that a saved notebook keeps, which must carry no script. So the button
+is plain, inert HTML (:func:`harness_magic.core.export.copy_button_html`):
+hidden, naming its call by a key (``RUN_ID:TOOL_USE_ID``). One
+:class:`CodeClipboard` widget per session holds the code of every call by that
+key (synced from the kernel, never read from the page) and its front-end
+module, loaded by JupyterLab's widget manager, shows the buttons and copies a
+call's code to the clipboard when one is clicked — at once, busy kernel or
+not. In a saved notebook opened elsewhere (GitHub, nbviewer, an export) the
+buttons stay hidden. The copied text is what ``%agent_code --run RUN_ID
+--turn N`` puts into the next cell for that call.
+
+A forged button (in another output) can only name a key: the code comes from
+the widget's own state, so it copies the agent's real code or nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["CodeClipboard", "code_clipboard", "MAX_CALLS"]
+
+MAX_CALLS = 2_000
+"""Calls whose code the widget keeps (the oldest go first): a long session's page state stays small."""
+
+_ESM = r"""
+const KEY = "__harnessMagicCopyCode";
+
+function state() {
+  const g = (globalThis[KEY] = globalThis[KEY] || { models: new Set(), installed: false });
+  if (!g.installed) {
+    g.installed = true;
+    const style = document.createElement("style");
+    style.textContent = "button.agent-copy-code{display:inline-block!important}";
+    document.head.appendChild(style);
+    document.addEventListener("click", (event) => {
+      const target = event.target instanceof Element ? event.target.closest("button.agent-copy-code") : null;
+      if (!target) return;
+      event.preventDefault();
+      event.stopPropagation();
+      const key = target.getAttribute("data-agent-call") || "";
+      let code;
+      for (const model of g.models) {
+        const calls = model.get("calls") || {};
+        if (Object.prototype.hasOwnProperty.call(calls, key)) code = calls[key];
+      }
+      if (typeof code !== "string") return flash(target, "not in this session");
+      copy(code).then(() => flash(target, "copied ✓"), () => flash(target, "copy failed"));
+    }, true);
+  }
+  return g;
+}
+
+async function copy(text) {
+  if (navigator.clipboard && window.isSecureContext) {
+    await navigator.clipboard.writeText(text);
+    return;
+  }
+  const area = document.createElement("textarea");
+  area.value = text;
+  area.setAttribute("readonly", "");
+  area.style.position = "fixed";
+  area.style.opacity = "0";
+  document.body.appendChild(area);
+  area.select();
+  const ok = document.execCommand("copy");
+  area.remove();
+  if (!ok) throw new Error("the browser refused to copy");
+}
+
+function flash(button, text) {
+  const label = button.getAttribute("data-label") || button.textContent;
+  button.setAttribute("data-label", label);
+  button.textContent = text;
+  setTimeout(() => { button.textContent = label; }, 1500);
+}
+
+export default {
+  initialize({ model }) {
+    const g = state();
+    g.models.add(model);
+    return () => g.models.delete(model);
+  },
+  render({ model }) {
+    state().models.add(model);
+  },
+};
+"""
+
+
+def _widget_class() -> Any:
+    import anywidget
+    from traitlets import Dict
+
+    class CodeClipboard(anywidget.AnyWidget):
+        """Holds each tool call's code by key; its front end copies it when that call's button is clicked."""
+
+        _esm = _ESM
+        calls = Dict(help="RUN_ID:TOOL_USE_ID -> the call's code, as %agent_code writes it.").tag(sync=True)
+
+        def add(self, key: str, code: str) -> None:
+            """Make ``key``'s button copy ``code`` (kept: the latest :data:`MAX_CALLS` calls)."""
+            if self.calls.get(key) == code:
+                return
+            calls = {k: v for k, v in self.calls.items() if k != key}
+            calls[key] = code
+            while len(calls) > MAX_CALLS:
+                calls.pop(next(iter(calls)))
+            self.calls = calls
+
+        def __repr__(self) -> str:
+            return "<agent code clipboard>"
+
+    return CodeClipboard
+
+
+_CLASS: Any = None
+
+
+def CodeClipboard(**kwargs: Any) -> Any:  # noqa: N802 - a lazily built class
+    """A new clipboard widget (anywidget is imported on first use)."""
+    global _CLASS
+    if _CLASS is None:
+        _CLASS = _widget_class()
+    return _CLASS(**kwargs)
+
+
+def code_clipboard(owner: Any) -> Any:
+    """The clipboard widget of ``owner`` (the magics), made on first use; None without anywidget."""
+    clipboard = getattr(owner, "_code_clipboard", None)
+    if clipboard is None:
+        try:
+            clipboard = CodeClipboard()
+        except ImportError:
+            return None
+        owner._code_clipboard = clipboard
+    return clipboard
