@@ -52,7 +52,6 @@ from harness_magic.core.connectors.lazy import (
     MaterializeLimitError,
     parse_estimate,
 )
-from harness_magic.core.connectors.readonly_fs import ReadOnlyFiles
 from harness_magic.core.connectors.registry import Connector, ConnectorResult, ToolContext
 from harness_magic.core.tools import ToolError
 
@@ -146,7 +145,11 @@ class DuckDBEngine:
                 names = [f"{view}/{i}{member.suffix.lower()}" for i, member in enumerate(members)]
                 readable.update(zip(names, members))
                 self._parquet_urls[view] = names
-        self._readonly = ReadOnlyFiles(readable) if readable else None
+        self._readonly: Any = None
+        if readable:
+            from harness_magic.core.connectors.readonly_fs import ReadOnlyFiles  # fsspec: only when files are read
+
+            self._readonly = ReadOnlyFiles(readable)
         if self._readonly is not None:
             self._parquet_urls = {v: [self._readonly.url(n) for n in names] for v, names in self._parquet_urls.items()}
         self.max_rows, self.timeout_s, self.batch_rows = max_rows, timeout_s, batch_rows
