@@ -153,3 +153,12 @@ def test_inprocess_session_streams_tool_output_events_and_an_interrupt_keeps_the
     assert "".join(e.text for e in events if isinstance(e, ToolOutputDelta)) == "partial 0\npartial 1\npartial 2\n"
     content = result.messages[-1].tool_results[0].content
     assert content.startswith(INTERRUPTED_RESULT) and "partial 0\npartial 1\npartial 2" in content
+
+
+def test_inprocess_stderr_is_captured_and_streamed_like_the_workers(capsys):
+    seen = _Seen()
+    code = "import sys\nprint('out', flush=True)\nprint('err', file=sys.stderr, flush=True)\n3"
+    result = InProcessInterpreter().execute(code, {}, [], on_output=seen)
+    assert result.value == 3 and result.stdout == "out\nerr\n"
+    assert seen.text == result.stdout
+    assert "err" not in capsys.readouterr().err, "nothing leaks onto the kernel's own stderr"

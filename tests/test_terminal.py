@@ -27,7 +27,9 @@ CODE = (
     "import pandas as pd\n"
     "print('line one')\n"
     f"print('line two' + {PINK!r} + 'PINK' + {OSC_TITLE!r} + ' end')\n"
-    "save('frame', pd.DataFrame({'region': ['North', 'South'], 'revenue': [1200.5, 80.25]}))"
+    "save('frame', pd.DataFrame({'region': ['North', 'South'], 'revenue': [1200.5, 80.25]}))\n"
+    "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+    "plt.figure(figsize=(3, 2))\nplt.plot([1, 2])"
 )
 ANSWER = f"**Bold claim** here{OSC_TITLE}.\n\n| a | b |\n|---|---|\n| 1 | 2 |"
 
@@ -81,6 +83,12 @@ def test_answers_render_as_markdown_not_raw(transcript: str) -> None:
 def test_snapshots_print_as_tables_in_the_run_and_from_agent_vars(transcript: str) -> None:
     assert transcript.count("1,200.50") == 2 and transcript.count("┃") >= 4
     assert '"type": "dataframe"' not in transcript and "region" in transcript
+
+
+def test_each_chart_is_one_line_naming_its_size_and_where_to_see_it(transcript: str) -> None:
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", transcript)
+    assert re.search(r"chart 1 of 1: \d+×\d+ PNG — %agent_export run\.html shows it", plain), plain[-1500:]
+    assert "iVBOR" not in plain, "never the image bytes"
 
 
 def test_output_streamed_from_the_sandbox_prints_once(tmp_path: Path) -> None:

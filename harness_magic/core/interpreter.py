@@ -121,7 +121,7 @@ def _capture_figures() -> list[bytes]:
 
 
 class _StreamingCapture(io.StringIO):
-    """Captures what the code prints and hands it to ``on_output`` while the call runs.
+    """Captures what the code prints (stdout and stderr) and hands it to ``on_output`` while the call runs.
 
     The same policy as the sandbox worker's output frames: text goes on at a
     newline or ``flush()`` once :data:`STREAM_INTERVAL_S` has passed since the
@@ -131,9 +131,10 @@ class _StreamingCapture(io.StringIO):
     failing callback never fails the model's code.
     """
 
-    def __init__(self, on_output: Callable[[str], None] | None, outer: Any) -> None:
+    def __init__(self, on_output: Callable[[str], None] | None, outer: Any, outer_err: Any = None) -> None:
         super().__init__()
         self.on_output, self.outer = on_output, outer
+        self.outer_err = outer_err if outer_err is not None else outer
         self.pending: list[str] = []
         self.room = STREAM_MAX_CHARS
         self.last = 0.0
@@ -164,13 +165,14 @@ class _StreamingCapture(io.StringIO):
         if not self.pending or (not force and now - self.last < STREAM_INTERVAL_S):
             return
         text, self.pending, self.last = "".join(self.pending), [], now
-        inner, sys.stdout = sys.stdout, self.outer
+        inner, inner_err = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = self.outer, self.outer_err
         try:
             self.on_output(text)  # type: ignore[misc]
         except Exception as exc:  # noqa: BLE001 - the display is not the result
             warnings.warn(f"output callback failed: {exc!r}", RuntimeWarning)
         finally:
-            sys.stdout = inner
+            sys.stdout, sys.stderr = inner, inner_err
 
 
 class InProcessInterpreter:
@@ -209,7 +211,7 @@ class InProcessInterpreter:
             return handle
 
         namespace: dict[str, Any] = {"__name__": "__agent__", "save": save, **inputs}
-        stdout = _StreamingCapture(on_output, sys.stdout)
+        stdout = _StreamingCapture(on_output, sys.stdout, sys.stderr)  # stderr too, as in the worker
         armed: Any = contextlib.nullcontext()
         if self.checks:
             from harness_magic.core.sandbox import checks
@@ -221,7 +223,7 @@ class InProcessInterpreter:
             armed = checks.install_audit_hook(None)
         try:
             body, trailing = split_trailing_expression(code)
-            with contextlib.redirect_stdout(stdout), armed:
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stdout), armed:
                 exec(body, namespace)
                 if trailing is not None:
                     result.value = eval(trailing, namespace)
