@@ -360,6 +360,69 @@ def test_each_calls_copy_button_copies_its_code_live_and_after_settling_and_it_r
             browser.close()
 
 
+# -- an approval: the status line says so while the prompt is open ----------------------------------
+
+APPROVAL_SETUP = """\
+%load_ext harness_magic
+from harness_magic.core.connectors import Connector
+from harness_magic.notebook.magics import agent_session
+store = Connector("store", "A store that keeps rows.")
+kept = []
+
+@store.tool(safety="write")
+def append(row: str) -> str:
+    \"\"\"Append a row to the store.\"\"\"
+    kept.append(row)
+    return f"appended {row}"
+
+agent_session().add_connector(store)"""
+
+
+def test_a_write_waiting_for_approval_shows_on_the_status_line_and_its_wait_apart_from_tool_time(lab) -> None:
+    from playwright.sync_api import sync_playwright
+
+    script = {"turns": [
+        {"tool_calls": [{"name": "load_connectors", "arguments": {"connector_name": "store"}}]},
+        {"text": "Appending.", "tool_calls": [{"name": "store__append", "arguments": {"row": "r1"}}]},
+        {"text": "Appended."},
+    ]}
+    nb = _notebook(APPROVAL_SETUP, "%%agent -m scripted/approve.json\nAppend r1.", "print('kept', kept)")
+    url, chromium, _ = lab({"approve.ipynb": nb, "approve.json": json.dumps(script)})
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = _browser(p, chromium)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1400})
+            _open_and_run_all(page, url, "approve.ipynb")
+            prompt = page.locator(".jp-Stdin-input").first
+            prompt.wait_for(state="visible", timeout=RUN_TIMEOUT_MS)
+            status = page.locator(".agent-run-view .agent-status-line")
+            assert "waiting for approval: store__append" in status.inner_text()
+            title = page.locator(".agent-run-view .agent-tool .jupyter-widget-Collapse-header").last
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.agent-run-view .agent-tool .jupyter-widget-Collapse-header')]"
+                ".some(h => /waiting for approval [1-9]/.test(h.innerText))", timeout=10_000)
+            assert "store__append" in title.inner_text()
+            page.screenshot(path=str(ARTIFACTS / "jupyterlab-approval-waiting.png"), full_page=False)
+            time.sleep(0.6)
+            prompt.fill("y")
+            prompt.press("Enter")
+            page.wait_for_selector(".agent-final .agent-footer", timeout=RUN_TIMEOUT_MS)
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.jp-OutputArea-output')]"
+                ".some(o => o.innerText.includes(\"kept ['r1']\"))", timeout=RUN_TIMEOUT_MS)
+            page.locator(".agent-final .agent-transcript > summary").click()
+            summary = page.locator(".agent-final .agent-tool > summary").last.inner_text()
+            assert "store__append" in summary and "approval wait" in summary, summary
+            own = float(summary.split(" · ")[1].removesuffix(" s"))
+            wait = float(summary.split("approval wait ")[1].split(" s")[0])
+            assert wait >= 1.5 and own < 1.0, summary
+            page.evaluate("document.querySelector('.agent-final').scrollIntoView({block: 'start'})")
+            page.screenshot(path=str(ARTIFACTS / "jupyterlab-approval-settled.png"), full_page=False)
+        finally:
+            browser.close()
+
+
 # -- hostile text, output and data ------------------------------------------------------------------
 
 
