@@ -148,7 +148,7 @@ def test_quickstart_settles_into_one_final_output_with_tables_and_the_model_text
     for cell in notebook["cells"]:
         if cell["cell_type"] == "code":
             cell["outputs"], cell["execution_count"] = [], None
-    url, chromium, _ = lab({"quickstart.ipynb": notebook})
+    url, chromium, root = lab({"quickstart.ipynb": notebook})
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
         browser = _browser(p, chromium)
@@ -178,7 +178,13 @@ def test_quickstart_settles_into_one_final_output_with_tables_and_the_model_text
             visible_text = page.locator(".agent-final").inner_text()
             assert "Snapshot: {" not in visible_text, "the model's JSON is not shown by default"
             tool.locator(".agent-model-saw > summary").click()
-            assert "Snapshot: {" in tool.locator(".agent-model-text").inner_text()
+            shown = tool.locator(".agent-model-text").inner_text()
+            assert "Snapshot: {" in shown
+            sent = [block["content"] for log in (root / "runs").glob("*.jsonl")
+                    for record in map(json.loads, log.read_text().splitlines()) if record.get("type") == "turn"
+                    for message in record["request"].get("messages_appended", [])
+                    for block in message.get("content", []) if block.get("type") == "tool_result"]
+            assert shown in sent, "exactly the tool text the model received (from the run log)"
 
             page.evaluate("document.querySelector('.agent-final').scrollIntoView({block: 'start'})")
             page.screenshot(path=str(ARTIFACTS / "jupyterlab-quickstart.png"), full_page=False)
