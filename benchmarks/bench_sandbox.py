@@ -44,6 +44,11 @@ def timed(fn, repeat: int = 1) -> float:
     return statistics.median(samples)
 
 
+def best_of(fn, runs: int = 2) -> float:
+    """Fastest of ``runs`` single runs: large transfers are too slow to repeat more on a shared machine."""
+    return min(timed(fn) for _ in range(runs))
+
+
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:9.1f} ms"
 
@@ -103,10 +108,10 @@ def main() -> None:
     # Same input both times (exported once, see below); the difference is the result's trip back.
     versions = {"df": "bench-frame"}
     sandbox.execute("None", {"df": frame}, ["df"], versions=versions)
-    copy_only = timed(lambda: sandbox.execute("x = df.copy()\nNone", {"df": frame}, ["df"], versions=versions))
-    copy_back = timed(lambda: sandbox.execute("df.copy()", {"df": frame}, ["df"], versions=versions))
+    copy_only = best_of(lambda: sandbox.execute("x = df.copy()\nNone", {"df": frame}, ["df"], versions=versions))
+    copy_back = best_of(lambda: sandbox.execute("df.copy()", {"df": frame}, ["df"], versions=versions))
     back = copy_back - copy_only
-    print("worker -> kernel (bring a result back; run once, not in a loop):")
+    print("worker -> kernel (bring a result back; best of 2 runs each):")
     print(f"  frame in + copy in worker, nothing back         {ms(copy_only)}")
     print(f"  frame in + copy in worker, copy back            {ms(copy_back)}")
     print(f"  => result transfer (Arrow write, copy, validate, to_pandas) {ms(back)}")
@@ -115,18 +120,21 @@ def main() -> None:
     def pickle_round_trip():
         pickle.loads(pickle.dumps(frame, protocol=5))
 
-    pickled = timed(pickle_round_trip)
+    pickled = best_of(pickle_round_trip)
     print(f"  pickle round trip of the same frame (same run)  {ms(pickled)}")
     print(f"  => result transfer / pickle round trip          {back / pickled:9.2f}x  (target <= 0.25x; "
           "difference of two whole calls: noisy on a loaded machine)")
-    sealed = timed(lambda: sealed_trip(frame))
-    print(f"  sealed memfd trip alone (encode + Arrow write + seal | map + walk + validate + to_pandas) {ms(sealed)}")
+    trips = [sealed_trip(frame) for _ in range(2)]
+    best = min(trips, key=lambda stages: sum(v for k, v in stages.items() if not k.startswith("(")))
+    sealed = sum(v for k, v in best.items() if not k.startswith("("))
+    print(f"  sealed memfd trip alone, best of 2 (what the worker and the kernel each do, no IPC wait) {ms(sealed)}")
+    for stage, seconds in best.items():
+        print(f"    {stage:<58s} {ms(seconds)}")
     print(f"  => sealed trip / pickle round trip              {sealed / pickled:9.2f}x  (target <= 0.25x)")
-
     raw = frame.to_numpy()
     target = np.empty_like(raw)
     print("reference, same bytes:")
-    print(f"  pickle dumps + loads (one direction)            {ms(pickled)}")
+    print(f"  pickle dumps + loads (round trip)               {ms(pickled)}")
     print(f"  raw memory copy (np.copyto)                     {ms(timed(lambda: np.copyto(target, raw), 3))}")
     del raw, target
 
@@ -144,22 +152,47 @@ def main() -> None:
     print(f"  trivial call                                    {ms(timed(lambda: inproc.execute('1 + 1', {}, []), 50))}")
 
 
-def sealed_trip(frame: pd.DataFrame) -> None:
-    """Both halves of a result's trip in one process: what the worker and the kernel each do, no IPC wait."""
+def sealed_trip(frame: pd.DataFrame) -> dict[str, float]:
+    """Both halves of a result's trip in one process, stage by stage: the worker's code, then the kernel's.
+
+    Keys in parentheses are not part of the trip: the first full read of the
+    result pays the page faults of the mapping (lazily, only for what is read),
+    shown next to the same read of an in-memory frame.
+    """
     import fcntl
 
     from harness_magic.core.cache.spill import frame_to_table
     from harness_magic.core.sandbox.transfer import _all_seals, _arrow_to, read_sealed_result
 
+    stages: dict[str, float] = {}
+    gc.collect()
+    start = time.perf_counter()
+    table = frame_to_table(frame)
+    stages["worker: encode (frame -> Arrow table, zero-copy)"] = time.perf_counter() - start
     fd = os.memfd_create("bench", os.MFD_ALLOW_SEALING)
     try:
+        start = time.perf_counter()
         with os.fdopen(os.dup(fd), "wb") as sink:
-            _arrow_to(frame_to_table(frame))(sink)
+            _arrow_to(table)(sink)
+        stages["worker: write Arrow IPC into the memfd (the one copy)"] = time.perf_counter() - start
+        del table
+        start = time.perf_counter()
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _all_seals())
-        back = read_sealed_result({"kind": "arrow", "shape": "frame"}, fd, 8 * 2**30)
+        stages["worker: seal (write, grow, shrink, seal)"] = time.perf_counter() - start
+        kernel: dict[str, float] = {}
+        back = read_sealed_result({"kind": "arrow", "shape": "frame"}, fd, 8 * 2**30, stages=kernel)
+        stages.update({f"kernel: {k}": v for k, v in kernel.items()})
         assert back.shape == frame.shape
+        start = time.perf_counter()
+        back.sum()
+        stages["(first full read of the result: page faults on the mapping)"] = time.perf_counter() - start
+        start = time.perf_counter()
+        frame.sum()
+        stages["(the same read of the frame in ordinary memory)"] = time.perf_counter() - start
+        del back
     finally:
         os.close(fd)
+    return stages
 
 
 def cached_calls(size_mb: int, target_ms: float) -> None:

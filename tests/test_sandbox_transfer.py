@@ -253,3 +253,39 @@ def test_worker_results_arrive_as_sealed_memory_files(sandbox) -> None:
     back = result.saved[0][1]
     assert back.flags.f_contiguous and not back.flags.writeable  # a read-only mapping of the sealed file
     np.testing.assert_array_equal(back, np.ones((3, 2)))
+
+
+def test_float_columns_cross_without_a_scan_or_copy_and_keep_every_nan_bit(tmp_path) -> None:
+    """Floats are handed to Arrow as they are: no NaN->null bitmap, same buffer, NaN payloads and -0.0 kept."""
+    from harness_magic.core.cache.spill import _prepare_frame, frame_to_table, read_value, write_value
+
+    payload = np.array([0x7FF8_0000_DEAD_BEEF, 0xFFF8_0000_0000_0001], dtype="<u8").view("<f8")
+    f64 = np.concatenate([payload, [-0.0, np.inf, -np.inf, 1.5, np.nan]])
+    f32 = np.array([1, 2, 3, 4, 5, 6, 7], dtype="<u4").view("<f4").copy()
+    f32[0] = np.array([0x7FC0_1234], dtype="<u4").view("<f4")[0]
+    frame = pd.DataFrame({"x": f64, "y": f32, ("t", 1): np.arange(7), "s": list("abcdefg")},
+                         index=pd.Index(np.arange(7.0) * 0.5, name="half"))
+    table = frame_to_table(frame)
+    for position in (0, 1):
+        chunk = table.column(position).chunk(0)
+        assert chunk.null_count == 0 and chunk.buffers()[0] is None  # no validity bitmap was computed
+    assert table.column(0).chunk(0).buffers()[1].address == frame["x"].to_numpy().ctypes.data  # no copy
+    flat, _ = _prepare_frame(frame)
+    assert table.schema.pandas_metadata == pa.Table.from_pandas(flat, preserve_index=None).schema.pandas_metadata
+
+    def bits(df):
+        return df["x"].to_numpy().view("<u8").tolist(), df["y"].to_numpy().view("<u4").tolist()
+
+    sink = io.BytesIO()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    fd = _memfd(sink.getvalue())
+    try:
+        back = read_result({"kind": "arrow", "shape": "frame", "fd_slot": 1}, "/nonexistent", sealed={1: fd})
+    finally:
+        os.close(fd)
+    assert_identical(frame, back)
+    assert bits(back) == bits(frame)
+    spilled = read_value(write_value(frame, tmp_path / "f"))
+    assert_identical(frame, spilled)
+    assert bits(spilled) == bits(frame)

@@ -77,6 +77,7 @@ from harness_magic.core.cache.spill import (
     SpillUnsupported,
     format_for_path,
     read_value,
+    release_freed_memory,
     write_value,
 )
 
@@ -594,6 +595,7 @@ class SessionCache:
                 return False
             self._dir.files.add(entry.record.path)
         entry.value = _ABSENT
+        release_freed_memory()  # resident memory follows the budget, not the allocator's high-water mark
         return True
 
     def _hydrate(self, entry: _Entry) -> Any:

@@ -45,6 +45,7 @@ import hashlib
 import io
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -63,6 +64,7 @@ __all__ = [
     "frame_to_table",
     "table_to_frame",
     "register_pandas_arrow_types",
+    "release_freed_memory",
     "SPILL_FORMATS",
     "SPILL_PROBE_ROWS",
     "SPILL_PARQUET_COMPRESSION",
@@ -137,6 +139,51 @@ def file_digest(path: Path | str) -> str:
     return digest.hexdigest()
 
 
+def _release_arrow_memory(fmt: str) -> None:
+    """Hand the memory Arrow's allocator kept from a spill write or read back to the OS.
+
+    mimalloc/jemalloc keep freed blocks for reuse: after a 20 MB spill about
+    as much again stays resident, and it adds up as cache memory the budget
+    does not see (``benchmarks/bench_cache.py``, peak RSS table).
+    """
+    if fmt in ("parquet", "arrow"):
+        import pyarrow as pa
+
+        pa.default_memory_pool().release_unused()
+
+
+_LIBC_TRIM: list[Any] = []
+"""glibc's ``malloc_trim``, looked up once (empty list: not looked up yet; ``[None]``: not glibc)."""
+
+
+def release_freed_memory() -> None:
+    """Return memory freed by dropping a spilled value to the OS (Arrow's pool and glibc's heap).
+
+    glibc raises its mmap threshold after freeing large blocks, so the
+    columns of later frames live on the heap and stay resident after the cache
+    drops them; ``malloc_trim(0)`` gives back the free pages (only free memory
+    is touched; a no-op elsewhere than glibc). Costs well under a millisecond
+    per spill next to the write itself.
+    """
+    if "pyarrow" in sys.modules:  # never imported just for this
+        _release_arrow_memory("arrow")
+    if not _LIBC_TRIM:
+        import ctypes
+        import ctypes.util
+
+        trim = None
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            if hasattr(libc, "gnu_get_libc_version"):
+                trim = libc.malloc_trim
+                trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+        except (OSError, AttributeError):
+            trim = None
+        _LIBC_TRIM.append(trim)
+    if _LIBC_TRIM[0] is not None:
+        _LIBC_TRIM[0](0)
+
+
 def register_pandas_arrow_types() -> None:
     """Register pandas' Arrow extension types (period, interval) before any Arrow read.
 
@@ -196,7 +243,10 @@ def _write_file(value: Any, stem: Path, fmt: str, ready: bytes | None) -> SpillR
                 sink.write(ready)
             digest = hashlib.blake2b(ready, digest_size=DIGEST_SIZE).hexdigest()
         else:
-            _WRITERS[fmt](value, str(tmp))  # a path: pyarrow writes natively, without Python file calls
+            try:
+                _WRITERS[fmt](value, str(tmp))  # a path: pyarrow writes natively, without Python file calls
+            finally:
+                _release_arrow_memory(fmt)
             digest = file_digest(tmp)
         os.replace(tmp, path)
     except BaseException:
@@ -275,10 +325,51 @@ def read_value(record: SpillRecord) -> Any:
     """
     if not record.digest:
         raise SpillIntegrityError(f"{record.path.name} has no recorded digest; it is not read unchecked")
+    if record.format in ("parquet", "arrow"):
+        # Read once, check the digest of those very bytes, decode them: no second read of the file
+        # (and nothing another process changes after the check is ever decoded).
+        data = _read_whole(record.path)
+        if hashlib.blake2b(memoryview(data), digest_size=DIGEST_SIZE).hexdigest() != record.digest:
+            raise SpillIntegrityError(f"{record.path.name} does not match its BLAKE2b digest (the file changed)")
+        try:
+            register_pandas_arrow_types()
+            import pyarrow as pa
+
+            tables = [_TABLE_READERS[record.format](pa.BufferReader(data))]
+            del data  # Parquet decoded into new buffers: the file's bytes go before pandas allocates
+            _release_arrow_memory(record.format)
+            return _from_table(tables.pop())
+        finally:
+            _release_arrow_memory(record.format)
     actual = file_digest(record.path)
     if actual != record.digest:
         raise SpillIntegrityError(f"{record.path.name} does not match its BLAKE2b digest (the file changed)")
     return _READERS[record.format](str(record.path))
+
+
+def _read_whole(path: Path) -> Any:
+    """A file's bytes in one Arrow buffer of its size (a file that changes size meanwhile is refused).
+
+    The buffer comes from Arrow's pool, which :func:`_release_arrow_memory` empties
+    afterwards: a glibc allocation this large would raise glibc's mmap threshold
+    and leave later frames' columns resident on its heap.
+    """
+    import pyarrow as pa
+
+    with open(path, "rb", buffering=0) as source:
+        size = os.fstat(source.fileno()).st_size
+        data = pa.allocate_buffer(size)
+        view = memoryview(data)
+        filled = 0
+        while filled < size:
+            n = source.readinto(view[filled:])
+            if not n:
+                break
+            filled += n
+        view.release()
+        if filled != size or source.read(1):
+            raise SpillIntegrityError(f"{Path(path).name} changed size while it was read")
+    return data
 
 
 def values_identical(a: Any, b: Any) -> bool:
@@ -541,12 +632,60 @@ def _index_from_json(data: Any) -> Any:
     return index
 
 
+def _float_positions(flat: Any) -> dict[int, Any]:
+    """Positions of plain numpy float32/float64 columns -> their dtype (the ones :func:`_to_table` maps as is)."""
+    import numpy as np
+
+    found = {}
+    for position, dtype in enumerate(flat.dtypes):
+        if isinstance(dtype, np.dtype) and dtype.kind == "f" and dtype.itemsize in (4, 8):
+            found[position] = dtype
+    return found
+
+
 def _to_table(flat: Any, meta: dict[str, Any]) -> Any:
+    """``flat`` (from :func:`_prepare_frame`) as an Arrow table carrying ``meta``; float columns without a copy.
+
+    ``pa.Table.from_pandas`` scans every float column for NaN to build a
+    validity bitmap (about 0.4 s per GiB, the largest cost of a result's trip
+    back). Float columns are therefore handed over as same-width integer
+    views (no scan, no copy) and then re-typed in place: the table holds the
+    very same bytes as float, NaN stays NaN (payload included) and pandas'
+    own metadata is patched to say float, exactly what ``from_pandas`` writes
+    for a float column. Reading back is unchanged: ``to_pandas`` gives the
+    same float column, zero-copy where the buffer allows.
+    """
     import pyarrow as pa
 
     threads = None if flat.shape[0] * max(flat.shape[1], 1) >= SPILL_THREADED_CELLS else 1
-    table = pa.Table.from_pandas(flat, preserve_index=None, nthreads=threads)
+    floats = _float_positions(flat) if len(flat) else {}
+    source = flat
+    if floats:
+        import pandas as pd
+
+        columns = {}  # a new frame over the same buffers: isetitem would copy each array
+        for position in range(flat.shape[1]):
+            column = flat.iloc[:, position]
+            dtype = floats.get(position)
+            columns[flat.columns[position]] = column.array if dtype is None else \
+                column.to_numpy().view(f"i{dtype.itemsize}")
+        source = pd.DataFrame(columns, index=flat.index, copy=False)
+        source.columns = flat.columns
+    table = pa.Table.from_pandas(source, preserve_index=None, nthreads=threads)
     schema_meta = dict(table.schema.metadata or {})
+    if floats:
+        pandas_meta = json.loads(schema_meta[b"pandas"])
+        entries = {entry.get("field_name"): entry for entry in pandas_meta["columns"]}
+        for position, dtype in floats.items():
+            column = table.column(position)
+            arrow_type = pa.from_numpy_dtype(dtype)
+            chunks = [pa.Array.from_buffers(arrow_type, len(chunk), [chunk.buffers()[0], chunk.buffers()[1]],
+                                            chunk.null_count, chunk.offset) for chunk in column.chunks]
+            table = table.set_column(position, table.field(position).with_type(arrow_type),
+                                     pa.chunked_array(chunks, type=arrow_type))
+            entry = entries[table.field(position).name]
+            entry["pandas_type"] = entry["numpy_type"] = dtype.name
+        schema_meta[b"pandas"] = json.dumps(pandas_meta).encode("utf-8")
     schema_meta[_META_KEY] = json.dumps(meta, allow_nan=False).encode("utf-8")
     return table.replace_schema_metadata(schema_meta)
 
@@ -622,10 +761,25 @@ def _cells_array(cells: Any, dtype_text: str) -> Any:
     return pd.array(list(cells), dtype=pd.api.types.pandas_dtype(dtype_text))
 
 
+def _dictionary_columns(table: Any) -> list[str]:
+    """Columns a spill file dictionary-encodes: text only (repeated labels shrink a lot).
+
+    Numbers, times and booleans are written plain: dictionary-encoding 20 MB of
+    numbers peaks at about 50 MiB of encoder memory (which Arrow's allocator
+    then keeps) and writes three times slower, for files that live minutes
+    (``benchmarks/bench_cache.py``, peak RSS table).
+    """
+    import pyarrow as pa
+
+    text = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
+    return [field.name for field in table.schema if any(check(field.type) for check in text)]
+
+
 def _write_parquet_frame(flat: Any, meta: dict[str, Any], sink: Any) -> None:
     import pyarrow.parquet as pq
 
-    pq.write_table(_to_table(flat, meta), sink, compression=SPILL_PARQUET_COMPRESSION)
+    table = _to_table(flat, meta)
+    pq.write_table(table, sink, compression=SPILL_PARQUET_COMPRESSION, use_dictionary=_dictionary_columns(table))
 
 
 def _write_arrow_frame(flat: Any, meta: dict[str, Any], sink: Any) -> None:
@@ -662,6 +816,22 @@ def _read_parquet(source: Any) -> Any:
 
     register_pandas_arrow_types()
     return _from_table(pq.read_table(source))
+
+
+def _arrow_table(source: Any) -> Any:
+    import pyarrow as pa
+
+    return pa.ipc.open_file(source).read_all()
+
+
+def _parquet_table(source: Any) -> Any:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(source, use_threads=False)
+
+
+_TABLE_READERS: dict[str, Callable[[Any], Any]] = {"parquet": _parquet_table, "arrow": _arrow_table}
+"""Formats whose files decode to an Arrow table first (then :func:`_from_table`)."""
 
 
 def _read_arrow(source: Any) -> Any:

@@ -42,6 +42,7 @@ import os
 import re
 import stat
 import struct
+import time
 from typing import Any
 
 from harness_magic.core.cache.codec import TaggedError, Unencodable, decode_tagged, encode_tagged
@@ -508,32 +509,54 @@ def _npy_from_buffer(mm: Any, size: int) -> Any:
     return flat.reshape(shape, order="F" if fortran else "C")
 
 
-def read_sealed_result(desc: dict[str, Any], fd: int, max_bytes: int = RESULT_MAX_BYTES) -> Any:
-    """Kernel side: rebuild a result from a sealed memfd without copying it (sealed = immutable)."""
+def read_sealed_result(desc: dict[str, Any], fd: int, max_bytes: int = RESULT_MAX_BYTES,
+                       stages: dict[str, float] | None = None) -> Any:
+    """Kernel side: rebuild a result from a sealed memfd without copying it (sealed = immutable).
+
+    ``stages``, when given, receives the seconds each step took (``map``,
+    then those of :func:`_decode_arrow_result`); ``benchmarks/bench_sandbox.py`` prints them.
+    """
+    started = time.perf_counter()
     mm, size = _map_sealed(fd, max_bytes)
+    _lap(stages, "map (check seals, size; read-only mmap)", started)
     if desc.get("kind") == "npy":
         return _npy_from_buffer(mm, size)
     if desc.get("shape") not in ("frame", "series", "table"):
         raise ProtocolError("malformed table descriptor")
     # zero-copy over the sealed mapping where pandas allows
-    return _decode_arrow_result(_pa().py_buffer(mm), desc["shape"], max_bytes)
+    return _decode_arrow_result(_pa().py_buffer(mm), desc["shape"], max_bytes, stages)
 
 
-def _decode_arrow_result(buffer: Any, shape: str, max_bytes: int) -> Any:
+def _lap(stages: dict[str, float] | None, name: str, started: float) -> float:
+    now = time.perf_counter()
+    if stages is not None:
+        stages[name] = stages.get(name, 0.0) + now - started
+    return now
+
+
+def _decode_arrow_result(buffer: Any, shape: str, max_bytes: int, stages: dict[str, float] | None = None) -> Any:
     """Validate an Arrow IPC result buffer the worker cannot change any more, then rebuild the value.
 
     Bounds (compression, buffer extents, decoded size) are checked before anything is read;
-    anything malformed is a :class:`ProtocolError`, never a crash.
+    anything malformed is a :class:`ProtocolError`, never a crash. Validation reads
+    metadata, offsets and bitmaps, never the bytes of fixed-width columns, so it costs
+    milliseconds per GiB of numbers (strings are checked for UTF-8, dictionary indices against their dictionary).
     """
     pa = _pa()
     try:
+        started = time.perf_counter()
         check_ipc_file(buffer, max_bytes)
+        started = _lap(stages, "walk Arrow metadata (bounds, compression, size)", started)
         register_pandas_arrow_types()
         table = pa.ipc.open_file(buffer).read_all()
+        started = _lap(stages, "open IPC file (zero-copy)", started)
         for field in table.schema:
             _check_schema_types(pa, field.type)
         table.validate(full=True)
-        return _from_table(table, shape)
+        started = _lap(stages, "validate schema, offsets, UTF-8", started)
+        value = _from_table(table, shape)
+        _lap(stages, "to pandas (split blocks, zero-copy)", started)
+        return value
     except ProtocolError:
         raise
     except Exception as exc:  # noqa: BLE001 - anything malformed is the worker's fault
