@@ -171,3 +171,68 @@ def test_interpreter_call_hydrates_only_the_handles_its_code_names(tmp_path) -> 
         assert out.text.strip() == "10"
         assert cache.location(unused) == "disk"
         assert cache.get(used)["i"].sum() == 10
+
+
+def test_spill_files_dictionary_encode_text_only(tmp_path) -> None:
+    """Numbers are written plain (dictionary encoding them costs ~2.5x the frame in encoder memory)."""
+    import pyarrow.parquet as pq
+
+    from harness_magic.core.cache.spill import read_value, write_value
+
+    frame = pd.DataFrame({"n": np.arange(5000) % 7, "x": np.arange(5000) / 3, "label": ["north", "south"] * 2500,
+                          "when": pd.date_range("2024", periods=5000, freq="min")})
+    record = write_value(frame, tmp_path / "f")
+    assert record.format == "parquet"
+    meta = pq.ParquetFile(record.path).metadata
+    encodings = {meta.schema.column(i).name: set(meta.row_group(0).column(i).encodings)
+                 for i in range(meta.num_columns)}
+    assert not any("DICTIONARY" in e for e in encodings["c0"] | encodings["c1"] | encodings["c3"])
+    assert any("DICTIONARY" in e for e in encodings["c2"])
+    pd.testing.assert_frame_equal(read_value(record), frame, check_exact=True)
+
+
+def test_a_spill_file_is_decoded_from_the_bytes_its_digest_was_checked_on(tmp_path, monkeypatch) -> None:
+    """One read: the digest is checked on the very buffer that is decoded, and a file changing size is refused."""
+    import hashlib
+
+    import pytest
+
+    from harness_magic.core.cache import spill
+    from harness_magic.core.cache.spill import SpillIntegrityError, read_value, write_value
+
+    frame = pd.DataFrame({"x": np.arange(1000.0)})
+    record = write_value(frame, tmp_path / "f")
+    forged = write_value(pd.DataFrame({"x": -np.arange(1000.0)}), tmp_path / "g").path.read_bytes()
+    real_blake2b = hashlib.blake2b
+
+    class SwapAfterCheck:  # another process replaces the file right after its digest was computed
+        def __init__(self, *args, **kwargs):
+            self._digest = real_blake2b(*args, **kwargs)
+
+        def update(self, data):
+            self._digest.update(data)
+
+        def hexdigest(self):
+            value = self._digest.hexdigest()
+            record.path.write_bytes(forged)
+            return value
+
+    monkeypatch.setattr(spill.hashlib, "blake2b", SwapAfterCheck)
+    pd.testing.assert_frame_equal(read_value(record), frame, check_exact=True)
+    monkeypatch.undo()
+    with pytest.raises(SpillIntegrityError):  # and the forged file itself is refused
+        read_value(record)
+    record = write_value(frame, tmp_path / "h")
+
+    real_fstat = spill.os.fstat
+
+    class Shrunk:  # the size seen when the read starts is not the size of the file: it changed meanwhile
+        def __init__(self, fd):
+            self._stat = real_fstat(fd)
+
+        def __getattr__(self, name):
+            return self._stat.st_size - 1 if name == "st_size" else getattr(self._stat, name)
+
+    monkeypatch.setattr(spill.os, "fstat", Shrunk)
+    with pytest.raises(SpillIntegrityError, match="changed size while it was read"):
+        read_value(record)

@@ -11,7 +11,10 @@ with
   and connectors are not inherited (connectors only when passed explicitly),
 * its inputs: each name in ``input_handles`` is copied into the fresh cache
   through ``parent_cache.view(name)`` — the type-aware copy boundary — so
-  mutating an input inside the subagent never changes the parent's value,
+  mutating an input inside the subagent never changes the parent's value;
+  the copy keeps the parent's value token (:meth:`SessionCache.versions`), so a
+  sandboxed subagent maps the input file the parent's sandbox exported for
+  that value (read-only) instead of writing it again,
 * a turn budget capped by the parent's remaining turns, and at most what is
   left of the parent's token, cost, wall-time and tool-call budgets
   (:func:`~harness_magic.core.budgets.child_budgets`, installed on the child);
@@ -115,6 +118,19 @@ def _put(cache: Any, name: str, value: Any, turn: int | None) -> str:
         return cache.put(name, value)
 
 
+def _put_input(cache: Any, name: str, value: Any, version: str | None) -> str:
+    """Put a copy of a parent handle into the child cache, keeping the parent's value token.
+
+    Same token, same value: the sandbox maps the file it exported for the
+    parent (a hard link, read-only) instead of writing a second one.
+    """
+    import inspect
+
+    if version is not None and "version" in inspect.signature(cache.put).parameters:
+        return cache.put(name, value, version=version)
+    return cache.put(name, value)
+
+
 def make_subagent_tool(
     parent: Any,
     *,
@@ -188,7 +204,8 @@ def make_subagent_tool(
             raise ToolError(f"No budget left for a subagent ({spent}); finish the work yourself.")
 
         child_cache = cache_factory() if cache_factory is not None else SessionCache()
-        local_inputs = [child_cache.put(h, parent_cache.view(h)) for h in inputs]
+        tokens = parent_cache.versions() if hasattr(parent_cache, "versions") else {}
+        local_inputs = [_put_input(child_cache, h, parent_cache.view(h), tokens.get(h)) for h in inputs]
         holder: dict[str, Any] = {}
         tools = build_tools(child_cache, lambda: holder["h"].current_turn if "h" in holder else None, own,
                             lambda text: holder["h"].tool_output(text) if "h" in holder else None)

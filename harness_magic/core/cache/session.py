@@ -256,13 +256,22 @@ class SessionCache:
 
     # ------------------------------------------------------------------ handles
 
-    def put(self, preferred_name: str, value: Any, *, turn: int | None = None, tool: str | None = None) -> str:
-        """Store ``value``; return its handle (``preferred_name`` made valid and unique)."""
+    def put(self, preferred_name: str, value: Any, *, turn: int | None = None, tool: str | None = None,
+            version: str | None = None) -> str:
+        """Store ``value``; return its handle (``preferred_name`` made valid and unique).
+
+        ``version`` is only for an exact copy of a value another cache holds
+        (a subagent's inputs, :meth:`copy_to`): the copy keeps that value's
+        token from :meth:`versions`, so what was exported for it (the sandbox's
+        input files) is reused rather than written again.
+        """
+        if version is not None and (not isinstance(version, str) or not version):
+            raise ValueError(f"version must be a non-empty token from SessionCache.versions(), got {version!r}")
         with self._lock:
             name = resolve_handle_name(preferred_name, self._entries)
             engine = engine_of(value)
             self._entries[name] = _Entry(name, value, make_snapshot(value), estimate_nbytes(value), turn, tool,
-                                         version=_new_version(), spillable=engine is None, engine=engine)
+                                         version=version or _new_version(), spillable=engine is None, engine=engine)
             self._touch(name)
             self._enforce(pinned={name})
             return name
@@ -307,7 +316,10 @@ class SessionCache:
         count as used here, and collisions in ``target`` are suffixed, never
         overwritten.
         """
-        return {n: target.put(n, v, turn=turn, tool=tool) for n, v in self.views(names).items()}
+        values = self.views(names)
+        with self._lock:
+            tokens = {n: self._entries[n].version for n in values}
+        return {n: target.put(n, v, turn=turn, tool=tool, version=tokens[n]) for n, v in values.items()}
 
     def snapshot(self, name: str) -> dict[str, Any]:
         """The snapshot made at put time (a copy; never hydrates)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import base64
+import itertools
 import json
 import os
 import select
@@ -357,6 +358,9 @@ class SandboxedInterpreter:
         self._seq = 0
         self._exports: dict[str, tuple[str, dict[str, Any]]] = {}
         """Value version -> (input file, descriptor): written once, mapped by every later call."""
+        self._export_origin: SandboxedInterpreter | None = None
+        """The interpreter this one is a :meth:`sibling` of: its exports are linked, never rewritten."""
+        self._export_serial = itertools.count(1)
         self._lock = threading.Lock()
         self.restarts = 0
         """Workers started to replace one that was lost (not counting retired ones)."""
@@ -423,6 +427,16 @@ class SandboxedInterpreter:
                     if token is not None and token in self._exports:
                         descs[name] = self._exports[token][1]
                         continue
+                    if token is not None and self._export_origin is not None:
+                        try:
+                            shared = self._link_shared_export(token, name, value)
+                        except TransferRefused as exc:
+                            result = ExecutionResult()
+                            result.error = f"TransferRefused: {exc}"
+                            return result
+                        if shared is not None:
+                            descs[name] = shared
+                            continue
                     try:
                         desc = write_input(name, value, self.input_dir,
                                            f"v{len(self._exports)}_{seq}" if token is not None else str(seq))
@@ -508,6 +522,49 @@ class SandboxedInterpreter:
             path, _ = self._exports.pop(token)
             _unlink(path)
 
+    def _link_shared_export(self, token: str, name: str, value: Any) -> dict[str, Any] | None:
+        """Our descriptor for the origin's export of ``token`` (exported there first if needed), or None.
+
+        The file is hard-linked into this interpreter's input directory: the
+        same inode, no byte written, and this worker sees only the inputs it
+        was given. The file stays read-only (mode 0444, owned by the kernel's
+        user; the worker's Landlock rules grant its input directory reads
+        only). None when the origin is closed or the link fails (another file
+        system): the caller then exports the value itself.
+        """
+        origin = self._export_origin
+        try:
+            path, desc = origin._export_once(token, name, value)  # type: ignore[union-attr]
+        except RuntimeError:
+            return None
+        if path is None:
+            return desc  # carried inline (tagged JSON): there is no file
+        own = os.path.join(self.input_dir, f"in_s{next(self._export_serial)}_{os.path.basename(path)[3:]}")
+        try:
+            os.link(path, own, follow_symlinks=False)
+        except OSError:
+            return None
+        desc = {**desc, "file": os.path.basename(own)}
+        self._exports[token] = (own, desc)
+        return desc
+
+    def _export_once(self, token: str, name: str, value: Any) -> tuple[str | None, dict[str, Any]]:
+        """(file, descriptor) of this interpreter's export of ``token``, written now if it was not yet.
+
+        Called by siblings (subagents) with the value they hold under the same
+        token, i.e. the same value. Raises ``RuntimeError`` once closed,
+        :class:`TransferRefused` when the value cannot cross.
+        """
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("this SandboxedInterpreter is closed")
+            if token not in self._exports:
+                desc = write_input(name, value, self.input_dir, f"x{next(self._export_serial)}")
+                if "file" not in desc:
+                    return None, desc
+                self._exports[token] = (os.path.join(self.input_dir, desc["file"]), desc)
+            return self._exports[token]
+
     def exported_files(self) -> list[str]:
         """Input files kept for later calls (one per live value version that was used)."""
         with self._lock:
@@ -518,7 +575,9 @@ class SandboxedInterpreter:
         with warnings.catch_warnings():
             if self.allow_unconfined:
                 warnings.simplefilter("ignore", UnconfinedWarning)  # the parent already warned
-            return SandboxedInterpreter(**self._options)
+            child = SandboxedInterpreter(**self._options)
+        child._export_origin = self  # inputs it shares with us (same value token) map our files
+        return child
 
     def close(self) -> None:
         with self._lock:
