@@ -3,7 +3,7 @@
 See :mod:`.registry` for the model-facing protocol (catalogue,
 ``load_connectors``, ``<connector>__<tool>`` names) and :mod:`.approval` for
 the approver callback the notebook implements. Built-ins: :func:`files_connector`,
-:func:`duckdb_connector`, :func:`sql_connector` (their engines are imported on first use).
+:func:`duckdb_connector`, :func:`sql_connector`, :func:`spark_connector` (their engines are imported on first use).
 """
 
 from harness_magic.core.connectors.approval import (
@@ -26,6 +26,7 @@ from harness_magic.core.connectors.registry import (
     tool_from_function,
 )
 from harness_magic.core.connectors.report import connectors_report, format_report
+from harness_magic.core.connectors.spark_connector import spark_connector
 from harness_magic.core.connectors.sql import sql_connector
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "files_connector",
     "duckdb_connector",
     "sql_connector",
+    "spark_connector",
     "connectors_from_config",
     "connectors_report",
     "format_report",

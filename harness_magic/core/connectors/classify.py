@@ -78,6 +78,7 @@ SIDE_EFFECT_FUNCTIONS: dict[str, str] = {
         "pg_create_logical_replication_slot", "pg_logical_slot_get_changes", "pg_logical_slot_get_binary_changes",
         "pg_replication_slot_advance")},
     **{f: "loads code or writes files" for f in ("load_extension", "writefile", "edit")},
+    **{f: "calls a Java method by reflection (Spark, Hive)" for f in ("reflect", "java_method", "try_reflect")},
 }
 """Functions whose call changes server or session state, by lower-case name, with the reason."""
 SIDE_EFFECT_PREFIXES: dict[str, str] = {

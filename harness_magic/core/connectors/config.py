@@ -5,6 +5,7 @@ Each entry names a built-in with ``type`` and passes the rest as options::
     [{"type": "files", "roots": ["data"]},
      {"type": "duckdb", "files": {"sales": "data/sales.parquet"}},
      {"type": "sql", "name": "warehouse", "url": "postgresql+psycopg://..."},
+     {"type": "spark", "remote": "sc://host:15002"},   # or {"type": "spark", "master": "local[2]"}
      {"type": "docs", "roots": ["docs/", "runbooks/"]},
      {"type": "glossary", "files": ["definitions.yaml"]}]
 """
@@ -18,7 +19,7 @@ from harness_magic.core.connectors.registry import Connector, ConnectorRegistry
 
 __all__ = ["connectors_from_config", "BUILTIN_TYPES"]
 
-BUILTIN_TYPES = ("files", "duckdb", "sql", "docs", "glossary")
+BUILTIN_TYPES = ("files", "duckdb", "sql", "spark", "docs", "glossary")
 
 
 def connector_from_config(entry: Mapping[str, Any]) -> Connector:
@@ -36,6 +37,10 @@ def connector_from_config(entry: Mapping[str, Any]) -> Connector:
         from harness_magic.core.connectors.sql import sql_connector
 
         return sql_connector(options.pop("url"), **options)
+    if kind == "spark":
+        from harness_magic.core.connectors.spark_connector import spark_connector
+
+        return spark_connector(options.pop("remote", None), **options)
     if kind == "docs":
         from harness_magic.core.knowledge.connectors import docs_connector
 

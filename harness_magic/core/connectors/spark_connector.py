@@ -1,0 +1,697 @@
+"""The ``spark`` connector: Spark SQL through Spark Connect, results kept in Spark as lazy handles.
+
+Configuration (a built-in type of ``AgentMagics.connectors``)::
+
+    {"type": "spark", "remote": "sc://host:15002"}   # a cluster through Spark Connect
+    {"type": "spark", "master": "local[2]"}          # one machine: a private local Connect server
+
+Both take the same client path: ``master`` starts a :class:`~.spark_server.LocalSparkConnect`
+(loopback, random token, stopped with the engine) on first use and connects to it.
+Each engine opens its own Spark session (``SparkSession.builder.remote(url).create()``),
+so its temporary views are its own.
+
+Tools: ``list_databases``, ``list_tables``, ``describe_table`` (schema, partitioning,
+row estimate), ``query`` (one query; a lazy handle by default) and, unless
+``allow_writes=False``, ``execute`` (anything else, after approval).
+
+Safety, in order:
+
+* **Classification decides what to ask.** ``sqlglot`` (``read="spark"``) classifies the
+  text before anything is sent (DDL and ``INSERT`` run eagerly in ``spark.sql``, so a
+  statement must be classified first). ``query`` refuses all but one plain query;
+  everything else (DDL, DML, ``CACHE``, ``ADD JAR``, ``SET``, reflection calls, text the
+  parser rejects) goes through ``execute``, a ``write``-class tool whose approval is
+  asked with the classification; a denied call sends nothing to Spark.
+* **Spark's parser enforces it.** ``query`` sends the text only inside
+  ``SELECT * FROM (<text>) AS __harness_query``: Spark's grammar accepts nothing but a
+  query there, so a command the classifier missed fails to parse in Spark instead of
+  running. (Reflection functions are queries to Spark; only classification catches them.)
+* **Cached values cross exactly.** A cached DataFrame handle the SQL names is uploaded
+  (Arrow) as a temporary view of that name; a lazy Spark handle becomes a temporary view
+  of its own query, its inputs first. A temp view shadows a catalog table of the same
+  unqualified name (Spark's rule); qualify the table (``db.table``) to reach it.
+
+Lazy handles are :class:`SparkRelation` values, the same engine-value kind as DuckDB's
+:class:`~.lazy.LazyRelation`: snapshot by pushdown (schema, ``count(*)`` within
+:data:`COUNT_BUDGET_S` else Spark's ``rowCount`` estimate marked as such, head
+through ``LIMIT``); interpreter code naming one materialises it as streamed Arrow batches
+under ``materialize_max_bytes``.
+
+Every Spark call runs under a fresh job tag: Spark Connect's progress reports (stages,
+tasks) become :class:`~harness_magic.core.events.EngineProgress` events, and a timeout or
+an interrupt (``KeyboardInterrupt`` from the kernel's stop button) calls
+``interruptTag``, which cancels the job on the server.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import uuid
+from typing import Any, Callable, Mapping
+
+from harness_magic.core.connectors._results import (
+    DEFAULT_MAX_ROWS,
+    DEFAULT_TIMEOUT_S,
+    arrow_to_frame,
+    cap_rows,
+    truncation_note,
+)
+from harness_magic.core.connectors.classify import SQLClassificationError, classify_sql
+from harness_magic.core.connectors.lazy import LazyInputError, LazyRelation, MaterializeLimitError
+from harness_magic.core.connectors.registry import Connector, ConnectorResult, ToolContext
+from harness_magic.core.tools import ToolError
+
+__all__ = ["spark_connector", "SparkEngine", "SparkRelation", "wrap_query"]
+
+COUNT_BUDGET_S = 5.0
+"""An exact ``count(*)`` for a snapshot may take this long (a Spark job alone costs ~0.1-1 s); past it the
+job is cancelled and Spark's estimate is shown."""
+HEAD_ROWS = 5
+"""Head rows a lazy handle's snapshot fetches with LIMIT."""
+EXECUTE_RESULT_ROWS = 50
+"""Rows of a command's own output (SHOW, SET) returned by execute: a confirmation, not data."""
+LIST_MAX = 500
+"""Databases/tables listed per call: a catalogue, not a dump."""
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-]*")
+_ROW_COUNT = re.compile(r"rowCount=([0-9.]+(?:E[+-]?[0-9]+)?)")
+_TRAILING = re.compile(r"[\s;]+\Z")
+Progress = Callable[[float | None, bool], None]
+
+
+def wrap_query(sql: str) -> str:
+    """``sql`` as the only content of a subquery: Spark's parser accepts nothing but a query there.
+
+    Trailing semicolons and blanks are dropped; the text sits on its own lines,
+    so a trailing ``--`` comment cannot swallow the closing parenthesis.
+    """
+    return f"SELECT * FROM (\n{_TRAILING.sub('', sql)}\n) AS __harness_query"
+
+
+class SparkRelation(LazyRelation):
+    """A Spark SQL query kept in Spark: a lazy handle of the same kind as DuckDB's (see :mod:`.lazy`)."""
+
+    __harness_engine__ = "spark"
+
+    def __repr__(self) -> str:
+        return f"<lazy spark relation: {self._sql[:80]!r}>"
+
+    def materialize(self, cache: Any, max_bytes: int, *, handle: str | None = None,
+                    progress: Callable[[float | None, bool], None] | None = None) -> Any:
+        """The rows as a pandas frame, streamed as Arrow batches; :class:`MaterializeLimitError` past ``max_bytes``."""
+        return super().materialize(cache, max_bytes, handle=handle, progress=progress)
+
+
+class _Cancelled(Exception):
+    """The tag was interrupted by our timer."""
+
+
+class SparkEngine:
+    """One Spark Connect session: binds cached handles as temp views, runs tagged jobs (see module doc)."""
+
+    def __init__(self, remote: str | None = None, *, master: str | None = None,
+                 conf: Mapping[str, str] | None = None, max_rows: int = DEFAULT_MAX_ROWS,
+                 timeout_s: float = DEFAULT_TIMEOUT_S, count_budget_s: float = COUNT_BUDGET_S) -> None:
+        if (remote is None) == (master is None):
+            raise ValueError("a spark connector needs exactly one of 'remote' (e.g. 'sc://host:15002') or "
+                             "'master' (e.g. 'local[2]')")
+        if remote is not None and (not isinstance(remote, str) or not remote.startswith("sc://")):
+            raise ValueError(f"spark remote {remote!r} must be a Spark Connect URL such as 'sc://host:15002'")
+        if master is not None and (not isinstance(master, str)
+                                   or not (master == "local" or re.fullmatch(r"local\[(\*|[1-9][0-9]*)\]", master))):
+            raise ValueError(f"spark master {master!r} is not a local master; use 'local', 'local[N]' or "
+                             "'local[*]' (reach a cluster through 'remote': 'sc://host:15002')")
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
+            raise ValueError(f"spark timeout_s must be a positive number of seconds, got {timeout_s!r}")
+        self.remote, self.master = remote, master
+        self.conf = {str(k): str(v) for k, v in (conf or {}).items()}
+        self.max_rows, self.timeout_s, self.count_budget_s = max_rows, float(timeout_s), float(count_budget_s)
+        self.server: Any = None
+        self._spark: Any = None
+        self._lock = threading.RLock()
+        self._bound: dict[str, Any] = {}
+        """Temp view name -> what it shows now: ("frame", version) or the SparkRelation itself."""
+        self._reporter: Progress | None = None
+        self.interrupted: list[tuple[str, list[str]]] = []
+        """(job tag, operation ids Spark reported cancelled) for each interrupt this engine sent, newest last.
+        On ``KeyboardInterrupt`` pyspark's client also cancels its own operation, so the list may be empty."""
+
+    # -- session ----------------------------------------------------------------------------
+
+    @property
+    def spark(self) -> Any:
+        """The Spark Connect session (started on first use: a local server for ``master``)."""
+        with self._lock:
+            if self._spark is None:
+                url = self.remote
+                if self.master is not None:
+                    from harness_magic.core.connectors.spark_server import LocalSparkConnect, SparkStartError
+
+                    if self.server is None:
+                        try:
+                            self.server = LocalSparkConnect(self.master, self.conf)
+                        except SparkStartError as exc:
+                            raise ToolError(f"Spark did not start: {exc}") from None
+                    url = self.server.url
+                try:
+                    from pyspark.sql.connect.session import SparkSession
+                except ImportError as exc:
+                    raise ToolError("pyspark[connect] is not installed; install harness_magic[spark]") from exc
+                try:
+                    spark = SparkSession.builder.remote(url).create()
+                    if self.remote is not None:
+                        for key, value in self.conf.items():
+                            spark.conf.set(key, value)
+                except Exception as exc:
+                    raise ToolError(f"Cannot reach Spark Connect at {_redact(url)}: {_first_line(exc)}") from None
+                spark.registerProgressHandler(self._on_progress)
+                self._spark = spark
+            return self._spark
+
+    def close(self) -> None:
+        """End the Spark session and stop the local server, if this engine started one."""
+        with self._lock:
+            if self._spark is not None:
+                try:
+                    self._spark.stop()
+                except Exception:
+                    pass
+                self._spark = None
+                self._bound.clear()
+            if self.server is not None:
+                self.server.stop()
+                self.server = None
+
+    def _on_progress(self, stages: Any = None, inflight_tasks: int = 0, operation_id: str | None = None,
+                     done: bool = False) -> None:
+        """Spark Connect's progress handler: tasks done / tasks known over the query's stages."""
+        report = self._reporter
+        if report is None or done:
+            return
+        try:
+            total = sum(s.num_tasks for s in stages or ())
+            finished = sum(s.num_completed_tasks for s in stages or ())
+            report(100.0 * finished / total if total else None, False)
+        except Exception:  # a display problem must never fail the query (pyspark re-raises handler errors)
+            pass
+
+    # -- running ----------------------------------------------------------------------------
+
+    def run(self, work: Callable[[Any], Any], progress: Progress | None = None, *,
+            timeout_s: float | None = None) -> Any:
+        """``work(spark)`` under a fresh job tag, one call at a time.
+
+        A timer interrupts the tag after the timeout (ToolError naming it); a
+        ``KeyboardInterrupt`` interrupts the tag (cancelling the job on the
+        server) and propagates. Spark errors become ToolErrors with Spark's first line.
+        """
+        from pyspark.errors import PySparkException
+
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        with self._lock:
+            spark = self.spark
+            tag = f"harness-{uuid.uuid4().hex}"
+            fired = threading.Event()
+
+            def cancel() -> None:
+                fired.set()
+                self._interrupt(spark, tag)
+
+            timer = threading.Timer(limit, cancel)
+            timer.daemon = True
+            spark.addTag(tag)  # tags are per thread: the jobs this thread starts carry it
+            self._reporter = progress
+            timer.start()
+            try:
+                return work(spark)
+            except KeyboardInterrupt:
+                timer.cancel()
+                self._interrupt(spark, tag)
+                raise
+            except (PySparkException, _Cancelled) as exc:
+                if fired.is_set():
+                    raise _Timeout(f"The Spark job ran past {limit:g} s and was cancelled.") from None
+                raise ToolError(f"spark error: {_first_line(exc)}") from None
+            finally:
+                timer.cancel()
+                self._reporter = None
+                try:
+                    spark.removeTag(tag)
+                except Exception:
+                    pass
+                if progress is not None:
+                    progress(None, True)
+
+    def _interrupt(self, spark: Any, tag: str) -> None:
+        try:
+            cancelled = list(spark.interruptTag(tag))
+        except Exception:
+            cancelled = []
+        self.interrupted.append((tag, cancelled))
+
+    # -- cached handles as temp views ---------------------------------------------------------
+
+    def bind(self, spark: Any, cache: Any, sql: str | None, root: SparkRelation | None = None
+             ) -> tuple[dict[str, str], dict[str, SparkRelation]]:
+        """Make every cached handle ``sql`` names (and ``root``'s inputs) a temp view of that name.
+
+        Returns (frames: handle -> version, lazies: handle -> relation) that the
+        text names directly. Frames are uploaded once per value version.
+        """
+        wanted = set(_IDENT.findall(sql)) if sql is not None else set()
+        versions = cache.versions() if cache is not None and hasattr(cache, "versions") else {}
+        frames: dict[str, str] = {}
+        lazies: dict[str, SparkRelation] = {}
+        chain: list[LazyRelation] = [root] if root is not None else []
+        for handle in sorted(wanted):
+            if cache is None or handle not in cache:
+                continue
+            location = _location(cache, handle)
+            if location == SparkRelation.__harness_engine__:
+                value = cache.get(handle)
+                if value.engine is not self:
+                    raise ToolError(f"`{handle}` is a lazy handle of another spark connector; query it there or "
+                                    "bring its rows in first")
+                lazies[handle] = value
+                chain.append(value)
+            elif location is not None and location not in ("memory", "disk"):
+                raise ToolError(f"`{handle}` lives in {location}, not in Spark; query it with its own connector, "
+                                "or bring its rows in first")
+            elif _is_frame(cache, handle):
+                frames[handle] = versions.get(handle, "")
+        order: dict[str, LazyRelation] = {}
+        needed = dict(frames)
+        for lazy in chain:
+            try:
+                deep_frames, deep_lazies = lazy.dependencies()
+            except LazyInputError as exc:
+                raise ToolError(f"{exc}; rebuild the lazy handle") from None
+            for name, version in deep_frames.items():
+                if name not in cache or versions.get(name, version) != version:
+                    raise ToolError(f"a lazy handle was built on `{name}`, which was retired or replaced since; "
+                                    "rebuild the lazy handle from the current handles")
+                needed.setdefault(name, version)
+            for name, dependency in [*deep_lazies.items(), *lazies.items()]:
+                if order.setdefault(name, dependency) is not dependency or name in needed:
+                    raise ToolError(f"`{name}` names two different values in this query (one was retired and its "
+                                    "name reused); rebuild the lazy handle from the current handles")
+        for handle, version in sorted(needed.items()):
+            if self._bound.get(handle) != ("frame", version):
+                self._upload(spark, cache, handle)
+                self._bound[handle] = ("frame", version)
+        for handle, lazy in order.items():  # dependencies() lists inputs before the handles built on them
+            if self._bound.get(handle) is not lazy:
+                spark.sql(wrap_query(lazy.sql)).createOrReplaceTempView(handle)
+                self._bound[handle] = lazy
+        return frames, lazies
+
+    def _upload(self, spark: Any, cache: Any, handle: str) -> None:
+        frame = cache.view(handle)
+        bad = [c for c in frame.columns if not isinstance(c, str)]
+        if bad:
+            raise ToolError(f"`{handle}` has non-text column names ({bad[:3]!r}); Spark needs text names: "
+                            f"save a copy with renamed columns first")
+        import pyarrow as pa
+
+        try:
+            table = pa.Table.from_pandas(frame, preserve_index=False)
+        except (pa.ArrowException, ValueError, TypeError) as exc:
+            raise ToolError(f"`{handle}` cannot be sent to Spark as Arrow: {_first_line(exc)}") from None
+        spark.createDataFrame(table).createOrReplaceTempView(handle)
+
+    # -- lazy handles ---------------------------------------------------------------------------
+
+    def lazy(self, cache: Any, sql: str, progress: Progress | None = None) -> SparkRelation:
+        """A :class:`SparkRelation` for one query; its snapshot facts come from Spark."""
+
+        def describe(spark: Any) -> tuple[dict[str, Any], dict[str, str], dict[str, SparkRelation]]:
+            frames, lazies = self.bind(spark, cache, sql)
+            df = _parse(spark, sql)
+            fields = df.schema.fields
+            info: dict[str, Any] = {"columns": [f.name for f in fields],
+                                    "engine_types": {f.name: f.dataType.simpleString() for f in fields}}
+            info["head"] = arrow_to_frame(df.limit(HEAD_ROWS).toArrow())
+            rows = self._count(spark, df)
+            if rows is None:
+                info["rows"], info["rows_estimated"] = _estimate(spark, sql), True
+            else:
+                info["rows"], info["rows_estimated"] = rows, False
+            return info, frames, lazies
+
+        info, frames, lazies = self.run(describe, progress)
+        return SparkRelation(self, sql, frames, lazies, info)
+
+    def _count(self, spark: Any, df: Any) -> int | None:
+        """``count(*)`` if Spark answers within ``count_budget_s`` (the job is cancelled otherwise)."""
+        tag = f"harness-count-{uuid.uuid4().hex}"
+        timer = threading.Timer(self.count_budget_s, lambda: self._interrupt(spark, tag))
+        timer.daemon = True
+        spark.addTag(tag)
+        timer.start()
+        try:
+            return int(df.count())
+        except Exception as exc:
+            if timer.is_alive():  # a real failure, not our budget
+                raise
+            del exc
+            return None
+        finally:
+            timer.cancel()
+            spark.removeTag(tag)
+
+    def fetch_lazy(self, lazy: LazyRelation, cache: Any, max_bytes: int, *, handle: str | None = None,
+                   progress: Progress | None = None) -> Any:
+        """The rows of ``lazy`` as an Arrow table, streamed; :class:`MaterializeLimitError` past ``max_bytes``."""
+        import pyarrow as pa
+
+        def fetch(spark: Any) -> Any:
+            self.bind(spark, cache, None, root=lazy)  # type: ignore[arg-type]
+            df = _parse(spark, lazy.sql)
+            client = spark.client
+            # the Connect client's streaming seam: Arrow batches as the server sends them
+            stream = client.to_table_as_iterator(df._plan.to_proto(client), df._plan.observations)
+            chunks, total, rows = [], 0, 0
+            try:
+                for item in stream:
+                    if not isinstance(item, pa.Table):
+                        continue
+                    total += item.nbytes
+                    rows += item.num_rows
+                    if total > max_bytes:
+                        size = "an estimated" if lazy.rows_estimated else "its"
+                        raise MaterializeLimitError(
+                            f"`{handle or 'the lazy handle'}` is too big to bring into the kernel: more than "
+                            f"{max_bytes:,} bytes after {rows:,} of {size} "
+                            f"{lazy.rows if lazy.rows is not None else '?'} rows (limit materialize_max_bytes). "
+                            "It stays in Spark: aggregate or filter it there first (spark__query, GROUP BY / "
+                            "WHERE / LIMIT) and use that smaller handle.", handle=handle)
+                    chunks.append(item)
+            finally:
+                close = getattr(stream, "close", None)
+                if close is not None:
+                    close()
+            if not chunks:
+                return df.limit(0).toArrow()
+            return pa.concat_tables(chunks)
+
+        try:
+            return self.run(fetch, progress)
+        except MaterializeLimitError:
+            raise
+        except _Timeout as exc:
+            raise ToolError(str(exc)) from None
+
+    # -- eager statements ----------------------------------------------------------------------
+
+    def query(self, cache: Any, sql: str, max_rows: int | None = None,
+              progress: Progress | None = None) -> tuple[Any, bool]:
+        """Up to ``max_rows`` rows of one query as a frame, and whether there were more."""
+        cap = cap_rows(max_rows, self.max_rows)
+
+        def fetch(spark: Any) -> tuple[Any, bool]:
+            self.bind(spark, cache, sql)
+            table = _parse(spark, sql).limit(cap + 1).toArrow()
+            return arrow_to_frame(table.slice(0, cap)), table.num_rows > cap
+
+        return self.run(fetch, progress)
+
+    def execute(self, cache: Any, sql: str, progress: Progress | None = None) -> Any:
+        """Run one statement as is (after approval); the command's own output rows, if any, as a frame."""
+
+        def go(spark: Any) -> Any:
+            self.bind(spark, cache, sql)
+            df = spark.sql(sql)  # commands run here, eagerly
+            if not df.columns:
+                return None
+            return arrow_to_frame(df.limit(EXECUTE_RESULT_ROWS).toArrow())
+
+        return self.run(go, progress)
+
+    # -- catalog ------------------------------------------------------------------------------
+
+    def list_databases(self) -> list[dict[str, Any]]:
+        return self.run(lambda spark: [{"name": d.name, **({"description": d.description} if d.description else {})}
+                                       for d in spark.catalog.listDatabases()[:LIST_MAX]])
+
+    def list_tables(self, database: str | None) -> list[dict[str, Any]]:
+        if database is not None:
+            _check_name(database, "database")
+
+        def go(spark: Any) -> list[dict[str, Any]]:
+            try:
+                tables = spark.catalog.listTables(database) if database else spark.catalog.listTables()
+            except Exception as exc:
+                raise ToolError(f"No database {database!r}: {_first_line(exc)}; use list_databases") from None
+            return [{"name": t.name, "database": t.namespace[0] if t.namespace else None,
+                     "kind": "temporary view" if t.isTemporary else str(t.tableType).lower()}
+                    for t in tables[:LIST_MAX]]
+
+        return self.run(go)
+
+    def describe_table(self, table: str, database: str | None) -> dict[str, Any]:
+        _check_name(table, "table")
+        if database is not None:
+            _check_name(database, "database")
+        qualified = ".".join(f"`{part}`" for part in ([database] if database else []) + [table])
+
+        def go(spark: Any) -> dict[str, Any]:
+            try:
+                rows = spark.sql(f"DESCRIBE TABLE EXTENDED {qualified}").collect()
+            except Exception as exc:
+                raise ToolError(f"No table {qualified.replace('`', '')}: {_first_line(exc)}; use "
+                                "list_tables") from None
+            columns, partitions, details, section = [], [], {}, "columns"
+            for row in rows:
+                name, kind = (row[0] or "").strip(), (row[1] or "").strip()
+                if not name:
+                    continue
+                if name.startswith("#"):
+                    if name == "# col_name":  # the partition section's column header
+                        continue
+                    section = "partitions" if "Partition" in name else "details" if "Detailed" in name else "other"
+                    continue
+                if section == "columns":
+                    columns.append({"name": name, "type": kind})
+                elif section == "partitions":
+                    partitions.append(name)
+                elif section == "details":
+                    details[name] = kind
+            out: dict[str, Any] = {"table": qualified.replace("`", ""), "columns": columns,
+                                   "partitioned_by": partitions}
+            for key in ("Type", "Provider", "Location"):
+                if details.get(key):
+                    out[key.lower()] = details[key]
+            stats = re.search(r"([0-9]+) rows", details.get("Statistics", ""))
+            if stats:
+                out["rows"], out["rows_estimated"] = int(stats.group(1)), True
+            else:
+                estimate = _estimate(spark, f"SELECT * FROM {qualified}")
+                out["rows"] = estimate
+                out["rows_estimated"] = True
+            return out
+
+        return self.run(go)
+
+
+class _Timeout(ToolError):
+    pass
+
+
+def _parse(spark: Any, sql: str) -> Any:
+    """A DataFrame for ``sql``, which Spark's own parser must accept as a query (see :func:`wrap_query`)."""
+    from pyspark.errors import PySparkException
+
+    try:
+        return spark.sql(wrap_query(sql))
+    except PySparkException as exc:
+        text = _first_line(exc)
+        if "PARSE_SYNTAX_ERROR" in text or "ParseException" in type(exc).__name__:
+            raise ToolError(f"Refused by Spark's parser: the text is not one query ({text}); spark__query runs "
+                            "a single SELECT/WITH/FROM query.") from None
+        raise ToolError(f"spark error: {text}") from None
+
+
+def _estimate(spark: Any, sql: str) -> int | None:
+    """Spark's ``rowCount`` estimate for the query's top operator (``EXPLAIN COST``), if it has one."""
+    try:
+        plan = spark.sql(f"EXPLAIN COST {wrap_query(sql)}").collect()[0][0]
+    except Exception:
+        return None
+    optimized = plan.split("== Optimized Logical Plan ==")[-1].strip().splitlines()
+    match = _ROW_COUNT.search(optimized[0]) if optimized else None  # the top operator's own statistics
+    return int(float(match.group(1))) if match else None
+
+
+def _check_name(name: Any, what: str) -> None:
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ToolError(f"{name!r} is not a {what} name (letters, digits, _ and -)")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines() or [type(exc).__name__])[0][:500]
+
+
+def _redact(url: str) -> str:
+    return re.sub(r"token=[^;]*", "token=***", url)
+
+
+def _location(cache: Any, handle: str) -> str | None:
+    try:
+        return cache.location(handle)
+    except Exception:
+        return None
+
+
+def _is_frame(cache: Any, handle: str) -> bool:
+    try:
+        return str(cache.snapshot(handle).get("type", "")).lower() == "dataframe"
+    except Exception:
+        return False
+
+
+def _progress_reporter(context: ToolContext, engine: str) -> Progress | None:
+    from harness_magic.core.connectors.duckdb_connector import _progress_reporter as reporter
+
+    return reporter(context, engine)
+
+
+def _classify(sql: str) -> Any:
+    try:
+        return classify_sql(sql, "spark")
+    except SQLClassificationError as exc:
+        raise ToolError(f"Cannot run this SQL: {exc}.") from None
+
+
+def spark_connector(
+    remote: str | None = None,
+    *,
+    master: str | None = None,
+    name: str = "spark",
+    description: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    max_rows: int = DEFAULT_MAX_ROWS,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    count_budget_s: float = COUNT_BUDGET_S,
+    allow_writes: bool = True,
+) -> Connector:
+    """Spark SQL through Spark Connect at ``remote``, or on a private local server for ``master``.
+
+    ``conf`` sets Spark settings (server start settings for ``master``, session
+    settings for ``remote``). Nothing starts until the first tool call.
+    """
+    engine = SparkEngine(remote, master=master, conf=conf, max_rows=max_rows, timeout_s=timeout_s,
+                         count_budget_s=count_budget_s)
+    connector = Connector(
+        name, description or "Apache Spark SQL (Spark Connect): list and describe tables, run queries whose "
+                             "results stay in Spark as lazy handles; cached frames are tables by handle name.")
+    connector.engine = engine  # type: ignore[attr-defined]
+
+    @connector.tool()
+    def list_databases() -> Any:
+        """List the databases (namespaces) of Spark's catalog."""
+        return engine.list_databases() or "No databases."
+
+    @connector.tool()
+    def list_tables(context: ToolContext, database: str | None = None) -> Any:
+        """List tables and views of a database, and the cached handles Spark SQL can name.
+
+        Args:
+            database: Database to list (the current one when omitted).
+        """
+        out = [t for t in engine.list_tables(database) if not (t["kind"] == "temporary view"
+                                                               and t["name"] in context.cache)]
+        for handle in context.cache.names():
+            location = _location(context.cache, handle)
+            if location == SparkRelation.__harness_engine__:
+                snap = context.cache.snapshot(handle)
+                out.append({"name": handle, "kind": "lazy handle", "rows": snap.get("shape", [None])[0],
+                            **({"rows_estimated": True} if snap.get("rows_estimated") else {})})
+            elif location in ("memory", "disk") and _is_frame(context.cache, handle):
+                out.append({"name": handle, "kind": "cached frame",
+                            "rows": context.cache.snapshot(handle).get("shape", [None])[0]})
+        return out if out else "No tables, views or cached frames yet."
+
+    @connector.tool()
+    def describe_table(table: str, database: str | None = None) -> Any:
+        """Describe a table: columns and Spark types, partition columns, row estimate.
+
+        Args:
+            table: Table or view name.
+            database: Its database (the current one when omitted).
+        """
+        return engine.describe_table(table, database)
+
+    @connector.tool(result_name=f"{name}_result")
+    def query(sql: str, context: ToolContext, name: str | None = None, lazy: bool = True,
+              max_rows: int | None = None) -> Any:
+        """Run one Spark SQL query; cached frames and lazy handles are tables named by their handle.
+
+        Args:
+            sql: One SELECT/WITH/FROM query, e.g. SELECT region, sum(x) AS total FROM sales GROUP BY 1.
+            name: Preferred handle name for the result.
+            lazy: Keep the result in Spark as a lazy handle (default): later queries can name it; python code
+                that names it brings its rows in, within a size cap. False fetches up to max_rows rows now.
+            max_rows: With lazy=false, fetch at most this many rows (cannot exceed the connector's cap).
+        """
+        classification = _classify(sql)
+        if len(classification.statements) > 1:
+            raise ToolError(f"Refused: {len(classification.statements)} statements; send one query per call "
+                            f"({classification.summary}).")
+        if not classification.is_read:
+            advice = (f"use {connector.name}__execute, which asks the user for approval" if allow_writes
+                      else "this connector is read-only")
+            raise ToolError(f"Refused: the statement is classified {classification.summary}; "
+                            f"{connector.name}__query runs plain queries only ({advice}).")
+        progress = _progress_reporter(context, connector.name)
+        if lazy:
+            if max_rows is not None:
+                raise ToolError("max_rows applies to fetched results; a lazy handle fetches nothing. Add LIMIT "
+                                "to the SQL instead, or pass lazy=false.")
+            relation = engine.lazy(context.cache, sql, progress)
+            if relation.rows is None:
+                rows = "an unknown number of rows: counting took too long and Spark has no estimate"
+            else:
+                rows = f"{'about ' if relation.rows_estimated else ''}{relation.rows:,} rows"
+            return ConnectorResult(relation, f"Lazy handle: the result stays in Spark ({rows}); name it in later "
+                                             f"{connector.name} queries, or in python code to bring its rows in.",
+                                   name=name)
+        frame, truncated = engine.query(context.cache, sql, max_rows, progress)
+        return ConnectorResult(frame, truncation_note(len(frame), cap_rows(max_rows, engine.max_rows), truncated),
+                               name=name)
+
+    if allow_writes:
+
+        def classify(arguments: dict[str, Any]) -> tuple[str, str]:
+            sql = str(arguments.get("sql", ""))
+            try:
+                classification = classify_sql(sql, "spark")
+            except SQLClassificationError as exc:  # fail closed: the most severe class
+                return "destructive", f"{sql} [the Spark SQL parser cannot classify it: {exc}]"
+            kind = "write" if classification.kind == "read" else classification.kind
+            return kind, f"{sql} [{classification.summary}]"
+
+        @connector.tool(safety="write", classify=classify)
+        def execute(sql: str, context: ToolContext) -> Any:
+            """Run one statement that changes something (CREATE, INSERT, CACHE, SET, ...) after the user approves it.
+
+            Args:
+                sql: Exactly one Spark SQL statement.
+            """
+            try:
+                classification = classify_sql(sql, "spark")
+            except SQLClassificationError:
+                classification = None  # approved as unclassifiable; Spark's parser decides
+            if classification is not None and len(classification.statements) > 1:
+                raise ToolError(f"Refused: {len(classification.statements)} statements; send one statement per "
+                                "call.")
+            frame = engine.execute(context.cache, sql, _progress_reporter(context, connector.name))
+            what = classification.statements[0].keyword if classification is not None else "the statement"
+            note = f"Executed {what}."
+            if frame is None or not len(frame.columns):
+                return note
+            return ConnectorResult(frame, note + f" Its output (at most {EXECUTE_RESULT_ROWS} rows):",
+                                   name=f"{name}_output")
+
+    return connector

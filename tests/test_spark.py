@@ -1,0 +1,419 @@
+"""The spark connector against a real Spark Connect server (started once for the whole suite):
+catalog tools, lazy handles chained and joined with cached frames, materialisation under a byte
+cap, approval of writes, hostile SQL, progress events and interrupting a running job."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("pyspark")
+
+from harness_magic.core.connectors import ApprovalPolicy, connectors_from_config  # noqa: E402
+from harness_magic.core.connectors import classify as classify_mod  # noqa: E402
+from harness_magic.core.connectors.lazy import LazyRelation, materialize_count  # noqa: E402
+from harness_magic.core.connectors.spark_connector import (  # noqa: E402
+    SparkEngine,
+    SparkRelation,
+    spark_connector,
+    wrap_query,
+)
+from harness_magic.core.connectors.spark_server import LocalSparkConnect  # noqa: E402
+from harness_magic.core.events import EngineProgress  # noqa: E402
+from harness_magic.core.offline import ScriptedModel  # noqa: E402
+from harness_magic.core.provider import ProviderAdapter  # noqa: E402
+from harness_magic.core.session import AgentConfig, AgentSession  # noqa: E402
+from harness_magic.core.tools import ToolError  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+
+REGIONS = ["north", "south", "east", "west"]
+ROWS = 20_000
+EXACT = 600.0
+"""Count budget for tests that assert exact counts: a loaded 2-core machine must not turn them into estimates."""
+LONG_SQL = "SELECT sum(a.id * b.id) AS s FROM range(200000) a CROSS JOIN range(200000) b"
+"""4e10 joined rows: minutes of work on two cores, so it is surely running when interrupted."""
+
+
+@pytest.fixture(scope="session")
+def spark_server(tmp_path_factory):
+    """One local Spark Connect server (loopback, token) for every Spark test; stopped at the end."""
+    warehouse = tmp_path_factory.mktemp("warehouse")
+    server = LocalSparkConnect("local[2]", {"spark.sql.warehouse.dir": str(warehouse),
+                                            "spark.sql.shuffle.partitions": "4"})
+    from pyspark.sql.connect.session import SparkSession
+
+    admin = SparkSession.builder.remote(server.url).create()
+    frame = sales_frame()
+    admin.createDataFrame(frame).write.partitionBy("region").format("parquet").saveAsTable("sales")
+    try:
+        yield server, admin, warehouse
+    finally:
+        admin.stop()
+        server.stop()
+
+
+def sales_frame() -> pd.DataFrame:
+    ids = list(range(ROWS))
+    return pd.DataFrame({"id": ids, "amount": [float(i % 97) for i in ids],
+                         "region": [REGIONS[i % 4] for i in ids]})
+
+
+def call(tool, **arguments):
+    return {"tool_calls": [{"name": tool, "arguments": arguments}]}
+
+
+def session_for(tmp_path, turns, connector, approval=None, **config):
+    adapter = ProviderAdapter("scripted/spark", transport=ScriptedModel(turns))
+    session = AgentSession(AgentConfig(run_dir=str(tmp_path / "runs"), sandbox="inprocess", **config),
+                           adapter=adapter)
+    session.add_connector(connector, approval=approval)
+    return session
+
+
+def results(run):
+    return [b for m in run.messages for b in m.content if getattr(b, "type", "") == "tool_result"]
+
+
+def connector(spark_server, **options):
+    server, _, _ = spark_server
+    options.setdefault("count_budget_s", EXACT)
+    built = spark_connector(server.url, **options)
+    return built
+
+
+@pytest.fixture
+def spark(spark_server):
+    """A Spark connector on the shared server (its own session), closed after the test."""
+    made = []
+
+    def make(**options):
+        made.append(connector(spark_server, **options))
+        return made[-1]
+
+    yield make
+    for built in made:
+        built.engine.close()
+
+
+def test_list_describe_and_query_through_spark_connect(tmp_path, spark):
+    turns = [call("load_connectors", connector_name="spark"),
+             call("spark__list_databases"),
+             call("spark__list_tables"),
+             call("spark__describe_table", table="sales"),
+             call("spark__query", sql="SELECT region, sum(amount) AS total FROM sales GROUP BY region",
+                  name="totals"),
+             {"text": "done"}]
+    session = session_for(tmp_path, turns, spark())
+    blocks = results(session.ask("go"))
+    assert not any(b.is_error for b in blocks), [b.content for b in blocks]
+    assert {"name": "default", "description": "default database"} in json.loads(blocks[1].content)
+    tables = json.loads(blocks[2].content)
+    assert {"name": "sales", "database": "default", "kind": "managed"} in tables
+    described = json.loads(blocks[3].content)
+    assert described["columns"][:3] == [{"name": "id", "type": "bigint"}, {"name": "amount", "type": "double"},
+                                        {"name": "region", "type": "string"}]
+    assert described["partitioned_by"] == ["region"] and described["provider"] == "parquet"
+    assert described["rows_estimated"] is True and "rows" in described
+    snap = session.cache.snapshot("totals")
+    assert session.cache.location("totals") == "spark"
+    assert snap["type"] == "lazy_frame" and snap["engine"] == "spark" and snap["shape"] == [4, 2]
+    assert "rows_estimated" not in snap and snap["engine_types"] == {"region": "string", "total": "double"}
+    got = session.cache.get("totals").materialize(session.cache, 10**6).set_index("region")["total"].sort_index()
+    want = sales_frame().groupby("region")["amount"].sum().sort_index()
+    pd.testing.assert_series_equal(got, want, check_names=False)
+
+
+def test_a_lazy_handle_joins_a_cached_pandas_frame(tmp_path, spark):
+    targets = pd.DataFrame({"region": REGIONS, "target": [10.0, 20.0, 30.0, 40.0]})
+    turns = [call("load_connectors", connector_name="spark"),
+             call("spark__query", sql="SELECT region, count(*) AS n FROM sales WHERE amount > 50 GROUP BY region",
+                  name="counts"),
+             call("spark__query", sql="SELECT c.region, c.n, t.target, c.n / t.target AS ratio "
+                                      "FROM counts c JOIN targets t ON c.region = t.region ORDER BY c.region",
+                  name="joined"),
+             {"text": "done"}]
+    session = session_for(tmp_path, turns, spark())
+    session.cache.put("targets", targets)
+    blocks = results(session.ask("go"))
+    assert not any(b.is_error for b in blocks), [b.content for b in blocks]
+    got = session.cache.get("joined").materialize(session.cache, 10**6)
+    frame = sales_frame()
+    counts = frame[frame.amount > 50].groupby("region").size().rename("n").reset_index()
+    want = counts.merge(targets, on="region").sort_values("region").reset_index(drop=True)
+    want["ratio"] = want.n / want.target
+    assert got.region.tolist() == want.region.tolist()
+    assert got.n.tolist() == want.n.tolist() and got.ratio.tolist() == pytest.approx(want.ratio.tolist())
+    # the frame crossed as a temp view: replacing the handle is noticed, never silently reused
+    session.cache.retire("targets")
+    session.cache.put("targets", targets.assign(target=1.0))
+    with pytest.raises(ToolError, match="retired or replaced"):
+        session.cache.get("joined").materialize(session.cache, 10**6)
+
+
+def test_three_chained_queries_stay_in_spark(tmp_path, spark, monkeypatch):
+    moved = []
+    monkeypatch.setattr(LazyRelation, "materialize", lambda *a, **k: moved.append(a) or pytest.fail("materialised"))
+    monkeypatch.setattr(SparkEngine, "fetch_lazy", lambda *a, **k: moved.append(a) or pytest.fail("fetched"))
+    turns = [call("load_connectors", connector_name="spark"),
+             call("spark__query", sql="SELECT * FROM sales WHERE amount > 10", name="big"),
+             call("spark__query", sql="SELECT region, sum(amount) AS total, count(*) AS n FROM big GROUP BY region",
+                  name="by_region"),
+             call("spark__query", sql="SELECT region, total / n AS mean FROM by_region", name="means"),
+             call("list_variables"), {"text": "done"}]
+    session = session_for(tmp_path, turns, spark())
+    blocks = results(session.ask("go"))
+    assert not any(b.is_error for b in blocks), [b.content for b in blocks]
+    cache = session.cache
+    assert [cache.location(h) for h in ("big", "by_region", "means")] == ["spark"] * 3
+    assert moved == [] and all(isinstance(cache.get(h), SparkRelation) for h in ("big", "by_region", "means"))
+    assert cache.usage()["memory_bytes"] == 0
+    frame = sales_frame()
+    assert cache.snapshot("big")["shape"] == [int((frame.amount > 10).sum()), 3]
+    listing = {json.loads(line)["name"]: json.loads(line).get("location") for line in blocks[-1].content.splitlines()}
+    assert listing == {"big": "spark", "by_region": "spark", "means": "spark"}
+    monkeypatch.undo()
+    got = cache.get("means").materialize(cache, 10**6).set_index("region")["mean"].sort_index()
+    want = frame[frame.amount > 10].groupby("region")["amount"].mean().sort_index()
+    pd.testing.assert_series_equal(got, want, check_names=False)
+
+
+def test_interpreter_materialises_under_the_cap_and_refuses_over_it(tmp_path, spark):
+    turns = [call("load_connectors", connector_name="spark"),
+             call("spark__query", sql="SELECT * FROM sales", name="everything"),
+             call("spark__query", sql="SELECT region, sum(amount) AS total FROM everything GROUP BY 1",
+                  name="small"),
+             call("python_interpreter", code="small.sort_values('region').total.tolist()"),
+             call("python_interpreter", code="len(everything)"),
+             {"text": "done"}]
+    session = session_for(tmp_path, turns, spark(), materialize_max_bytes=64 * 1024)
+    before = materialize_count()
+    blocks = results(session.ask("go"))
+    want = sales_frame().groupby("region")["amount"].sum().sort_index().tolist()
+    assert not blocks[-2].is_error and json.loads(blocks[-2].content) == want
+    over = blocks[-1]
+    assert over.is_error and "too big to bring into the kernel" in over.content
+    assert "65,536 bytes" in over.content and "stays in Spark" in over.content
+    assert materialize_count() == before + 1  # only the small one came in
+    assert session.cache.location("everything") == "spark"
+    # raising the cap brings everything in, exactly
+    everything = session.cache.get("everything").materialize(session.cache, 10**8)
+    assert sorted(everything.id.tolist()) == list(range(ROWS))
+
+
+def test_a_write_asks_for_approval_and_a_denied_one_writes_nothing(tmp_path, spark, spark_server):
+    _, admin, warehouse = spark_server
+    asked = []
+
+    def deny(request):
+        asked.append(request)
+        return False
+
+    statements = ["CREATE TABLE copy_denied USING parquet AS SELECT * FROM sales",
+                  f"INSERT OVERWRITE DIRECTORY '{tmp_path / 'exported'}' USING parquet SELECT * FROM sales",
+                  "INSERT INTO sales SELECT id + 1000000, amount, region FROM sales",
+                  "DROP TABLE sales"]
+    turns = [call("load_connectors", connector_name="spark"),
+             *[call("spark__execute", sql=sql) for sql in statements], {"text": "done"}]
+    before = sorted(p.relative_to(warehouse) for p in Path(warehouse).rglob("*"))
+    session = session_for(tmp_path, turns, spark(), approval=ApprovalPolicy(approver=deny))
+    blocks = results(session.ask("go"))
+    assert [r.tool for r in asked] == ["spark__execute"] * 4
+    assert [r.safety for r in asked] == ["write", "destructive", "write", "destructive"]
+    assert "CREATE" in asked[0].summary and "copy_denied" in asked[0].summary
+    assert all(b.is_error and "denied" in b.content for b in blocks[1:])
+    assert not admin.catalog.tableExists("copy_denied")
+    assert not (tmp_path / "exported").exists()
+    assert admin.table("sales").count() == ROWS
+    assert sorted(p.relative_to(warehouse) for p in Path(warehouse).rglob("*")) == before
+    # the same statement, approved, does write: the check above can fail
+    turns = [call("load_connectors", connector_name="spark"),
+             call("spark__execute", sql="CREATE TABLE copy_approved USING parquet AS SELECT * FROM sales WHERE id < 10"),
+             {"text": "done"}]
+    session = session_for(tmp_path, turns, spark(), approval=ApprovalPolicy(approver=lambda r: True))
+    blocks = results(session.ask("go"))
+    assert not blocks[-1].is_error, blocks[-1].content
+    try:
+        assert admin.table("copy_approved").count() == 10
+    finally:
+        admin.sql("DROP TABLE IF EXISTS copy_approved")
+
+
+HOSTILE = [
+    "SELECT 1; DROP TABLE sales",
+    "SELECT 1 -- harmless\n; DROP TABLE sales",
+    "SELECT 1 /* ; */; INSERT INTO sales SELECT * FROM sales",
+    "INSERT OVERWRITE DIRECTORY '/tmp/harness_spark_hostile' USING parquet SELECT * FROM sales",
+    "INSERT OVERWRITE LOCAL DIRECTORY '/tmp/harness_spark_hostile' SELECT * FROM sales",
+    "CREATE TABLE hostile_ctas USING parquet AS SELECT * FROM sales",
+    "CACHE TABLE hostile_cache AS SELECT * FROM sales",
+    "CACHE TABLE sales",
+    "UNCACHE TABLE sales",
+    "ADD JAR /tmp/evil.jar",
+    "SET spark.sql.ansi.enabled=false",
+    "RESET",
+    "SELECT reflect('java.lang.Thread', 'sleep', 100000)",
+    "SELECT java_method('java.lang.System', 'getProperty', 'user.home')",
+    "SELECT try_reflect('java.lang.Thread', 'sleep', 100000)",
+    "LOAD DATA LOCAL INPATH '/etc/passwd' INTO TABLE sales",
+    "WITH x AS (SELECT 1) INSERT INTO sales SELECT * FROM sales",
+    "CREATE TEMPORARY VIEW sales AS SELECT 1 AS id",
+    "DROP TABLE sales",
+    "TRUNCATE TABLE sales",
+    "USE other_db",
+    "CREATE FUNCTION evil AS 'x.Evil' USING JAR '/tmp/evil.jar'",
+    "MSCK REPAIR TABLE sales",
+    "EXECUTE IMMEDIATE 'DROP TABLE sales'",
+]
+
+
+@pytest.mark.parametrize("sql", HOSTILE)
+def test_hostile_sql_is_refused_by_query(tmp_path, spark, spark_server, sql):
+    _, admin, _ = spark_server
+    turns = [call("load_connectors", connector_name="spark"), call("spark__query", sql=sql), {"text": "done"}]
+    session = session_for(tmp_path, turns, spark())
+    block = results(session.ask("go"))[-1]
+    assert block.is_error and ("Refused" in block.content or "Cannot run this SQL" in block.content), block.content
+    assert len(session.cache.names()) == 0
+    assert admin.table("sales").count() == ROWS and not admin.catalog.tableExists("hostile_ctas")
+    assert not os.path.exists("/tmp/harness_spark_hostile")
+
+
+COMMANDS = ["CREATE TABLE engine_refused USING parquet AS SELECT * FROM sales",
+            "INSERT INTO sales SELECT * FROM sales",
+            "CACHE TABLE engine_refused_cache AS SELECT 1",
+            "DROP TABLE sales",
+            "SET spark.sql.shuffle.partitions=1",
+            "SELECT 1) AS q; DROP TABLE sales; SELECT * FROM (SELECT 1"]
+
+
+@pytest.mark.parametrize("sql", COMMANDS)
+def test_spark_parser_refuses_commands_the_classifier_missed(spark, spark_server, sql, monkeypatch):
+    """With the classifier fooled into calling everything a read, Spark itself still runs only a query."""
+    _, admin, _ = spark_server
+    monkeypatch.setattr(classify_mod, "_classify_sqlglot",
+                        lambda text, dialect: [classify_mod.StatementInfo("SELECT", "read", "fooled")])
+    engine = spark().engine
+    with pytest.raises(ToolError, match="Refused by Spark's parser"):
+        engine.lazy(None, sql)
+    assert admin.table("sales").count() == ROWS and not admin.catalog.tableExists("engine_refused")
+    assert admin.conf.get("spark.sql.shuffle.partitions") == "4"
+
+
+def test_wrapped_text_keeps_comments_and_semicolons_inside():
+    assert wrap_query("SELECT 1 -- note;  \n ;; ") == "SELECT * FROM (\nSELECT 1 -- note\n) AS __harness_query"
+
+
+def test_progress_reaches_the_harness_as_events(tmp_path, spark):
+    turns = [call("load_connectors", connector_name="spark"),
+             call("spark__query", sql="SELECT count(*) AS n FROM range(3000000) a JOIN range(3000000) b "
+                                      "ON a.id = b.id", lazy=False),
+             {"text": "done"}]
+    session = session_for(tmp_path, turns, spark())
+    events = []
+    session.subscribe(events.append)
+    assert session.ask("go").ok
+    progress = [e for e in events if isinstance(e, EngineProgress)]
+    assert progress and progress[-1].done and {e.engine for e in progress} == {"spark"}
+    assert any(e.percent is not None and 0 <= e.percent <= 100 for e in progress[:-1])
+
+
+def test_interrupt_cancels_the_running_job(tmp_path, spark, spark_server):
+    _, admin, _ = spark_server
+    built = spark()
+    turns = [call("load_connectors", connector_name="spark"), call("spark__query", sql=LONG_SQL, lazy=False),
+             {"text": "not reached"}]
+    session = session_for(tmp_path, turns, built)
+    started = threading.Event()
+    session.subscribe(lambda e: started.set() if isinstance(e, EngineProgress) and not e.done else None)
+    sent = {}
+
+    def interrupt():
+        started.wait(60)
+        time.sleep(1.0)
+        sent["at"] = time.monotonic()
+        os.kill(os.getpid(), signal.SIGINT)  # the kernel's stop button
+
+    killer = threading.Thread(target=interrupt, daemon=True)
+    killer.start()
+    run = session.ask("go")
+    returned = time.monotonic()
+    killer.join()
+    assert started.is_set(), "the job never reported progress"
+    assert run.status == "interrupted"
+    assert returned - sent["at"] < 3.0
+    assert built.engine.interrupted, "no interrupt was sent to Spark"
+    # the two cores are free again at once: a new job does not queue behind the cancelled one
+    begin = time.monotonic()
+    assert admin.sql("SELECT count(*) FROM range(1000)").collect()[0][0] == 1000
+    assert time.monotonic() - begin < 20
+    # and the connector's session still works
+    frame, _ = built.engine.query(None, "SELECT 41 + 1 AS x")
+    assert frame.x.tolist() == [42]
+
+
+def test_a_job_past_the_timeout_is_cancelled(spark):
+    engine = spark(timeout_s=2).engine
+    begin = time.monotonic()
+    with pytest.raises(ToolError, match="ran past 2 s and was cancelled"):
+        engine.query(None, LONG_SQL)
+    assert time.monotonic() - begin < 15
+    assert engine.interrupted and engine.interrupted[-1][1], "Spark cancelled no operation"
+
+
+def test_row_count_falls_back_to_the_estimate_past_the_budget(spark):
+    engine = spark(count_budget_s=1.0).engine
+    begin = time.monotonic()
+    relation = engine.lazy(None, "SELECT a.id FROM range(200000) a CROSS JOIN range(200000) b")
+    assert time.monotonic() - begin < 30  # the 4e10-row count was cancelled, not waited for
+    assert relation.rows_estimated and relation.rows in (None, 40_000_000_000), relation.rows
+    snap = relation.__harness_snapshot__(lambda head: {"dtypes": {"id": "int64"}})
+    assert snap["rows_estimated"] is True and snap["engine"] == "spark"
+
+
+def test_config_entry_and_bad_configurations(spark_server):
+    server, _, _ = spark_server
+    registry = connectors_from_config([{"type": "spark", "remote": server.url, "name": "lake"}])
+    assert registry.names == ["lake"]
+    for entry, message in [({"type": "spark"}, "exactly one of 'remote'"),
+                           ({"type": "spark", "remote": server.url, "master": "local[2]"}, "exactly one"),
+                           ({"type": "spark", "master": "yarn"}, "not a local master"),
+                           ({"type": "spark", "master": "local[0]"}, "not a local master"),
+                           ({"type": "spark", "remote": "http://host:15002"}, "Spark Connect URL")]:
+        with pytest.raises(ValueError, match=message):
+            connectors_from_config([entry])
+    with pytest.raises(ValueError, match="not a local master"):
+        LocalSparkConnect("spark://cluster:7077")
+
+
+def test_the_local_server_is_private_and_stops(spark_server):
+    server, _, _ = spark_server
+    assert server.url.startswith("sc://localhost:") and ";token=" in server.url
+    assert oct(os.stat(server.directory).st_mode & 0o777) == "0o700"
+    import socket
+
+    import psutil
+
+    hosts = [a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+             if a.family == socket.AF_INET and not a.address.startswith("127.")]
+    for host in hosts:  # loopback only: no other interface answers
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.settimeout(1)
+            assert sock.connect_ex((host, server.port)) != 0, host
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        assert sock.connect_ex(("127.0.0.1", server.port)) == 0
+    from pyspark.sql.connect.session import SparkSession
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        wrong = SparkSession.builder.remote(f"sc://localhost:{server.port}/;token=wrong").create()
+        with pytest.raises(Exception):
+            wrong.sql("SELECT 1").collect()
