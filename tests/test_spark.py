@@ -19,7 +19,7 @@ pytest.importorskip("pyspark")
 
 from harness_magic.core.connectors import ApprovalPolicy, connectors_from_config  # noqa: E402
 from harness_magic.core.connectors import classify as classify_mod  # noqa: E402
-from harness_magic.core.connectors.lazy import LazyRelation, materialize_count  # noqa: E402
+from harness_magic.core.connectors.lazy import LazyRelation, MaterializeLimitError, materialize_count  # noqa: E402
 from harness_magic.core.connectors.spark_connector import (  # noqa: E402
     SparkEngine,
     SparkRelation,
@@ -207,6 +207,11 @@ def test_interpreter_materialises_under_the_cap_and_refuses_over_it(tmp_path, sp
     # raising the cap brings everything in, exactly
     everything = session.cache.get("everything").materialize(session.cache, 10**8)
     assert sorted(everything.id.tolist()) == list(range(ROWS))
+    with pytest.raises(MaterializeLimitError, match="more than 100 rows") as caught:
+        session.cache.get("everything").materialize(session.cache, 10**8, max_rows=100)
+    assert caught.value.limit == "rows"
+    assert session.cache.get("everything").__harness_checkpoint__() == {"connector": "spark",
+                                                                        "sql": "SELECT * FROM sales"}
 
 
 def test_a_write_asks_for_approval_and_a_denied_one_writes_nothing(tmp_path, spark, spark_server):

@@ -97,11 +97,6 @@ class SparkRelation(LazyRelation):
     def __repr__(self) -> str:
         return f"<lazy spark relation: {self._sql[:80]!r}>"
 
-    def materialize(self, cache: Any, max_bytes: int, *, handle: str | None = None,
-                    progress: Callable[[float | None, bool], None] | None = None) -> Any:
-        """The rows as a pandas frame, streamed as Arrow batches; :class:`MaterializeLimitError` past ``max_bytes``."""
-        return super().materialize(cache, max_bytes, handle=handle, progress=progress)
-
 
 class _Cancelled(Exception):
     """The tag was interrupted by our timer."""
@@ -128,6 +123,8 @@ class SparkEngine:
         self.conf = {str(k): str(v) for k, v in (conf or {}).items()}
         self.max_rows, self.timeout_s, self.count_budget_s = max_rows, float(timeout_s), float(count_budget_s)
         self.server: Any = None
+        self.connector_name = "spark"
+        """The connector this engine serves (set by :func:`spark_connector`); lazy handles' checkpoints name it."""
         self._spark: Any = None
         self._lock = threading.RLock()
         self._bound: dict[str, Any] = {}
@@ -199,12 +196,13 @@ class SparkEngine:
     # -- running ----------------------------------------------------------------------------
 
     def run(self, work: Callable[[Any], Any], progress: Progress | None = None, *,
-            timeout_s: float | None = None) -> Any:
+            timeout_s: float | None = None, cancel_on: tuple[type[BaseException], ...] = ()) -> Any:
         """``work(spark)`` under a fresh job tag, one call at a time.
 
         A timer interrupts the tag after the timeout (ToolError naming it); a
         ``KeyboardInterrupt`` interrupts the tag (cancelling the job on the
-        server) and propagates. Spark errors become ToolErrors with Spark's first line.
+        server) and propagates, as do the exceptions in ``cancel_on``. Spark errors
+        become ToolErrors with Spark's first line.
         """
         from pyspark.errors import PySparkException
 
@@ -225,9 +223,9 @@ class SparkEngine:
             timer.start()
             try:
                 return work(spark)
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, *cancel_on):
                 timer.cancel()
-                self._interrupt(spark, tag)
+                self._interrupt(spark, tag)  # the job stops on the server, not only in this client
                 raise
             except (PySparkException, _Cancelled) as exc:
                 if fired.is_set():
@@ -360,9 +358,10 @@ class SparkEngine:
             timer.cancel()
             spark.removeTag(tag)
 
-    def fetch_lazy(self, lazy: LazyRelation, cache: Any, max_bytes: int, *, handle: str | None = None,
-                   progress: Progress | None = None) -> Any:
-        """The rows of ``lazy`` as an Arrow table, streamed; :class:`MaterializeLimitError` past ``max_bytes``."""
+    def fetch_lazy(self, lazy: LazyRelation, cache: Any, max_bytes: int, *, max_rows: int | None = None,
+                   handle: str | None = None, progress: Progress | None = None) -> Any:
+        """The rows of ``lazy`` as an Arrow table, streamed; :class:`MaterializeLimitError` once they pass
+        ``max_bytes`` bytes or ``max_rows`` rows (None: no row cap), and the job is cancelled."""
         import pyarrow as pa
 
         def fetch(spark: Any) -> Any:
@@ -378,14 +377,11 @@ class SparkEngine:
                         continue
                     total += item.nbytes
                     rows += item.num_rows
-                    if total > max_bytes:
-                        size = "an estimated" if lazy.rows_estimated else "its"
-                        raise MaterializeLimitError(
-                            f"`{handle or 'the lazy handle'}` is too big to bring into the kernel: more than "
-                            f"{max_bytes:,} bytes after {rows:,} of {size} "
-                            f"{lazy.rows if lazy.rows is not None else '?'} rows (limit materialize_max_bytes). "
-                            "It stays in Spark: aggregate or filter it there first (spark__query, GROUP BY / "
-                            "WHERE / LIMIT) and use that smaller handle.", handle=handle)
+                    over = "bytes" if total > max_bytes else "rows" if max_rows is not None and rows > max_rows \
+                        else None
+                    if over is not None:
+                        raise MaterializeLimitError(_too_big(lazy, handle, over, max_bytes, max_rows, total, rows),
+                                                    handle=handle, limit=over)
                     chunks.append(item)
             finally:
                 close = getattr(stream, "close", None)
@@ -396,9 +392,7 @@ class SparkEngine:
             return pa.concat_tables(chunks)
 
         try:
-            return self.run(fetch, progress)
-        except MaterializeLimitError:
-            raise
+            return self.run(fetch, progress, cancel_on=(MaterializeLimitError,))
         except _Timeout as exc:
             raise ToolError(str(exc)) from None
 
@@ -498,6 +492,19 @@ class _Timeout(ToolError):
     pass
 
 
+def _too_big(lazy: LazyRelation, handle: str | None, over: str, max_bytes: int, max_rows: int | None,
+             total: int, rows: int) -> str:
+    """The error for a materialisation past a cap: which cap, how far it got, what to do instead."""
+    of = f"{'an estimated' if lazy.rows_estimated else 'its'} {lazy.rows:,}" if lazy.rows is not None else "its ?"
+    if over == "bytes":
+        passed = f"more than {max_bytes:,} bytes after {rows:,} of {of} rows (limit materialize_max_bytes)"
+    else:
+        passed = f"more than {max_rows:,} rows ({total:,} bytes so far) of {of} rows (limit materialize_max_rows)"
+    return (f"`{handle or 'the lazy handle'}` is too big to bring into the kernel: {passed}. It stays in Spark: "
+            "aggregate or filter it there first (spark__query, GROUP BY / WHERE / LIMIT) and use that smaller "
+            "handle.")
+
+
 def _parse(spark: Any, sql: str) -> Any:
     """A DataFrame for ``sql``, which Spark's own parser must accept as a query (see :func:`wrap_query`)."""
     from pyspark.errors import PySparkException
@@ -587,6 +594,7 @@ def spark_connector(
         name, description or "Apache Spark SQL (Spark Connect): list and describe tables, run queries whose "
                              "results stay in Spark as lazy handles; cached frames are tables by handle name.")
     connector.engine = engine  # type: ignore[attr-defined]
+    engine.connector_name = name  # type: ignore[attr-defined]  # lazy handles' checkpoint definitions name it
 
     @connector.tool()
     def list_databases() -> Any:
