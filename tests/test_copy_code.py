@@ -102,3 +102,15 @@ def test_call_code_text_is_one_block_of_agent_code_text() -> None:
     record = _record()
     blocks = [call_code_text(record, tool) for tool in record.tools]
     assert "\n\n".join(b for b in blocks if b) + "\n" == agent_code_text(record)
+
+
+def test_a_subagents_calls_get_buttons_in_the_final_form_too() -> None:
+    parent = RunRecord(run_id="parent1", model="m")
+    child = RunRecord(run_id="child1", model="m")
+    child.items.append(ToolRecord("c1", "python_interpreter", {"code": "print('child')"}, 1, result="child"))
+    sub = ToolRecord("s1", "subagent", {"task": "look"}, 1, result="done")
+    sub.subagent = child
+    parent.items.append(sub)
+    final = render_answer_html(parent, copy_buttons=True)
+    assert 'data-agent-call="child1:c1"' in final and "parent1:s1" not in final
+    assert "agent-copy-code" not in render_answer_html(parent)

@@ -104,6 +104,9 @@ def test_output_streamed_from_the_sandbox_prints_once(tmp_path: Path) -> None:
     ))
     assert "│ zebra-stripe" in out, "streamed live from the worker"
     assert out.count("zebra-stripe") == 1, "not repeated in the finished call's result"
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", out)
+    waiting, done = plain.find("starting the sandbox…"), plain.find("sandbox started · ")
+    assert -1 < waiting < done < plain.find("│ zebra-stripe"), "the sandbox start is announced, then timed"
 
 
 def test_a_running_duckdb_query_shows_its_progress_in_place(tmp_path: Path) -> None:

@@ -428,10 +428,12 @@ def copy_button_html(key: str) -> str:
             'title="Copy this call\'s code (what %agent_code puts into the next cell for it)">copy code</button>')
 
 
-def render_tool_body_html(tool: ToolRecord, *, charts: bool = True, copy: str | None = None) -> str:
+def render_tool_body_html(tool: ToolRecord, *, charts: bool = True, copy: str | None = None,
+                          copy_nested: bool = False) -> str:
     """One call's section body: what it ran, its result for people, tables, charts, what the model saw.
 
-    ``copy``: the call's :func:`copy_key`, to put a "copy code" button (:func:`copy_button_html`) above its code.
+    ``copy``: the call's :func:`copy_key`, to put a "copy code" button (:func:`copy_button_html`) above its code;
+    ``copy_nested``: buttons for the calls of a subagent's nested transcript too.
     """
     source = tool_call_source(tool)
     parts: list[str] = [copy_button_html(copy)] if copy else []
@@ -442,7 +444,7 @@ def render_tool_body_html(tool: ToolRecord, *, charts: bool = True, copy: str | 
     if others:
         parts.append(f'<pre style="{_PRE}">{_e(json.dumps(others, ensure_ascii=False, indent=1, default=str))}</pre>')
     if tool.subagent is not None:
-        nested = render_run_html(tool.subagent, nested=True, copy_buttons=copy is not None)
+        nested = render_run_html(tool.subagent, nested=True, copy_buttons=copy_nested)
         parts.append(f'<div style="margin-left:12px">{nested}</div>')
     if tool.result is None:
         parts.append(printed_html(tool))
@@ -506,11 +508,11 @@ def render_run_html(record: RunRecord, *, nested: bool = False, open_tools: bool
     for item in record.items:
         if isinstance(item, ToolRecord):
             opened = " open" if open_tools else ""
+            body = render_tool_body_html(item, charts=not final_form, copy_nested=copy_buttons,
+                                         copy=copy_key(record, item) if copy_buttons else None)
             parts.append(
                 f'<details class="agent-tool agent-{item.kind}" style="{_BOX}"{opened}>'
-                f"<summary>{_e(tool_summary(item))}</summary>"
-                f"{render_tool_body_html(item, charts=not final_form, copy=copy_key(record, item) if copy_buttons else None)}"
-                "</details>"
+                f"<summary>{_e(tool_summary(item))}</summary>{body}</details>"
             )
         elif item[0] == "text":
             if answer is not None and item is record.items[-1] and item[1].strip() == answer.strip():

@@ -150,7 +150,7 @@ class _Transcript:
                 key = None
             else:
                 self.clipboard.add(key, code + "\n")
-        return export.render_tool_body_html(tool, copy=key)
+        return export.render_tool_body_html(tool, copy=key, copy_nested=self.clipboard is not None)
 
     def on_tool_started(self, tool: ToolRecord) -> None:
         self.text_widget = None
@@ -459,9 +459,8 @@ class TerminalRenderer:
             else:
                 body = Syntax(strip_control(source[1]), source[0], word_wrap=True)
             c.print(Panel(body, title=strip_control(event.tool_use.name), title_align="left", border_style="blue"))
-        elif isinstance(event, SandboxStep):
-            if event.duration_s is not None:
-                c.print(Text(export.sandbox_step_text(event), style="dim"))
+        elif isinstance(event, SandboxStep):  # "starting the sandbox", then "sandbox started · 2.31 s"
+            c.print(Text(export.sandbox_step_text(event) + ("…" if event.duration_s is None else ""), style="dim"))
         elif isinstance(event, ToolOutputDelta):
             self._print_live(event)
         elif isinstance(event, ToolCallFinished):
