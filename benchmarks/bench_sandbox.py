@@ -123,7 +123,8 @@ def main() -> None:
     pickled = best_of(pickle_round_trip)
     print(f"  pickle round trip of the same frame (same run)  {ms(pickled)}")
     print(f"  => result transfer / pickle round trip          {back / pickled:9.2f}x  (target <= 0.25x; "
-          "difference of two whole calls: noisy on a loaded machine)")
+          "difference of two whole calls, each dominated by the worker's df.copy() page faults: noisy; "
+          "the sealed trip below times each stage)")
     trips = [sealed_trip(frame) for _ in range(2)]
     best = min(trips, key=lambda stages: sum(v for k, v in stages.items() if not k.startswith("(")))
     sealed = sum(v for k, v in best.items() if not k.startswith("("))
