@@ -362,6 +362,18 @@ def test_each_calls_copy_button_copies_its_code_live_and_after_settling_and_it_r
             static = context.new_page()
             static.set_content(final)
             assert _visible_count(static, "button.agent-copy-code") == 0, "hidden where no notebook runs it"
+
+            # a reloaded page on the same kernel gets the clipboard widget back: the buttons work again
+            page.evaluate("navigator.clipboard.writeText('emptied')")
+            page.reload()
+            page.wait_for_selector(".agent-final .agent-footer", timeout=RUN_TIMEOUT_MS)
+            page.evaluate("document.querySelectorAll('.agent-final details').forEach(d => d.open = true)")
+            again = page.locator(".agent-final button.agent-copy-code").first
+            again.wait_for(state="visible", timeout=30_000)
+            again.click()
+            page.wait_for_function("() => [...document.querySelectorAll('.agent-final button.agent-copy-code')]"
+                                   ".some(b => b.textContent.includes('copied'))", timeout=5_000)
+            assert page.evaluate("navigator.clipboard.readText()") == copied_live
         finally:
             browser.close()
 

@@ -23,8 +23,8 @@ from typing import Any
 
 __all__ = ["CodeClipboard", "code_clipboard", "MAX_CALLS"]
 
-MAX_CALLS = 2_000
-"""Calls whose code the widget keeps (the oldest go first): a long session's page state stays small."""
+MAX_CALLS = 500
+"""Calls whose code the widget keeps (the oldest go first): each new call re-sends the map to the page."""
 
 _ESM = r"""
 const KEY = "__harnessMagicCopyCode";

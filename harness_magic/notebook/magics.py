@@ -382,6 +382,9 @@ class AgentMagics(Magics):
         if self._session is not None:
             self._session.close()
             self._session = None
+        if getattr(self, "_code_clipboard", None) is not None:  # see harness_magic.notebook.clipboard
+            self._code_clipboard.close()
+            self._code_clipboard = None
 
     def _in_kernel(self) -> bool:
         return getattr(self.shell, "kernel", None) is not None
