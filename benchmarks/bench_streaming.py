@@ -8,7 +8,8 @@ wall-clock time, and the callback in the kernel records when it arrived. The phy
 one pipe write + one read (tens of µs); the design adds up to the relay interval when lines come
 faster than it. Overhead: a call printing N lines with and without a callback in the kernel (the
 worker sends output frames in every call, at most STREAM_MAX_CHARS of them; past that a print costs
-what it did before).
+what it did before). The same for the in-process backend, and the time of the fork step that gives
+each cell a fresh worker.
 """
 
 from __future__ import annotations
@@ -56,8 +57,37 @@ def main() -> None:
             print(f"{f'{lines:,} prints, callback off / on (ms)':44} {runs['off'] * 1000:8.1f} / "
                   f"{runs['on'] * 1000:.1f}  (x{runs['on'] / runs['off']:.2f})")
         print(f"{'streamed chars per call (cap)':44} {STREAM_MAX_CHARS:12,}")
+        _inprocess()
+        forks = []
+        for _ in range(10):
+            box.retire_worker()
+            forks.append(box.start_worker() * 1000)
+        print(f"{'fresh worker per cell (fork step), median (ms)':44} {statistics.median(forks):12.1f}")
     finally:
         box.close()
+
+
+def _inprocess() -> None:
+    """The same figures for the in-process backend (no pipe: the floor is a function call)."""
+    from harness_magic.core.interpreter import InProcessInterpreter
+
+    backend = InProcessInterpreter()
+    arrivals: list[tuple[float, str]] = []
+    backend.execute(LATENCY_CODE, {}, [], on_output=lambda t: arrivals.append((time.time(), t)))
+    delays = [(at - float(line)) * 1000 for at, text in arrivals for line in text.splitlines()]
+    print(f"{'in-process: print -> callback, median (ms)':44} {statistics.median(delays):12.3f}")
+    for lines in (1_000, 100_000):
+        code = f"for i in range({lines}):\n    print('row', i)"
+        runs = {}
+        for label, callback in (("off", None), ("on", lambda t: None)):
+            best = float("inf")
+            for _ in range(3):
+                started = time.perf_counter()
+                backend.execute(code, {}, [], on_output=callback)
+                best = min(best, time.perf_counter() - started)
+            runs[label] = best
+        print(f"{f'in-process: {lines:,} prints, off / on (ms)':44} {runs['off'] * 1000:8.1f} / "
+              f"{runs['on'] * 1000:.1f}  (x{runs['on'] / runs['off']:.2f})")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,10 @@ import base64
 import contextlib
 import io
 import json
+import sys
+import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Protocol
 
@@ -142,10 +145,10 @@ class _StreamingCapture(io.StringIO):
     def write(self, text: str) -> int:
         written = super().write(text)
         if self.on_output is not None and self.room > 0 and text:
-            piece = str(text)[: self.room]
+            piece = text if len(text) <= self.room else text[: self.room]
             self.room -= len(piece)
             self.pending.append(piece)
-            if "\n" in piece:
+            if "\n" in piece and time.monotonic() - self.last >= STREAM_INTERVAL_S:
                 self._send(force=False)
         return written
 
@@ -157,10 +160,6 @@ class _StreamingCapture(io.StringIO):
         self._send(force=True)
 
     def _send(self, *, force: bool) -> None:
-        import sys
-        import time
-        import warnings
-
         now = time.monotonic()
         if not self.pending or (not force and now - self.last < STREAM_INTERVAL_S):
             return
@@ -199,8 +198,6 @@ class InProcessInterpreter:
                 on_output: Callable[[str], None] | None = None) -> ExecutionResult:
         """Run ``code``; ``on_output(text)`` receives what it prints as it prints it (bounded, see
         :class:`_StreamingCapture`); the result holds the full output either way."""
-        import sys
-
         result = ExecutionResult()
         taken = set(taken_names)
 
@@ -211,7 +208,8 @@ class InProcessInterpreter:
             return handle
 
         namespace: dict[str, Any] = {"__name__": "__agent__", "save": save, **inputs}
-        stdout = _StreamingCapture(on_output, sys.stdout, sys.stderr)  # stderr too, as in the worker
+        # stderr is captured too, as in the worker; a plain StringIO (a C-level write) when nobody watches
+        stdout: Any = _StreamingCapture(on_output, sys.stdout, sys.stderr) if on_output is not None else io.StringIO()
         armed: Any = contextlib.nullcontext()
         if self.checks:
             from harness_magic.core.sandbox import checks
@@ -233,7 +231,8 @@ class InProcessInterpreter:
             lines = traceback.format_list(agent_frames) + traceback.format_exception_only(type(exc), exc)
             result.error = "Traceback (most recent call last):\n" + "".join(lines)
         finally:
-            stdout.finish()
+            if on_output is not None:
+                stdout.finish()
         result.stdout = stdout.getvalue()
         result.charts = _capture_figures()
         return result
