@@ -250,6 +250,19 @@ def test_row_count_falls_back_to_the_engine_estimate(dataset, monkeypatch):
     assert lazy_mod.parse_estimate("│ ~15,000,000 rows │\n│ ~3 rows │") == 15_000_000
 
 
+def test_the_plan_estimate_is_read_as_text_inside_a_notebook_kernel(monkeypatch):
+    """Under Jupyter DuckDB's ``explain()`` displays HTML and returns "": the engine must ask for text."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("_duckdb"), "__jupyter__", True, raising=False)
+    monkeypatch.setattr(importlib.import_module("duckdb._relation"), "_display_html",
+                        lambda *a, **k: pytest.fail("a query plan was displayed in the cell"))
+    monkeypatch.setattr(importlib.import_module("harness_magic.core.connectors.duckdb_connector"),
+                        "COUNT_BUDGET_S", 0.05)
+    relation = DuckDBEngine().lazy(SessionCache(), "SELECT a.range FROM range(1000000) a, range(100000000) b")
+    assert relation.rows_estimated and relation.rows is not None and relation.rows > 10**6
+
+
 def test_query_progress_reaches_the_harness_as_events(tmp_path, dataset):
     root, _ = dataset
     turns = [call("load_connectors", connector_name="duckdb"),

@@ -374,7 +374,7 @@ class DuckDBEngine:
                     "columns": list(relation.columns),
                     "engine_types": {c: str(t) for c, t in zip(relation.columns, relation.types)},
                 }
-                plan = relation.explain()
+                plan = relation.explain(format="text")  # under Jupyter the default displays HTML and returns ""
                 estimate = parse_estimate(plan)
                 head = rows = None
                 counter = threading.Timer(COUNT_BUDGET_S, con.interrupt)

@@ -4,6 +4,7 @@ Configuration (a built-in type of ``AgentMagics.connectors``)::
 
     {"type": "spark", "remote": "sc://host:15002"}   # a cluster through Spark Connect
     {"type": "spark", "master": "local[2]"}          # one machine: a private local Connect server
+    {"type": "spark", "master": "local[2]", "files": {"events": "data/events/"}}  # + file views
 
 Both take the same client path: ``master`` starts a :class:`~.spark_server.LocalSparkConnect`
 (loopback, random token, stopped with the engine) on first use and connects to it.
@@ -48,6 +49,7 @@ from __future__ import annotations
 import re
 import threading
 import uuid
+import warnings
 from typing import Any, Callable, Mapping
 
 from harness_magic.core.connectors._results import (
@@ -106,6 +108,7 @@ class SparkEngine:
     """One Spark Connect session: binds cached handles as temp views, runs tagged jobs (see module doc)."""
 
     def __init__(self, remote: str | None = None, *, master: str | None = None,
+                 files: Mapping[str, str] | None = None,
                  conf: Mapping[str, str] | None = None, max_rows: int = DEFAULT_MAX_ROWS,
                  timeout_s: float = DEFAULT_TIMEOUT_S, count_budget_s: float = COUNT_BUDGET_S) -> None:
         if (remote is None) == (master is None):
@@ -120,6 +123,12 @@ class SparkEngine:
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
             raise ValueError(f"spark timeout_s must be a positive number of seconds, got {timeout_s!r}")
         self.remote, self.master = remote, master
+        self.files: dict[str, tuple[str, str]] = {}
+        """View name -> (Spark reader format, path or glob as Spark sees it), registered when the session starts."""
+        for view, path in (files or {}).items():
+            if not isinstance(view, str) or not _IDENT.fullmatch(view):
+                raise ValueError(f"spark file view name {view!r} must be an identifier")
+            self.files[view] = (_reader(path), str(path))
         self.conf = {str(k): str(v) for k, v in (conf or {}).items()}
         self.max_rows, self.timeout_s, self.count_budget_s = max_rows, float(timeout_s), float(count_budget_s)
         self.server: Any = None
@@ -152,7 +161,10 @@ class SparkEngine:
                             raise ToolError(f"Spark did not start: {exc}") from None
                     url = self.server.url
                 try:
-                    from pyspark.sql.connect.session import SparkSession
+                    with warnings.catch_warnings():  # "pandas >= 3 not fully supported": frames cross as Arrow here
+                        warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas",
+                                                category=FutureWarning)
+                        from pyspark.sql.connect.session import SparkSession
                 except ImportError as exc:
                     raise ToolError("pyspark[connect] is not installed; install harness_magic[spark]") from exc
                 try:
@@ -163,6 +175,15 @@ class SparkEngine:
                 except Exception as exc:
                     raise ToolError(f"Cannot reach Spark Connect at {_redact(url)}: {_first_line(exc)}") from None
                 spark.registerProgressHandler(self._on_progress)
+                for view, (kind, path) in self.files.items():
+                    try:
+                        reader = spark.read.format(kind)
+                        if kind == "csv":
+                            reader = reader.option("header", "true").option("inferSchema", "true")
+                        reader.load(path).createOrReplaceTempView(view)
+                    except Exception as exc:
+                        spark.stop()
+                        raise ToolError(f"Spark cannot read file view {view!r} ({path}): {_first_line(exc)}") from None
                 self._spark = spark
             return self._spark
 
@@ -262,7 +283,7 @@ class SparkEngine:
         frames: dict[str, str] = {}
         lazies: dict[str, SparkRelation] = {}
         chain: list[LazyRelation] = [root] if root is not None else []
-        for handle in sorted(wanted):
+        for handle in sorted(wanted - set(self.files)):  # a configured file view wins over a handle's name
             if cache is None or handle not in cache:
                 continue
             location = _location(cache, handle)
@@ -294,6 +315,10 @@ class SparkEngine:
                 if order.setdefault(name, dependency) is not dependency or name in needed:
                     raise ToolError(f"`{name}` names two different values in this query (one was retired and its "
                                     "name reused); rebuild the lazy handle from the current handles")
+        clash = sorted((set(needed) | set(order)) & set(self.files))
+        if clash:
+            raise ToolError(f"a lazy handle was built on `{clash[0]}`, which is now a configured file view's name; "
+                            "rebuild the lazy handle")
         for handle, version in sorted(needed.items()):
             if self._bound.get(handle) != ("frame", version):
                 self._upload(spark, cache, handle)
@@ -438,7 +463,9 @@ class SparkEngine:
             except Exception as exc:
                 raise ToolError(f"No database {database!r}: {_first_line(exc)}; use list_databases") from None
             return [{"name": t.name, "database": t.namespace[0] if t.namespace else None,
-                     "kind": "temporary view" if t.isTemporary else str(t.tableType).lower()}
+                     "kind": ("file view" if t.name in self.files else "temporary view") if t.isTemporary
+                     else str(t.tableType).lower(), **({"path": self.files[t.name][1]} if t.isTemporary
+                                                       and t.name in self.files else {})}
                     for t in tables[:LIST_MAX]]
 
         return self.run(go)
@@ -530,6 +557,23 @@ def _estimate(spark: Any, sql: str) -> int | None:
     return int(float(match.group(1))) if match else None
 
 
+_READERS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json",
+            ".ndjson": "json", ".orc": "orc"}
+"""File suffix -> Spark reader format; a directory or glob without a known suffix is read as Parquet."""
+
+
+def _reader(path: Any) -> str:
+    text = str(path)
+    stem = text.rstrip("/").rsplit("/", 1)[-1].lower()
+    for suffix, kind in _READERS.items():
+        if stem.endswith(suffix):
+            return kind
+    if "." in stem and not any(c in stem for c in "*?["):
+        raise ValueError(f"spark cannot read {text!r}; supported: {', '.join(sorted(_READERS))}, or a directory "
+                         "of Parquet files")
+    return "parquet"
+
+
 def _check_name(name: Any, what: str) -> None:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ToolError(f"{name!r} is not a {what} name (letters, digits, _ and -)")
@@ -575,6 +619,7 @@ def spark_connector(
     remote: str | None = None,
     *,
     master: str | None = None,
+    files: Mapping[str, str] | None = None,
     name: str = "spark",
     description: str | None = None,
     conf: Mapping[str, str] | None = None,
@@ -585,10 +630,12 @@ def spark_connector(
 ) -> Connector:
     """Spark SQL through Spark Connect at ``remote``, or on a private local server for ``master``.
 
-    ``conf`` sets Spark settings (server start settings for ``master``, session
-    settings for ``remote``). Nothing starts until the first tool call.
+    ``files`` (view name -> Parquet/CSV/JSON file, directory or glob, as Spark
+    sees the path) become temporary views of the session. ``conf`` sets Spark
+    settings (server start settings for ``master``, session settings for
+    ``remote``). Nothing starts until the first tool call.
     """
-    engine = SparkEngine(remote, master=master, conf=conf, max_rows=max_rows, timeout_s=timeout_s,
+    engine = SparkEngine(remote, master=master, files=files, conf=conf, max_rows=max_rows, timeout_s=timeout_s,
                          count_budget_s=count_budget_s)
     connector = Connector(
         name, description or "Apache Spark SQL (Spark Connect): list and describe tables, run queries whose "
