@@ -422,3 +422,30 @@ def test_the_local_server_is_private_and_stops(spark_server):
         wrong = SparkSession.builder.remote(f"sc://localhost:{server.port}/;token=wrong").create()
         with pytest.raises(Exception):
             wrong.sql("SELECT 1").collect()
+
+
+def test_file_views_are_tables_and_win_over_a_handle_of_the_same_name(tmp_path, spark_server):
+    server, _, _ = spark_server
+    folder = tmp_path / "orders"
+    folder.mkdir()
+    frame = sales_frame()
+    for part in range(3):
+        frame.iloc[part::3].to_parquet(folder / f"part-{part}.parquet", index=False)
+    built = spark_connector(server.url, files={"orders": str(folder)}, count_budget_s=EXACT)
+    try:
+        turns = [call("load_connectors", connector_name="spark"), call("spark__list_tables"),
+                 call("spark__query", sql="SELECT count(*) AS n, sum(amount) AS total FROM orders", name="t"),
+                 {"text": "done"}]
+        session = session_for(tmp_path, turns, built)
+        session.cache.put("orders", pd.DataFrame({"n": [1]}))  # a handle cannot shadow the configured view
+        blocks = results(session.ask("go"))
+        assert not any(b.is_error for b in blocks), [b.content for b in blocks]
+        assert {"name": "orders", "database": None, "kind": "file view", "path": str(folder)} in \
+            json.loads(blocks[1].content)
+        got = session.cache.get("t").materialize(session.cache, 10**6)
+        assert got.n.tolist() == [ROWS] and got.total.tolist() == [frame.amount.sum()]
+    finally:
+        built.engine.close()
+    for bad, message in [({"bad name": "x.parquet"}, "must be an identifier"), ({"v": "notes.txt"}, "cannot read")]:
+        with pytest.raises(ValueError, match=message):
+            spark_connector(server.url, files=bad)
