@@ -606,3 +606,22 @@ def test_an_engine_handle_without_a_definition_still_refuses_the_save(tmp_path):
     with pytest.raises(CheckpointError, match="opaque .*elsewhere handle: it has no checkpoint definition"):
         cache.save(tmp_path / "ckpt")
     assert not (tmp_path / "ckpt" / "manifest.json").exists()
+
+
+def test_each_query_runs_on_its_own_cursor_and_leaves_nothing_behind(dataset):
+    """One database per engine; frames, lazy views and snapshot tables of a query vanish with its cursor."""
+    root, frame = dataset
+    engine = DuckDBEngine({"events": str(root)})
+    cache = SessionCache()
+    cache.put("targets", pd.DataFrame({"region": ["north"], "target": [1.0]}))
+    cache.put("joined", engine.lazy(cache, "SELECT region, count(*) AS n FROM events JOIN targets USING (region) "
+                                           "GROUP BY 1"))  # a reducing plan: its snapshot used a temporary table
+    engine.query(cache, "SELECT * FROM joined")
+    listing, _ = engine.query(SessionCache(), "SELECT (SELECT count(*) FROM duckdb_tables()) AS tables, "
+                                              "(SELECT list(view_name) FROM duckdb_views() WHERE NOT internal) AS v")
+    assert listing.tables.tolist() == [0] and list(listing.v[0]) == ["events"]
+    with pytest.raises(ToolError, match="targets"):
+        engine.query(SessionCache(), "SELECT * FROM targets")  # another cache: the frame is not there
+    engine.close()
+    with pytest.raises(ToolError, match="closed"):
+        engine.query(cache, "SELECT 1")

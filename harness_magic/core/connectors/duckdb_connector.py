@@ -1,22 +1,25 @@
 """The ``duckdb`` connector: SQL over cached frames and configured files, in-process.
 
-Each query gets a fresh in-memory DuckDB connection in which
+Each engine owns one private in-memory DuckDB database, set up once and
+locked; each query gets its own cursor (connection) on it, in which
 
 * every cached DataFrame handle the SQL names is registered as a view of a
   copy (``cache.view``), so SQL can never change what the cache holds;
 * every configured Parquet file (``files={"sales": "data/sales.parquet"}``,
   directories and globs too) is a view over DuckDB's own Parquet reader,
   reading through :class:`~.readonly_fs.ReadOnlyFiles`: a file system
-  registered on this connection only that opens the configured files
+  registered on this engine's database only that opens the configured files
   ``O_RDONLY`` and refuses every write, and the only paths DuckDB may touch
   (``allowed_paths``); CSV and JSON files are tables backed by Arrow datasets
   that Python opened read-only (CSV scanned lazily, JSON loaded);
-* the connection then runs with external access off (no other file, no
+* the database then runs with external access off (no other file, no
   ``ATTACH``, no ``COPY ... TO`` a real path, no ``EXPORT``), extension
   auto-install and auto-load off, and its configuration locked before any
-  model SQL runs. ``read_csv('/etc/passwd')`` and ``COPY t TO '<configured
-  file>'`` fail inside the engine or its read-only file system, whatever the
-  statement looks like.
+  model SQL runs (a cursor may only switch progress tracking on). Lazy handles
+  a query names become temporary views of that cursor; everything a query
+  registered or created goes when its cursor closes. ``read_csv('/etc/passwd')``
+  and ``COPY t TO '<configured file>'`` fail inside the engine or its
+  read-only file system, whatever the statement looks like.
 
 DuckDB's own parser (``extract_statements``) classifies the text: exactly one
 statement per call, and only plain queries run (see :mod:`.classify`).
@@ -228,7 +231,7 @@ class DuckDBEngine:
             return db
 
     def connect(self, cache: Any, sql: str | None) -> Any:
-        """A fresh in-memory connection: configured files and the cached handles ``sql`` names, then locked."""
+        """A fresh cursor on the engine's locked database: configured files and the cached handles ``sql`` names."""
         return self._open(cache, sql)[0]
 
     def _open(self, cache: Any, sql: str | None, root: LazyRelation | None = None
@@ -236,8 +239,8 @@ class DuckDBEngine:
         """(connection, frames registered: handle -> version, lazy views created: handle -> relation).
 
         Frames are registered as views of copies, lazy handles (of this engine)
-        as views of their own statements, their inputs first; then the
-        configuration is locked.
+        as temporary views of their own statements, their inputs first, all on
+        a new cursor of the locked database (:meth:`_database`).
         """
         con = self._database().cursor()
         try:
