@@ -102,7 +102,8 @@ class LazyRelation:
 
     def __harness_checkpoint__(self) -> dict[str, str]:
         """The definition a checkpoint keeps: the connector's name and the query (no rows, no engine state)."""
-        return {"connector": str(getattr(self._engine, "connector_name", "duckdb")), "sql": self._sql}
+        name = getattr(self._engine, "connector_name", None)
+        return {"connector": name if isinstance(name, str) and name else self.__harness_engine__, "sql": self._sql}
 
     @property
     def sql(self) -> str:
