@@ -308,3 +308,15 @@ def test_snapshot_tables_show_levels_dtypes_hidden_columns_and_series_labels() -
 
     page = snapshot_html("h", make_snapshot(pd.DataFrame({HOSTILE: [HOSTILE]})))
     assert "<script" not in page and "<img" not in page and hostile.rows[0][1] == [HOSTILE]
+
+
+def test_notices_name_their_level_only_when_it_is_not_info() -> None:
+    from harness_magic.core.export import RunRecord, render_markdown_document, render_run_html
+
+    record = RunRecord(run_id="r1", model="m")
+    record.items += [("notice", "info", "sandbox started · 1.20 s"), ("notice", "warning", "Denied x (write): <no>")]
+    page = render_run_html(record)
+    assert ">sandbox started · 1.20 s</div>" in page and "info:" not in page
+    assert "warning: Denied x (write): &lt;no&gt;" in page
+    markdown = render_markdown_document([record])
+    assert "> sandbox started · 1.20 s" in markdown and "info:" not in markdown and "> warning: Denied" in markdown

@@ -520,8 +520,9 @@ def render_run_html(record: RunRecord, *, nested: bool = False, open_tools: bool
             parts.append(f'<div class="agent-text">{_cited_html(render_markdown_safe(item[1]), record)}</div>')
         elif item[0] == "reminder":
             parts.append(model_saw_html(item[1], "what the model saw: harness reminder"))
-        elif item[0] == "notice":
-            parts.append(f'<div style="{_MUTED}">{_e(item[1])}: {_e(item[2])}</div>')
+        elif item[0] == "notice":  # as the live view shows it: the level is named only when it is not info
+            level = "" if item[1] == "info" else f"{_e(item[1])}: "
+            parts.append(f'<div class="agent-notice" style="{_MUTED}">{level}{_e(item[2])}</div>')
     if nested and record.result is not None:
         parts.append(f'<div style="{_MUTED}">{_e(render_footer_text(record))}</div>')
     return "".join(parts)
@@ -678,7 +679,8 @@ def _md_record(record: RunRecord, depth: int = 2) -> list[str]:
         elif item[0] == "text":
             out.append(_cited_markdown(escape_markdown_html(item[1]), record) + "\n")
         elif item[0] == "notice":
-            out.append(f"> {_md_inline(item[1])}: {_md_inline(item[2])}\n")
+            level = "" if item[1] == "info" else f"{_md_inline(item[1])}: "
+            out.append(f"> {level}{_md_inline(item[2])}\n")
     return out
 
 
