@@ -241,7 +241,8 @@ def test_a_write_asks_for_approval_and_a_denied_one_writes_nothing(tmp_path, spa
     assert sorted(p.relative_to(warehouse) for p in Path(warehouse).rglob("*")) == before
     # the same statement, approved, does write: the check above can fail
     turns = [call("load_connectors", connector_name="spark"),
-             call("spark__execute", sql="CREATE TABLE copy_approved USING parquet AS SELECT * FROM sales WHERE id < 10"),
+             call("spark__execute",
+                  sql="CREATE TABLE copy_approved USING parquet AS SELECT * FROM sales WHERE id < 10"),
              {"text": "done"}]
     session = session_for(tmp_path, turns, spark(), approval=ApprovalPolicy(approver=lambda r: True))
     blocks = results(session.ask("go"))
@@ -449,3 +450,62 @@ def test_file_views_are_tables_and_win_over_a_handle_of_the_same_name(tmp_path, 
     for bad, message in [({"bad name": "x.parquet"}, "must be an identifier"), ({"v": "notes.txt"}, "cannot read")]:
         with pytest.raises(ValueError, match=message):
             spark_connector(server.url, files=bad)
+
+
+def test_a_checkpoint_rebinds_spark_handles_and_refuses_crafted_queries(tmp_path, spark_server):
+    import warnings as _warnings
+
+    from harness_magic.core.cache import CheckpointWarning, SessionCache
+    from harness_magic.core.connectors import ConnectorRegistry
+    from harness_magic.core.connectors.spark_connector import spark_rebinder
+
+    server, admin, _ = spark_server
+    built = spark_connector(server.url, name="lake", count_budget_s=EXACT)
+    try:
+        cache = SessionCache()
+        cache.put("targets", pd.DataFrame({"region": REGIONS, "target": [1.0, 2.0, 3.0, 4.0]}))
+        engine = built.engine
+        cache.put("by_region", engine.lazy(cache, "SELECT s.region, count(*) AS n, max(t.target) AS target "
+                                                  "FROM sales s JOIN targets t ON s.region = t.region GROUP BY 1"))
+        cache.save(tmp_path / "ckpt")
+        manifest = json.loads((tmp_path / "ckpt" / "manifest.json").read_text())
+        row = {r["name"]: r for r in manifest["entries"]}["by_region"]
+        assert row["definition"]["connector"] == "lake" and "file" not in row
+        loaded = SessionCache.load(tmp_path / "ckpt", rebind=spark_rebinder(ConnectorRegistry([built])))
+        assert loaded.not_restored == {} and loaded.location("by_region") == "spark"
+        got = loaded.get("by_region").materialize(loaded, 10**6).sort_values("region").reset_index(drop=True)
+        want = cache.get("by_region").materialize(cache, 10**6).sort_values("region").reset_index(drop=True)
+        pd.testing.assert_frame_equal(got, want)
+        # a crafted definition runs nothing the model could not
+        for sql in ["CREATE TABLE from_checkpoint USING parquet AS SELECT 1 AS a",
+                    "SELECT 1; DROP TABLE sales", "SELECT reflect('java.lang.Thread', 'sleep', 100000)"]:
+            row["definition"]["sql"] = sql
+            (tmp_path / "ckpt" / "manifest.json").write_text(json.dumps(manifest))
+            with _warnings.catch_warnings(record=True) as caught:
+                _warnings.simplefilter("always")
+                loaded = SessionCache.load(tmp_path / "ckpt", rebind=spark_rebinder([built]))
+            assert "by_region" in loaded.not_restored and "Refused" in loaded.not_restored["by_region"]
+            assert any(issubclass(w.category, CheckpointWarning) for w in caught)
+            assert loaded.names() == ["targets"]
+        assert not admin.catalog.tableExists("from_checkpoint") and admin.table("sales").count() == ROWS
+    finally:
+        built.engine.close()
+
+
+def test_a_small_result_is_counted_by_its_head_job_and_a_large_one_by_count(spark, monkeypatch):
+    import importlib
+
+    module = importlib.import_module("harness_magic.core.connectors.spark_connector")
+    engine = spark().engine
+    counted = []
+    real_count = SparkEngine._count
+    monkeypatch.setattr(SparkEngine, "_count", lambda self, s, df: counted.append(df) or real_count(self, s, df))
+    small = engine.lazy(None, "SELECT region, count(*) AS n FROM sales GROUP BY region")
+    assert (small.rows, small.rows_estimated, counted) == (4, False, [])  # one job: head and count together
+    monkeypatch.setattr(module, "ONE_PASS_BYTES", 1_000)
+    wide = engine.lazy(None, "SELECT id, repeat('x', 100) AS s FROM range(2000)")
+    assert (wide.rows, wide.rows_estimated, len(counted)) == (2000, False, 1)
+    assert len(wide._info["head"]) == 5 and wide._info["head"].id.tolist() == [0, 1, 2, 3, 4]
+    monkeypatch.setattr(module, "ONE_PASS_ROWS", 100)
+    many = engine.lazy(None, "SELECT id FROM range(150)")
+    assert (many.rows, len(counted)) == (150, 2)

@@ -33,10 +33,11 @@ Safety, in order:
   unqualified name (Spark's rule); qualify the table (``db.table``) to reach it.
 
 Lazy handles are :class:`SparkRelation` values, the same engine-value kind as DuckDB's
-:class:`~.lazy.LazyRelation`: snapshot by pushdown (schema, ``count(*)`` within
-:data:`COUNT_BUDGET_S` else Spark's ``rowCount`` estimate marked as such, head
-through ``LIMIT``); interpreter code naming one materialises it as streamed Arrow batches
-under ``materialize_max_bytes``.
+:class:`~.lazy.LazyRelation`: snapshot by pushdown (schema; head rows through one
+``LIMIT`` job, which also counts a result of at most :data:`ONE_PASS_ROWS` rows; else
+``count(*)`` within :data:`COUNT_BUDGET_S`, else Spark's ``rowCount`` estimate marked as
+such); interpreter code naming one materialises it as streamed Arrow batches under
+``materialize_max_bytes`` / ``materialize_max_rows``.
 
 Every Spark call runs under a fresh job tag: Spark Connect's progress reports (stages,
 tasks) become :class:`~harness_magic.core.events.EngineProgress` events, and a timeout or
@@ -64,13 +65,17 @@ from harness_magic.core.connectors.lazy import LazyInputError, LazyRelation, Mat
 from harness_magic.core.connectors.registry import Connector, ConnectorResult, ToolContext
 from harness_magic.core.tools import ToolError
 
-__all__ = ["spark_connector", "SparkEngine", "SparkRelation", "wrap_query"]
+__all__ = ["spark_connector", "spark_rebinder", "SparkEngine", "SparkRelation", "wrap_query"]
 
 COUNT_BUDGET_S = 5.0
 """An exact ``count(*)`` for a snapshot may take this long (a Spark job alone costs ~0.1-1 s); past it the
 job is cancelled and Spark's estimate is shown."""
 HEAD_ROWS = 5
-"""Head rows a lazy handle's snapshot fetches with LIMIT."""
+"""Head rows a lazy handle's snapshot keeps."""
+ONE_PASS_ROWS = 10_000
+"""A lazy result of at most this many rows is counted by the snapshot's one LIMIT job (an aggregate runs once)."""
+ONE_PASS_BYTES = 8 * 1024**2
+"""...and at most this many Arrow bytes: the LIMIT job stops being read past it (only head rows are kept)."""
 EXECUTE_RESULT_ROWS = 50
 """Rows of a command's own output (SHOW, SET) returned by execute: a confirmation, not data."""
 LIST_MAX = 500
@@ -100,10 +105,6 @@ class SparkRelation(LazyRelation):
         return f"<lazy spark relation: {self._sql[:80]!r}>"
 
 
-class _Cancelled(Exception):
-    """The tag was interrupted by our timer."""
-
-
 class SparkEngine:
     """One Spark Connect session: binds cached handles as temp views, runs tagged jobs (see module doc)."""
 
@@ -120,8 +121,9 @@ class SparkEngine:
                                    or not (master == "local" or re.fullmatch(r"local\[(\*|[1-9][0-9]*)\]", master))):
             raise ValueError(f"spark master {master!r} is not a local master; use 'local', 'local[N]' or "
                              "'local[*]' (reach a cluster through 'remote': 'sc://host:15002')")
-        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
-            raise ValueError(f"spark timeout_s must be a positive number of seconds, got {timeout_s!r}")
+        for what, value in (("timeout_s", timeout_s), ("count_budget_s", count_budget_s)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise ValueError(f"spark {what} must be a positive number of seconds, got {value!r}")
         self.remote, self.master = remote, master
         self.files: dict[str, tuple[str, str]] = {}
         """View name -> (Spark reader format, path or glob as Spark sees it), registered when the session starts."""
@@ -225,11 +227,10 @@ class SparkEngine:
         server) and propagates, as do the exceptions in ``cancel_on``. Spark errors
         become ToolErrors with Spark's first line.
         """
-        from pyspark.errors import PySparkException
-
         limit = self.timeout_s if timeout_s is None else timeout_s
         with self._lock:
             spark = self.spark
+            from pyspark.errors import PySparkException
             tag = f"harness-{uuid.uuid4().hex}"
             fired = threading.Event()
 
@@ -248,7 +249,7 @@ class SparkEngine:
                 timer.cancel()
                 self._interrupt(spark, tag)  # the job stops on the server, not only in this client
                 raise
-            except (PySparkException, _Cancelled) as exc:
+            except PySparkException as exc:
                 if fired.is_set():
                     raise _Timeout(f"The Spark job ran past {limit:g} s and was cancelled.") from None
                 raise ToolError(f"spark error: {_first_line(exc)}") from None
@@ -354,8 +355,10 @@ class SparkEngine:
             fields = df.schema.fields
             info: dict[str, Any] = {"columns": [f.name for f in fields],
                                     "engine_types": {f.name: f.dataType.simpleString() for f in fields}}
-            info["head"] = arrow_to_frame(df.limit(HEAD_ROWS).toArrow())
-            rows = self._count(spark, df)
+            head, rows = self._head(spark, df)
+            info["head"] = arrow_to_frame(head)
+            if rows is None:
+                rows = self._count(spark, df)
             if rows is None:
                 info["rows"], info["rows_estimated"] = _estimate(spark, sql), True
             else:
@@ -364,6 +367,38 @@ class SparkEngine:
 
         info, frames, lazies = self.run(describe, progress)
         return SparkRelation(self, sql, frames, lazies, info)
+
+    def _head(self, spark: Any, df: Any) -> tuple[Any, int | None]:
+        """(head rows as Arrow, the exact row count when the result is small) from one ``LIMIT`` job.
+
+        ``LIMIT ONE_PASS_ROWS + 1`` streams at most :data:`ONE_PASS_BYTES` (then
+        stops reading); a result that ends within both is counted here, so a
+        small result (an aggregate) runs once for its snapshot, a large one
+        stops early and is counted by :meth:`_count`. Only the head rows are kept.
+        """
+        import pyarrow as pa
+
+        limited = df.limit(ONE_PASS_ROWS + 1)
+        client = spark.client
+        stream = client.to_table_as_iterator(limited._plan.to_proto(client), limited._plan.observations)
+        kept, rows, total, complete = [], 0, 0, True
+        try:
+            for item in stream:
+                if not isinstance(item, pa.Table):
+                    continue
+                if rows < HEAD_ROWS:
+                    kept.append(item.slice(0, HEAD_ROWS - rows))
+                rows += item.num_rows
+                total += item.nbytes
+                if total > ONE_PASS_BYTES:
+                    complete = False
+                    break
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+        head = pa.concat_tables(kept) if kept else df.limit(0).toArrow()
+        return head, rows if complete and rows <= ONE_PASS_ROWS else None
 
     def _count(self, spark: Any, df: Any) -> int | None:
         """``count(*)`` if Spark answers within ``count_budget_s`` (the job is cancelled otherwise)."""
@@ -608,11 +643,57 @@ def _progress_reporter(context: ToolContext, engine: str) -> Progress | None:
     return reporter(context, engine)
 
 
-def _classify(sql: str) -> Any:
+def _check_query(sql: Any, connector_name: str, allow_writes: bool = True) -> None:
+    """The classification every Spark query passes before anything is sent (the model's, and a checkpoint's
+    re-binding): one plain query; ToolError otherwise."""
+    if not isinstance(sql, str) or not sql.strip():
+        raise ToolError("sql must be a non-empty string holding one Spark SQL query")
     try:
-        return classify_sql(sql, "spark")
+        classification = classify_sql(sql, "spark")
     except SQLClassificationError as exc:
         raise ToolError(f"Cannot run this SQL: {exc}.") from None
+    if len(classification.statements) > 1:
+        raise ToolError(f"Refused: {len(classification.statements)} statements; send one query per call "
+                        f"({classification.summary}).")
+    if not classification.is_read:
+        advice = (f"use {connector_name}__execute, which asks the user for approval" if allow_writes
+                  else "this connector is read-only")
+        raise ToolError(f"Refused: the statement is classified {classification.summary}; "
+                        f"{connector_name}__query runs plain queries only ({advice}).")
+
+
+def spark_rebinder(connectors: Any) -> Callable[[str, dict[str, str], Any], LazyRelation]:
+    """``rebind`` for :meth:`SessionCache.load`: lazy Spark handles re-created on the configured connectors,
+    lazy DuckDB handles through :func:`~.duckdb_connector.lazy_rebinder`.
+
+    A saved definition names its connector and query; the query passes the
+    same classification as the model's ``spark__query`` and Spark's parser
+    (the subquery wrapper), so a crafted checkpoint can run nothing the model
+    could not. Refusals raise ToolError/LookupError naming the reason.
+    """
+    from harness_magic.core.connectors.duckdb_connector import lazy_rebinder
+
+    if hasattr(connectors, "names") and hasattr(connectors, "__getitem__"):
+        found = {n: connectors[n] for n in connectors.names}
+    else:
+        found = {c.name: c for c in connectors}
+    others = lazy_rebinder(list(found.values()))
+
+    def rebind(engine: str, definition: dict[str, str], cache: Any) -> LazyRelation:
+        if engine != SparkRelation.__harness_engine__:
+            return others(engine, definition, cache)
+        if set(definition) != {"connector", "sql"}:
+            raise ValueError(f"a spark lazy handle's definition holds 'connector' and 'sql', got {sorted(definition)}")
+        name, sql = definition["connector"], definition["sql"]
+        spark = getattr(found.get(name), "engine", None)
+        if not isinstance(spark, SparkEngine):
+            configured = ", ".join(n for n, c in found.items() if isinstance(getattr(c, "engine", None), SparkEngine))
+            raise LookupError(f"connector {name!r} is not a configured spark connector here (spark connectors: "
+                              f"{configured or 'none'})")
+        _check_query(sql, name)
+        return spark.lazy(cache, sql)
+
+    return rebind
 
 
 def spark_connector(
@@ -690,15 +771,7 @@ def spark_connector(
                 that names it brings its rows in, within a size cap. False fetches up to max_rows rows now.
             max_rows: With lazy=false, fetch at most this many rows (cannot exceed the connector's cap).
         """
-        classification = _classify(sql)
-        if len(classification.statements) > 1:
-            raise ToolError(f"Refused: {len(classification.statements)} statements; send one query per call "
-                            f"({classification.summary}).")
-        if not classification.is_read:
-            advice = (f"use {connector.name}__execute, which asks the user for approval" if allow_writes
-                      else "this connector is read-only")
-            raise ToolError(f"Refused: the statement is classified {classification.summary}; "
-                            f"{connector.name}__query runs plain queries only ({advice}).")
+        _check_query(sql, connector.name, allow_writes)
         progress = _progress_reporter(context, connector.name)
         if lazy:
             if max_rows is not None:

@@ -39,6 +39,7 @@ START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
 """How long ``stop-connect-server.sh`` may take before the JVM is killed."""
 _IDENT = "harness-magic"
+_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 _LOCAL_MASTER = ("local", "local[")
 
 
@@ -121,7 +122,7 @@ class LocalSparkConnect:
         env.update({"SPARK_CONNECT_AUTHENTICATE_TOKEN": self._token, "SPARK_PID_DIR": self.directory,
                     "SPARK_LOG_DIR": os.path.join(self.directory, "logs"), "SPARK_IDENT_STRING": _IDENT,
                     "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1"})
-        pid_file = Path(self.directory) / f"spark-{_IDENT}-org.apache.spark.sql.connect.service.SparkConnectServer-1.pid"
+        pid_file = Path(self.directory) / f"spark-{_IDENT}-{_SERVER_CLASS}-1.pid"  # spark-daemon.sh's name
         self._finalizer = weakref.finalize(self, _stop, home / "sbin" / "stop-connect-server.sh", env,
                                            self.directory, pid_file)
         settings = {"spark.connect.grpc.binding.address": "127.0.0.1",
