@@ -335,10 +335,12 @@ def test_each_calls_copy_button_copies_its_code_live_and_after_settling_and_it_r
             page.evaluate("document.querySelector('.agent-final').scrollIntoView({block: 'start'})")
             page.screenshot(path=str(ARTIFACTS / "jupyterlab-copy-settled.png"), full_page=False)
 
-            for button in page.locator(".jp-OutputArea-output button.agent-copy-code[data-agent-call='forged:key'], "
-                                       ".jp-OutputArea-output button.agent-copy-code[data-agent-call='']").all():
-                button.click()
-                assert page.evaluate("navigator.clipboard.readText()") == copied_live, "a forged key copies nothing"
+            forged_buttons = ("button.agent-copy-code[data-agent-call='forged:key'], "
+                              "button.agent-copy-code[data-agent-call='']")
+            assert page.locator(forged_buttons).count() == 2 and _visible_count(page, forged_buttons) == 0, \
+                "buttons naming no call of this session stay hidden"
+            page.evaluate(f"document.querySelectorAll({forged_buttons!r}).forEach(b => b.click())")
+            assert page.evaluate("navigator.clipboard.readText()") == copied_live, "a forged key copies nothing"
 
             # paste into a new cell below and run it: the agent's code runs in the notebook's own namespace
             page.evaluate("window.jupyterapp.commands.execute('notebook:insert-cell-below')")

@@ -7,10 +7,11 @@ is plain, inert HTML (:func:`harness_magic.core.export.copy_button_html`):
 hidden, naming its call by a key (``RUN_ID:TOOL_USE_ID``). One
 :class:`CodeClipboard` widget per session holds the code of every call by that
 key (synced from the kernel, never read from the page) and its front-end
-module, loaded by JupyterLab's widget manager, shows the buttons and copies a
-call's code to the clipboard when one is clicked — at once, busy kernel or
-not. In a saved notebook opened elsewhere (GitHub, nbviewer, an export) the
-buttons stay hidden. The copied text is what ``%agent_code --run RUN_ID
+module, loaded by JupyterLab's widget manager, shows each button whose call
+it holds (as outputs appear, through a ``MutationObserver``) and copies that
+call's code to the clipboard when it is clicked — at once, busy kernel or
+not. Buttons of calls it does not hold (a saved notebook reopened on a new
+kernel, GitHub, nbviewer, an export) stay hidden. The copied text is what ``%agent_code --run RUN_ID
 --turn N`` puts into the next cell for that call.
 
 A forged button (in another output) can only name a key: the code comes from
@@ -28,25 +29,41 @@ MAX_CALLS = 500
 
 _ESM = r"""
 const KEY = "__harnessMagicCopyCode";
+const SELECTOR = "button.agent-copy-code";
+
+function codeFor(g, key) {
+  for (const model of g.models) {
+    const calls = model.get("calls") || {};
+    if (key && Object.prototype.hasOwnProperty.call(calls, key)) return calls[key];
+  }
+  return undefined;
+}
+
+// A button shows only while a live clipboard holds its call's code (stale or forged ones stay hidden).
+function reveal(g, root) {
+  const buttons = root.matches && root.matches(SELECTOR) ? [root] : [...(root.querySelectorAll ? root.querySelectorAll(SELECTOR) : [])];
+  for (const button of buttons) {
+    const known = typeof codeFor(g, button.getAttribute("data-agent-call")) === "string";
+    button.hidden = !known;
+    button.style.display = known ? "inline-block" : "none";
+  }
+}
 
 function state() {
   const g = (globalThis[KEY] = globalThis[KEY] || { models: new Set(), installed: false });
   if (!g.installed) {
     g.installed = true;
-    const style = document.createElement("style");
-    style.textContent = "button.agent-copy-code{display:inline-block!important}";
-    document.head.appendChild(style);
+    new MutationObserver((records) => {
+      for (const record of records) {
+        for (const node of record.addedNodes) if (node instanceof Element) reveal(g, node);
+      }
+    }).observe(document.body, { childList: true, subtree: true });
     document.addEventListener("click", (event) => {
-      const target = event.target instanceof Element ? event.target.closest("button.agent-copy-code") : null;
+      const target = event.target instanceof Element ? event.target.closest(SELECTOR) : null;
       if (!target) return;
       event.preventDefault();
       event.stopPropagation();
-      const key = target.getAttribute("data-agent-call") || "";
-      let code;
-      for (const model of g.models) {
-        const calls = model.get("calls") || {};
-        if (Object.prototype.hasOwnProperty.call(calls, key)) code = calls[key];
-      }
+      const code = codeFor(g, target.getAttribute("data-agent-call") || "");
       if (typeof code !== "string") return flash(target, "not in this session");
       copy(code).then(() => flash(target, "copied ✓"), () => flash(target, "copy failed"));
     }, true);
@@ -78,14 +95,22 @@ function flash(button, text) {
   setTimeout(() => { button.textContent = label; }, 1500);
 }
 
+function track(model) {
+  const g = state();
+  if (!g.models.has(model)) {
+    g.models.add(model);
+    model.on("change:calls", () => reveal(g, document.body));
+  }
+  reveal(g, document.body);
+  return () => { g.models.delete(model); reveal(g, document.body); };
+}
+
 export default {
   initialize({ model }) {
-    const g = state();
-    g.models.add(model);
-    return () => g.models.delete(model);
+    return track(model);
   },
   render({ model }) {
-    state().models.add(model);
+    track(model);
   },
 };
 """
