@@ -58,7 +58,19 @@ def spark_server(tmp_path_factory):
         yield server, admin, warehouse
     finally:
         admin.stop()
+        pid = server.pid
         server.stop()
+        # stopped for good: the JVM is gone and its private directory removed
+        assert gone(pid), f"the Spark Connect server (pid {pid}) still runs after stop()"
+        assert not os.path.lexists(server.directory) and not server.running
+
+
+def gone(pid: int) -> bool:
+    """The process has exited (or is a zombie waiting for its parent)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def sales_frame() -> pd.DataFrame:
@@ -400,7 +412,7 @@ def test_config_entry_and_bad_configurations(spark_server):
         LocalSparkConnect("spark://cluster:7077")
 
 
-def test_the_local_server_is_private_and_stops(spark_server):
+def test_the_local_server_is_private(spark_server):
     server, _, _ = spark_server
     assert server.url.startswith("sc://localhost:") and ";token=" in server.url
     assert oct(os.stat(server.directory).st_mode & 0o777) == "0o700"

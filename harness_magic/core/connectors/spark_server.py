@@ -38,6 +38,8 @@ START_TIMEOUT_S = 120.0
 """A JVM start on a loaded 2-core machine takes ~8-20 s; past this the start is reported as failed."""
 STOP_TIMEOUT_S = 30.0
 """How long ``stop-connect-server.sh`` may take before the JVM is killed."""
+RMTREE_TRIES = 10
+"""Attempts to remove the server's directory (2 s in all) while a stopping JVM may still touch it."""
 _IDENT = "harness-magic"
 _SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 _LOCAL_MASTER = ("local", "local[")
@@ -87,7 +89,11 @@ def _stop(script: Path, env: dict[str, str], directory: str, pid_file: Path) -> 
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-    shutil.rmtree(directory, ignore_errors=True)
+    for _ in range(RMTREE_TRIES):  # a JVM that is still exiting may write its last log line meanwhile
+        shutil.rmtree(directory, ignore_errors=True)
+        if not os.path.lexists(directory):
+            break
+        time.sleep(0.2)
 
 
 def _alive(pid: int) -> bool:
