@@ -521,3 +521,22 @@ def test_a_small_result_is_counted_by_its_head_job_and_a_large_one_by_count(spar
     monkeypatch.setattr(module, "ONE_PASS_ROWS", 100)
     many = engine.lazy(None, "SELECT id FROM range(150)")
     assert (many.rows, len(counted)) == (150, 2)
+
+
+def test_a_spark_lazy_handle_reaches_the_sandboxed_worker_as_a_frame(tmp_path, spark):
+    """The default backend: the materialised rows cross into the confined worker exactly."""
+    turns = [call("load_connectors", connector_name="spark"),
+             call("spark__query", sql="SELECT region, sum(amount) AS total FROM sales GROUP BY 1", name="totals"),
+             call("python_interpreter", code="save('pulled', totals.sort_values('region').reset_index(drop=True))"),
+             {"text": "done"}]
+    adapter = ProviderAdapter("scripted/spark", transport=ScriptedModel(turns))
+    session = AgentSession(AgentConfig(run_dir=str(tmp_path / "runs"), sandbox="worker"), adapter=adapter)
+    session.add_connector(spark())
+    try:
+        blocks = results(session.ask("go"))
+        assert not blocks[-1].is_error, blocks[-1].content
+        want = sales_frame().groupby("region", as_index=False)["amount"].sum().rename(columns={"amount": "total"})
+        pd.testing.assert_frame_equal(session.cache.get("pulled"), want)
+        assert session.cache.location("totals") == "spark"
+    finally:
+        session.close()
