@@ -364,6 +364,26 @@ def test_snapshot_strategy_follows_the_plan(dataset):
         assert snap["shape"][0] == rows and "rows_estimated" not in snap and snap["sample"]
 
 
+def test_a_handle_living_in_another_engine_is_named_not_silently_skipped(dataset):
+    root, _ = dataset
+    engine = DuckDBEngine({"events": str(root)})
+    cache = SessionCache()
+    here = engine.lazy(cache, "SELECT region, amount FROM events")
+    elsewhere = type("ElsewhereRelation", (LazyRelation,), {"__harness_engine__": "spark"})
+    cache.put("remote", elsewhere(object(), here.sql, {}, {}, dict(here._info)))
+    cache.put("local", pd.DataFrame({"region": ["north"], "target": [1.0]}))
+    with pytest.raises(ToolError, match="`remote` lives in spark, not in duckdb"):
+        engine.query(cache, "SELECT * FROM remote JOIN local USING (region)")
+    joined, _ = engine.query(cache, "SELECT count(*) AS n FROM local")  # the rest still works
+    assert joined.n[0] == 1
+    # a connection over every readable handle leaves the foreign one out instead of failing
+    con = engine.connect(cache, None)
+    try:
+        assert con.sql("SELECT count(*) FROM local").fetchall() == [(1,)]
+    finally:
+        con.close()
+
+
 def test_a_reused_handle_name_in_a_chain_is_refused_not_guessed(dataset):
     root, frame = dataset
     engine = DuckDBEngine({"events": str(root)})
@@ -372,7 +392,7 @@ def test_a_reused_handle_name_in_a_chain_is_refused_not_guessed(dataset):
     cache.put("b", engine.lazy(cache, "SELECT count(*) AS n FROM a"))
     cache.retire("a")
     cache.put("a", engine.lazy(cache, "SELECT * FROM events WHERE amount >= 10"))
-    with pytest.raises(ToolError, match="two different lazy handles"):
+    with pytest.raises(ToolError, match="`a` names two different values"):
         engine.query(cache, "SELECT * FROM a, b")
     alone, _ = engine.query(cache, "SELECT n FROM b")  # b still means what it meant
     assert alone.n[0] == (frame.amount < 10).sum() == cache.get("b").materialize(cache, 10**6).n[0]

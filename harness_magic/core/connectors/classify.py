@@ -362,3 +362,26 @@ def _sqlglot_statement(tree: Any, exp: Any) -> StatementInfo:
                     return StatementInfo(keyword, "write", f"calls {str(name).lower()}: {reason}")
         return StatementInfo(keyword, "read", "query")
     return StatementInfo(keyword, "write", "not a plain query: changes the database or session")
+
+
+def require_one_read(sql: Any, dialect: str, query_tool: str, advice: str) -> Classification:
+    """The check an engine's read tool makes before anything is sent: ``sql`` is one read-only statement.
+
+    Raises ToolError naming what was found and ``advice`` (what to use instead).
+    This decides what the model is told; the engine's own read-only setup is what stops harm.
+    """
+    from harness_magic.core.tools import ToolError
+
+    if not isinstance(sql, str) or not sql.strip():
+        raise ToolError("sql must be a non-empty string holding one SQL query")
+    try:
+        classification = classify_sql(sql, dialect)
+    except SQLClassificationError as exc:
+        raise ToolError(f"Cannot run this SQL: {exc}.") from None
+    if len(classification.statements) > 1:
+        raise ToolError(f"Refused: {len(classification.statements)} statements; send one query per call "
+                        f"({classification.summary}).")
+    if not classification.is_read:
+        raise ToolError(f"Refused: the statement is classified {classification.summary}; "
+                        f"{query_tool} runs read-only queries only ({advice}).")
+    return classification

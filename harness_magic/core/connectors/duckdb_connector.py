@@ -47,13 +47,15 @@ from harness_magic.core.connectors._results import (
     cap_rows,
     truncation_note,
 )
-from harness_magic.core.connectors.classify import SQLClassificationError, classify_sql
+from harness_magic.core.connectors.classify import require_one_read
 from harness_magic.core.connectors.lazy import (
     COUNT_BUDGET_S,
-    LazyInputError,
     LazyRelation,
     MaterializeLimitError,
+    cache_location,
+    is_cached_frame,
     parse_estimate,
+    resolve_inputs,
 )
 from harness_magic.core.connectors.registry import Connector, ConnectorResult, ToolContext
 from harness_magic.core.tools import ToolError
@@ -249,38 +251,13 @@ class DuckDBEngine:
             for view, source in self.sources.items():
                 if view not in self._parquet_urls:
                     con.register(view, _open_source(*source))
-            wanted = set(_IDENT.findall(sql)) if sql is not None else set(cache.names() if cache is not None else [])
-            versions = cache.versions() if cache is not None and hasattr(cache, "versions") else {}
-            frames: dict[str, str] = {}
-            lazies: dict[str, LazyRelation] = {}
-            chain: list[LazyRelation] = [root] if root is not None else []
-            for handle in sorted(wanted - set(self.files)):
-                if cache is None or handle not in cache:
-                    continue
-                value = cache.get(handle) if _location(cache, handle) == LazyRelation.__harness_engine__ else None
-                if isinstance(value, LazyRelation):
-                    if value.engine is not self:
-                        raise ToolError(f"`{handle}` is a lazy handle of another duckdb connector; query it there "
-                                        "or bring its rows in first")
-                    lazies[handle] = value
-                    chain.append(value)
-                elif _is_frame(cache, handle):
-                    frames[handle] = versions.get(handle, "")
-            order: dict[str, LazyRelation] = {}
-            for lazy in chain:
-                try:
-                    deep_frames, deep_lazies = lazy.dependencies()
-                except LazyInputError as exc:
-                    raise ToolError(f"{exc}; rebuild the lazy handle") from None
-                for name, version in deep_frames.items():
-                    if name not in cache or versions.get(name, version) != version:
-                        raise ToolError(f"a lazy handle was built on `{name}`, which was retired or replaced since; "
-                                        "rebuild the lazy handle from the current handles")
-                    frames.setdefault(name, version)
-                for name, dependency in [*deep_lazies.items(), *lazies.items()]:
-                    if order.setdefault(name, dependency) is not dependency:
-                        raise ToolError(f"`{name}` names two different lazy handles in this query (one was retired "
-                                        "and its name reused); rebuild the lazy handle from the current handles")
+            if sql is not None:
+                wanted = set(_IDENT.findall(sql))
+            else:  # every handle this engine can read: frames and its own lazy handles
+                wanted = {name for name in (cache.names() if cache is not None else [])
+                          if cache_location(cache, name) in ("memory", "disk", LazyRelation.__harness_engine__)}
+            inputs = resolve_inputs(cache, wanted - set(self.files), self, LazyRelation.__harness_engine__, root)
+            frames, order = inputs.needed, inputs.order
             for handle in sorted(frames):
                 con.register(handle, cache.view(handle))
             for handle, lazy in order.items():
@@ -578,13 +555,6 @@ def _open_source(kind: str, members: list[Path]) -> Any:
     return ds.dataset(paths, format="json")
 
 
-def _location(cache: Any, handle: str) -> str | None:
-    try:
-        return cache.location(handle)
-    except Exception:
-        return None
-
-
 def _open_file(path: Path) -> Any:
     """An Arrow dataset/table over ``path``, opened by Python for reading only."""
     import pyarrow as pa
@@ -612,18 +582,7 @@ def _open_file(path: Path) -> Any:
 def _check_read_only(sql: str, connector_name: str) -> None:
     """The classification every DuckDB query passes before it runs (the model's, and a checkpoint's re-binding):
     exactly one statement, read-only; ToolError otherwise."""
-    if not isinstance(sql, str) or not sql.strip():
-        raise ToolError("sql must be a non-empty string holding one SQL statement")
-    try:
-        classification = classify_sql(sql, "duckdb")
-    except SQLClassificationError as exc:
-        raise ToolError(f"Cannot run this SQL: {exc}.") from None
-    if len(classification.statements) > 1:
-        raise ToolError(f"Refused: {len(classification.statements)} statements; send one statement per call "
-                        f"({classification.summary}).")
-    if not classification.is_read:
-        raise ToolError(f"Refused: the statement is classified {classification.summary}; "
-                        f"{connector_name}__query runs read-only statements. Save results as handles instead.")
+    require_one_read(sql, "duckdb", f"{connector_name}__query", "save results as handles instead")
 
 
 def lazy_rebinder(connectors: Any) -> Callable[[str, dict[str, str], Any], LazyRelation]:
@@ -676,13 +635,6 @@ def _progress_reporter(context: ToolContext, engine: str) -> Progress | None:
     return report
 
 
-def _is_frame(cache: Any, handle: str) -> bool:
-    try:
-        return str(cache.snapshot(handle).get("type", "")).lower() == "dataframe"
-    except Exception:
-        return False
-
-
 def duckdb_connector(
     files: Mapping[str, str | os.PathLike[str]] | None = None,
     *,
@@ -715,11 +667,11 @@ def duckdb_connector(
         for handle in context.cache.names():
             if handle in engine.files:
                 continue
-            if _location(context.cache, handle) == LazyRelation.__harness_engine__:
+            if cache_location(context.cache, handle) == LazyRelation.__harness_engine__:
                 snap = context.cache.snapshot(handle)
                 out.append({"name": handle, "kind": "lazy handle", "rows": snap.get("shape", [None])[0],
                             **({"rows_estimated": True} if snap.get("rows_estimated") else {})})
-            elif _is_frame(context.cache, handle):
+            elif is_cached_frame(context.cache, handle):
                 out.append({"name": handle, "kind": "cached frame", "rows": context.cache.snapshot(handle).get("shape", [None])[0]})
         return out if out else "Nothing to query yet: no cached frames and no configured files."
 

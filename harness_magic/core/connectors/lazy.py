@@ -30,10 +30,12 @@ relations by object). It holds no rows. Contract:
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
 
 __all__ = ["LazyRelation", "MaterializeLimitError", "LazyInputError", "COUNT_BUDGET_S", "materialize_count",
-           "parse_estimate", "check_cap", "MAX_CAP"]
+           "parse_estimate", "check_cap", "MAX_CAP", "QueryInputs", "resolve_inputs", "cache_location",
+           "is_cached_frame"]
 
 COUNT_BUDGET_S = 2.0
 """An exact ``count(*)`` for a snapshot may take this long; past it the engine's estimate is shown."""
@@ -186,3 +188,85 @@ def parse_estimate(plan_text: str) -> int | None:
     """The row estimate of the top operator in DuckDB's ``EXPLAIN`` text (``~N rows``), if any."""
     match = _ESTIMATE.search(plan_text)
     return int(match.group(1).replace(",", "")) if match else None
+
+
+def cache_location(cache: Any, handle: str) -> str | None:
+    """Where ``cache`` keeps ``handle`` (``"memory"``, ``"disk"`` or an engine's name); None when unknown."""
+    try:
+        return cache.location(handle)
+    except Exception:
+        return None
+
+
+def is_cached_frame(cache: Any, handle: str) -> bool:
+    """Whether ``handle`` holds a pandas DataFrame (judged from its snapshot, without hydrating it)."""
+    try:
+        return str(cache.snapshot(handle).get("type", "")).lower() == "dataframe"
+    except Exception:
+        return False
+
+
+@dataclass(frozen=True)
+class QueryInputs:
+    """The cached handles one engine query needs, checked against the cache as it is now.
+
+    ``frames`` and ``lazies`` are what the query's text names directly;
+    ``needed`` (every frame, nested ones included) and ``order`` (every lazy
+    handle, inputs before the handles built on them) are what the engine must
+    expose for the query to run as one chain.
+    """
+
+    frames: dict[str, str]
+    lazies: dict[str, "LazyRelation"]
+    needed: dict[str, str]
+    order: dict[str, "LazyRelation"]
+
+
+def resolve_inputs(cache: Any, names: Iterable[str], engine: Any, kind: str,
+                   root: "LazyRelation | None" = None) -> QueryInputs:
+    """The handles among ``names`` (and ``root``'s inputs) that a query on ``engine`` uses.
+
+    ``kind`` is the engine's name as the cache reports it for its lazy handles
+    (``"duckdb"``, ``"spark"``). Raises ToolError, naming the handle, for a lazy
+    handle of another connector or engine, and for inputs retired, replaced or
+    reusing one name for two values since a lazy handle was built.
+    """
+    from harness_magic.core.tools import ToolError
+
+    versions = cache.versions() if cache is not None and hasattr(cache, "versions") else {}
+    frames: dict[str, str] = {}
+    lazies: dict[str, LazyRelation] = {}
+    chain: list[LazyRelation] = [root] if root is not None else []
+    for handle in sorted(names):
+        if cache is None or handle not in cache:
+            continue
+        location = cache_location(cache, handle)
+        if location == kind:
+            value = cache.get(handle)
+            if not isinstance(value, LazyRelation) or value.engine is not engine:
+                raise ToolError(f"`{handle}` is a lazy handle of another {kind} connector; query it there or "
+                                "bring its rows in first")
+            lazies[handle] = value
+            chain.append(value)
+        elif location is not None and location not in ("memory", "disk"):
+            raise ToolError(f"`{handle}` lives in {location}, not in {kind}; query it with its own connector, "
+                            "or bring its rows in first")
+        elif is_cached_frame(cache, handle):
+            frames[handle] = versions.get(handle, "")
+    order: dict[str, LazyRelation] = {}
+    needed = dict(frames)
+    for lazy in chain:
+        try:
+            deep_frames, deep_lazies = lazy.dependencies()
+        except LazyInputError as exc:
+            raise ToolError(f"{exc}; rebuild the lazy handle") from None
+        for name, version in deep_frames.items():
+            if name not in cache or versions.get(name, version) != version:
+                raise ToolError(f"a lazy handle was built on `{name}`, which was retired or replaced since; "
+                                "rebuild the lazy handle from the current handles")
+            needed.setdefault(name, version)
+        for name, dependency in [*deep_lazies.items(), *lazies.items()]:
+            if order.setdefault(name, dependency) is not dependency or name in needed:
+                raise ToolError(f"`{name}` names two different values in this query (one was retired and its "
+                                "name reused); rebuild the lazy handle from the current handles")
+    return QueryInputs(frames, lazies, needed, order)

@@ -60,8 +60,14 @@ from harness_magic.core.connectors._results import (
     cap_rows,
     truncation_note,
 )
-from harness_magic.core.connectors.classify import SQLClassificationError, classify_sql
-from harness_magic.core.connectors.lazy import LazyInputError, LazyRelation, MaterializeLimitError
+from harness_magic.core.connectors.classify import SQLClassificationError, classify_sql, require_one_read
+from harness_magic.core.connectors.lazy import (
+    LazyRelation,
+    MaterializeLimitError,
+    cache_location,
+    is_cached_frame,
+    resolve_inputs,
+)
 from harness_magic.core.connectors.registry import Connector, ConnectorResult, ToolContext
 from harness_magic.core.tools import ToolError
 
@@ -280,42 +286,8 @@ class SparkEngine:
         text names directly. Frames are uploaded once per value version.
         """
         wanted = set(_IDENT.findall(sql)) if sql is not None else set()
-        versions = cache.versions() if cache is not None and hasattr(cache, "versions") else {}
-        frames: dict[str, str] = {}
-        lazies: dict[str, SparkRelation] = {}
-        chain: list[LazyRelation] = [root] if root is not None else []
-        for handle in sorted(wanted - set(self.files)):  # a configured file view wins over a handle's name
-            if cache is None or handle not in cache:
-                continue
-            location = _location(cache, handle)
-            if location == SparkRelation.__harness_engine__:
-                value = cache.get(handle)
-                if value.engine is not self:
-                    raise ToolError(f"`{handle}` is a lazy handle of another spark connector; query it there or "
-                                    "bring its rows in first")
-                lazies[handle] = value
-                chain.append(value)
-            elif location is not None and location not in ("memory", "disk"):
-                raise ToolError(f"`{handle}` lives in {location}, not in Spark; query it with its own connector, "
-                                "or bring its rows in first")
-            elif _is_frame(cache, handle):
-                frames[handle] = versions.get(handle, "")
-        order: dict[str, LazyRelation] = {}
-        needed = dict(frames)
-        for lazy in chain:
-            try:
-                deep_frames, deep_lazies = lazy.dependencies()
-            except LazyInputError as exc:
-                raise ToolError(f"{exc}; rebuild the lazy handle") from None
-            for name, version in deep_frames.items():
-                if name not in cache or versions.get(name, version) != version:
-                    raise ToolError(f"a lazy handle was built on `{name}`, which was retired or replaced since; "
-                                    "rebuild the lazy handle from the current handles")
-                needed.setdefault(name, version)
-            for name, dependency in [*deep_lazies.items(), *lazies.items()]:
-                if order.setdefault(name, dependency) is not dependency or name in needed:
-                    raise ToolError(f"`{name}` names two different values in this query (one was retired and its "
-                                    "name reused); rebuild the lazy handle from the current handles")
+        inputs = resolve_inputs(cache, wanted - set(self.files), self, SparkRelation.__harness_engine__, root)
+        needed, order = inputs.needed, inputs.order
         clash = sorted((set(needed) | set(order)) & set(self.files))
         if clash:
             raise ToolError(f"a lazy handle was built on `{clash[0]}`, which is now a configured file view's name; "
@@ -328,7 +300,7 @@ class SparkEngine:
             if self._bound.get(handle) is not lazy:
                 spark.sql(wrap_query(lazy.sql)).createOrReplaceTempView(handle)
                 self._bound[handle] = lazy
-        return frames, lazies
+        return inputs.frames, inputs.lazies
 
     def _upload(self, spark: Any, cache: Any, handle: str) -> None:
         frame = cache.view(handle)
@@ -623,20 +595,6 @@ def _redact(url: str) -> str:
     return re.sub(r"token=[^;]*", "token=***", url)
 
 
-def _location(cache: Any, handle: str) -> str | None:
-    try:
-        return cache.location(handle)
-    except Exception:
-        return None
-
-
-def _is_frame(cache: Any, handle: str) -> bool:
-    try:
-        return str(cache.snapshot(handle).get("type", "")).lower() == "dataframe"
-    except Exception:
-        return False
-
-
 def _progress_reporter(context: ToolContext, engine: str) -> Progress | None:
     from harness_magic.core.connectors.duckdb_connector import _progress_reporter as reporter
 
@@ -646,20 +604,9 @@ def _progress_reporter(context: ToolContext, engine: str) -> Progress | None:
 def _check_query(sql: Any, connector_name: str, allow_writes: bool = True) -> None:
     """The classification every Spark query passes before anything is sent (the model's, and a checkpoint's
     re-binding): one plain query; ToolError otherwise."""
-    if not isinstance(sql, str) or not sql.strip():
-        raise ToolError("sql must be a non-empty string holding one Spark SQL query")
-    try:
-        classification = classify_sql(sql, "spark")
-    except SQLClassificationError as exc:
-        raise ToolError(f"Cannot run this SQL: {exc}.") from None
-    if len(classification.statements) > 1:
-        raise ToolError(f"Refused: {len(classification.statements)} statements; send one query per call "
-                        f"({classification.summary}).")
-    if not classification.is_read:
-        advice = (f"use {connector_name}__execute, which asks the user for approval" if allow_writes
-                  else "this connector is read-only")
-        raise ToolError(f"Refused: the statement is classified {classification.summary}; "
-                        f"{connector_name}__query runs plain queries only ({advice}).")
+    advice = (f"use {connector_name}__execute, which asks the user for approval" if allow_writes
+              else "this connector is read-only")
+    require_one_read(sql, "spark", f"{connector_name}__query", advice)
 
 
 def spark_rebinder(connectors: Any) -> Callable[[str, dict[str, str], Any], LazyRelation]:
@@ -739,12 +686,12 @@ def spark_connector(
         out = [t for t in engine.list_tables(database) if not (t["kind"] == "temporary view"
                                                                and t["name"] in context.cache)]
         for handle in context.cache.names():
-            location = _location(context.cache, handle)
+            location = cache_location(context.cache, handle)
             if location == SparkRelation.__harness_engine__:
                 snap = context.cache.snapshot(handle)
                 out.append({"name": handle, "kind": "lazy handle", "rows": snap.get("shape", [None])[0],
                             **({"rows_estimated": True} if snap.get("rows_estimated") else {})})
-            elif location in ("memory", "disk") and _is_frame(context.cache, handle):
+            elif location in ("memory", "disk") and is_cached_frame(context.cache, handle):
                 out.append({"name": handle, "kind": "cached frame",
                             "rows": context.cache.snapshot(handle).get("shape", [None])[0]})
         return out if out else "No tables, views or cached frames yet."
