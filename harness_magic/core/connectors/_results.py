@@ -98,3 +98,13 @@ def arrow_to_frame(table: Any) -> Any:
     columns = [_decimal_to_number(c.combine_chunks() if c.num_chunks != 1 else c.chunk(0)) if pa.types.is_decimal(c.type)
                else c for c in table.columns]
     return pa.Table.from_arrays(columns, names=table.column_names).to_pandas()
+
+
+def lazy_handle_note(relation: Any, engine: str, connector: str, unknown_rows: str) -> str:
+    """What the model is told about a new lazy handle: where it stays, its row count (or ``unknown_rows``)."""
+    if relation.rows is None:
+        rows = f"an unknown number of rows: {unknown_rows}"
+    else:
+        rows = f"{'about ' if relation.rows_estimated else ''}{relation.rows:,} rows"
+    return (f"Lazy handle: the result stays in {engine} ({rows}); name it in later {connector} queries, or in "
+            "python code to bring its rows in.")

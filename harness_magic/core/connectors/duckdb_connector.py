@@ -45,6 +45,7 @@ from harness_magic.core.connectors._results import (
     DEFAULT_TIMEOUT_S,
     arrow_to_frame,
     cap_rows,
+    lazy_handle_note,
     truncation_note,
 )
 from harness_magic.core.connectors.classify import require_one_read
@@ -712,12 +713,7 @@ def duckdb_connector(
                 raise ToolError("max_rows applies to fetched results; a lazy handle fetches nothing. Add LIMIT "
                                 "to the SQL instead, or leave lazy unset.")
             relation = engine.lazy(context.cache, sql, progress)
-            if relation.rows is None:
-                rows = "an unknown number of rows: counting took too long"
-            else:
-                rows = f"{'about ' if relation.rows_estimated else ''}{relation.rows:,} rows"
-            note = (f"Lazy handle: the result stays in DuckDB ({rows}); name it in later duckdb queries, or in "
-                    "python code to bring its rows in.")
+            note = lazy_handle_note(relation, "DuckDB", connector.name, "counting took too long")
             return ConnectorResult(relation, note, name=name)
         frame, truncated = engine.query(context.cache, sql, max_rows, progress)
         cap = cap_rows(max_rows, engine.max_rows)

@@ -58,6 +58,7 @@ from harness_magic.core.connectors._results import (
     DEFAULT_TIMEOUT_S,
     arrow_to_frame,
     cap_rows,
+    lazy_handle_note,
     truncation_note,
 )
 from harness_magic.core.connectors.classify import SQLClassificationError, classify_sql, require_one_read
@@ -725,13 +726,9 @@ def spark_connector(
                 raise ToolError("max_rows applies to fetched results; a lazy handle fetches nothing. Add LIMIT "
                                 "to the SQL instead, or pass lazy=false.")
             relation = engine.lazy(context.cache, sql, progress)
-            if relation.rows is None:
-                rows = "an unknown number of rows: counting took too long and Spark has no estimate"
-            else:
-                rows = f"{'about ' if relation.rows_estimated else ''}{relation.rows:,} rows"
-            return ConnectorResult(relation, f"Lazy handle: the result stays in Spark ({rows}); name it in later "
-                                             f"{connector.name} queries, or in python code to bring its rows in.",
-                                   name=name)
+            note = lazy_handle_note(relation, "Spark", connector.name,
+                                    "counting took too long and Spark has no estimate")
+            return ConnectorResult(relation, note, name=name)
         frame, truncated = engine.query(context.cache, sql, max_rows, progress)
         return ConnectorResult(frame, truncation_note(len(frame), cap_rows(max_rows, engine.max_rows), truncated),
                                name=name)
