@@ -44,18 +44,7 @@ def main() -> None:
         print(f"{'print -> callback, median (ms)':44} {statistics.median(delays):12.2f}")
         print(f"{'print -> callback, max (ms)':44} {max(delays):12.2f}")
         print(f"{'relay interval (design bound, ms)':44} {STREAM_RELAY_INTERVAL_S * 1000:12.0f}")
-        for lines in (1_000, 100_000):
-            code = f"for i in range({lines}):\n    print('row', i)"
-            runs = {}
-            for label, callback in (("off", None), ("on", lambda t: None)):
-                best = float("inf")
-                for _ in range(3):
-                    started = time.perf_counter()
-                    box.execute(code, {}, [], on_output=callback)
-                    best = min(best, time.perf_counter() - started)
-                runs[label] = best
-            print(f"{f'{lines:,} prints, callback off / on (ms)':44} {runs['off'] * 1000:8.1f} / "
-                  f"{runs['on'] * 1000:.1f}  (x{runs['on'] / runs['off']:.2f})")
+        _print_cost(box, "")
         print(f"{'streamed chars per call (cap)':44} {STREAM_MAX_CHARS:12,}")
         _inprocess()
         forks = []
@@ -76,19 +65,23 @@ def _inprocess() -> None:
     backend.execute(LATENCY_CODE, {}, [], on_output=lambda t: arrivals.append((time.time(), t)))
     delays = [(at - float(line)) * 1000 for at, text in arrivals for line in text.splitlines()]
     print(f"{'in-process: print -> callback, median (ms)':44} {statistics.median(delays):12.3f}")
+    _print_cost(backend, "in-process: ")
+
+
+def _print_cost(backend, label: str) -> None:
+    """Best of 3 for 1,000 and 100,000 prints, with nobody streaming (callback off) and with a view watching."""
     for lines in (1_000, 100_000):
         code = f"for i in range({lines}):\n    print('row', i)"
         runs = {}
-        for label, callback in (("off", None), ("on", lambda t: None)):
+        for mode, callback in (("off", None), ("on", lambda t: None)):
             best = float("inf")
             for _ in range(3):
                 started = time.perf_counter()
                 backend.execute(code, {}, [], on_output=callback)
                 best = min(best, time.perf_counter() - started)
-            runs[label] = best
-        print(f"{f'in-process: {lines:,} prints, off / on (ms)':44} {runs['off'] * 1000:8.1f} / "
+            runs[mode] = best
+        print(f"{f'{label}{lines:,} prints, callback off / on (ms)':44} {runs['off'] * 1000:8.1f} / "
               f"{runs['on'] * 1000:.1f}  (x{runs['on'] / runs['off']:.2f})")
-
 
 if __name__ == "__main__":
     main()

@@ -52,8 +52,8 @@ from harness_magic.core.connectors.classify import require_one_read
 from harness_magic.core.connectors.lazy import (
     COUNT_BUDGET_S,
     LazyRelation,
-    MaterializeLimitError,
     cache_location,
+    collect_within_caps,
     is_cached_frame,
     parse_estimate,
     resolve_inputs,
@@ -404,17 +404,9 @@ class DuckDBEngine:
         try:
             def fetch() -> Any:
                 reader = con.sql(_single(lazy.sql)).to_arrow_reader(self.batch_rows)
-                batches, total, rows = [], 0, 0
-                for batch in reader:
-                    total += batch.nbytes
-                    rows += batch.num_rows
-                    over = "bytes" if total > max_bytes else "rows" if max_rows is not None and rows > max_rows \
-                        else None
-                    if over is not None:
-                        con.interrupt()
-                        raise MaterializeLimitError(_too_big(lazy, handle, over, max_bytes, max_rows, total, rows),
-                                                    handle=handle, limit=over)
-                    batches.append(batch)
+                batches = collect_within_caps(reader, lazy, handle, max_bytes, max_rows, "DuckDB",
+                                              "duckdb__query with lazy=true, GROUP BY / WHERE / LIMIT",
+                                              on_over=con.interrupt)
                 return pa.Table.from_batches(batches, schema=reader.schema)
 
             return self._run(con, fetch, progress)
@@ -458,19 +450,6 @@ def _first_line(exc: BaseException) -> str:
         named = [line for line in lines if "Error:" in line]
         return named[-1] if named else lines[-1]
     return lines[0] if lines else type(exc).__name__
-
-
-def _too_big(lazy: LazyRelation, handle: str | None, over: str, max_bytes: int, max_rows: int | None,
-             total: int, rows: int) -> str:
-    """The error for a materialisation past a cap: which cap, how far it got, what to do instead."""
-    of = f"{'an estimated' if lazy.rows_estimated else 'its'} {lazy.rows:,}" if lazy.rows is not None else "its ?"
-    if over == "bytes":
-        passed = f"more than {max_bytes:,} bytes after {rows:,} of {of} rows (limit materialize_max_bytes)"
-    else:
-        passed = f"more than {max_rows:,} rows ({total:,} bytes so far) of {of} rows (limit materialize_max_rows)"
-    return (f"`{handle or 'the lazy handle'}` is too big to bring into the kernel: {passed}. It stays in DuckDB: "
-            "aggregate or filter it there first (duckdb__query with lazy=true, GROUP BY / WHERE / LIMIT) and use "
-            "that smaller handle.")
 
 
 def _single(sql: str) -> Any:

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable
 
 __all__ = ["LazyRelation", "MaterializeLimitError", "LazyInputError", "COUNT_BUDGET_S", "materialize_count",
            "parse_estimate", "check_cap", "MAX_CAP", "QueryInputs", "resolve_inputs", "cache_location",
-           "is_cached_frame"]
+           "is_cached_frame", "collect_within_caps"]
 
 COUNT_BUDGET_S = 2.0
 """An exact ``count(*)`` for a snapshot may take this long; past it the engine's estimate is shown."""
@@ -270,3 +270,37 @@ def resolve_inputs(cache: Any, names: Iterable[str], engine: Any, kind: str,
                 raise ToolError(f"`{name}` names two different values in this query (one was retired and its "
                                 "name reused); rebuild the lazy handle from the current handles")
     return QueryInputs(frames, lazies, needed, order)
+
+
+def collect_within_caps(chunks: Iterable[Any], lazy: "LazyRelation", handle: str | None, max_bytes: int,
+                        max_rows: int | None, engine: str, advice: str,
+                        on_over: Callable[[], None] | None = None) -> list[Any]:
+    """The Arrow batches (or tables) of ``chunks``, read until done or past a cap.
+
+    Past ``max_bytes`` bytes or ``max_rows`` rows (None: no row cap) it calls
+    ``on_over`` (e.g. to stop the engine's query) and raises
+    :class:`MaterializeLimitError` saying which cap, how far it got, and
+    ``advice`` (how to make the handle smaller in ``engine``).
+    """
+    kept: list[Any] = []
+    total = rows = 0
+    for chunk in chunks:
+        total += chunk.nbytes
+        rows += chunk.num_rows
+        over = "bytes" if total > max_bytes else "rows" if max_rows is not None and rows > max_rows else None
+        if over is not None:
+            if on_over is not None:
+                on_over()
+            of = (f"{'an estimated' if lazy.rows_estimated else 'its'} {lazy.rows:,}" if lazy.rows is not None
+                  else "its ?")
+            if over == "bytes":
+                passed = f"more than {max_bytes:,} bytes after {rows:,} of {of} rows (limit materialize_max_bytes)"
+            else:
+                passed = (f"more than {max_rows:,} rows ({total:,} bytes so far) of {of} rows "
+                          "(limit materialize_max_rows)")
+            raise MaterializeLimitError(
+                f"`{handle or 'the lazy handle'}` is too big to bring into the kernel: {passed}. It stays in "
+                f"{engine}: aggregate or filter it there first ({advice}) and use that smaller handle.",
+                handle=handle, limit=over)
+        kept.append(chunk)
+    return kept

@@ -66,6 +66,7 @@ from harness_magic.core.connectors.lazy import (
     LazyRelation,
     MaterializeLimitError,
     cache_location,
+    collect_within_caps,
     is_cached_frame,
     resolve_inputs,
 )
@@ -403,19 +404,10 @@ class SparkEngine:
             client = spark.client
             # the Connect client's streaming seam: Arrow batches as the server sends them
             stream = client.to_table_as_iterator(df._plan.to_proto(client), df._plan.observations)
-            chunks, total, rows = [], 0, 0
             try:
-                for item in stream:
-                    if not isinstance(item, pa.Table):
-                        continue
-                    total += item.nbytes
-                    rows += item.num_rows
-                    over = "bytes" if total > max_bytes else "rows" if max_rows is not None and rows > max_rows \
-                        else None
-                    if over is not None:
-                        raise MaterializeLimitError(_too_big(lazy, handle, over, max_bytes, max_rows, total, rows),
-                                                    handle=handle, limit=over)
-                    chunks.append(item)
+                tables = (item for item in stream if isinstance(item, pa.Table))
+                chunks = collect_within_caps(tables, lazy, handle, max_bytes, max_rows, "Spark",
+                                             "spark__query, GROUP BY / WHERE / LIMIT")
             finally:
                 close = getattr(stream, "close", None)
                 if close is not None:
@@ -525,19 +517,6 @@ class SparkEngine:
 
 class _Timeout(ToolError):
     pass
-
-
-def _too_big(lazy: LazyRelation, handle: str | None, over: str, max_bytes: int, max_rows: int | None,
-             total: int, rows: int) -> str:
-    """The error for a materialisation past a cap: which cap, how far it got, what to do instead."""
-    of = f"{'an estimated' if lazy.rows_estimated else 'its'} {lazy.rows:,}" if lazy.rows is not None else "its ?"
-    if over == "bytes":
-        passed = f"more than {max_bytes:,} bytes after {rows:,} of {of} rows (limit materialize_max_bytes)"
-    else:
-        passed = f"more than {max_rows:,} rows ({total:,} bytes so far) of {of} rows (limit materialize_max_rows)"
-    return (f"`{handle or 'the lazy handle'}` is too big to bring into the kernel: {passed}. It stays in Spark: "
-            "aggregate or filter it there first (spark__query, GROUP BY / WHERE / LIMIT) and use that smaller "
-            "handle.")
 
 
 def _parse(spark: Any, sql: str) -> Any:
