@@ -451,8 +451,9 @@ class SandboxedInterpreter:
                         else:
                             written.append(path)
                     descs[name] = desc
-                for fd in receive_sealed(worker.result_sock, _MAX_SAVES + 1).values():
-                    os.close(fd)  # anything a previous call left queued is stale
+                for parts in receive_sealed(worker.result_sock, _MAX_SAVES + 1).values():
+                    for fd in parts:
+                        os.close(fd)  # anything a previous call left queued is stale
                 send_frame(worker.req_fd, {"op": "exec", "seq": seq, "code": code, "inputs": descs,
                                            "taken": sorted(taken_names)})
                 reply = self._wait(worker, seq, on_output)
@@ -462,8 +463,9 @@ class SandboxedInterpreter:
                 try:
                     return self._build_result(reply, taken_names, sealed)
                 finally:
-                    for fd in sealed.values():
-                        os.close(fd)  # the mappings made from them stay valid
+                    for parts in sealed.values():
+                        for fd in parts:
+                            os.close(fd)  # the mappings made from them stay valid
             except (BrokenPipeError, EOFError, ProtocolError) as exc:
                 return self._lost_worker(f"the sandbox worker failed: {type(exc).__name__}: {exc}")
             except KeyboardInterrupt:
@@ -771,7 +773,7 @@ class SandboxedInterpreter:
         return None
 
     def _build_result(self, reply: dict[str, Any], taken_names: Collection[str],
-                      sealed: dict[int, int] | None = None) -> ExecutionResult:
+                      sealed: dict[int, list[int]] | None = None) -> ExecutionResult:
         result = ExecutionResult()
         stdout = reply.get("stdout", "")
         if not isinstance(stdout, str):
@@ -807,7 +809,7 @@ class SandboxedInterpreter:
                     result.charts.append(png)
         return result
 
-    def _read(self, desc: Any, sealed: dict[int, int] | None = None) -> Any:
+    def _read(self, desc: Any, sealed: dict[int, list[int]] | None = None) -> Any:
         try:
             return read_result(desc, self.scratch_dir, self.result_max_bytes, sealed)
         except ProtocolError as exc:

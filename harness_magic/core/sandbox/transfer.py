@@ -13,12 +13,14 @@ turned into a placeholder or a repr string. Nothing is pickled either way.
 Inputs (kernel -> worker): Arrow IPC files (uncompressed) and ``.npy`` in the
 session's input directory; the worker memory-maps them read-only.
 
-Results (worker -> kernel): the worker writes each table or array into a
-memory file (``memfd_create``), seals it against writing, growing and
-shrinking (``F_ADD_SEALS``) and passes the descriptor over a socketpair made
-before it confined itself (:func:`receive_sealed`). The kernel checks the
-seals, the type and the size, and maps it read-only: sealed means the worker
-can no longer change it, so no safety copy is made (:func:`read_sealed_result`).
+Results (worker -> kernel): the worker writes each table or array into
+memory files (``memfd_create``; a large one striped over several, written in
+parallel), seals them against writing, growing and shrinking
+(``F_ADD_SEALS``) and passes the descriptors over a socketpair made before it
+confined itself (:func:`receive_sealed`). The kernel checks the seals, the
+type and the sizes, and maps them read-only as one buffer: sealed means the
+worker can no longer change it, so no safety copy is made
+(:func:`read_sealed_result`, :mod:`harness_magic.core.sandbox.sealed`).
 Without that channel, results are scratch files: the kernel opens them
 without following links, checks they are regular files within the size cap
 and copies them into its own memory. Either way it then walks the Arrow
@@ -37,7 +39,6 @@ from __future__ import annotations
 
 import io
 import json
-import mmap
 import os
 import re
 import stat
@@ -49,6 +50,7 @@ from harness_magic.core.cache.codec import TaggedError, Unencodable, decode_tagg
 from harness_magic.core.cache.spill import SpillUnsupported, frame_to_table, register_pandas_arrow_types, \
     table_to_frame
 from harness_magic.core.sandbox.protocol import JSON_VALUE_MAX_BYTES, ProtocolError, RemoteObject, safe_repr
+from harness_magic.core.sandbox.sealed import STRIPE_MAX_PARTS, map_sealed, stripe_count, write_sealed
 
 __all__ = [
     "RESULT_MAX_BYTES",
@@ -199,13 +201,8 @@ def read_input(desc: dict[str, Any], directory: str) -> Any:
 # -- worker -> kernel -----------------------------------------------------------------------
 
 
-_CHANNEL: dict[str, Any] = {"sock": None, "slot": 0}
-"""Worker side: the result socket (one end of a socketpair made before confinement) and the next slot."""
-
-def _all_seals() -> int:
-    import fcntl
-
-    return fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
+_CHANNEL: dict[str, Any] = {"sock": None, "slot": 0, "cpus": 1}
+"""Worker side: the result socket (one end of a socketpair made before confinement), the next slot, usable cores."""
 
 
 def set_result_channel(fd: int) -> None:
@@ -213,41 +210,74 @@ def set_result_channel(fd: int) -> None:
     import socket
 
     _CHANNEL["sock"] = socket.socket(fileno=fd)
+    try:
+        _CHANNEL["cpus"] = len(os.sched_getaffinity(0))
+    except OSError:
+        _CHANNEL["cpus"] = 1
 
 
-def _send_sealed(write: Any, desc: dict[str, Any]) -> dict[str, Any]:
-    """Write into a fresh memfd, seal it against any change, pass the descriptor; return the reply's descriptor."""
-    import fcntl
+def _send_sealed(writer: tuple[Any, int], desc: dict[str, Any]) -> dict[str, Any]:
+    """Write into fresh memory files (striped when large), seal them, pass the descriptors; return the reply's."""
     import socket
 
-    fd = os.memfd_create("harness-result", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
+    write, size = writer
+    fds = write_sealed(write, size, stripe_count(size, _CHANNEL["cpus"]))
     try:
-        with os.fdopen(os.dup(fd), "wb") as sink:
-            write(sink)
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _all_seals())
         slot = _CHANNEL["slot"] = _CHANNEL["slot"] + 1
-        socket.send_fds(_CHANNEL["sock"], [json.dumps({"slot": slot}).encode()], [fd])
+        socket.send_fds(_CHANNEL["sock"], [json.dumps({"slot": slot}).encode()], fds)
     finally:
-        os.close(fd)
+        for fd in fds:
+            os.close(fd)
     return {**desc, "fd_slot": slot}
 
 
-def _arrow_to(table: Any) -> Any:
-    def write(sink: Any) -> None:
-        pa = _pa()
-        with pa.PythonFile(sink, mode="w") as stream, pa.ipc.new_file(stream, table.schema) as writer:
+def _arrow_to(table: Any) -> tuple[Any, int]:
+    """A writer of ``table`` as an Arrow IPC file, and the exact number of bytes it writes."""
+    pa = _pa()
+
+    def write_ipc(stream: Any) -> None:
+        with pa.ipc.new_file(stream, table.schema) as writer:
             writer.write_table(table)
 
-    return write
-
-
-def _npy_to(value: Any) -> Any:
     def write(sink: Any) -> None:
-        import numpy as np
+        with pa.PythonFile(sink, mode="w") as stream:
+            write_ipc(stream)
 
-        np.save(sink, value if type(value) is np.ndarray else np.asarray(value), allow_pickle=False)
+    counter = pa.MockOutputStream()
+    write_ipc(counter)
+    return write, counter.size()
 
-    return write
+
+def _npy_to(value: Any, what: str = "the result") -> tuple[Any, int]:
+    """A writer of an array as ``.npy`` (memory order kept), and the exact number of bytes it writes."""
+    import numpy as np
+
+    array = value if type(value) is np.ndarray else np.asarray(value)
+    fmt = np.lib.format
+    info = fmt.header_data_from_array_1_0(array)
+    head = io.BytesIO()
+    try:
+        fmt.write_array_header_1_0(head, info)
+    except ValueError:
+        head = io.BytesIO()
+        try:
+            fmt.write_array_header_2_0(head, info)
+        except (ValueError, UnicodeError) as exc:
+            raise TransferRefused(f"{what}: an array of dtype {array.dtype} has no .npy header version 1 or 2 "
+                                  f"({exc}); rename its fields in ASCII") from exc
+    header = head.getvalue()
+
+    def write(sink: Any) -> None:
+        sink.write(header)
+        if array.flags.c_contiguous or array.flags.f_contiguous:
+            flat = (array if array.flags.c_contiguous else array.T).reshape(-1)
+            sink.write(flat.view(np.uint8))
+            return
+        for chunk in np.nditer(array, flags=["external_loop", "buffered", "zerosize_ok"],
+                               buffersize=max(2**24 // max(array.itemsize, 1), 1), order="C"):
+            sink.write(chunk.tobytes("C"))
+
+    return write, len(header) + array.nbytes
 
 
 def write_result(value: Any, directory: str, tag: str, notes: list[str], *, saved_as: str | None = None,
@@ -276,7 +306,7 @@ def write_result(value: Any, directory: str, tag: str, notes: list[str], *, save
     if _is_plain_array(value):
         _check_size(value.nbytes, max_bytes, what)
         if _CHANNEL["sock"] is not None:
-            return _send_sealed(_npy_to(value), {"kind": "npy"})
+            return _send_sealed(_npy_to(value, what), {"kind": "npy"})
         _write_npy(value, base + ".npy")
         return {"kind": "npy", "file": os.path.basename(base) + ".npy"}
     try:
@@ -436,18 +466,21 @@ def check_ipc_file(buffer: Any, max_bytes: int) -> int:
     return estimate
 
 
-def receive_sealed(sock: Any, limit: int) -> dict[int, int]:
-    """Kernel side: every descriptor waiting on the result socket, by slot (at most ``limit``; extras closed).
+def receive_sealed(sock: Any, limit: int) -> dict[int, list[int]]:
+    """Kernel side: the descriptors waiting on the result socket, by slot (at most ``limit`` slots; extras closed).
 
-    Never blocks: the worker sends them before its reply frame, so they are
-    queued by the time the reply has been read.
+    One slot holds the 1 to :data:`STRIPE_MAX_PARTS` parts of one result, in order.
+
+    ``sock`` must be non-blocking (Python 3.11's ``recv_fds`` ignores its
+    flags); the worker sends the descriptors before its reply frame, so they
+    are queued by the time the reply has been read.
     """
     import socket
 
     found: dict[int, int] = {}
     for _ in range(limit * 2 + 2):
         try:
-            data, fds, _flags, _addr = socket.recv_fds(sock, 256, 2, socket.MSG_DONTWAIT)
+            data, fds, _flags, _addr = socket.recv_fds(sock, 256, STRIPE_MAX_PARTS + 1, socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
             break
         except OSError:  # the worker was stopped and its socket closed: nothing to collect
@@ -458,32 +491,12 @@ def receive_sealed(sock: Any, limit: int) -> dict[int, int]:
             slot = json.loads(data)["slot"]
         except (ValueError, KeyError, TypeError):
             slot = None
-        if type(slot) is int and len(fds) == 1 and slot not in found and len(found) < limit:
-            found[slot] = fds[0]
+        if type(slot) is int and 1 <= len(fds) <= STRIPE_MAX_PARTS and slot not in found and len(found) < limit:
+            found[slot] = list(fds)
         else:
             for fd in fds:
                 os.close(fd)
     return found
-
-
-def _map_sealed(fd: int, max_bytes: int) -> tuple[Any, int]:
-    """A read-only mapping of a memfd the worker sealed; refuses anything unsealed, not plain, or too big."""
-    import fcntl
-
-    try:
-        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
-    except OSError as exc:
-        raise ProtocolError(f"result descriptor is not a sealed memory file ({exc.strerror})") from None
-    if seals & _all_seals() != _all_seals():
-        raise ProtocolError("result memory file is not sealed against writing, growing and shrinking")
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        raise ProtocolError("result descriptor is not a plain memory file")
-    if info.st_size > max_bytes:
-        raise ProtocolError(f"result is {info.st_size} bytes, over the {max_bytes}-byte result limit")
-    if info.st_size == 0:
-        raise ProtocolError("result memory file is empty")
-    return mmap.mmap(fd, info.st_size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ), info.st_size
 
 
 def _npy_from_buffer(mm: Any, size: int) -> Any:
@@ -509,16 +522,19 @@ def _npy_from_buffer(mm: Any, size: int) -> Any:
     return flat.reshape(shape, order="F" if fortran else "C")
 
 
-def read_sealed_result(desc: dict[str, Any], fd: int, max_bytes: int = RESULT_MAX_BYTES,
+def read_sealed_result(desc: dict[str, Any], fds: int | list[int], max_bytes: int = RESULT_MAX_BYTES,
                        stages: dict[str, float] | None = None) -> Any:
-    """Kernel side: rebuild a result from a sealed memfd without copying it (sealed = immutable).
+    """Kernel side: rebuild a result from its sealed memory file(s) without copying (sealed = immutable).
+
+    ``fds`` is one descriptor or the parts of a striped result in order
+    (:func:`harness_magic.core.sandbox.sealed.map_sealed` joins them).
 
     ``stages``, when given, receives the seconds each step took (``map``,
     then those of :func:`_decode_arrow_result`); ``benchmarks/bench_sandbox.py`` prints them.
     """
     started = time.perf_counter()
-    mm, size = _map_sealed(fd, max_bytes)
-    _lap(stages, "map (check seals, size; read-only mmap)", started)
+    mm, size = map_sealed([fds] if isinstance(fds, int) else fds, max_bytes)
+    _lap(stages, "map (check seals, sizes; read-only mmap of each part)", started)
     if desc.get("kind") == "npy":
         return _npy_from_buffer(mm, size)
     if desc.get("shape") not in ("frame", "series", "table"):
@@ -564,11 +580,12 @@ def _decode_arrow_result(buffer: Any, shape: str, max_bytes: int, stages: dict[s
 
 
 def read_result(desc: Any, directory: str, max_bytes: int = RESULT_MAX_BYTES,
-                sealed: dict[int, int] | None = None) -> Any:
+                sealed: dict[int, Any] | None = None) -> Any:
     """Kernel side: rebuild a result from its descriptor, validating type, size and content.
 
-    A descriptor with ``fd_slot`` names a sealed memory file from ``sealed``
-    (see :func:`receive_sealed`); otherwise ``file`` names a scratch file.
+    A descriptor with ``fd_slot`` names sealed memory files from ``sealed``
+    (see :func:`receive_sealed`: a descriptor or a list of parts per slot);
+    otherwise ``file`` names a scratch file.
     """
     if isinstance(desc, dict) and "fd_slot" in desc:
         slot = desc["fd_slot"]
