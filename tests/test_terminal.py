@@ -91,24 +91,6 @@ def test_each_chart_is_one_line_naming_its_size_and_where_to_see_it(transcript: 
     assert "iVBOR" not in plain, "never the image bytes"
 
 
-def test_output_streamed_from_the_sandbox_prints_once(tmp_path: Path) -> None:
-    if not IPYTHON.exists():
-        pytest.skip("ipython script not installed next to the interpreter")
-    code = "print('zebra' + '-stripe', flush=True)\nsave('n', 1)"
-    turns = [{"text": "Printing.", "tool_calls": [{"name": "python_interpreter", "arguments": {"code": code}}]},
-             {"text": "Done."}]
-    (tmp_path / "model.json").write_text(json.dumps({"turns": turns}))
-    out = run_in_terminal(tmp_path, (
-        "%load_ext harness_magic\n"
-        "_run = get_ipython().run_cell_magic('agent', '-m scripted/model.json', 'Go.')\n"
-    ))
-    assert "│ zebra-stripe" in out, "streamed live from the worker"
-    assert out.count("zebra-stripe") == 1, "not repeated in the finished call's result"
-    plain = re.sub(r"\x1b\[[0-9;]*m", "", out)
-    waiting, done = plain.find("starting the sandbox…"), plain.find("sandbox started · ")
-    assert -1 < waiting < done < plain.find("│ zebra-stripe"), "the sandbox start is announced, then timed"
-
-
 def test_a_running_duckdb_query_shows_its_progress_in_place(tmp_path: Path) -> None:
     """DuckDB's query_progress reaches the terminal as one line rewritten in place, cleared when done."""
     if not IPYTHON.exists():
@@ -158,3 +140,133 @@ def test_progress_lines_in_a_log_are_bounded_and_control_free() -> None:
         renderer(EngineProgress(engine="duckdb", percent=percent))
     renderer(EngineProgress(engine="duckdb", percent=None, done=True))
     assert terminal.getvalue() == "\rduckdb query 10%\x1b[K\rduckdb query 40%\x1b[K\r\x1b[K"
+
+
+# -- a sandbox step prints above the call it ran for, with its time, as in the notebook ---------------------
+
+
+def _renderer(terminal: bool, wait_s: float = 5.0):
+    import io
+
+    from rich.console import Console
+
+    from harness_magic.notebook.render import TerminalRenderer
+
+    screen = io.StringIO()
+    return TerminalRenderer(Console(file=screen, force_terminal=terminal, color_system=None, width=100),
+                            header_wait_s=wait_s), screen
+
+
+def _started(tool_use_id: str, code: str = "print('hi')"):
+    from harness_magic.core.events import ToolCallStarted
+    from harness_magic.core.messages import ToolUseBlock
+
+    return ToolCallStarted(turn=1, tool_use=ToolUseBlock(id=tool_use_id, name="python_interpreter",
+                                                         input={"code": code}))
+
+
+def _finished(tool_use_id: str, content: str = "stdout:\nhi\n", duration_s: float = 2.5):
+    from harness_magic.core.events import ToolCallFinished
+    from harness_magic.core.messages import ToolResultBlock, ToolUseBlock
+
+    use = ToolUseBlock(id=tool_use_id, name="python_interpreter", input={"code": "print('hi')"})
+    return ToolCallFinished(turn=1, tool_use=use, result=ToolResultBlock(tool_use_id=tool_use_id, content=content),
+                            duration_s=duration_s)
+
+
+@pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "log"])
+def test_a_sandbox_step_prints_above_the_call_it_ran_for_with_its_time(terminal: bool) -> None:
+    from harness_magic.core.events import RunStarted, SandboxStep, ToolOutputDelta
+
+    renderer, screen = _renderer(terminal)
+    renderer(RunStarted(run_id="r", model="m", max_turns=5, prompt="p", run_file=None))
+    renderer(_started("t1"))
+    renderer(SandboxStep(action="fork", tool_use_id="t1"))
+    renderer(SandboxStep(action="fork", duration_s=1.25, tool_use_id="t1"))
+    renderer(ToolOutputDelta(turn=1, tool_use_id="t1", text="hi\n"))
+    renderer(_finished("t1"))
+    shown = screen.getvalue()
+    plain = re.sub(r"\x1b\[[0-9;]*[mK]", "", shown)
+    done, header = plain.find("fresh sandbox worker forked · 1.25 s"), plain.find("╭─ python_interpreter")
+    assert -1 < done < header < plain.find("│ hi") < plain.find("✓ python_interpreter · 1.25 s"), plain
+    assert plain.count("╭─ python_interpreter") == 1
+    running = plain.find("forking a fresh sandbox worker…")
+    assert -1 < running < done, "announced while it runs"
+    if terminal:  # rewritten in place, then cleared for the line with its time
+        assert "\rforking a fresh sandbox worker…\x1b[K\r\x1b[K" in shown
+
+
+def test_a_call_without_a_step_shows_its_header_at_its_first_event_or_after_the_wait() -> None:
+    import time
+
+    from harness_magic.core.events import Notice, ToolOutputDelta
+
+    renderer, screen = _renderer(False, wait_s=0.2)
+    renderer(_started("t1", "print('quick')"))
+    assert screen.getvalue() == "", "held briefly for a step of its own"
+    renderer(ToolOutputDelta(turn=1, tool_use_id="t1", text="quick\n"))
+    assert screen.getvalue().index("print('quick')") < screen.getvalue().index("│ quick"), "output prints under it"
+    renderer(_finished("t1", "stdout:\nquick\n"))
+    renderer(_started("t2", "silent_and_slow()"))
+    deadline = time.monotonic() + 5
+    while "silent_and_slow" not in screen.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert "silent_and_slow" in screen.getvalue(), "a silent call shows its header after the wait"
+    renderer(Notice(text="a notice"))
+    renderer(_finished("t2", "done"))
+    text = screen.getvalue()
+    assert text.count("silent_and_slow") == 1 and text.index("silent_and_slow") < text.index("a notice")
+
+
+def test_a_step_for_another_call_or_none_never_moves_a_header() -> None:
+    from harness_magic.core.events import SandboxStep
+
+    renderer, screen = _renderer(False)
+    renderer(_started("t1", "first_call()"))
+    renderer(SandboxStep(action="restart", duration_s=0.5, tool_use_id="t0"))  # a stale or forged id
+    renderer(SandboxStep(action="restart", duration_s=0.75, tool_use_id=None))
+    renderer(_finished("t1"))
+    text = screen.getvalue()
+    header = text.index("first_call()")
+    assert header < text.index("sandbox restarted · 0.50 s") < text.index("sandbox restarted · 0.75 s"), text
+
+
+@pytest.fixture(scope="module")
+def sandboxed(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A run in the sandbox worker (the default): its start step, live output, a chart, save() as the last line."""
+    if not IPYTHON.exists():
+        pytest.skip("ipython script not installed next to the interpreter")
+    tmp_path = tmp_path_factory.mktemp("sandboxed")
+    code = ("print('zebra' + '-stripe', flush=True)\nimport matplotlib\nmatplotlib.use('Agg')\n"
+            "import matplotlib.pyplot as plt\nplt.figure(figsize=(3, 2))\nplt.plot([1, 2])\nsave('n', 1)")
+    turns = [{"text": "Printing.", "tool_calls": [{"name": "python_interpreter", "arguments": {"code": code}}]},
+             {"text": "Done."}]
+    (tmp_path / "model.json").write_text(json.dumps({"turns": turns}))
+    out = run_in_terminal(tmp_path, (
+        "%load_ext harness_magic\n"
+        "_run = get_ipython().run_cell_magic('agent', '-m scripted/model.json', 'Go.')\n"
+        "print('model saw:', repr(_run.messages[2].content[0].content[-60:]))\n"
+    ))
+    return out
+
+
+def test_output_streamed_from_the_sandbox_prints_once(sandboxed: str) -> None:
+    assert "│ zebra-stripe" in sandboxed, "streamed live from the worker"
+    assert sandboxed.count("zebra-stripe") == 1, "not repeated in the finished call's result"
+
+
+def test_the_sandbox_start_prints_above_the_call_it_ran_for(sandboxed: str) -> None:
+    plain = re.sub(r"\x1b\[[0-9;]*[mK]", "", sandboxed)
+    waiting, done = plain.find("starting the sandbox…"), plain.find("sandbox started · ")
+    header = plain.find("╭─ python_interpreter")
+    assert -1 < waiting < done < header < plain.find("│ zebra-stripe"), plain
+    assert re.search(r"sandbox started · \d+\.\d\d s", plain)
+
+
+def test_the_models_chart_note_and_saves_value_are_not_shown_twice(sandboxed: str) -> None:
+    plain = re.sub(r"\x1b\[[0-9;]*[mK]", "", sandboxed).replace("\r\n", "\n")
+    shown, model_saw = plain.split("model saw:")
+    assert "chart(s) drawn" not in shown, "the note is for the model"
+    assert len(re.findall(r"chart 1 of 1: \d+×\d+ PNG", shown)) == 1, "the chart line, once"
+    assert shown.count("Saved as `n`") == 1 and not re.search(r"^n$", shown, re.M), "the handle once"
+    assert "\\nn\\n[1 chart(s) drawn and shown to the user]" in model_saw, "the model's text is unchanged"

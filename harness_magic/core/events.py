@@ -92,6 +92,9 @@ class ToolCallFinished:
     """Snapshots of ``handles``, in the same order, for rendering."""
     approval_wait_s: float = 0.0
     """Seconds of ``duration_s`` spent waiting for the user's approval (the tool's own time is the rest)."""
+    display_text: str | None = None
+    """What people read of the result when it differs from ``result.content`` (model-only notes left out, see
+    :attr:`~harness_magic.core.tools.ToolOutput.display_text`); None: the result itself. Never sent to the model."""
     kind: Literal["tool_call_finished"] = "tool_call_finished"
 
 

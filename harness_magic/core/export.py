@@ -101,6 +101,8 @@ class ToolRecord:
     turn: int
     result: str | None = None
     """Result text sent to the model (None while running)."""
+    display_text: str | None = None
+    """What people read of the result when it differs from ``result`` (model-only notes left out); None: ``result``."""
     is_error: bool = False
     duration_s: float | None = None
     approval_wait_s: float = 0.0
@@ -244,6 +246,7 @@ def apply_event(record: RunRecord, event: Any, state: Any) -> None:
             tool = ToolRecord(use.id, use.name, dict(use.input), event.turn)
             record.items.append(tool)
         tool.result = event.result.content
+        tool.display_text = getattr(event, "display_text", None)
         tool.is_error = event.result.is_error
         tool.duration_s = event.duration_s
         tool.approval_wait_s = float(getattr(event, "approval_wait_s", 0.0) or 0.0)
@@ -366,8 +369,9 @@ def tool_call_source(tool: ToolRecord) -> tuple[str, str] | None:
 
 
 def display_result_text(tool: ToolRecord) -> str:
-    """The result as people read it: the model's text without snapshot JSON (tables show it instead)."""
-    text = tool.result or ""
+    """The result as people read it: the call's text for people (:attr:`ToolRecord.display_text`: no notes meant
+    only for the model) or else the model's text, without snapshot JSON (tables show it instead)."""
+    text = (tool.display_text if tool.display_text is not None else tool.result) or ""
     if tool.snapshots:
         text = _SNAPSHOT_LINE.sub("", text)
         text = re.sub(r"\n{3,}", "\n\n", text).strip("\n")

@@ -241,32 +241,58 @@ class InProcessInterpreter:
         pass
 
 
+def chart_note(count: int) -> str:
+    """The line that tells the model how many charts a call drew (people see the charts themselves)."""
+    return f"[{count} chart(s) drawn and shown to the user]"
+
+
+def _only_saved_handles(value: Any, saved: Collection[str]) -> bool:
+    """True when ``value`` is what ``save`` returned and nothing else: a saved handle, or a tuple/list of them."""
+    if isinstance(value, str):
+        return value in saved
+    return isinstance(value, (tuple, list)) and bool(value) and all(
+        isinstance(v, str) and v in saved for v in value)
+
+
 def _describe_result(
     execution: ExecutionResult, cache: Any, turn: Callable[[], int | None]
 ) -> ToolOutput:
+    """The model's text of one call, and what people read of it (:attr:`ToolOutput.display_text`): the same
+    parts without the chart note (people see the charts) and without a trailing value that only repeats a
+    handle saved in the call (``save(...)`` as the last line: the ``Saved as`` line already names it)."""
     parts: list[str] = []
+    shown: list[str] = []
     handles: list[str] = []
+    saved_names: set[str] = set()
     artifacts: list[dict[str, Any]] = []
     if execution.stdout:
         parts.append("stdout:\n" + truncate_middle(execution.stdout, STDOUT_MAX_CHARS))
+        shown.append(parts[-1])
     for expected, value in execution.saved:
         handle = cache.put(expected, value, turn=turn(), tool="python_interpreter")
         handles.append(handle)
+        saved_names.update((expected, handle))
         snapshot = json.dumps(cache.snapshot(handle), ensure_ascii=False)
         parts.append(f"Saved as `{handle}`\nSnapshot: {snapshot}")
+        shown.append(parts[-1])
     if execution.error is None and execution.has_value and execution.value is not None:
         formatted = format_tool_output(execution.value, cache, "result", turn=turn(), tool="python_interpreter")
         handles.extend(formatted.handles)
         parts.append(formatted.text)
+        if formatted.handles or not _only_saved_handles(execution.value, saved_names):
+            shown.append(parts[-1])
 
     for png in execution.charts:
         artifacts.append({"kind": "image/png", "data": base64.b64encode(png).decode("ascii")})
     if execution.charts:
-        parts.append(f"[{len(execution.charts)} chart(s) drawn and shown to the user]")
+        parts.append(chart_note(len(execution.charts)))  # for the model only
     if execution.error is not None:
         parts.append(truncate_middle(execution.error, STDOUT_MAX_CHARS))
+        shown.append(parts[-1])
     text = "\n".join(parts) if parts else "(no output)"
-    return ToolOutput(text=text, is_error=execution.error is not None, handles=handles, artifacts=artifacts)
+    display = "\n".join(shown) if parts else text
+    return ToolOutput(text=text, is_error=execution.error is not None, handles=handles, artifacts=artifacts,
+                      display_text=None if display == text else display)
 
 
 def materialize_inputs(cache: Any, names: Collection[str], max_bytes: int,

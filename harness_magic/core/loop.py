@@ -548,9 +548,12 @@ class _Run:
                              "duration_s": round(duration, 6), "handles": list(output.handles),
                              "content_chars": len(output.text)}
                             | ({"approval_wait_s": round(waited, 6)} if waited else {}))
+                shown = output.display_text
+                if shown is not None and output.is_error:
+                    shown = scrub(shown)  # as the model's text: errors echo configs and headers
                 h._emit(ToolCallFinished(turn=self.turn, tool_use=use, result=block, duration_s=duration,
                                          handles=tuple(output.handles), artifacts=tuple(output.artifacts),
-                                         snapshots=snapshots, approval_wait_s=waited))
+                                         snapshots=snapshots, approval_wait_s=waited, display_text=shown))
         finally:
             # On interrupt, answer what is left so the transcript stays consistent.
             answered = {r.tool_use_id for r in results}

@@ -82,3 +82,6 @@ class ToolOutput:
     """Cache handles this call created, in order."""
     artifacts: list[dict[str, Any]] = field(default_factory=list)
     """Display-only extras (e.g. ``{"kind": "image/png", "data": b64}``); never sent to the model."""
+    display_text: str | None = None
+    """What people read of the result when it differs from ``text`` (notes meant only for the model, such as
+    the chart count, and a value that only repeats a saved handle, left out); None: the same as ``text``."""

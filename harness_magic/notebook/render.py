@@ -59,6 +59,9 @@ TERMINAL_RESULT_LINES = 40
 """Lines of a tool result printed in the terminal before ``… N lines more``."""
 TERMINAL_PROGRESS_STEP = 25
 """Where the output is not a terminal (a log, a pipe), engine progress prints one line per this many percent."""
+TERMINAL_HEADER_WAIT_S = 0.5
+"""A call's header waits at most this long for the call's own sandbox step, so the step prints above the call (as
+in the notebook): the step is announced milliseconds after the call starts, once the call's inputs are read."""
 
 _e = html.escape
 
@@ -373,22 +376,37 @@ class TerminalRenderer:
     tool results keep their line breaks (bounded by :data:`TERMINAL_RESULT_LINES`),
     snapshots print as rich tables, SQL as highlighted SQL, file reads as a
     path, and each chart as one line saying where to see it. Control characters
-    and escape sequences from the model or the data are stripped first.
+    and escape sequences from the model or the data are stripped first. Results
+    show what people read (:func:`~harness_magic.core.export.display_result_text`):
+    notes meant only for the model stay in the run's log and exports' "what the model saw".
+
+    A sandbox step (start, fork, restart) prints above the call it ran for, with
+    its time, as the notebook shows it: a call's header waits for the first thing
+    the call does, at most ``header_wait_s``; a step of its own goes first (while
+    it runs, ``starting the sandbox…`` is one line rewritten in place on a
+    terminal), anything else prints the header at once. A step that comes later
+    (a worker lost while the call ran) prints where it happens.
     """
 
-    def __init__(self, console: Any = None) -> None:
+    def __init__(self, console: Any = None, header_wait_s: float = TERMINAL_HEADER_WAIT_S) -> None:
         from rich.console import Console
 
         self.console = console or Console(highlight=False)
+        self.header_wait_s = header_wait_s
+        """Longest a call's header waits for the call's own sandbox step (see the class docstring)."""
         self.record = RunRecord()
         self._streaming = False
         self._live: dict[str, list[Any]] = {}
         """tool_use_id -> [lines printed live, lines held back, unfinished last line]."""
         self.printed_final = False
         """True once the final answer has been printed (the cell's value need not repeat it)."""
-        self._progress_lock = threading.Lock()
+        self._lock = threading.RLock()
+        """One printer at a time: the loop, the engine's polling thread and the header timer all print."""
         self._progress_shown: str | None = None
-        """The engine progress line now on screen (a terminal: rewritten in place), or None."""
+        """The line rewritten in place now on screen (engine progress, a running sandbox step), or None."""
+        self._pending: list[Any] | None = None
+        """``[tool_use_id, header, step running]`` of the call whose header waits for its sandbox step, or None."""
+        self._pending_timer: threading.Timer | None = None
         self._progress_step = -1
         """Last TERMINAL_PROGRESS_STEP band printed where the output is not a terminal."""
 
@@ -398,7 +416,8 @@ class TerminalRenderer:
         from rich.text import Text
 
         engine = strip_control(event.engine)
-        with self._progress_lock:
+        with self._lock:
+            self._flush_header()  # the query runs inside its call: under the call's header
             if event.done:
                 self._clear_progress_locked()
                 self._progress_step = -1
@@ -420,18 +439,72 @@ class TerminalRenderer:
             self.console.file.flush()
             self._progress_shown = None
 
+    def _step_running(self, event: SandboxStep) -> None:
+        """``starting the sandbox…``: rewritten in place on a terminal (the done step replaces it), a line elsewhere."""
+        from rich.text import Text
+
+        text = export.sandbox_step_text(event) + "…"
+        if self.console.is_terminal:
+            self.console.file.write("\r" + text + "\x1b[K")
+            self.console.file.flush()
+            self._progress_shown = text
+        else:
+            self.console.print(Text(text, style="dim"))
+
+    def _hold_header(self, tool_use_id: str, header: Any) -> None:
+        """Keep a call's header until its first event, or :attr:`header_wait_s` (see the class docstring)."""
+        self._pending = [tool_use_id, header, False]
+        timer = threading.Timer(self.header_wait_s, self._header_due, args=(tool_use_id,))
+        timer.daemon = True
+        self._pending_timer = timer
+        timer.start()
+
+    def _header_due(self, tool_use_id: str) -> None:
+        """The timer's end: nothing came from the call, so its header prints now (unless its step runs)."""
+        with self._lock:
+            if self._pending is not None and self._pending[0] == tool_use_id and not self._pending[2]:
+                self._clear_progress_locked()
+                self._flush_header()
+
+    def _flush_header(self) -> None:
+        """Print the waiting header, if any (the lock is held)."""
+        if self._pending_timer is not None:
+            self._pending_timer.cancel()
+            self._pending_timer = None
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self.console.print(pending[1])
+
     def __call__(self, event: Any) -> None:
-        from rich.markdown import Markdown
-        from rich.panel import Panel
-        from rich.syntax import Syntax
         from rich.text import Text
 
         c = self.console
         if isinstance(event, EngineProgress):
             self._engine_progress(event)
             return
-        with self._progress_lock:  # anything else printed starts on a clean line
-            self._clear_progress_locked()
+        with self._lock:
+            self._clear_progress_locked()  # anything else printed starts on a clean line
+            if isinstance(event, SandboxStep) and self._pending is not None \
+                    and event.tool_use_id == self._pending[0]:  # the step of the call whose header waits
+                _apply(self.record, event, self)
+                if event.duration_s is None:
+                    self._pending[2] = True
+                    self._step_running(event)
+                else:
+                    c.print(Text(export.sandbox_step_text(event), style="dim"))
+                    self._flush_header()
+                return
+            self._flush_header()
+            self._print_event(event)
+
+    def _print_event(self, event: Any) -> None:
+        """Print one event (the lock is held, any waiting header printed)."""
+        from rich.markdown import Markdown
+        from rich.panel import Panel
+        from rich.syntax import Syntax
+        from rich.text import Text
+
+        c = self.console
         if isinstance(event, RunStarted):
             self.record = RunRecord(event.run_id, event.model, event.prompt, event.max_turns, event.run_file)
             self.printed_final = False
@@ -458,9 +531,14 @@ class TerminalRenderer:
                 body = Text.assemble(("path ", "dim"), strip_control(source[1]))
             else:
                 body = Syntax(strip_control(source[1]), source[0], word_wrap=True)
-            c.print(Panel(body, title=strip_control(event.tool_use.name), title_align="left", border_style="blue"))
-        elif isinstance(event, SandboxStep):  # "starting the sandbox", then "sandbox started · 2.31 s"
-            c.print(Text(export.sandbox_step_text(event) + ("…" if event.duration_s is None else ""), style="dim"))
+            self._hold_header(event.tool_use.id,
+                              Panel(body, title=strip_control(event.tool_use.name), title_align="left",
+                                    border_style="blue"))
+        elif isinstance(event, SandboxStep):  # not for a waiting header: where it happens
+            if event.duration_s is None:
+                self._step_running(event)
+            else:
+                c.print(Text(export.sandbox_step_text(event), style="dim"))
         elif isinstance(event, ToolOutputDelta):
             self._print_live(event)
         elif isinstance(event, ToolCallFinished):
