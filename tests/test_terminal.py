@@ -270,3 +270,32 @@ def test_the_models_chart_note_and_saves_value_are_not_shown_twice(sandboxed: st
     assert len(re.findall(r"chart 1 of 1: \d+×\d+ PNG", shown)) == 1, "the chart line, once"
     assert shown.count("Saved as `n`") == 1 and not re.search(r"^n$", shown, re.M), "the handle once"
     assert "\\nn\\n[1 chart(s) drawn and shown to the user]" in model_saw, "the model's text is unchanged"
+
+
+def test_a_header_shown_while_in_process_code_runs_never_lands_in_the_codes_output(tmp_path: Path) -> None:
+    """In-process code runs with sys.stdout redirected into its capture: the header's timer prints past it."""
+    import contextlib
+    import io
+
+    from rich.console import Console
+
+    from harness_magic.core.offline import ScriptedModel
+    from harness_magic.core.provider import ProviderAdapter
+    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.notebook.render import TerminalRenderer
+
+    code = "import time\ntime.sleep(0.6)\nprint('after the wait')"
+    turns = [{"tool_calls": [{"name": "python_interpreter", "arguments": {"code": code}}]}, {"text": "done"}]
+    session = AgentSession(AgentConfig(run_dir=str(tmp_path), sandbox="inprocess"),
+                           adapter=ProviderAdapter("scripted/t", transport=ScriptedModel(turns)))
+    screen = io.StringIO()
+    with contextlib.redirect_stdout(screen):  # the console writes to sys.stdout as it is at each write
+        session.subscribe(TerminalRenderer(Console(color_system=None, width=100), header_wait_s=0.1))
+        try:
+            result = session.ask("go")
+        finally:
+            session.close()
+    seen = [b.content for m in result.messages for b in m.content if getattr(b, "type", "") == "tool_result"][0]
+    assert seen == "stdout:\nafter the wait\n", "the model's output holds only what the code printed"
+    shown = screen.getvalue()
+    assert shown.count("time.sleep(0.6)") == 1 and shown.index("time.sleep(0.6)") < shown.index("after the wait")

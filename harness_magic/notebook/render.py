@@ -405,7 +405,7 @@ class TerminalRenderer:
         self._progress_shown: str | None = None
         """The line rewritten in place now on screen (engine progress, a running sandbox step), or None."""
         self._pending: list[Any] | None = None
-        """``[tool_use_id, header, step running]`` of the call whose header waits for its sandbox step, or None."""
+        """``[tool_use_id, header text, file, step running]`` of the call whose header waits for its sandbox step."""
         self._pending_timer: threading.Timer | None = None
         self._progress_step = -1
         """Last TERMINAL_PROGRESS_STEP band printed where the output is not a terminal."""
@@ -452,8 +452,14 @@ class TerminalRenderer:
             self.console.print(Text(text, style="dim"))
 
     def _hold_header(self, tool_use_id: str, header: Any) -> None:
-        """Keep a call's header until its first event, or :attr:`header_wait_s` (see the class docstring)."""
-        self._pending = [tool_use_id, header, False]
+        """Keep a call's header until its first event, or :attr:`header_wait_s` (see the class docstring).
+
+        The header is rendered now, for the output the run prints to now: the timer may fire while in-process
+        model code runs with ``sys.stdout`` redirected into its capture, and the header must not land there.
+        """
+        with self.console.capture() as capture:
+            self.console.print(header)
+        self._pending = [tool_use_id, capture.get(), self.console.file, False]
         timer = threading.Timer(self.header_wait_s, self._header_due, args=(tool_use_id,))
         timer.daemon = True
         self._pending_timer = timer
@@ -462,8 +468,7 @@ class TerminalRenderer:
     def _header_due(self, tool_use_id: str) -> None:
         """The timer's end: nothing came from the call, so its header prints now (unless its step runs)."""
         with self._lock:
-            if self._pending is not None and self._pending[0] == tool_use_id and not self._pending[2]:
-                self._clear_progress_locked()
+            if self._pending is not None and self._pending[0] == tool_use_id and not self._pending[3]:
                 self._flush_header()
 
     def _flush_header(self) -> None:
@@ -473,7 +478,8 @@ class TerminalRenderer:
             self._pending_timer = None
         pending, self._pending = self._pending, None
         if pending is not None:
-            self.console.print(pending[1])
+            pending[2].write(pending[1])
+            pending[2].flush()
 
     def __call__(self, event: Any) -> None:
         from rich.text import Text
@@ -488,7 +494,7 @@ class TerminalRenderer:
                     and event.tool_use_id == self._pending[0]:  # the step of the call whose header waits
                 _apply(self.record, event, self)
                 if event.duration_s is None:
-                    self._pending[2] = True
+                    self._pending[3] = True
                     self._step_running(event)
                 else:
                     c.print(Text(export.sandbox_step_text(event), style="dim"))
