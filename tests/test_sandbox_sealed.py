@@ -245,12 +245,16 @@ def test_a_large_worker_result_comes_back_striped_and_exact(monkeypatch) -> None
     rows = (2 * STRIPE_MIN_PART_BYTES + 2**20) // 16
     sandbox = SandboxedInterpreter(timeout=120.0)
     try:
+        sandbox.execute("1", {}, [])
+        worker = sandbox._worker.pid
         result = sandbox.execute(
             "import numpy as np, pandas as pd\n"
             f"frame = pd.DataFrame({{'x': np.arange({rows}, dtype='float64'), 'y': np.arange({rows}) * 3}},"
             " index=pd.RangeIndex(5, 5 + " + str(rows) + ", name='i'))\n"
             "save('wide', frame)\n"
             f"np.asfortranarray(np.arange({rows * 2}, dtype='float64').reshape(-1, 2))", {}, [])
+        assert sandbox.execute("2", {}, []).value == 2
+        assert sandbox._worker.pid == worker  # the writer threads were joined: no recycled worker
     finally:
         sandbox.close()
     assert result.error is None, result.error
