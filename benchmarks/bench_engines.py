@@ -23,10 +23,11 @@ RSS, ``ru_maxrss``, is that path's alone) under the same DuckDB
   read through the read-only file system, external access off, private spill
   dir), result streamed as Arrow batches.
 * ``agent lazy+pull``: the group-by kept as a lazy handle (its snapshot by
-  pushdown: head rows via LIMIT, exact count(*) under the 2 s budget), then
-  materialised into the kernel under the byte cap, as python code naming it does.
-  The engine runs the group-by more than once here (head, count, rows): the
-  price of a snapshot the model can read before any rows move.
+  pushdown: a reducing plan is computed once into an engine table that gives
+  the count and the head rows and is kept for the pulls), then materialised into
+  the kernel under the byte cap, as python code naming it does. The group-by
+  runs once: the pull reads the kept result (a scan too big to keep would be
+  streamed by the pull instead).
 
 Printed: best-of-5 seconds (one run from 1e8 rows), ratio to plain, the
 process's peak RSS during the timed queries in MB (``VmHWM`` after resetting it

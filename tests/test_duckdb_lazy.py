@@ -629,7 +629,10 @@ def test_an_engine_handle_without_a_definition_still_refuses_the_save(tmp_path):
 
 
 def test_each_query_runs_on_its_own_cursor_and_leaves_nothing_behind(dataset):
-    """One database per engine; frames, lazy views and snapshot tables of a query vanish with its cursor."""
+    """One database per engine; frames, lazy views and snapshot tables of a query vanish with its cursor; the
+    only table left is the kept result of a live lazy handle, and it goes with the handle."""
+    import gc
+
     root, frame = dataset
     engine = DuckDBEngine({"events": str(root)})
     cache = SessionCache()
@@ -637,9 +640,14 @@ def test_each_query_runs_on_its_own_cursor_and_leaves_nothing_behind(dataset):
     cache.put("joined", engine.lazy(cache, "SELECT region, count(*) AS n FROM events JOIN targets USING (region) "
                                            "GROUP BY 1"))  # a reducing plan: its snapshot used a temporary table
     engine.query(cache, "SELECT * FROM joined")
-    listing, _ = engine.query(SessionCache(), "SELECT (SELECT count(*) FROM duckdb_tables()) AS tables, "
-                                              "(SELECT list(view_name) FROM duckdb_views() WHERE NOT internal) AS v")
-    assert listing.tables.tolist() == [0] and list(listing.v[0]) == ["events"]
+    listing_sql = ("SELECT (SELECT coalesce(list(table_name), []) FROM duckdb_tables()) AS tables, "
+                   "(SELECT list(view_name) FROM duckdb_views() WHERE NOT internal) AS v")
+    listing, _ = engine.query(SessionCache(), listing_sql)
+    assert list(listing.tables[0]) == [cache.get("joined").result] and list(listing.v[0]) == ["events"]
+    cache.retire("joined")
+    gc.collect()
+    listing, _ = engine.query(SessionCache(), listing_sql)
+    assert list(listing.tables[0]) == [] and list(listing.v[0]) == ["events"]
     with pytest.raises(ToolError, match="targets"):
         engine.query(SessionCache(), "SELECT * FROM targets")  # another cache: the frame is not there
     engine.close()

@@ -19,7 +19,12 @@ locked; each query gets its own cursor (connection) on it, in which
   a query names become temporary views of that cursor; everything a query
   registered or created goes when its cursor closes. ``read_csv('/etc/passwd')``
   and ``COPY t TO '<configured file>'`` fail inside the engine or its
-  read-only file system, whatever the statement looks like.
+  read-only file system, whatever the statement looks like;
+* the model's SQL runs inside a read-only transaction (:data:`_READ_ONLY`), so
+  DuckDB refuses every write to the engine's database, where the results of
+  lazy handles that their snapshot computed are kept (one table each, dropped
+  when the last handle using it goes: a pull reads it instead of running the
+  query again).
 
 DuckDB's own parser (``extract_statements``) classifies the text: exactly one
 statement per call, and only plain queries run (see :mod:`.classify`).
@@ -35,6 +40,7 @@ import re
 import shutil
 import tempfile
 import threading
+import uuid
 import weakref
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -82,8 +88,11 @@ HEAD_ROWS = 5
 ONE_PASS_MAX_ROWS = 1_000_000
 """A lazy result that reduces rows (aggregate, LIMIT) or that DuckDB estimates at most this big is computed
 once into an engine table for its snapshot (count and head from one run; bounded by memory_limit and the
-count budget); others get LIMIT for the head and a budgeted count(*), both streamed."""
+count budget); others get LIMIT for the head and a budgeted count(*), both streamed. A computed result of at
+most this many rows is kept in the engine for the handle's pulls (past it, re-running beats holding it)."""
 _SNAPSHOT_TABLE = "__harness_snapshot__"
+RESULT_TABLE_PREFIX = "__harness_result_"
+"""Name prefix of the engine tables that keep a lazy handle's computed result (a random hex suffix follows)."""
 Progress = Callable[[float | None, bool], None]
 """``progress(percent or None, done)``: called from a polling thread while a statement runs."""
 
@@ -96,24 +105,37 @@ def _sql_list(items: list[str]) -> str:
     return "[" + ", ".join(_quote(item) for item in items) + "]"
 
 
+_READ_ONLY = "BEGIN TRANSACTION READ ONLY"
+"""Every statement built from the model's SQL runs in a read-only transaction: DuckDB refuses any write to the
+engine's database (where lazy handles' results are kept), e.g. a DELETE inside a CTE that parses as a SELECT.
+Temporary objects of the cursor itself stay writable (frames and lazy views are set up before it begins)."""
 _CURSOR_SETTINGS = {"enable_progress_bar": "true", "enable_progress_bar_print": "false"}
 """Set on every query's cursor (the only settings the locked database lets a cursor change)."""
 
 
-def _create_temporary(kind: str, name: str, sql: str) -> str:
-    """``CREATE TEMPORARY VIEW|TABLE "name" AS <the one query in sql>``, checked by DuckDB's parser to be exactly
-    that one statement (the query was already classified a single SELECT)."""
+def _create_temporary(kind: str, name: str, sql: str, *, temporary: bool = True) -> str:
+    """``CREATE [TEMPORARY] VIEW|TABLE "name" AS <the one query in sql>``, checked by DuckDB's parser to be exactly
+    that one statement (the query was already classified a single SELECT). Not temporary: an object of the
+    engine's database (every cursor sees it) instead of the cursor's."""
     import duckdb
 
     statement = _single(sql)
     if statement.type != duckdb.StatementType.SELECT:
         raise ToolError(f"Refused: `{name}` must be one query (SELECT, WITH, FROM, VALUES); it is "
                         f"{statement.type.name}.")
-    text = f'CREATE TEMPORARY {kind} "{name}" AS {statement.query}'
+    text = f'CREATE {"TEMPORARY " if temporary else ""}{kind} "{name}" AS {statement.query}'
     built = duckdb.extract_statements(text)
     if len(built) != 1 or built[0].type != duckdb.StatementType.CREATE:
         raise ToolError(f"Refused: the query of `{name}` cannot be kept in the engine as written")
     return text
+
+
+def _drop_later(engine: "weakref.ref[DuckDBEngine]", table: str) -> None:
+    """Finaliser of a lazy relation with a kept result: its engine drops the table before its next query."""
+    owner = engine()
+    if owner is not None:
+        with owner._garbage_lock:
+            owner._garbage.append(table)
 
 
 def _close_engine(db: list[Any], temp_dir: str) -> None:
@@ -168,6 +190,9 @@ class DuckDBEngine:
         self._db: list[Any] = []
         """The engine's private in-memory database (created on first use), shared by every query's cursor."""
         self._db_lock = threading.Lock()
+        self._garbage: list[str] = []
+        """Kept result tables of lazy relations that are gone; dropped before the next query (:meth:`_open`)."""
+        self._garbage_lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _close_engine, self._db, str(self.temp_dir))
         if memory_limit is not None:
             if not isinstance(memory_limit, str) or not memory_limit.strip() or memory_limit.strip().startswith("-"):
@@ -245,10 +270,8 @@ class DuckDBEngine:
         as temporary views of their own statements, their inputs first, all on
         a new cursor of the locked database (:meth:`_database`).
         """
-        con = self._database().cursor()
+        con = self._cursor()
         try:
-            for setting, value in _CURSOR_SETTINGS.items():
-                con.execute(f"SET {setting} = {value}")
             for view, source in self.sources.items():
                 if view not in self._parquet_urls:
                     con.register(view, _open_source(*source))
@@ -264,11 +287,45 @@ class DuckDBEngine:
             for handle, lazy in order.items():
                 if handle in self.sources or handle in frames:
                     raise ToolError(f"handle {handle!r} names two different values in this chain of lazy handles")
-                con.execute(_create_temporary("VIEW", handle, lazy.sql))
+                if lazy.result is not None:  # computed once already: the chain reads the kept rows
+                    con.execute(f'CREATE TEMPORARY VIEW "{handle}" AS SELECT * FROM "{lazy.result}"')
+                else:
+                    con.execute(_create_temporary("VIEW", handle, lazy.sql))
+            con.execute(_READ_ONLY)
         except Exception:
             con.close()
             raise
         return con, frames, order
+
+    def _cursor(self) -> Any:
+        """A new cursor of the locked database with :data:`_CURSOR_SETTINGS`, after dropping the kept result
+        tables of lazy relations that are gone."""
+        con = self._database().cursor()
+        try:
+            for setting, value in _CURSOR_SETTINGS.items():
+                con.execute(f"SET {setting} = {value}")
+            with self._garbage_lock:
+                garbage, self._garbage[:] = list(self._garbage), []
+            for table in garbage:
+                try:
+                    con.execute(f'DROP TABLE IF EXISTS "{table}"')
+                except Exception:  # e.g. a conflict with another cursor's transaction: the next cursor retries
+                    with self._garbage_lock:
+                        self._garbage.append(table)
+        except Exception:
+            con.close()
+            raise
+        return con
+
+    def result_tables(self) -> list[str]:
+        """The engine tables keeping lazy handles' computed results now (live handles and not yet dropped)."""
+        con = self._cursor()
+        try:
+            rows = con.execute("SELECT table_name FROM duckdb_tables() WHERE NOT temporary AND "
+                               f"starts_with(table_name, {_quote(RESULT_TABLE_PREFIX)}) ORDER BY 1").fetchall()
+        finally:
+            con.close()
+        return [row[0] for row in rows]
 
     def _run(self, con: Any, work: Callable[[], Any], progress: Progress | None,
              cancelled: threading.Event | None = None) -> Any:
@@ -346,6 +403,8 @@ class DuckDBEngine:
                             f"is {statement.type.name}.")
         con, frames, lazies = self._open(cache, sql)
         cancelled = threading.Event()
+        table = f"{RESULT_TABLE_PREFIX}{uuid.uuid4().hex}"  # keeps the result if the snapshot computes all of it
+        kept_rows: list[bool] = []  # [True] once that table exists
         try:
             def describe() -> dict[str, Any]:
                 relation = con.sql(statement)
@@ -358,26 +417,38 @@ class DuckDBEngine:
                 plan = relation.explain(format="text")  # under Jupyter the default displays HTML and returns ""
                 estimate = parse_estimate(plan)
                 head = rows = None
+                computed = False
                 counter = threading.Timer(COUNT_BUDGET_S, con.interrupt)
                 counter.daemon = True
                 counter.start()
                 try:
                     if _small_result(plan, estimate):
-                        # one run: the (small) result kept inside DuckDB gives both the count and the head
+                        # one run: the (small) result, a temporary table of this cursor (made inside the read-only
+                        # transaction), gives the count, the head and, kept below, the rows of later pulls
                         con.execute(_create_temporary("TABLE", _SNAPSHOT_TABLE, sql))
-                        kept = con.table(_SNAPSHOT_TABLE)
-                        rows = kept.aggregate("count(*)").fetchall()[0][0]
-                        head = kept.limit(HEAD_ROWS).to_arrow_table()
+                        snapshot = con.table(_SNAPSHOT_TABLE)
+                        rows = snapshot.aggregate("count(*)").fetchall()[0][0]
+                        head = snapshot.limit(HEAD_ROWS).to_arrow_table()
+                        computed = True
                     else:
                         rows = relation.aggregate("count(*)").fetchall()[0][0]
                 except duckdb.InterruptException:
                     if cancelled.is_set():
                         raise  # the user's interrupt, not the count budget
-                    # over the budget: the estimate stands in for the count
+                    # over the budget: the estimate stands in for the count; a new read-only transaction
+                    con.execute("ROLLBACK")
+                    con.execute(_READ_ONLY)
+                    relation = con.sql(statement)
                 finally:
                     counter.cancel()
                 if head is None:
                     head = relation.limit(HEAD_ROWS).to_arrow_table()
+                if computed and rows <= ONE_PASS_MAX_ROWS:
+                    # kept for pulls and chains: a table of the engine's database (a copy made by this code, not
+                    # by the model's SQL, after the read-only transaction ends; dropped with the last handle)
+                    con.execute("COMMIT")
+                    kept_rows.append(True)
+                    con.execute(f'CREATE TABLE "{table}" AS SELECT * FROM temp.main."{_SNAPSHOT_TABLE}"')
                 info["head"] = arrow_to_frame(head)
                 if rows is None:  # DuckDB guesses "~1 row" for sources without statistics: say unknown instead
                     rows = estimate if estimate is not None and estimate > 1 else None
@@ -388,22 +459,43 @@ class DuckDBEngine:
                 return info
 
             info = self._run(con, describe, progress, cancelled)
+        except BaseException:
+            if kept_rows or cancelled.is_set():  # a table made (or, interrupted, perhaps being made) for no handle
+                _drop_later(weakref.ref(self), table)
+            raise
         finally:
             con.close()
         used = {h: l for h, l in lazies.items() if h in set(_IDENT.findall(sql))}
         direct_frames = {h: v for h, v in frames.items() if h in set(_IDENT.findall(sql))}
-        return LazyRelation(self, sql, direct_frames, used, info)
+        keep = bool(kept_rows)
+        relation = LazyRelation(self, sql, direct_frames, used, info, result=table if keep else None)
+        if keep:
+            weakref.finalize(relation, _drop_later, weakref.ref(self), table)
+        return relation
 
     def fetch_lazy(self, lazy: LazyRelation, cache: Any, max_bytes: int, *, max_rows: int | None = None,
                    handle: str | None = None, progress: Progress | None = None) -> Any:
         """The rows of ``lazy`` as an Arrow table; :class:`MaterializeLimitError` once they pass ``max_bytes``
-        bytes or ``max_rows`` rows (None: no row cap)."""
+        bytes or ``max_rows`` rows (None: no row cap).
+
+        The query runs once, streamed; when the snapshot already computed the
+        result (:attr:`LazyRelation.result`), its kept table is read instead and
+        the query does not run again. Either way the handle's inputs must still
+        be the values it was built on (ToolError naming the one that is not).
+        """
         import pyarrow as pa
 
-        con = self._open(cache, None if cache is None else "", root=lazy)[0]
+        if lazy.result is not None:
+            resolve_inputs(cache, (), self, LazyRelation.__harness_engine__, lazy)  # the exact-inputs check only
+            con = self._cursor()
+            con.execute(_READ_ONLY)
+            source = f'SELECT * FROM "{lazy.result}"'
+        else:
+            con = self._open(cache, None if cache is None else "", root=lazy)[0]
+            source = _single(lazy.sql)
         try:
             def fetch() -> Any:
-                reader = con.sql(_single(lazy.sql)).to_arrow_reader(self.batch_rows)
+                reader = con.sql(source).to_arrow_reader(self.batch_rows)
                 batches = collect_within_caps(reader, lazy, handle, max_bytes, max_rows, "DuckDB",
                                               "duckdb__query with lazy=true, GROUP BY / WHERE / LIMIT",
                                               on_over=con.interrupt)

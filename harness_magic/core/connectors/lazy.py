@@ -3,7 +3,8 @@
 A :class:`LazyRelation` is what ``duckdb__query(..., lazy=True)`` caches: the
 one read-only statement (already classified), the engine it runs on, and the
 cached handles it names (frames by handle and value version, other lazy
-relations by object). It holds no rows. Contract:
+relations by object). It holds no rows in the kernel, except the small result
+a Spark snapshot already brought in (see *Computed once*). Contract:
 
 * **Immutable.** Copies are the object itself; nothing about it changes after
   creation, so the cache can hand it out freely.
@@ -15,6 +16,14 @@ relations by object). It holds no rows. Contract:
   (``LIMIT 0``), head rows (``LIMIT 5``), and the row count (``count(*)``
   under :data:`COUNT_BUDGET_S`; past that, DuckDB's plan estimate, marked
   ``"rows_estimated": true``).
+* **Computed once.** When the snapshot had to compute the whole result anyway
+  (an aggregate, a LIMIT, a small estimate), the engine keeps that result
+  (:attr:`LazyRelation.result`: DuckDB a table in the engine's own database,
+  bounded by its ``memory_limit`` and spilled to its private directory; Spark
+  the Arrow rows its snapshot job already streamed, at most ``ONE_PASS_ROWS``
+  rows and ``ONE_PASS_BYTES`` bytes), so creating the handle and pulling it
+  runs the query once: the rows pulled are the rows the snapshot described.
+  Otherwise a pull runs the query once, streamed.
 * **Materialise within limits.** :meth:`materialize` streams Arrow batches and
   stops with :class:`MaterializeLimitError` as soon as their bytes pass the
   byte cap or their rows pass the row cap, telling the model to aggregate or
@@ -84,12 +93,13 @@ class LazyRelation:
     __harness_engine__ = "duckdb"
 
     def __init__(self, engine: Any, sql: str, frames: dict[str, str], lazies: dict[str, "LazyRelation"],
-                 info: dict[str, Any]) -> None:
+                 info: dict[str, Any], result: Any = None) -> None:
         self._engine = engine
         self._sql = sql
         self._frames = dict(frames)
         self._lazies = dict(lazies)
         self._info = info
+        self._result = result
 
     # -- identity: immutable, so copies are the object itself ---------------------------------
 
@@ -114,6 +124,15 @@ class LazyRelation:
     @property
     def engine(self) -> Any:
         return self._engine
+
+    @property
+    def result(self) -> Any:
+        """The engine's kept copy of the rows, computed by the snapshot (see *Computed once*), or None.
+
+        Opaque here: only the engine that made it reads it (:meth:`materialize`
+        goes through the engine's ``fetch_lazy``, which still checks the inputs
+        and the caps)."""
+        return self._result
 
     @property
     def columns(self) -> list[str]:
