@@ -239,9 +239,9 @@ def spark_section(rows_list: list[int]) -> None:
       over the dataset (temp view of the handle, tagged job, Arrow result).
     * ``agent lazy+pull``: the group-by kept as a lazy handle (snapshot by
       pushdown: schema, one LIMIT job for the head that also counts a small
-      result) and materialised under the byte cap, as python code naming it
-      does; Spark runs the group-by twice: the price of a snapshot the model
-      can read before any rows move.
+      result and keeps its rows) and materialised under the byte cap, as python
+      code naming it does; Spark runs the group-by once: the pull reads the
+      rows the snapshot's job already brought in.
     """
     import warnings
 
@@ -315,8 +315,8 @@ def spark_section(rows_list: list[int]) -> None:
     finally:
         server.stop()
     print(f"\nload average (1 min) at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print("(target: agent fetch within 1.2× plain PySpark; lazy+pull computes the group-by twice: the "
-          "snapshot's LIMIT job, which also counts a small result, then the rows)")
+    print("(target: agent fetch within 1.2× plain PySpark; lazy+pull computes the group-by once: the "
+          "snapshot's LIMIT job counts a small result and keeps its rows for the pull)")
 
 
 if __name__ == "__main__":

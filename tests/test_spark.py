@@ -540,3 +540,74 @@ def test_a_spark_lazy_handle_reaches_the_sandboxed_worker_as_a_frame(tmp_path, s
         assert session.cache.location("totals") == "spark"
     finally:
         session.close()
+
+
+def server_jobs(engine, monkeypatch):
+    """Operation ids of the ExecutePlan requests that ask the Spark server to run a query (a relation plan, not a
+    command such as ``spark.sql``'s analysis) on ``engine``'s session, spied at the client's gRPC seam."""
+    client = engine.spark.client
+    real = client._execute_and_fetch_as_iterator
+    seen: list[str] = []
+
+    def spy(req, *args, **kwargs):
+        if req.plan.WhichOneof("op_type") == "root":
+            seen.append(req.operation_id)
+        return real(req, *args, **kwargs)
+
+    monkeypatch.setattr(client, "_execute_and_fetch_as_iterator", spy)
+    return seen
+
+
+def test_creating_and_pulling_a_small_result_runs_one_spark_job(spark, monkeypatch):
+    """The snapshot's LIMIT job read the aggregate whole: pulls ask nothing of Spark, and the caps still hold."""
+    engine = spark().engine
+    jobs = server_jobs(engine, monkeypatch)
+    cache = __import__("harness_magic.core.cache", fromlist=["SessionCache"]).SessionCache()
+    relation = engine.lazy(cache, "SELECT region, count(*) AS n, sum(amount) AS total FROM sales GROUP BY region")
+    handle = cache.put("by_region", relation)
+    assert len(jobs) == 1 and relation.result is not None and relation.rows == 4  # the snapshot's LIMIT job
+    created = list(jobs)
+    want = sales_frame().groupby("region")["amount"].sum().sort_index().tolist()
+    for _ in range(2):
+        frame = relation.materialize(cache, 10**6, max_rows=4, handle=handle)
+        assert frame.sort_values("region").total.tolist() == want and frame.n.sum() == ROWS
+    assert jobs == created  # no Spark job ran for the pulls
+    before = materialize_count()
+    with pytest.raises(MaterializeLimitError, match=r"more than 3 rows .*limit materialize_max_rows") as rows_cap:
+        relation.materialize(cache, 10**6, max_rows=3, handle=handle)
+    assert rows_cap.value.limit == "rows" and "`by_region` is too big" in str(rows_cap.value)
+    with pytest.raises(MaterializeLimitError, match=r"more than 10 bytes .*materialize_max_bytes"):
+        relation.materialize(cache, 10, handle=handle)
+    for bad in (0, -1, True, 1.5, "10", 2**63):
+        with pytest.raises(ValueError, match="must be a positive integer"):
+            relation.materialize(cache, 10**6, max_rows=bad)
+    assert materialize_count() == before and jobs == created
+
+
+def test_a_result_too_big_to_keep_is_pulled_by_one_spark_job(spark, monkeypatch):
+    import importlib
+
+    module = importlib.import_module("harness_magic.core.connectors.spark_connector")
+    engine = spark().engine
+    monkeypatch.setattr(module, "ONE_PASS_ROWS", 100)
+    relation = engine.lazy(None, "SELECT id, amount FROM sales WHERE amount > 10")
+    assert relation.result is None and len(relation._info["head"]) == 5
+    jobs = server_jobs(engine, monkeypatch)
+    frame = relation.materialize(None, 10**8)
+    assert sorted(frame.id.tolist()) == [i for i in range(ROWS) if i % 97 > 10]
+    assert len(jobs) == 1  # the pull ran the query once
+
+
+def test_a_kept_spark_result_still_refuses_a_replaced_input(spark):
+    from harness_magic.core.cache import SessionCache
+
+    engine = spark().engine
+    cache = SessionCache()
+    cache.put("targets", pd.DataFrame({"region": REGIONS, "target": [1.0, 2.0, 3.0, 4.0]}))
+    relation = engine.lazy(cache, "SELECT sum(target) AS s FROM targets")
+    assert relation.result is not None
+    assert relation.materialize(cache, 10**6).s.tolist() == [10.0]
+    cache.retire("targets")
+    cache.put("targets", pd.DataFrame({"region": ["x"], "target": [99.0]}))
+    with pytest.raises(ToolError, match="built on `targets`, which was retired or replaced"):
+        relation.materialize(cache, 10**6)

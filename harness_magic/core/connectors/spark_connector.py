@@ -37,7 +37,9 @@ Lazy handles are :class:`SparkRelation` values, the same engine-value kind as Du
 ``LIMIT`` job, which also counts a result of at most :data:`ONE_PASS_ROWS` rows; else
 ``count(*)`` within :data:`COUNT_BUDGET_S`, else Spark's ``rowCount`` estimate marked as
 such); interpreter code naming one materialises it as streamed Arrow batches under
-``materialize_max_bytes`` / ``materialize_max_rows``.
+``materialize_max_bytes`` / ``materialize_max_rows``. A result the ``LIMIT`` job read to
+its end (at most :data:`ONE_PASS_ROWS` rows and :data:`ONE_PASS_BYTES` bytes, already in
+the kernel) is kept with the handle, so pulling it runs no second Spark job.
 
 Every Spark call runs under a fresh job tag: Spark Connect's progress reports (stages,
 tasks) become :class:`~harness_magic.core.events.EngineProgress` events, and a timeout or
@@ -83,7 +85,10 @@ HEAD_ROWS = 5
 ONE_PASS_ROWS = 10_000
 """A lazy result of at most this many rows is counted by the snapshot's one LIMIT job (an aggregate runs once)."""
 ONE_PASS_BYTES = 8 * 1024**2
-"""...and at most this many Arrow bytes: the LIMIT job stops being read past it (only head rows are kept)."""
+"""...and at most this many Arrow bytes: the LIMIT job stops being read past it (only head rows are kept then);
+a result within both is kept with its handle for pulls (the rows already crossed: no second job)."""
+KEPT_BATCH_ROWS = 1_000
+"""A kept result passes the caps in batches of this many rows (the cap error says how far it got)."""
 EXECUTE_RESULT_ROWS = 50
 """Rows of a command's own output (SHOW, SET) returned by execute: a confirmation, not data."""
 LIST_MAX = 500
@@ -329,7 +334,7 @@ class SparkEngine:
             fields = df.schema.fields
             info: dict[str, Any] = {"columns": [f.name for f in fields],
                                     "engine_types": {f.name: f.dataType.simpleString() for f in fields}}
-            head, rows = self._head(spark, df)
+            head, rows, result = self._head(spark, df)
             info["head"] = arrow_to_frame(head)
             if rows is None:
                 rows = self._count(spark, df)
@@ -337,42 +342,47 @@ class SparkEngine:
                 info["rows"], info["rows_estimated"] = _estimate(spark, sql), True
             else:
                 info["rows"], info["rows_estimated"] = rows, False
-            return info, frames, lazies
+            return info, frames, lazies, result
 
-        info, frames, lazies = self.run(describe, progress)
-        return SparkRelation(self, sql, frames, lazies, info)
+        info, frames, lazies, result = self.run(describe, progress)
+        return SparkRelation(self, sql, frames, lazies, info, result=result)
 
-    def _head(self, spark: Any, df: Any) -> tuple[Any, int | None]:
-        """(head rows as Arrow, the exact row count when the result is small) from one ``LIMIT`` job.
+    def _head(self, spark: Any, df: Any) -> tuple[Any, int | None, Any]:
+        """(head rows as Arrow, the exact row count when the result is small, the whole small result as Arrow)
+        from one ``LIMIT`` job.
 
         ``LIMIT ONE_PASS_ROWS + 1`` streams at most :data:`ONE_PASS_BYTES` (then
-        stops reading); a result that ends within both is counted here, so a
-        small result (an aggregate) runs once for its snapshot, a large one
-        stops early and is counted by :meth:`_count`. Only the head rows are kept.
+        stops reading); a result that ends within both is counted here and
+        returned whole (kept with the handle for its pulls), so a small result
+        (an aggregate) runs once from snapshot to pull; a large one stops early,
+        is counted by :meth:`_count` and only its head rows are kept.
         """
         import pyarrow as pa
 
         limited = df.limit(ONE_PASS_ROWS + 1)
         client = spark.client
         stream = client.to_table_as_iterator(limited._plan.to_proto(client), limited._plan.observations)
-        kept, rows, total, complete = [], 0, 0, True
+        heads, kept, rows, total, complete = [], [], 0, 0, True
         try:
             for item in stream:
                 if not isinstance(item, pa.Table):
                     continue
                 if rows < HEAD_ROWS:
-                    kept.append(item.slice(0, HEAD_ROWS - rows))
+                    heads.append(item.slice(0, HEAD_ROWS - rows))
                 rows += item.num_rows
                 total += item.nbytes
                 if total > ONE_PASS_BYTES:
                     complete = False
                     break
+                kept.append(item)
         finally:
             close = getattr(stream, "close", None)
             if close is not None:
                 close()
-        head = pa.concat_tables(kept) if kept else df.limit(0).toArrow()
-        return head, rows if complete and rows <= ONE_PASS_ROWS else None
+        head = pa.concat_tables(heads) if heads else df.limit(0).toArrow()
+        if complete and rows <= ONE_PASS_ROWS:
+            return head, rows, pa.concat_tables(kept) if kept else head
+        return head, None, None
 
     def _count(self, spark: Any, df: Any) -> int | None:
         """``count(*)`` if Spark answers within ``count_budget_s`` (the job is cancelled otherwise)."""
@@ -395,8 +405,20 @@ class SparkEngine:
     def fetch_lazy(self, lazy: LazyRelation, cache: Any, max_bytes: int, *, max_rows: int | None = None,
                    handle: str | None = None, progress: Progress | None = None) -> Any:
         """The rows of ``lazy`` as an Arrow table, streamed; :class:`MaterializeLimitError` once they pass
-        ``max_bytes`` bytes or ``max_rows`` rows (None: no row cap), and the job is cancelled."""
+        ``max_bytes`` bytes or ``max_rows`` rows (None: no row cap), and the job is cancelled.
+
+        A result its snapshot read whole (:attr:`LazyRelation.result`) is not
+        asked of Spark again: its rows pass the same caps here. Either way the
+        handle's inputs must still be the values it was built on (ToolError).
+        """
         import pyarrow as pa
+
+        if lazy.result is not None:
+            resolve_inputs(cache, (), self, SparkRelation.__harness_engine__, lazy)  # the exact-inputs check only
+            kept = lazy.result
+            batches = collect_within_caps(kept.to_batches(max_chunksize=KEPT_BATCH_ROWS), lazy, handle, max_bytes,
+                                          max_rows, "Spark", "spark__query, GROUP BY / WHERE / LIMIT")
+            return pa.Table.from_batches(batches, schema=kept.schema)
 
         def fetch(spark: Any) -> Any:
             self.bind(spark, cache, None, root=lazy)  # type: ignore[arg-type]
