@@ -505,11 +505,14 @@ class LiteLLMTransport:
             response = litellm.completion(**kwargs)
             if self.stream:
                 chunks = []
-                for chunk in response:
-                    chunks.append(chunk)
-                    delta = chunk.choices[0].delta.content if chunk.choices else None
-                    if delta and on_text is not None:
-                        on_text(delta)
+                try:
+                    for chunk in response:
+                        chunks.append(chunk)
+                        delta = chunk.choices[0].delta.content if chunk.choices else None
+                        if delta and on_text is not None:
+                            on_text(delta)
+                finally:  # also when on_text raises (an interrupt): never leave the stream to the GC
+                    _close_stream(response)
                 response = litellm.stream_chunk_builder(chunks, messages=kwargs["messages"])
         except ProviderError:
             raise
@@ -524,17 +527,48 @@ class LiteLLMTransport:
             response = await litellm.acompletion(**kwargs)
             if self.stream:
                 chunks = []
-                async for chunk in response:
-                    chunks.append(chunk)
-                    delta = chunk.choices[0].delta.content if chunk.choices else None
-                    if delta and on_text is not None:
-                        on_text(delta)
+                try:
+                    async for chunk in response:
+                        chunks.append(chunk)
+                        delta = chunk.choices[0].delta.content if chunk.choices else None
+                        if delta and on_text is not None:
+                            on_text(delta)
+                finally:
+                    aclose = getattr(response, "aclose", None)
+                    if aclose is not None:
+                        try:
+                            await aclose()
+                        except Exception:
+                            pass
                 response = litellm.stream_chunk_builder(chunks, messages=kwargs["messages"])
         except ProviderError:
             raise
         except Exception as exc:
             raise _map_exception(exc, self._url(kwargs["model"])) from exc
         return self._finish(litellm, response)
+
+
+def _close_stream(response: Any) -> None:
+    """Close a litellm streaming response now, returning its HTTP connection to the pool.
+
+    litellm's sync stream wrapper has no ``close()``; a stream abandoned
+    mid-way (``on_text`` raised, e.g. KeyboardInterrupt from the stop button)
+    would be finalised later by the garbage collector, which can run on this
+    thread while it holds httpcore's pool lock (inside the next request) and
+    then wait for that same, non-reentrant lock forever (encode/httpcore#990).
+    So the provider stream under it is closed here: an ``openai.Stream`` (its
+    ``close``) or an SSE iterator over httpx's ``iter_lines`` generator (closing
+    the generator closes the response). Closing a finished stream does nothing.
+    """
+    stream = getattr(response, "completion_stream", None)
+    for part in (stream, getattr(stream, "streaming_response", None), getattr(stream, "response_iterator", None),
+                 getattr(stream, "response", None)):
+        close = getattr(part, "close", None)
+        if callable(close):
+            try:
+                close()
+            except Exception:  # a close that fails leaves nothing better to do; the stream is done with
+                pass
 
 
 def transport_for_model(model: str, **options: Any) -> Any:
