@@ -218,6 +218,15 @@ def test_a_call_without_a_step_shows_its_header_at_its_first_event_or_after_the_
     assert text.count("silent_and_slow") == 1 and text.index("silent_and_slow") < text.index("a notice")
 
 
+def test_a_call_waiting_for_approval_shows_its_header_before_the_question() -> None:
+    from harness_magic.core.events import ApprovalStep
+
+    renderer, screen = _renderer(False, wait_s=60.0)
+    renderer(_started("t1", "DELETE FROM orders"))
+    renderer(ApprovalStep(tool="sql__execute", tool_use_id="t1"))  # the approver asks right after this
+    assert "DELETE FROM orders" in screen.getvalue(), "the user sees what they are asked to approve"
+
+
 def test_a_step_for_another_call_or_none_never_moves_a_header() -> None:
     from harness_magic.core.events import SandboxStep
 
