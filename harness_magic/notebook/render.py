@@ -25,6 +25,7 @@ from __future__ import annotations
 import html
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from harness_magic.core import export
@@ -49,7 +50,7 @@ from harness_magic.core.export import RunRecord, ToolRecord
 from harness_magic.core.scrub import escape_control
 
 __all__ = ["WidgetRunView", "TerminalRenderer", "status_text", "strip_control", "strip_tree", "STREAM_FLUSH_S", "TICK_S",
-           "TERMINAL_RESULT_LINES"]
+           "TERMINAL_RESULT_LINES", "TERMINAL_HEADER_WAIT_S"]
 
 STREAM_FLUSH_S = 0.05
 """Streamed text is pushed to the front end at most this often: smooth, without a message per token."""
@@ -369,6 +370,19 @@ def _RunBox(**kwargs: Any) -> Any:  # noqa: N802 - a lazily built class
 _RUN_BOX: Any = None
 
 
+@dataclass
+class _HeldHeader:
+    """A call's header held back for the call's own sandbox step (see :class:`TerminalRenderer`)."""
+
+    tool_use_id: str
+    text: str
+    """The header as rendered when the call started (styles included)."""
+    file: Any
+    """Where the run printed when the call started (not a capture of model code that may be in place later)."""
+    step_running: bool = False
+    """The call's sandbox step was announced: the header waits for its end, however long."""
+
+
 class TerminalRenderer:
     """Event handler that prints a run with rich (terminal IPython, scripts).
 
@@ -404,8 +418,8 @@ class TerminalRenderer:
         """One printer at a time: the loop, the engine's polling thread and the header timer all print."""
         self._progress_shown: str | None = None
         """The line rewritten in place now on screen (engine progress, a running sandbox step), or None."""
-        self._pending: list[Any] | None = None
-        """``[tool_use_id, header text, file, step running]`` of the call whose header waits for its sandbox step."""
+        self._pending: _HeldHeader | None = None
+        """The header of the call that waits for its sandbox step, or None."""
         self._pending_timer: threading.Timer | None = None
         self._progress_step = -1
         """Last TERMINAL_PROGRESS_STEP band printed where the output is not a terminal."""
@@ -459,7 +473,7 @@ class TerminalRenderer:
         """
         with self.console.capture() as capture:
             self.console.print(header)
-        self._pending = [tool_use_id, capture.get(), self.console.file, False]
+        self._pending = _HeldHeader(tool_use_id, capture.get(), self.console.file)
         timer = threading.Timer(self.header_wait_s, self._header_due, args=(tool_use_id,))
         timer.daemon = True
         self._pending_timer = timer
@@ -468,7 +482,8 @@ class TerminalRenderer:
     def _header_due(self, tool_use_id: str) -> None:
         """The timer's end: nothing came from the call, so its header prints now (unless its step runs)."""
         with self._lock:
-            if self._pending is not None and self._pending[0] == tool_use_id and not self._pending[3]:
+            held = self._pending
+            if held is not None and held.tool_use_id == tool_use_id and not held.step_running:
                 self._flush_header()
 
     def _flush_header(self) -> None:
@@ -478,8 +493,8 @@ class TerminalRenderer:
             self._pending_timer = None
         pending, self._pending = self._pending, None
         if pending is not None:
-            pending[2].write(pending[1])
-            pending[2].flush()
+            pending.file.write(pending.text)
+            pending.file.flush()
 
     def __call__(self, event: Any) -> None:
         from rich.text import Text
@@ -491,10 +506,10 @@ class TerminalRenderer:
         with self._lock:
             self._clear_progress_locked()  # anything else printed starts on a clean line
             if isinstance(event, SandboxStep) and self._pending is not None \
-                    and event.tool_use_id == self._pending[0]:  # the step of the call whose header waits
+                    and event.tool_use_id == self._pending.tool_use_id:  # the step of the call whose header waits
                 _apply(self.record, event, self)
                 if event.duration_s is None:
-                    self._pending[3] = True
+                    self._pending.step_running = True
                     self._step_running(event)
                 else:
                     c.print(Text(export.sandbox_step_text(event), style="dim"))
