@@ -31,7 +31,7 @@ from harness_magic.core.cache import SessionCache  # noqa: E402
 from harness_magic.core.interpreter import InProcessInterpreter, make_interpreter_tools  # noqa: E402
 from harness_magic.core.sandbox import SandboxedInterpreter, probe_confinement  # noqa: E402
 from harness_magic.core.sandbox.sealed import stripe_count  # noqa: E402
-from harness_magic.core.sandbox.transfer import write_input  # noqa: E402
+from harness_magic.core.sandbox.transfer import input_files, write_input  # noqa: E402
 
 COLUMNS = 8
 
@@ -100,12 +100,14 @@ def main() -> None:
     sandbox = SandboxedInterpreter(timeout=600)
 
     with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as tmp:
-        write_only = timed(lambda: write_input("df", frame, tmp, "bench"))
-        os.unlink(os.path.join(tmp, "in_bench_df.arrow"))
+        descs = []
+        write_only = timed(lambda: descs.append(write_input("df", frame, tmp, "bench")))
+        for name in input_files(descs[0]):
+            os.unlink(os.path.join(tmp, name))
     into = timed(lambda: sandbox.execute("df.shape", {"df": frame}, ["df"]))
     touch = timed(lambda: sandbox.execute("float(df['c0'].sum())", {"df": frame}, ["df"]))
     print("kernel -> worker (make the frame available):")
-    print(f"  write Arrow IPC to /dev/shm                     {ms(write_only)}")
+    print(f"  write Arrow IPC to /dev/shm ({len(input_files(descs[0]))} part(s))       {ms(write_only)}")
     print(f"  whole call: write + map in worker + df.shape    {ms(into)}")
     print(f"  whole call reading one column                   {ms(touch)}")
 

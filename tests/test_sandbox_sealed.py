@@ -265,3 +265,47 @@ def test_a_large_worker_result_comes_back_striped_and_exact(monkeypatch) -> None
     assert array.flags.f_contiguous and not array.flags.writeable
     np.testing.assert_array_equal(array, np.asfortranarray(np.arange(rows * 2, dtype="float64").reshape(-1, 2)))
     assert seen == [min(cpus, STRIPE_MAX_PARTS, 2)] * 2
+
+
+@confined
+def test_a_large_input_is_exported_striped_once_and_read_exactly() -> None:
+    """Kernel -> worker: a big frame or array is written over one file per core, mapped back to back."""
+    cpus = len(os.sched_getaffinity(0))
+    parts = min(cpus, STRIPE_MAX_PARTS, 2)
+    rows = (2 * STRIPE_MIN_PART_BYTES + 2**20) // 16
+    frame = pd.DataFrame({"x": np.arange(rows, dtype="float64") / 3, "y": np.arange(rows) * 7},
+                         index=pd.RangeIndex(3, 3 + rows, name="i"))
+    frame.attrs["unit"] = "eur"
+    array = np.asfortranarray(np.arange(rows * 2, dtype="float64").reshape(-1, 2))
+    sandbox = SandboxedInterpreter(timeout=120.0)
+    try:
+        versions = {"frame": "frame-v1", "array": "array-v1"}
+        first = sandbox.execute("frame", {"frame": frame, "array": array}, ["frame", "array"], versions=versions)
+        assert first.error is None, first.error
+        files = sandbox.exported_files()
+        assert len(files) == 2 * parts
+        assert all(os.stat(path).st_mode & 0o777 == 0o444 for path in files)
+        assert_identical(frame, first.value)
+        again = sandbox.execute("save('a', array)\nfloat(frame['x'].iloc[-1])", {"frame": frame, "array": array},
+                                ["frame", "array"], versions=versions)
+        assert again.error is None, again.error
+        assert sandbox.exported_files() == files  # exported once: the parts are mapped again, not rewritten
+        assert again.value == frame["x"].iloc[-1]
+        back = again.saved[0][1]
+        assert back.flags.f_contiguous
+        np.testing.assert_array_equal(back, array)
+        child = sandbox.sibling()  # a subagent links every part of the parent's export: same inodes, no rewrite
+        try:
+            seen = child.execute("float(frame['y'].iloc[-1])", {"frame": frame}, ["frame"],
+                                 versions={"frame": "frame-v1"})
+            assert seen.error is None and seen.value == float(frame["y"].iloc[-1])
+            linked = child.exported_files()
+            assert len(linked) == parts
+            assert sorted(os.stat(p).st_ino for p in linked) == \
+                sorted(os.stat(p).st_ino for p in files if "_frame.arrow" in p)
+        finally:
+            child.close()
+        sandbox.execute("1", {}, [], versions={})  # both handles gone: every part is removed
+        assert sandbox.exported_files() == [] and not any(os.path.exists(path) for path in files)
+    finally:
+        sandbox.close()

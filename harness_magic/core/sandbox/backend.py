@@ -41,6 +41,7 @@ from harness_magic.core.sandbox.protocol import FrameReader, ProtocolError, send
 from harness_magic.core.sandbox.transfer import (
     RESULT_MAX_BYTES,
     TransferRefused,
+    input_files,
     read_result,
     receive_sealed,
     write_input,
@@ -356,7 +357,7 @@ class SandboxedInterpreter:
         os.mkdir(self.scratch_dir, 0o700)
         self._worker: _Worker | None = None
         self._seq = 0
-        self._exports: dict[str, tuple[str, dict[str, Any]]] = {}
+        self._exports: dict[str, tuple[list[str], dict[str, Any]]] = {}
         """Value version -> (input file, descriptor): written once, mapped by every later call."""
         self._export_origin: SandboxedInterpreter | None = None
         """The interpreter this one is a :meth:`sibling` of: its exports are linked, never rewritten."""
@@ -444,12 +445,11 @@ class SandboxedInterpreter:
                         result = ExecutionResult()
                         result.error = f"TransferRefused: {exc}"
                         return result
-                    if "file" in desc:
-                        path = os.path.join(self.input_dir, desc["file"])
-                        if token is not None:
-                            self._exports[token] = (path, desc)
-                        else:
-                            written.append(path)
+                    paths = [os.path.join(self.input_dir, f) for f in input_files(desc)]
+                    if paths and token is not None:
+                        self._exports[token] = (paths, desc)
+                    else:
+                        written.extend(paths)
                     descs[name] = desc
                 for parts in receive_sealed(worker.result_sock, _MAX_SAVES + 1).values():
                     for fd in parts:
@@ -521,8 +521,9 @@ class SandboxedInterpreter:
 
     def _drop_exports(self, live: set[str]) -> None:
         for token in [t for t in self._exports if t not in live]:
-            path, _ = self._exports.pop(token)
-            _unlink(path)
+            paths, _ = self._exports.pop(token)
+            for path in paths:
+                _unlink(path)
 
     def _link_shared_export(self, token: str, name: str, value: Any) -> dict[str, Any] | None:
         """Our descriptor for the origin's export of ``token`` (exported there first if needed), or None.
@@ -536,22 +537,27 @@ class SandboxedInterpreter:
         """
         origin = self._export_origin
         try:
-            path, desc = origin._export_once(token, name, value)  # type: ignore[union-attr]
+            paths, desc = origin._export_once(token, name, value)  # type: ignore[union-attr]
         except RuntimeError:
             return None
-        if path is None:
+        if not paths:
             return desc  # carried inline (tagged JSON): there is no file
-        own = os.path.join(self.input_dir, f"in_s{next(self._export_serial)}_{os.path.basename(path)[3:]}")
+        serial = next(self._export_serial)
+        own = [os.path.join(self.input_dir, f"in_s{serial}_{os.path.basename(path)[3:]}") for path in paths]
         try:
-            os.link(path, own, follow_symlinks=False)
+            for source, target in zip(paths, own):
+                os.link(source, target, follow_symlinks=False)
         except OSError:
+            for target in own:
+                _unlink(target)
             return None
-        desc = {**desc, "file": os.path.basename(own)}
+        names = [os.path.basename(path) for path in own]
+        desc = {**desc, "file": names[0], **({"parts": names} if len(names) > 1 else {})}
         self._exports[token] = (own, desc)
         return desc
 
-    def _export_once(self, token: str, name: str, value: Any) -> tuple[str | None, dict[str, Any]]:
-        """(file, descriptor) of this interpreter's export of ``token``, written now if it was not yet.
+    def _export_once(self, token: str, name: str, value: Any) -> tuple[list[str], dict[str, Any]]:
+        """(files, descriptor) of this interpreter's export of ``token``, written now if it was not yet.
 
         Called by siblings (subagents) with the value they hold under the same
         token, i.e. the same value. Raises ``RuntimeError`` once closed,
@@ -562,15 +568,15 @@ class SandboxedInterpreter:
                 raise RuntimeError("this SandboxedInterpreter is closed")
             if token not in self._exports:
                 desc = write_input(name, value, self.input_dir, f"x{next(self._export_serial)}")
-                if "file" not in desc:
-                    return None, desc
-                self._exports[token] = (os.path.join(self.input_dir, desc["file"]), desc)
+                if not input_files(desc):
+                    return [], desc
+                self._exports[token] = ([os.path.join(self.input_dir, f) for f in input_files(desc)], desc)
             return self._exports[token]
 
     def exported_files(self) -> list[str]:
-        """Input files kept for later calls (one per live value version that was used)."""
+        """Input files kept for later calls (one per live value version that was used, or its parts when large)."""
         with self._lock:
-            return sorted(path for path, _ in self._exports.values())
+            return sorted(path for paths, _ in self._exports.values() for path in paths)
 
     def sibling(self) -> SandboxedInterpreter:
         """A new interpreter with these settings and its own worker and session directory (for a subagent)."""

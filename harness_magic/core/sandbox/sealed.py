@@ -1,4 +1,4 @@
-"""Sealed memory files: how a result's bytes leave the worker without a safety copy.
+"""Sealed memory files: how a result's bytes leave the worker without a safety copy (and striping both ways).
 
 Worker side (:func:`write_sealed`): the bytes of one result are written into
 one or more memory files (``memfd_create``), each then sealed against
@@ -14,6 +14,8 @@ regular file, and every part but the last must be a whole number of pages;
 the total must fit the cap. The parts are then mapped read-only, back to back
 into one reserved address range, so the reader sees one contiguous read-only
 buffer — the same bytes the worker wrote, which it can no longer change.
+Inputs the kernel exports are striped the same way into read-only files
+(:func:`write_striped`) that the worker joins with :func:`join_mapped`.
 Mapping past a file's end would fault (SIGBUS), which is why sizes are read
 only after the shrink seal is verified.
 """
@@ -32,7 +34,8 @@ from typing import Any
 
 from harness_magic.core.sandbox.protocol import ProtocolError
 
-__all__ = ["STRIPE_MAX_PARTS", "STRIPE_MIN_PART_BYTES", "all_seals", "map_sealed", "stripe_count", "write_sealed"]
+__all__ = ["STRIPE_MAX_PARTS", "STRIPE_MIN_PART_BYTES", "all_seals", "join_mapped", "map_sealed", "part_layout",
+           "stripe_count", "write_sealed", "write_striped"]
 
 STRIPE_MAX_PARTS = 4
 """Most memory files one result may use (and the kernel accepts): beyond four threads nothing was gained."""
@@ -145,26 +148,40 @@ class _StripedSink:
             raise errors[0]
 
 
+def part_layout(total: int, parts: int) -> tuple[int, int]:
+    """``(part_size, count)`` for ``total`` bytes cut into at most ``parts`` page-aligned parts."""
+    if total <= 0:
+        raise ValueError(f"striped bytes need at least one byte, not {total}")
+    part_size = -(-total // max(1, parts))
+    part_size = -(-part_size // _PAGE) * _PAGE
+    return part_size, -(-total // part_size)
+
+
+def write_striped(write: Callable[[Any], None], total: int, fds: Sequence[int], part_size: int) -> None:
+    """Run ``write(sink)`` (exactly ``total`` bytes) into ``fds`` cut every ``part_size`` bytes (see :func:`part_layout`).
+
+    One writer thread per descriptor when there are several; every thread is
+    joined before this returns or raises.
+    """
+    sink = _StripedSink(fds, part_size)
+    try:
+        write(sink)
+    finally:
+        sink.finish()
+    if sink.tell() != total:
+        raise RuntimeError(f"the writer wrote {sink.tell()} bytes where {total} were announced")
+
+
 def write_sealed(write: Callable[[Any], None], total: int, parts: int = 1) -> list[int]:
     """Run ``write(sink)`` (exactly ``total`` bytes) into ``parts`` sealed memory files; return their descriptors.
 
     The caller owns the descriptors. Parts are cut at page-aligned offsets;
     fewer parts are used when ``total`` is too small to fill them.
     """
-    if total <= 0:
-        raise ValueError(f"a sealed result needs at least one byte, not {total}")
-    part_size = -(-total // max(1, parts))
-    part_size = -(-part_size // _PAGE) * _PAGE
-    count = -(-total // part_size)
+    part_size, count = part_layout(total, parts)
     fds = [os.memfd_create("harness-result", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC) for _ in range(count)]
     try:
-        sink = _StripedSink(fds, part_size)
-        try:
-            write(sink)
-        finally:
-            sink.finish()
-        if sink.tell() != total:
-            raise RuntimeError(f"the result wrote {sink.tell()} bytes where {total} were announced")
+        write_striped(write, total, fds, part_size)
         import fcntl
 
         for fd in fds:
@@ -223,6 +240,18 @@ class _JoinedMapping:
             offset += size
 
 
+def join_mapped(fds: Sequence[int], sizes: Sequence[int]) -> Any:
+    """One read-only buffer over files ``fds`` of ``sizes`` (all but the last whole pages), mapped back to back.
+
+    For files the caller trusts not to shrink (the kernel's own input
+    exports); results from the worker go through :func:`map_sealed`.
+    """
+    import pyarrow as pa
+
+    joined = _JoinedMapping(fds, sizes)
+    return pa.foreign_buffer(joined.address, joined.size, base=joined)
+
+
 def _check_part(fd: int, index: int, count: int) -> int:
     import fcntl
 
@@ -256,7 +285,4 @@ def map_sealed(fds: Sequence[int], max_bytes: int) -> tuple[Any, int]:
         raise ProtocolError(f"result is {sum(sizes)} bytes, over the {max_bytes}-byte result limit")
     if len(fds) == 1:
         return mmap.mmap(fds[0], sizes[0], flags=mmap.MAP_SHARED, prot=mmap.PROT_READ), sizes[0]
-    import pyarrow as pa
-
-    joined = _JoinedMapping(fds, sizes)
-    return pa.foreign_buffer(joined.address, joined.size, base=joined), joined.size
+    return join_mapped(fds, sizes), sum(sizes)

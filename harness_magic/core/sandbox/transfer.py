@@ -11,7 +11,8 @@ codec cannot carry exactly is refused with an error naming its kind — never
 turned into a placeholder or a repr string. Nothing is pickled either way.
 
 Inputs (kernel -> worker): Arrow IPC files (uncompressed) and ``.npy`` in the
-session's input directory; the worker memory-maps them read-only.
+session's input directory (striped over one file per core when large, like
+results); the worker memory-maps them read-only.
 
 Results (worker -> kernel): the worker writes each table or array into
 memory files (``memfd_create``; a large one striped over several, written in
@@ -50,7 +51,8 @@ from harness_magic.core.cache.codec import TaggedError, Unencodable, decode_tagg
 from harness_magic.core.cache.spill import SpillUnsupported, frame_to_table, register_pandas_arrow_types, \
     table_to_frame
 from harness_magic.core.sandbox.protocol import JSON_VALUE_MAX_BYTES, ProtocolError, RemoteObject, safe_repr
-from harness_magic.core.sandbox.sealed import STRIPE_MAX_PARTS, map_sealed, stripe_count, write_sealed
+from harness_magic.core.sandbox.sealed import STRIPE_MAX_PARTS, join_mapped, map_sealed, part_layout, \
+    stripe_count, write_sealed, write_striped
 
 __all__ = [
     "RESULT_MAX_BYTES",
@@ -159,7 +161,12 @@ def _tagged(value: Any, what: str) -> dict[str, Any]:
 
 
 def write_input(name: str, value: Any, directory: str, tag: str) -> dict[str, Any]:
-    """Write one input for the worker; returns its descriptor. Raises :class:`TransferRefused`."""
+    """Write one input for the worker; returns its descriptor. Raises :class:`TransferRefused`.
+
+    Tables and arrays go to read-only files (mode 0444), striped over one
+    file per core when large (``"parts"`` lists them; ``"file"`` is the first),
+    which the worker maps back to back as one buffer.
+    """
     import warnings
 
     kind = _table_kind(value)
@@ -169,14 +176,65 @@ def write_input(name: str, value: Any, directory: str, tag: str) -> dict[str, An
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             table = _to_table(value, kind, what)
-        _write_arrow(table, base + ".arrow")
-        os.chmod(base + ".arrow", 0o444)
-        return {"kind": "arrow", "shape": kind, "file": os.path.basename(base) + ".arrow"}
-    if _is_plain_array(value):
-        _write_npy(value, base + ".npy")  # keeps Fortran order: the header records it
-        os.chmod(base + ".npy", 0o444)
-        return {"kind": "npy", "file": os.path.basename(base) + ".npy"}
+        return {"kind": "arrow", "shape": kind, **_write_input_files(_arrow_to(table), base + ".arrow")}
+    if _is_plain_array(value):  # keeps Fortran order: the header records it
+        return {"kind": "npy", **_write_input_files(_npy_to(value, what), base + ".npy")}
     return _tagged(value, what)
+
+
+def _write_input_files(writer: tuple[Any, int], path: str) -> dict[str, Any]:
+    write, size = writer
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except OSError:
+        cpus = 1
+    part_size, count = part_layout(size, stripe_count(size, cpus))
+    paths = [path] + [f"{path}.{index}" for index in range(1, count)]
+    fds: list[int] = []
+    try:
+        for part in paths:
+            _unlink_quietly(part)
+            fds.append(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o444))
+        write_striped(write, size, fds, part_size)
+    except BaseException:
+        for part in paths[:len(fds)]:
+            _unlink_quietly(part)
+        raise
+    finally:
+        for fd in fds:
+            os.close(fd)
+    names = [os.path.basename(part) for part in paths]
+    return {"file": names[0], "parts": names} if count > 1 else {"file": names[0]}
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def input_files(desc: dict[str, Any]) -> list[str]:
+    """File names of an input descriptor, in order (one, or the parts of a striped input); [] when inline."""
+    if "parts" in desc:
+        return list(desc["parts"])
+    return [desc["file"]] if "file" in desc else []
+
+
+def _map_input(desc: dict[str, Any], directory: str) -> Any:
+    """A read-only buffer over an input's file, or its parts mapped back to back."""
+    pa = _pa()
+    names = input_files(desc)
+    if len(names) == 1:
+        return pa.memory_map(os.path.join(directory, names[0]), "r")
+    fds: list[int] = []
+    try:
+        for name in names:
+            fds.append(os.open(os.path.join(directory, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC))
+        return join_mapped(fds, [os.fstat(fd).st_size for fd in fds])
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def read_input(desc: dict[str, Any], directory: str) -> Any:
@@ -184,16 +242,19 @@ def read_input(desc: dict[str, Any], directory: str) -> Any:
     kind = desc["kind"]
     if kind == "tagged":
         return decode_tagged(desc["value"])
-    path = os.path.join(directory, desc["file"])
     if kind == "arrow":
         pa = _pa()
         register_pandas_arrow_types()
-        table = pa.ipc.open_file(pa.memory_map(path, "r")).read_all()
+        table = pa.ipc.open_file(_map_input(desc, directory)).read_all()
         return _from_table(table, desc["shape"])
     if kind == "npy":
         import numpy as np
 
-        array = np.load(path, mmap_mode="r", allow_pickle=False)
+        if "parts" in desc:
+            buffer = _map_input(desc, directory)
+            array = _npy_from_buffer(buffer, buffer.size)
+        else:
+            array = np.load(os.path.join(directory, desc["file"]), mmap_mode="r", allow_pickle=False)
         return array.view(np.ndarray) if array.ndim else np.array(array)
     raise ProtocolError(f"unknown input kind {kind!r}")
 
