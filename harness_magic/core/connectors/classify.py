@@ -201,6 +201,8 @@ def _classify_postgres(sql: str) -> list[StatementInfo]:
         tree = json.loads(parse_sql_json(sql))  # the parser's JSON: ~10x faster than its Python AST
     except ParseError as exc:
         raise SQLClassificationError(f"PostgreSQL's parser rejects it: {exc}") from None
+    except RecursionError:
+        raise SQLClassificationError("the statement is nested too deeply to classify") from None
     infos = []
     for raw in tree.get("stmts", []):
         node = _pg_node(raw.get("stmt"))
@@ -242,7 +244,8 @@ _PG_DML = ("InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt")
 
 
 def _pg_statement(name: str, fields: dict[str, Any]) -> StatementInfo:
-    keyword = _pg_keyword(name)
+    """The class of one statement: its own, or the worst of what its whole tree holds (a data-modifying CTE,
+    ``SELECT ... INTO``, row locks, a side-effect function), at any depth."""
     if name == "ExplainStmt":
         options = {str(o.get("DefElem", {}).get("defname", "")).lower() for o in fields.get("options") or ()}
         if not options & {"analyze", "analyse"}:
@@ -252,25 +255,50 @@ def _pg_statement(name: str, fields: dict[str, Any]) -> StatementInfo:
         if inner.kind == "read":
             return StatementInfo("EXPLAIN", "read", "EXPLAIN ANALYZE of a query")
         return StatementInfo("EXPLAIN", inner.kind, f"EXPLAIN ANALYZE runs {inner.keyword} ({inner.reason})")
+    own = _pg_own(name, fields)
+    if name == "VariableShowStmt":
+        return own
+    found = own
+    for sub_name, sub in _pg_walk({name: fields}):
+        finding = _pg_nested(sub_name, sub)
+        if finding is not None and _SEVERITY[finding.kind] > _SEVERITY[found.kind]:
+            found = finding
+    return _nested_info(own, found)
+
+
+def _nested_info(own: StatementInfo, found: StatementInfo) -> StatementInfo:
+    """``own`` when nothing inside the statement is worse, else ``found`` named as being inside it
+    (a finding with an empty keyword is not a statement: a function call, ``INTO``, row locks)."""
+    if found is own:
+        return own
+    if not found.keyword:
+        return StatementInfo(own.keyword, found.kind, found.reason)
+    return StatementInfo(own.keyword, found.kind, f"{found.keyword} inside the {own.keyword} ({found.reason})")
+
+
+def _pg_nested(name: str, fields: dict[str, Any]) -> StatementInfo | None:
+    """What one node found anywhere in a statement's tree makes of it (None: nothing)."""
+    if name in _PG_DML:
+        return _pg_own(name, fields)
+    if name == "SelectStmt":
+        if fields.get("intoClause") is not None:
+            return StatementInfo("", "write", "SELECT ... INTO creates a table")
+        if fields.get("lockingClause"):
+            return StatementInfo("", "write", "row locks (FOR UPDATE/SHARE)")
+    if name == "FuncCall":
+        call = ".".join(str(part.get("String", {}).get("sval", "")) for part in fields.get("funcname", []))
+        reason = side_effect(call)
+        if reason:
+            return StatementInfo("", "write", f"calls {call}: {reason}")
+    return None
+
+
+def _pg_own(name: str, fields: dict[str, Any]) -> StatementInfo:
+    """The class of a statement node by itself, not looking inside it."""
+    keyword = _pg_keyword(name)
     if name == "VariableShowStmt":
         return StatementInfo("SHOW", "read", "shows a setting")
     if name == "SelectStmt":
-        calls = []
-        for sub_name, sub in _pg_walk({name: fields}):
-            if sub_name in _PG_DML:
-                inner = _pg_statement(sub_name, sub)
-                return StatementInfo("SELECT", inner.kind, f"{inner.keyword} inside the query ({inner.reason})")
-            if sub_name == "SelectStmt":
-                if sub.get("intoClause") is not None:
-                    return StatementInfo("SELECT", "write", "SELECT ... INTO creates a table")
-                if sub.get("lockingClause"):
-                    return StatementInfo("SELECT", "write", "row locks (FOR UPDATE/SHARE)")
-            if sub_name == "FuncCall":
-                calls.append(".".join(str(part.get("String", {}).get("sval", "")) for part in sub.get("funcname", [])))
-        for call in calls:
-            reason = side_effect(call)
-            if reason:
-                return StatementInfo("SELECT", "write", f"calls {call}: {reason}")
         return StatementInfo("SELECT", "read", "query")
     if name in _PG_DESTRUCTIVE:
         return StatementInfo(keyword, "destructive", _PG_DESTRUCTIVE[name])
@@ -279,6 +307,8 @@ def _pg_statement(name: str, fields: dict[str, Any]) -> StatementInfo:
     if name in ("DeleteStmt", "UpdateStmt"):
         if fields.get("whereClause") is None:
             return StatementInfo(keyword, "destructive", f"{keyword} without WHERE touches every row")
+        return StatementInfo(keyword, "write", "changes rows")
+    if name in ("InsertStmt", "MergeStmt"):
         return StatementInfo(keyword, "write", "changes rows")
     if name == "AlterTableStmt":
         subtypes = {c.get("AlterTableCmd", {}).get("subtype") for c in fields.get("cmds") or ()}
@@ -291,24 +321,73 @@ def _pg_statement(name: str, fields: dict[str, Any]) -> StatementInfo:
 
 # --------------------------------------------------------------------------- DuckDB
 
+_DUCKDB_READ_NODES = frozenset({"SELECT_NODE", "SET_OPERATION_NODE", "RECURSIVE_CTE_NODE", "CTE_NODE",
+                                "BOUND_SUBQUERY_NODE"})
+"""Query node types of DuckDB's parse tree that only read; any other ``*_NODE`` (``DELETE_QUERY_NODE``,
+``INSERT_QUERY_NODE``, ``UPDATE_QUERY_NODE``, ``MERGE_QUERY_NODE``, ``COPY_QUERY_NODE``, ``STATEMENT_NODE``,
+``EXECUTE_QUERY_NODE``, one a later DuckDB adds) is a write."""
+_DUCKDB_DML = {"DELETE": "DELETE_QUERY_NODE", "UPDATE": "UPDATE_QUERY_NODE", "INSERT": "INSERT_QUERY_NODE"}
+"""Statement types whose own tree is read as the body of a CTE (DuckDB serialises only SELECT statements)."""
+_DUCKDB_DML_CTE = "__harness_classified"
+SQL_FROM_STRING_DEPTH = 3
+"""How deep ``query('...')`` inside ``query('...')`` is followed before it counts as a write (no read needs it)."""
 
-def _classify_duckdb(sql: str) -> list[StatementInfo]:
+_duckdb_parser_lock = __import__("threading").Lock()
+_duckdb_parser: Any = None
+
+
+def _duckdb_parse_tree(sql: str) -> dict[str, Any]:
+    """DuckDB's own parse tree of ``sql`` (``json_serialize_sql``), from a private in-memory connection with no
+    file access: the text is parsed only, never bound or run. Raises SQLClassificationError."""
+    import json
+
+    import duckdb
+
+    global _duckdb_parser
+    with _duckdb_parser_lock:
+        if _duckdb_parser is None:
+            _duckdb_parser = duckdb.connect(":memory:", config={
+                "enable_external_access": False, "autoinstall_known_extensions": False,
+                "autoload_known_extensions": False, "lock_configuration": True})
+        try:
+            text = _duckdb_parser.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0]
+        except duckdb.Error as exc:
+            raise SQLClassificationError(f"DuckDB cannot show its parse tree: "
+                                         f"{str(exc).strip().splitlines()[0]}") from None
+    try:
+        tree = json.loads(text)
+    except RecursionError:
+        raise SQLClassificationError("the statement is nested too deeply to classify") from None
+    if not isinstance(tree, dict) or tree.get("error"):
+        message = tree.get("error_message", "unknown error") if isinstance(tree, dict) else "no tree"
+        raise SQLClassificationError(f"DuckDB cannot show its parse tree: {message}")
+    return tree
+
+
+def _classify_duckdb(sql: str, depth: int = 0) -> list[StatementInfo]:
     import duckdb
 
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
         raise SQLClassificationError(f"DuckDB's parser rejects it: {str(exc).strip().splitlines()[0]}") from None
-    return [_duckdb_statement(s) for s in statements]
+    except RecursionError:
+        raise SQLClassificationError("the statement is nested too deeply to classify") from None
+    return [_duckdb_statement(s, depth) for s in statements]
 
 
-def _duckdb_statement(statement: Any) -> StatementInfo:
+def _duckdb_statement(statement: Any, depth: int = 0) -> StatementInfo:
     import duckdb
 
     kind = statement.type
     keyword = kind.name
     if kind == duckdb.StatementType.SELECT:
-        return StatementInfo("SELECT", "read", "query")
+        own = StatementInfo("SELECT", "read", "query")
+        try:
+            tree = _duckdb_parse_tree(statement.query)
+        except SQLClassificationError as exc:  # fail closed: a query we cannot see into is not a read
+            return StatementInfo("SELECT", "write", f"cannot be checked for writes inside: {exc}")
+        return _nested_info(own, _duckdb_worst(tree, own, depth))
     if kind == duckdb.StatementType.EXPLAIN:
         tokens = duckdb.tokenize(statement.query)
         words = [statement.query[start:end].strip().upper() for (start, _), (end, _) in
@@ -318,9 +397,99 @@ def _duckdb_statement(statement: Any) -> StatementInfo:
         return StatementInfo("EXPLAIN", "read", "plan only")
     if kind in (duckdb.StatementType.DROP, duckdb.StatementType.DETACH):
         return StatementInfo(keyword, "destructive", f"{keyword} removes objects")
-    if kind in (duckdb.StatementType.DELETE, duckdb.StatementType.UPDATE):
-        return StatementInfo(keyword, "write", "changes rows")
+    if keyword in _DUCKDB_DML:
+        return _duckdb_dml(statement, keyword, depth)
     return StatementInfo(keyword, "write", "not a plain query: changes the database, files or session")
+
+
+def _duckdb_dml(statement: Any, keyword: str, depth: int) -> StatementInfo:
+    """INSERT/UPDATE/DELETE: ``write``, or ``destructive`` when its tree (read as the body of a CTE, the one
+    place DuckDB serialises it) is an UPDATE/DELETE without WHERE or holds one. The wrapped text only ever
+    raises the class: if it does not parse back to exactly that statement, the class stays ``write``."""
+    own = StatementInfo(keyword, "write", "changes rows")
+    try:
+        tree = _duckdb_parse_tree(f"WITH {_DUCKDB_DML_CTE} AS (\n{statement.query}\n) SELECT 1")
+    except SQLClassificationError:
+        return own
+    statements = tree.get("statements") or []
+    ctes = ((statements[0].get("node") or {}).get("cte_map") or {}).get("map") if len(statements) == 1 else None
+    if not ctes or len(ctes) != 1 or ctes[0].get("key") != _DUCKDB_DML_CTE:
+        return own
+    body = (ctes[0].get("value") or {}).get("query_node") or {}
+    if body.get("type") != _DUCKDB_DML[keyword]:
+        return own
+    own = _duckdb_own(body) or own
+    return _nested_info(own, _duckdb_worst(body, own, depth))
+
+
+def _duckdb_own(node: dict[str, Any]) -> StatementInfo | None:
+    """The class of one query node of DuckDB's tree by itself (None: a read-only node)."""
+    node_type = node["type"]
+    if node_type in _DUCKDB_READ_NODES:
+        return None
+    keyword = node_type.removesuffix("_NODE").removesuffix("_QUERY").replace("_", " ")
+    if node_type == "DELETE_QUERY_NODE" and node.get("condition") is None:
+        return StatementInfo(keyword, "destructive", "DELETE without WHERE touches every row")
+    if node_type == "UPDATE_QUERY_NODE" and (node.get("set_info") or {}).get("condition") is None:
+        return StatementInfo(keyword, "destructive", "UPDATE without WHERE touches every row")
+    if node_type in ("DELETE_QUERY_NODE", "UPDATE_QUERY_NODE", "INSERT_QUERY_NODE", "MERGE_QUERY_NODE"):
+        return StatementInfo(keyword, "write", "changes rows")
+    if node_type == "COPY_QUERY_NODE":
+        return StatementInfo(keyword, "write", "writes a file")
+    return StatementInfo(keyword, "write", "not a plain query")
+
+
+def _duckdb_worst(tree: Any, own: StatementInfo, depth: int) -> StatementInfo:
+    """The worst of ``own`` and every finding in DuckDB's JSON tree: data-modifying query nodes (in CTEs,
+    subqueries, set operations, at any depth), side-effect functions, and the SQL text ``query('...')`` runs."""
+    found = own
+    stack = [tree]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, list):
+            stack.extend(current)
+            continue
+        if not isinstance(current, dict):
+            continue
+        finding = None
+        node_type = current.get("type")
+        if "class" not in current and isinstance(node_type, str) and node_type.endswith("_NODE"):
+            finding = _duckdb_own(current)
+        elif current.get("class") == "FUNCTION" and isinstance(current.get("function_name"), str):
+            finding = _duckdb_call(current, depth)
+        if finding is not None and _SEVERITY[finding.kind] > _SEVERITY[found.kind]:
+            found = finding
+        stack.extend(v for v in current.values() if isinstance(v, (dict, list)))
+    return found
+
+
+def _duckdb_call(node: dict[str, Any], depth: int) -> StatementInfo | None:
+    """A function call of DuckDB's tree: a side-effect function is a write; ``query('<sql>')`` takes the class
+    of the SQL it runs (a text not written in the call is a write: it cannot be checked)."""
+    name = node["function_name"]
+    schema = node.get("schema") or ""
+    qualified = f"{schema}.{name}" if schema else name
+    reason = side_effect(qualified)
+    if reason:
+        return StatementInfo("", "write", f"calls {qualified}: {reason}")
+    if name.lower() != "query" or schema.lower() not in ("", "main", "system"):
+        return None
+    arguments = [a.get("expression") if isinstance(a, dict) and "expression" in a else a
+                 for a in node.get("arguments") or node.get("children") or []]
+    literal = (arguments[0] or {}).get("literal") if len(arguments) == 1 and isinstance(arguments[0], dict) else None
+    if not isinstance(literal, dict) or literal.get("kind") != "STRING" or not isinstance(literal.get("text"), str):
+        return StatementInfo("", "write", "query() runs SQL text that is not written in the call")
+    if depth >= SQL_FROM_STRING_DEPTH:
+        return StatementInfo("", "write", f"query() nested more than {SQL_FROM_STRING_DEPTH} deep")
+    try:
+        inner = _classify_duckdb(literal["text"], depth + 1)
+    except SQLClassificationError as exc:
+        return StatementInfo("", "write", f"query() runs SQL that cannot be classified ({exc})")
+    worst = _worst(inner)
+    if worst is None or (worst.kind == "read" and len(inner) == 1):
+        return None
+    return StatementInfo("", "write" if worst.kind == "read" else worst.kind,
+                         f"query() runs {worst.keyword} ({worst.reason})")
 
 
 # --------------------------------------------------------------------------- other dialects (sqlglot)
@@ -333,35 +502,56 @@ def _classify_sqlglot(sql: str, dialect: str | None) -> list[StatementInfo]:
 
     try:
         trees = [t for t in sqlglot.parse(sql, read=dialect) if t is not None]
+        return [_sqlglot_statement(t, exp) for t in trees]
     except (ParseError, TokenError) as exc:
         raise SQLClassificationError(f"the {dialect or 'generic'} SQL parser rejects it: "
                                      f"{str(exc).strip().splitlines()[0]}") from None
-    return [_sqlglot_statement(t, exp) for t in trees]
+    except RecursionError:
+        raise SQLClassificationError("the statement is nested too deeply to classify") from None
 
 
-def _sqlglot_statement(tree: Any, exp: Any) -> StatementInfo:
+def _sqlglot_writes(exp: Any) -> tuple[type, ...]:
+    return (exp.Insert, exp.Update, exp.Delete, exp.Merge, exp.Create, exp.Drop, exp.Alter, exp.Command,
+            exp.Copy, exp.TruncateTable, exp.Set, exp.Transaction, exp.Commit, exp.Rollback, exp.Grant)
+
+
+def _sqlglot_own(tree: Any, exp: Any) -> StatementInfo:
+    """The class of one sqlglot statement node by itself, not looking inside it."""
     keyword = tree.key.upper()
-    writes = (exp.Insert, exp.Update, exp.Delete, exp.Merge, exp.Create, exp.Drop, exp.Alter, exp.Command,
-              exp.Copy, exp.TruncateTable, exp.Set, exp.Transaction, exp.Commit, exp.Rollback, exp.Grant)
     if isinstance(tree, (exp.Drop, exp.TruncateTable, exp.Grant)):
         return StatementInfo(keyword, "destructive", f"{keyword} removes data or changes privileges")
     if isinstance(tree, (exp.Delete, exp.Update)):
         if tree.args.get("where") is None:
             return StatementInfo(keyword, "destructive", f"{keyword} without WHERE touches every row")
         return StatementInfo(keyword, "write", "changes rows")
+    if isinstance(tree, (exp.Insert, exp.Merge)):
+        return StatementInfo(keyword, "write", "changes rows")
     if isinstance(tree, (exp.Query, exp.Show, exp.Describe)):
-        for sub in tree.walk():
-            if isinstance(sub, writes):
-                return StatementInfo(keyword, "write", f"{sub.key.upper()} inside the query")
-            if isinstance(sub, exp.Select) and (sub.args.get("into") is not None or sub.args.get("locks")):
-                return StatementInfo(keyword, "write", "SELECT ... INTO or row locks")
-            if isinstance(sub, exp.Func):
-                name = sub.name if isinstance(sub, exp.Anonymous) else sub.sql_name()
-                reason = side_effect(str(name))
-                if reason:
-                    return StatementInfo(keyword, "write", f"calls {str(name).lower()}: {reason}")
         return StatementInfo(keyword, "read", "query")
     return StatementInfo(keyword, "write", "not a plain query: changes the database or session")
+
+
+def _sqlglot_statement(tree: Any, exp: Any) -> StatementInfo:
+    """The class of one statement: its own, or the worst its whole tree holds, at any depth."""
+    own = _sqlglot_own(tree, exp)
+    writes = _sqlglot_writes(exp)
+    found = own
+    for sub in tree.walk():
+        finding = None
+        if sub is not tree and isinstance(sub, writes):
+            finding = _sqlglot_own(sub, exp)
+            if finding.kind == "read":  # a node listed as a write whatever sqlglot makes of it
+                finding = StatementInfo(finding.keyword, "write", "not a plain query")
+        elif isinstance(sub, exp.Select) and (sub.args.get("into") is not None or sub.args.get("locks")):
+            finding = StatementInfo("", "write", "SELECT ... INTO or row locks")
+        elif isinstance(sub, exp.Func):
+            name = sub.name if isinstance(sub, exp.Anonymous) else sub.sql_name()
+            reason = side_effect(str(name))
+            if reason:
+                finding = StatementInfo("", "write", f"calls {str(name).lower()}: {reason}")
+        if finding is not None and _SEVERITY[finding.kind] > _SEVERITY[found.kind]:
+            found = finding
+    return _nested_info(own, found)
 
 
 def require_one_read(sql: Any, dialect: str, query_tool: str, advice: str) -> Classification:
