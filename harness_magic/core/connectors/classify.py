@@ -12,15 +12,25 @@ Parsers, by dialect:
     ``pglast``, PostgreSQL's own parser (the server's view of where
     statements, strings and identifiers start and end).
 ``duckdb``
-    ``duckdb.extract_statements`` and the statement types DuckDB reports.
+    ``duckdb.extract_statements`` and the statement types DuckDB reports; the
+    tree of each query from DuckDB's own ``json_serialize_sql`` (parsed on a
+    private in-memory connection without file access, never bound or run).
 anything else
     ``sqlglot`` in that dialect (SQLAlchemy dialect names are mapped).
+
+Every statement's whole parse tree is walked (CTEs, subqueries, set
+operations, CTEs inside CTEs, at any depth): a statement takes the most
+severe class of anything inside it, so ``WITH d AS (DELETE FROM t RETURNING *)
+SELECT * FROM d`` is ``destructive`` and so is an ``INSERT`` whose CTE deletes
+every row. DuckDB's ``query('<sql>')`` takes the class of the SQL it is given
+(a text not written in the call is ``write``). A tree too deep to walk, or a
+DuckDB query whose tree cannot be shown, is not a read.
 
 Rules (all fail closed):
 
 * more than one statement is at least ``write`` (a read tool runs exactly one);
 * only a plain query is ``read``: ``SELECT``/``VALUES``/``TABLE``/``WITH`` without
-  a data-modifying CTE, ``INTO`` or row locks, ``SHOW``, ``EXPLAIN`` without
+  a data-modifying statement anywhere inside, ``INTO`` or row locks, ``SHOW``, ``EXPLAIN`` without
   ``ANALYZE`` (``EXPLAIN ANALYZE`` takes the class of the statement it runs);
 * a query calling a function known to have side effects (:data:`SIDE_EFFECT_FUNCTIONS`,
   :data:`SIDE_EFFECT_PREFIXES`: signalling backends, advisory locks, notify,
@@ -37,6 +47,7 @@ parser's message.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -332,7 +343,8 @@ _DUCKDB_DML_CTE = "__harness_classified"
 SQL_FROM_STRING_DEPTH = 3
 """How deep ``query('...')`` inside ``query('...')`` is followed before it counts as a write (no read needs it)."""
 
-_duckdb_parser_lock = __import__("threading").Lock()
+_duckdb_parser_lock = threading.Lock()
+"""One classification at a time uses the private parsing connection (a DuckDB connection is not thread-safe)."""
 _duckdb_parser: Any = None
 
 
