@@ -290,6 +290,9 @@ HOSTILE = [
     "CREATE FUNCTION evil AS 'x.Evil' USING JAR '/tmp/evil.jar'",
     "MSCK REPAIR TABLE sales",
     "EXECUTE IMMEDIATE 'DROP TABLE sales'",
+    "WITH d AS (DELETE FROM sales RETURNING *) SELECT * FROM d",
+    "with D as (insert into sales select * from sales) select * from D",
+    "SELECT * FROM (WITH d AS (UPDATE sales SET amount = 0 WHERE id > 0) SELECT 1) s",
 ]
 
 
@@ -310,7 +313,9 @@ COMMANDS = ["CREATE TABLE engine_refused USING parquet AS SELECT * FROM sales",
             "CACHE TABLE engine_refused_cache AS SELECT 1",
             "DROP TABLE sales",
             "SET spark.sql.shuffle.partitions=1",
-            "SELECT 1) AS q; DROP TABLE sales; SELECT * FROM (SELECT 1"]
+            "SELECT 1) AS q; DROP TABLE sales; SELECT * FROM (SELECT 1",
+            "WITH d AS (INSERT INTO sales SELECT * FROM sales) SELECT * FROM d",
+            "WITH d AS (DELETE FROM sales WHERE id > 0) SELECT * FROM d"]
 
 
 @pytest.mark.parametrize("sql", COMMANDS)
