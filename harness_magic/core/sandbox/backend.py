@@ -14,28 +14,29 @@ call that lost it gets a readable error result.
 
 from __future__ import annotations
 
-import atexit
 import base64
 import itertools
-import json
 import os
 import select
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
-import uuid
 import warnings
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from harness_magic.core.cache.names import resolve_handle_name
 from harness_magic.core.interpreter import ExecutionResult
 from harness_magic.core.sandbox import confinement
+from harness_magic.core.sandbox.launcher_client import (
+    LAUNCHER_START_TIMEOUT_S,  # noqa: F401 - re-exported for callers of the former home
+    LauncherClient,
+    SandboxUnavailableError,
+    sweep_stale_roots,  # noqa: F401 - re-exported for callers of the former home
+)
 from harness_magic.core.sandbox.memcg import CgroupUnavailable, MemoryCgroup, cgroup_limit
 from harness_magic.core.sandbox.protocol import FrameReader, ProtocolError, send_frame
 from harness_magic.core.sandbox.transfer import (
@@ -59,11 +60,11 @@ __all__ = [
 DEFAULT_TIMEOUT_S = 60.0
 """Wall-clock seconds one call may run: analyses taking longer should be split."""
 
-LAUNCHER_START_TIMEOUT_S = 120.0
-"""Cold start imports pandas, pyarrow and matplotlib (and may build the font cache)."""
-
 SPAWN_TIMEOUT_S = 30.0
 """A forked worker confines itself in milliseconds; this only guards a stuck launcher."""
+
+REAP_WAIT_S = 2.0
+"""How long the launcher waits for a killed worker to exit before answering that it still runs."""
 
 WATCHDOG_INTERVAL_S = 0.05
 """How often the parent samples the worker's memory while it runs (also while a reply is arriving)."""
@@ -95,135 +96,24 @@ STREAM_MAX_CHARS = 64_000
 STREAM_RELAY_INTERVAL_S = 0.1
 """Streamed text is handed to the callback at most this often: a frame flood cannot flood the display."""
 
-_CONTROL_MAX_BYTES = 1 << 16
-"""Launcher replies are a pid or an exit status."""
-
-
 def _total_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-class SandboxUnavailableError(RuntimeError):
-    """The OS offers no confinement here, and unconfined mode was not opted into."""
 
 
 class UnconfinedWarning(UserWarning):
     """Untrusted code is about to run without OS confinement."""
 
 
-def _shm_root() -> str:
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
-    return base
-
-
-_ROOT_PREFIX = "harness-sandbox-"
-
-
-def sweep_stale_roots(base: str) -> list[str]:
-    """Delete sandbox roots (inputs, scratch) left in ``base`` by kernels that died without closing.
-
-    Only directories this user owns whose creating process is gone; returns their paths.
-    """
-    removed = []
-    try:
-        entries = list(os.scandir(base))
-    except OSError:
-        return removed
-    for entry in entries:
-        if not entry.name.startswith(_ROOT_PREFIX):
-            continue
-        owner = entry.name[len(_ROOT_PREFIX):].split("-", 1)[0]
-        try:
-            info = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        if (not owner.isdigit() or os.path.exists(f"/proc/{owner}") or info.st_uid != os.geteuid()
-                or not entry.is_dir(follow_symlinks=False)):
-            continue
-        shutil.rmtree(entry.path, ignore_errors=True)
-        removed.append(entry.path)
-    return removed
-
-
-class _Launcher:
-    """The kernel's handle on the launcher process (one per kernel, shared)."""
-
-    _shared: _Launcher | None = None
-    _shared_lock = threading.Lock()
-
-    def __init__(self) -> None:
-        sweep_stale_roots(_shm_root())
-        self.root = tempfile.mkdtemp(prefix=f"{_ROOT_PREFIX}{os.getpid()}-", dir=_shm_root())
-        os.chmod(self.root, 0o711)
-        empty = os.path.join(self.root, "empty")
-        os.mkdir(empty, 0o555)
-        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-            os.path.abspath(__file__)))))
-        env = confinement.clean_environment({"PYTHONPATH": package_root})
-        self.log_path = os.path.join(self.root, "launcher.log")
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-s", "-m", "harness_magic.core.sandbox.launcher",
-                 str(child.fileno())],
-                env=env, cwd=empty, pass_fds=[child.fileno()], close_fds=True, start_new_session=True,
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-            )
-        child.close()
-        self.sock = parent
-        self.lock = threading.Lock()
-        self.sock.settimeout(LAUNCHER_START_TIMEOUT_S)
-        try:
-            ready = json.loads(self.sock.recv(_CONTROL_MAX_BYTES))
-        except (OSError, ValueError) as exc:
-            self.close()
-            raise SandboxUnavailableError(f"sandbox launcher failed to start: {exc}; {self._log_tail()}") from exc
-        if not ready:
-            raise SandboxUnavailableError(f"sandbox launcher failed to start; {self._log_tail()}")
-        self.pid = ready["pid"]
-
-    def _log_tail(self) -> str:
-        try:
-            with open(self.log_path, "rb") as log:
-                return log.read()[-2000:].decode("utf-8", "replace")
-        except OSError:
-            return ""
-
-    @classmethod
-    def shared(cls) -> _Launcher:
-        with cls._shared_lock:
-            if cls._shared is None or cls._shared.process.poll() is not None:
-                cls._shared = cls()
-                atexit.register(cls._shared.close)
-            return cls._shared
-
-    def request(self, message: dict[str, Any], fds: Iterable[int] = (), timeout: float = SPAWN_TIMEOUT_S) -> dict:
-        with self.lock:
-            self.sock.settimeout(timeout)
-            socket.send_fds(self.sock, [json.dumps(message).encode()], list(fds))
-            data = self.sock.recv(_CONTROL_MAX_BYTES)
-        if not data:
-            raise SandboxUnavailableError(f"sandbox launcher exited; {self._log_tail()}")
-        return json.loads(data)
-
-    def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-        shutil.rmtree(self.root, ignore_errors=True)
-
-
+_Launcher = LauncherClient
+"""The kernel's handle on the launcher process (see :mod:`.launcher_client`)."""
 
 
 class _Worker:
     def __init__(self, pid: int, req_fd: int, resp_fd: int, hello: dict[str, Any],
-                 result_sock: socket.socket | None = None) -> None:
+                 result_sock: socket.socket | None = None, launcher: LauncherClient | None = None) -> None:
         self.pid, self.req_fd, self.resp_fd, self.hello = pid, req_fd, resp_fd, hello
+        self.launcher = launcher
+        """The launcher that forked it (and reaps it)."""
         self.cgroup: MemoryCgroup | None = None
         self.result_sock = result_sock
         """Kernel end of the socketpair the worker passes sealed result memfds over."""
@@ -609,28 +499,25 @@ class SandboxedInterpreter:
             self.last_start_s = time.monotonic() - started
 
     def _spawn_worker(self) -> _Worker:
-        req_r, req_w = os.pipe()
-        resp_r, resp_w = os.pipe()
         config = {"session_dir": self.session_dir, "input_dir": self.input_dir, "scratch_dir": self.scratch_dir,
                   "layers": list(self._layers), "limits": self._limits, "ast_precheck": self._ast_precheck,
                   "audit_hooks": self._audit_hooks}
-        # Made before the worker confines itself (it may create no sockets after): sealed results come back here.
-        result_parent, result_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        fds = [req_r, resp_w, result_child.fileno()]
+        if not self._launcher.alive():
+            self._launcher = LauncherClient.shared()  # ours exited or was retired (maybe by another session)
         try:
-            reply = self._launcher.request({"op": "spawn", "config": config}, fds)
-        except (OSError, SandboxUnavailableError):
-            self._launcher = _Launcher.shared()  # it died: start a new one once
-            reply = self._launcher.request({"op": "spawn", "config": config}, fds)
-        finally:
-            os.close(req_r)
-            os.close(resp_w)
-            result_child.close()
-        result_parent.setblocking(False)  # drained without waiting: results are queued before the reply
-        worker = _Worker(int(reply["pid"]), req_w, resp_r, {}, result_parent)
-        os.set_blocking(resp_r, False)
+            worker = self._fork_worker(config)
+        except SandboxUnavailableError as first:
+            if self._launcher.alive():
+                raise  # it answered and refused: a new launcher would refuse too
+            # It died, hung or broke the protocol and was retired: one fresh launcher, once.
+            self._launcher = LauncherClient.shared()
+            try:
+                worker = self._fork_worker(config)
+            except SandboxUnavailableError as second:
+                raise SandboxUnavailableError(f"{second} (the launcher before it had failed too: {first})") from second
+        os.set_blocking(worker.resp_fd, False)
         try:
-            hello = _read_hello(resp_r)
+            hello = _read_hello(worker.resp_fd)
         except (EOFError, ProtocolError) as exc:
             worker.kill()
             worker.close_fds()
@@ -639,6 +526,11 @@ class SandboxedInterpreter:
             worker.kill()
             worker.close_fds()
             raise SandboxUnavailableError(f"sandbox worker failed to confine itself: {hello.get('error')}")
+        if hello.get("pid") != worker.pid:
+            worker.kill()
+            worker.close_fds()
+            raise SandboxUnavailableError(f"the sandbox worker that reported in (pid {hello.get('pid')!r}) is not "
+                                          f"the one the launcher forked (pid {worker.pid})")
         worker.hello = hello
         self._worker = worker
         hello["layers"]["memory_cgroup"] = self._join_memory_cgroup(worker)
@@ -654,6 +546,32 @@ class SandboxedInterpreter:
             warnings.warn("sandbox worker runs WITHOUT OS confinement (allow_unconfined=True): "
                           "model code can read files and reach the network", UnconfinedWarning, stacklevel=3)
         return worker
+
+    def _fork_worker(self, config: dict[str, Any]) -> _Worker:
+        """A worker forked by the current launcher on descriptors made for this attempt only.
+
+        Nothing is shared between attempts: a worker forked late for an attempt
+        that was given up holds only ends this side has closed, so it meets
+        EPIPE/EOF and exits, and can never answer for another worker.
+        """
+        req_r, req_w = os.pipe()
+        resp_r, resp_w = os.pipe()
+        # Made before the worker confines itself (it may create no sockets after): sealed results come back here.
+        result_parent, result_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        launcher = self._launcher
+        try:
+            pid = launcher.spawn(config, [req_r, resp_w, result_child.fileno()])
+        except BaseException:
+            os.close(req_w)
+            os.close(resp_r)
+            result_parent.close()
+            raise
+        finally:
+            os.close(req_r)
+            os.close(resp_w)
+            result_child.close()
+        result_parent.setblocking(False)  # drained without waiting: results are queued before the reply
+        return _Worker(pid, req_w, resp_r, {}, result_parent, launcher)
 
     def _ensure_worker(self) -> _Worker:
         if self._worker is None:
@@ -684,9 +602,9 @@ class SandboxedInterpreter:
         worker.kill()
         worker.close_fds()
         try:
-            return self._launcher.request({"op": "reap", "pid": worker.pid, "wait": 2.0})
-        except (OSError, ValueError, SandboxUnavailableError):
-            return {}
+            return (worker.launcher or self._launcher).reap(worker.pid, REAP_WAIT_S)
+        except SandboxUnavailableError:
+            return {}  # killed above; a retired launcher's workers died with it
         finally:
             if worker.cgroup is not None:
                 worker.cgroup.remove()
@@ -738,6 +656,9 @@ class SandboxedInterpreter:
                         return self._lost_worker(
                             f"the code went over the {self.rss_limit / 2**20:.0f} MiB memory limit (stopped by "
                             "its memory cgroup); its scratch files were deleted")
+                    launcher = worker.launcher or self._launcher
+                    if launcher.broken is not None:
+                        return self._lost_worker(f"the sandbox worker was stopped with its launcher ({launcher.broken})")
                     return self._lost_worker("the sandbox worker died (crash or memory limit)")
                 if reply is not None and reply.get("op") == "output":
                     relay.take(reply)

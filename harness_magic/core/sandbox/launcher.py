@@ -5,9 +5,16 @@ Started by the kernel as ``python -m harness_magic.core.sandbox.launcher FD``
 directory, never a fork of the kernel). It imports numpy, pandas, pyarrow and
 matplotlib once, then serves requests on the SOCK_SEQPACKET socket ``FD``:
 
-``{"op": "spawn", "config": {...}}`` + two descriptors (request read end,
-reply write end) -> forks a worker (:func:`worker.run_worker`), replies ``{"pid"}``.
-``{"op": "reap", "pid": N}`` -> waits for that worker, replies its exit status.
+``{"op": "spawn", "config": {...}}`` + two or three descriptors (request read
+end, reply write end, result socket) -> forks a worker (:func:`worker.run_worker`),
+replies ``{"pid"}``.
+``{"op": "reap", "pid": N, "wait": S}`` -> waits up to S s for that worker, replies
+its exit status.
+
+Every reply echoes the request's ``"id"`` (the kernel matches replies to requests
+by it, see :mod:`.launcher_client`); a request that cannot be served (malformed,
+oversized, unknown op, wrong descriptors) gets ``{"id", "error"}`` and its
+descriptors are closed: the launcher keeps serving.
 
 When the kernel goes away the socket reaches EOF: the launcher kills every
 worker's process group and exits. Workers also hold ``PR_SET_PDEATHSIG``.
@@ -26,6 +33,24 @@ __all__ = ["main", "MAX_CONTROL_BYTES"]
 
 MAX_CONTROL_BYTES = 1 << 16
 """Control messages carry paths and limits only."""
+
+MAX_REAP_WAIT_S = 10.0
+"""A reap waits at most this long: the launcher serves every session and must answer the next request."""
+
+
+def _parse(data: bytes, flags: int) -> dict:
+    """The request in ``data``, or ``{"error": why}`` (its reply then has no id: the kernel's protocol error)."""
+    if flags & socket.MSG_TRUNC:
+        return {"error": f"request over {MAX_CONTROL_BYTES} bytes"}
+    try:
+        message = json.loads(data)
+    except ValueError:
+        return {"error": "request is not JSON"}
+    if not isinstance(message, dict):
+        return {"error": "request is not a JSON object"}
+    if type(message.get("id")) is not int:
+        return {"error": "request has no integer id"}
+    return message
 
 
 def _warm_up() -> None:
@@ -90,12 +115,12 @@ def main(control_fd: int) -> None:
     exited: dict[int, dict] = {}
     try:
         while True:
-            data, fds, _flags, _addr = socket.recv_fds(sock, MAX_CONTROL_BYTES, 3)
+            data, fds, flags, _addr = socket.recv_fds(sock, MAX_CONTROL_BYTES, 3)
             if not data:
                 break
-            message = json.loads(data)
+            message = _parse(data, flags)
             op = message.get("op")
-            if op == "spawn" and len(fds) in (2, 3):
+            if op == "spawn" and len(fds) in (2, 3) and isinstance(message.get("config"), dict):
                 pid = os.fork()
                 if pid == 0:
                     try:
@@ -108,12 +133,12 @@ def main(control_fd: int) -> None:
                     os.close(fd)
                 children.add(pid)
                 reply = {"pid": pid}
-            elif op == "reap":
-                pid = int(message["pid"])
+            elif op == "reap" and type(message.get("pid")) is int and isinstance(message.get("wait", 2.0), (int, float)):
+                pid, wait = message["pid"], float(message.get("wait", 2.0))
                 if pid in exited:
                     reply = exited.pop(pid)
                 elif pid in children:
-                    reply = _reap(pid, float(message.get("wait", 2.0)))
+                    reply = _reap(pid, wait if 0.0 <= wait <= MAX_REAP_WAIT_S else MAX_REAP_WAIT_S)
                     if not reply.get("running"):
                         children.discard(pid)
                 else:
@@ -121,7 +146,8 @@ def main(control_fd: int) -> None:
             else:
                 for fd in fds:
                     os.close(fd)
-                reply = {"error": f"bad request {op!r}"}
+                reply = {"error": message.get("error") or f"bad request {op!r} with {len(fds)} descriptors"}
+            reply["id"] = message.get("id")
             # Opportunistically collect workers that died without anyone asking.
             for pid in list(children):
                 done, status = os.waitpid(pid, os.WNOHANG)

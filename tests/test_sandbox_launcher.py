@@ -1,0 +1,310 @@
+"""The launcher protocol: replies matched to requests, bounded reads, broken launchers retired and replaced.
+
+The real launcher is made slow by stopping it (SIGSTOP); hostile launchers are
+small fake processes speaking the same protocol (``LauncherClient(command=...)``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import textwrap
+import threading
+import time
+import warnings
+
+import pytest
+
+from harness_magic.core.sandbox import SandboxedInterpreter, SandboxUnavailableError
+from harness_magic.core.sandbox import launcher_client
+from harness_magic.core.sandbox.launcher_client import LauncherClient
+
+FRIENDLY_OFF = {"ast_precheck": False, "audit_hooks": False}
+PID_CODE = "import os\nprint(os.getpid())"
+
+FAKE_LAUNCHER = textwrap.dedent(r'''
+    import json, os, socket, sys, time
+    mode, sock = sys.argv[1], socket.socket(fileno=int(sys.argv[2]))
+
+    def send(obj=None, raw=None, fds=()):
+        socket.send_fds(sock, [raw if raw is not None else json.dumps(obj).encode()], list(fds))
+
+    if mode == "never_ready":
+        time.sleep(60)
+    if mode == "ready_as_someone_else":
+        send({"op": "ready", "pid": 1})
+    elif mode == "dies_before_ready":
+        sys.stderr.write("fake launcher: cannot import the data stack\n")
+        sys.exit(4)
+    else:
+        send({"op": "ready", "pid": os.getpid()})
+    while True:
+        data, fds, flags, _ = socket.recv_fds(sock, 1 << 16, 8)
+        if not data:
+            break
+        for fd in fds:
+            os.close(fd)
+        rid = json.loads(data)["id"]
+        good = {"id": rid, "pid": 4242, "status": 0, "signal": None}
+        if mode == "stale_with_fds":
+            r, w = os.pipe()
+            send({"id": rid - 1, "pid": 1111}, fds=[r, w])
+            os.close(r); os.close(w)
+            send(good)
+        elif mode == "many_fds":
+            pipes = [os.pipe() for _ in range(6)]
+            send(good, fds=[fd for pair in pipes for fd in pair])
+        elif mode == "silent":
+            time.sleep(60)
+        elif mode == "stale_flood":
+            while True:
+                send({"id": rid - 1, "pid": 1111})
+        elif mode == "oversized":
+            send(raw=b'{"id": %d, "pad": "' % rid + b"x" * 70000 + b'"}')
+        elif mode == "not_json":
+            send(raw=b"{not json")
+        elif mode == "not_an_object":
+            send([rid, 4242])
+        elif mode == "no_id":
+            send({"pid": 4242})
+        elif mode == "future_id":
+            send({"id": rid + 5, "pid": 4242})
+        elif mode == "dies_mid_reply":
+            send(raw=b'{"id": %d, "pi' % rid)
+            os._exit(3)
+        elif mode == "dies":
+            os._exit(3)
+        elif mode == "bad_pid":
+            send({"id": rid, "pid": True})
+        elif mode == "bad_status":
+            send({"id": rid, "status": "0; rm -rf /", "signal": 999})
+        elif mode == "refuses":
+            send({"id": rid, "error": "bad request 'spawn' with 0 descriptors"})
+        else:
+            send(good)
+''')
+
+
+def fake(mode: str) -> LauncherClient:
+    return LauncherClient(command=[sys.executable, "-c", FAKE_LAUNCHER, mode])
+
+
+def open_fds() -> list[int]:
+    return sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
+
+
+def assert_reaped(client: LauncherClient) -> None:
+    assert client.process.returncode is not None  # waited for: no zombie, no stray process
+    assert not os.path.exists(f"/proc/{client.pid}")
+
+
+def sandbox(**options) -> SandboxedInterpreter:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return SandboxedInterpreter(**FRIENDLY_OFF, allow_unconfined=True, **options)
+
+
+def pid_inside(interp: SandboxedInterpreter) -> int:
+    result = interp.execute(PID_CODE, {}, [])
+    assert result.error is None, result.error
+    return int(result.stdout.strip())
+
+
+def children_of(pid: int) -> set[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return {int(p) for p in f.read().split()}
+
+
+# -- the real launcher, made slow ---------------------------------------------------------------
+
+@pytest.mark.parametrize("late_op", ["reap", "spawn"])
+def test_a_launcher_that_misses_the_deadline_is_replaced_and_replies_stay_matched(monkeypatch, late_op):
+    monkeypatch.setattr(launcher_client, "REPLY_TIMEOUT_S", 0.5)
+    interp = sandbox()
+    try:
+        old = interp._launcher
+        if late_op == "spawn":
+            interp.retire_worker()  # the reap is answered now; the spawn is the late request
+        os.kill(old.pid, signal.SIGSTOP)
+        threading.Timer(4.0, lambda: old.process.poll() is None and os.kill(old.pid, signal.SIGCONT)).start()
+        if late_op == "spawn":
+            interp.start_worker()
+        else:
+            interp.fresh_worker()
+        assert interp._launcher is not old and interp._launcher.alive()
+        assert f"did not answer a '{late_op}' request within" in old.broken
+        assert "it was stopped and will be replaced" in old.broken
+        assert_reaped(old)
+        for _ in range(3):  # every later reply is this request's own: the pid is the worker that runs the code
+            assert pid_inside(interp) == interp.worker_pid
+            interp.fresh_worker()
+        with pytest.raises(SandboxUnavailableError, match=f"pid {old.pid}.* is out of service: .*did not answer"):
+            old.request({"op": "reap", "pid": 1, "wait": 0})
+    finally:
+        interp.close()
+
+
+def test_an_interrupted_request_leaves_no_reply_behind():
+    interp = sandbox()
+    try:
+        launcher = interp._launcher
+        interp.retire_worker()
+        os.kill(launcher.pid, signal.SIGSTOP)
+        main = threading.main_thread().ident
+        threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT)).start()
+        threading.Timer(0.8, os.kill, (launcher.pid, signal.SIGCONT)).start()
+        before = open_fds()
+        with pytest.raises(KeyboardInterrupt):
+            interp.start_worker()  # the spawn is sent; the interrupt comes while its reply is awaited
+        time.sleep(1.0)  # the launcher runs again and answers the abandoned spawn late
+        assert open_fds() == before  # the abandoned attempt's pipes and socket are closed
+        interp.start_worker()
+        assert launcher.alive() and interp._launcher is launcher  # not a fault: the launcher stays
+        assert launcher.discarded == 1
+        assert pid_inside(interp) == interp.worker_pid
+        # The worker forked for the abandoned request met closed pipes and exited (the launcher reaps it).
+        deadline = time.monotonic() + 10
+        while children_of(launcher.pid) != {interp.worker_pid} and time.monotonic() < deadline:
+            launcher.reap(0, 0.0)
+            time.sleep(0.05)
+        assert children_of(launcher.pid) == {interp.worker_pid}
+    finally:
+        interp.close()
+
+
+def test_a_sandbox_whose_launcher_breaks_the_protocol_starts_on_a_new_one():
+    broken = fake("not_json")
+    LauncherClient._shared = broken  # what SandboxedInterpreter() and its retry get from shared()
+    interp = sandbox()
+    try:
+        assert interp._launcher is not broken and interp._launcher is LauncherClient.shared()
+        assert "which is not a JSON object" in broken.broken
+        assert_reaped(broken)
+        assert pid_inside(interp) == interp.worker_pid
+    finally:
+        interp.close()
+        broken.close()
+
+
+# -- hostile or broken launchers: every read bounded, every error says what happened ------------
+
+@pytest.mark.parametrize("mode, message", [
+    ("silent", r"did not answer a 'spawn' request within 0\.3 s; it was stopped"),
+    ("stale_flood", r"did not answer a 'spawn' request within 0\.3 s; it was stopped"),
+    ("oversized", r"sent a reply over 65536 bytes \(a protocol error\)"),
+    ("not_json", r"answered a 'spawn' request with '\{not json', which is not a JSON object"),
+    ("not_an_object", r"which is not a JSON object"),
+    ("no_id", r"answered a 'spawn' request without its request id"),
+    ("future_id", r"answered request 6, which was never sent \(the latest is 1\)"),
+    ("dies_mid_reply", r"with '\{\"id\": 1, \"pi', which is not a JSON object"),
+    ("dies", r"did not answer a 'spawn' request: it exited with status 3"),
+    ("bad_pid", r"answered a 'spawn' request without a valid pid"),
+])
+def test_a_broken_spawn_reply_retires_the_launcher_with_a_clear_error(monkeypatch, mode, message):
+    monkeypatch.setattr(launcher_client, "REPLY_TIMEOUT_S", 0.3)
+    before = open_fds()
+    client = fake(mode)
+    r, w = os.pipe()
+    try:
+        started = time.monotonic()
+        with pytest.raises(SandboxUnavailableError, match=message):
+            client.spawn({}, [r, w])
+        assert time.monotonic() - started < 10  # no hang (the deadline is 0.3 s)
+        assert not client.alive()
+        assert_reaped(client)
+        with pytest.raises(SandboxUnavailableError, match="is out of service"):
+            client.spawn({}, [r, w])
+    finally:
+        os.close(r)
+        os.close(w)
+        client.close()
+    assert open_fds() == before
+
+
+def test_a_reap_reply_with_an_invalid_status_is_refused():
+    client = fake("bad_status")
+    try:
+        with pytest.raises(SandboxUnavailableError, match="answered a 'reap' request with an invalid status"):
+            client.reap(4242, 0.0)
+        assert_reaped(client)
+    finally:
+        client.close()
+
+
+def test_stale_replies_are_discarded_and_their_descriptors_closed():
+    client = fake("stale_with_fds")
+    try:
+        baseline = open_fds()
+        assert client.spawn({}, []) == 4242  # request 1: the reply to "request 0" comes first
+        assert client.reap(4242, 0.0) == {"status": 0, "signal": None}
+        assert client.discarded == 2 and client.alive()
+        assert open_fds() == baseline
+    finally:
+        client.close()
+
+
+def test_descriptors_in_a_reply_are_closed_even_past_the_receive_bound():
+    client = fake("many_fds")  # 12 descriptors: more than are taken from one reply
+    try:
+        baseline = open_fds()
+        assert client.spawn({}, []) == 4242
+        assert open_fds() == baseline
+    finally:
+        client.close()
+
+
+def test_a_refused_request_names_the_reason_and_keeps_the_launcher():
+    client = fake("refuses")
+    try:
+        with pytest.raises(SandboxUnavailableError, match="refused a 'spawn' request: bad request 'spawn'"):
+            client.spawn({}, [])
+        assert client.alive()
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("mode, message", [
+    ("never_ready", r"failed to start: it did not report ready within 0\.3 s"),
+    ("ready_as_someone_else", r"failed to start: it sent .*\"pid\": 1.* instead of"),
+    ("dies_before_ready", r"failed to start: it exited with status 4; its log ends: fake launcher: cannot import"),
+])
+def test_a_launcher_that_does_not_start_properly_is_stopped(monkeypatch, mode, message):
+    monkeypatch.setattr(launcher_client, "LAUNCHER_START_TIMEOUT_S", 0.3)
+    before = open_fds()
+    roots = set(os.listdir(launcher_client._shm_root()))
+    with pytest.raises(SandboxUnavailableError, match=message):
+        fake(mode)
+    assert open_fds() == before
+    assert set(os.listdir(launcher_client._shm_root())) <= roots  # its root directory is gone too
+
+
+def test_an_oversized_request_is_refused_before_it_is_sent():
+    client = fake("ok")
+    try:
+        with pytest.raises(ValueError, match="launcher request 'spawn' is .* bytes, over 65536"):
+            client.spawn({"pad": "x" * 70000}, [])
+        assert client.alive() and client.spawn({}, []) == 4242
+    finally:
+        client.close()
+
+
+def test_the_real_launcher_refuses_malformed_requests_and_keeps_serving():
+    interp = sandbox()
+    try:
+        launcher = interp._launcher
+        r, w = os.pipe()
+        try:
+            with pytest.raises(SandboxUnavailableError, match="refused a 'spawn' request: bad request 'spawn' with 1"):
+                launcher.request({"op": "spawn", "config": {}}, [r])
+            with pytest.raises(SandboxUnavailableError, match="refused a 'reap' request"):
+                launcher.request({"op": "reap", "pid": "1; kill"})
+            with pytest.raises(SandboxUnavailableError, match="refused a 'fork_bomb' request"):
+                launcher.request({"op": "fork_bomb"}, [r, w])
+        finally:
+            os.close(r)
+            os.close(w)
+        assert launcher.alive()
+        assert pid_inside(interp) == interp.worker_pid
+    finally:
+        interp.close()
