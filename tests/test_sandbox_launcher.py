@@ -308,3 +308,21 @@ def test_the_real_launcher_refuses_malformed_requests_and_keeps_serving():
         assert pid_inside(interp) == interp.worker_pid
     finally:
         interp.close()
+
+
+def test_a_worker_lost_with_its_launcher_says_so_and_the_next_call_runs_on_a_new_one():
+    interp = sandbox()
+    try:
+        old = interp._launcher
+        os.kill(old.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while old.process.poll() is None and time.monotonic() < deadline:  # reaped: its workers got SIGKILL
+            time.sleep(0.01)
+        result = interp.execute("1", {}, [])
+        assert f"its launcher is gone: the sandbox launcher (pid {old.pid}) was killed by SIGKILL" in result.error
+        assert "The worker was restarted; the session is intact." in result.error
+        assert pid_inside(interp) == interp.worker_pid
+        assert interp._launcher is not old and interp._launcher is LauncherClient.shared()
+        assert "was killed by SIGKILL" in old.broken  # retired, with the reason, when it was replaced
+    finally:
+        interp.close()

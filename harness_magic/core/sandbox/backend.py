@@ -522,6 +522,10 @@ class SandboxedInterpreter:
             worker.kill()
             worker.close_fds()
             raise SandboxUnavailableError(f"sandbox worker failed to start: {exc}") from exc
+        except BaseException:  # an interrupt while it reports in: it must not outlive the call
+            worker.kill()
+            worker.close_fds()
+            raise
         if hello.get("op") != "hello":
             worker.kill()
             worker.close_fds()
@@ -561,6 +565,8 @@ class SandboxedInterpreter:
         launcher = self._launcher
         try:
             pid = launcher.spawn(config, [req_r, resp_w, result_child.fileno()])
+            result_parent.setblocking(False)  # drained without waiting: results are queued before the reply
+            return _Worker(pid, req_w, resp_r, {}, result_parent, launcher)
         except BaseException:
             os.close(req_w)
             os.close(resp_r)
@@ -570,8 +576,6 @@ class SandboxedInterpreter:
             os.close(req_r)
             os.close(resp_w)
             result_child.close()
-        result_parent.setblocking(False)  # drained without waiting: results are queued before the reply
-        return _Worker(pid, req_w, resp_r, {}, result_parent, launcher)
 
     def _ensure_worker(self) -> _Worker:
         if self._worker is None:
@@ -610,11 +614,15 @@ class SandboxedInterpreter:
                 worker.cgroup.remove()
 
     def _lost_worker(self, why: str) -> ExecutionResult:
+        worker = self._worker
+        gone = (worker.launcher or self._launcher).loss() if worker is not None else None
         status = self._stop_worker()
         if status.get("signal"):
             why += f" (killed by {signal.Signals(status['signal']).name})"
         elif status.get("status") is not None:
             why += f" (exit status {status['status']})"
+        if gone is not None:  # the launcher's end took its workers with it (PR_SET_PDEATHSIG)
+            why += f"; its launcher is gone: {gone}"
         return ExecutionResult(error=f"SandboxError: {why}. The worker was restarted; the session is intact.")
 
     def _wait(self, worker: _Worker, seq: int,
@@ -656,9 +664,6 @@ class SandboxedInterpreter:
                         return self._lost_worker(
                             f"the code went over the {self.rss_limit / 2**20:.0f} MiB memory limit (stopped by "
                             "its memory cgroup); its scratch files were deleted")
-                    launcher = worker.launcher or self._launcher
-                    if launcher.broken is not None:
-                        return self._lost_worker(f"the sandbox worker was stopped with its launcher ({launcher.broken})")
                     return self._lost_worker("the sandbox worker died (crash or memory limit)")
                 if reply is not None and reply.get("op") == "output":
                     relay.take(reply)

@@ -214,6 +214,15 @@ class LauncherClient:
         """Whether this launcher still serves requests (not retired, process running)."""
         return self.broken is None and self.process.poll() is None
 
+    def loss(self) -> str | None:
+        """Why this launcher no longer serves (retired, or its process ended), without waiting; None if it does."""
+        if self.broken is not None:
+            return self.broken
+        code = self.process.poll()
+        if code is None:
+            return None
+        return f"the sandbox launcher (pid {self.pid}) {_ended(code)}"
+
     # -- requests -------------------------------------------------------------------------------
 
     def request(self, message: dict[str, Any], fds: Iterable[int] = (), timeout: float | None = None) -> dict:
@@ -341,12 +350,7 @@ class LauncherClient:
             code = self.process.wait(timeout=EXIT_WAIT_S)
         except subprocess.TimeoutExpired:
             return "closed its socket but is still running"
-        if code < 0:
-            try:
-                return f"was killed by {signal.Signals(-code).name}"
-            except ValueError:
-                return f"was killed by signal {-code}"
-        return f"exited with status {code}"
+        return _ended(code)
 
     def retire(self, why: str) -> None:
         """Take this launcher out of service for good: socket closed, process killed and reaped.
@@ -379,6 +383,16 @@ class LauncherClient:
                     pass
             self.retire(self.broken)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _ended(code: int) -> str:
+    """How a process with this ``Popen.returncode`` ended."""
+    if code >= 0:
+        return f"exited with status {code}"
+    try:
+        return f"was killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"was killed by signal {-code}"
 
 
 def _close_passed_fds(ancdata: list[tuple[int, int, bytes]]) -> None:
