@@ -136,6 +136,8 @@ class LauncherClient:
         os.mkdir(empty, 0o555)
         self.broken: str | None = None
         """Why this launcher was taken out of service (None while it serves)."""
+        self.reply_timeout = REPLY_TIMEOUT_S
+        """Seconds one request may take (send, stale replies, its reply) before the launcher is retired."""
         self.discarded = 0
         """Stale replies (to requests abandoned by an interrupt) read and dropped so far."""
         self.lock = threading.RLock()
@@ -228,14 +230,14 @@ class LauncherClient:
     def request(self, message: dict[str, Any], fds: Iterable[int] = (), timeout: float | None = None) -> dict:
         """Send ``message`` (with ``fds``) and return the launcher's reply to it.
 
-        ``timeout`` (default :data:`REPLY_TIMEOUT_S`) bounds the whole request.
+        ``timeout`` (default :attr:`reply_timeout`) bounds the whole request.
         Raises :class:`SandboxUnavailableError` when the launcher is retired,
         does not answer in time, breaks the protocol or exits (all but the first
         retire it), and when it refuses the request (it stays in service).
         An interrupt abandons the request: its late reply is discarded by the next one.
         """
         op = str(message.get("op"))
-        limit = REPLY_TIMEOUT_S if timeout is None else float(timeout)
+        limit = self.reply_timeout if timeout is None else float(timeout)
         with self.lock:
             if self.broken is not None:
                 raise SandboxUnavailableError(f"the sandbox launcher (pid {self.pid}) is out of service: {self.broken}")
@@ -270,7 +272,7 @@ class LauncherClient:
 
     def reap(self, pid: int, wait: float) -> dict[str, Any]:
         """Wait up to ``wait`` s for worker ``pid``: ``{"status": int|None, "signal": int|None[, "running"]}``."""
-        reply = self.request({"op": "reap", "pid": pid, "wait": wait}, timeout=REPLY_TIMEOUT_S + wait)
+        reply = self.request({"op": "reap", "pid": pid, "wait": wait}, timeout=self.reply_timeout + wait)
         status, sig = reply.get("status"), reply.get("signal")
         valid_signals = {s.value for s in signal.Signals}
         if not ((status is None or (type(status) is int and 0 <= status <= 255))
