@@ -41,6 +41,7 @@ HOSTILE = [
     ("WITH/**/d AS(/* SELECT */DELETE--comment )\nFROM {t} RETURNING *)SELECT*FROM d", "destructive"),
     ('WITH "d" AS (DELETE FROM "{t}" RETURNING "id") SELECT "id" FROM "d"', "destructive"),
     ('WITH "select" AS (DELETE FROM {t} RETURNING 1) SELECT * FROM "select"', "destructive"),
+    ("WITH d AS MATERIALIZED (DELETE FROM {t} RETURNING id) SELECT * FROM d", "destructive"),
     ("WITH a AS (SELECT 1 AS x), d AS (DELETE FROM {t} WHERE id IN (SELECT x FROM a) RETURNING id), "
      "e AS (DELETE FROM {t} RETURNING id) SELECT * FROM d", "destructive"),
     ("WITH d AS (DELETE FROM {t} WHERE id = 2 RETURNING id) "
@@ -148,10 +149,32 @@ def test_legitimate_queries_with_ctes_stay_plain_reads(dialect, sql):
     ("DELETE FROM victim WHERE id = 1", "write"),
     ("WITH d AS (COPY victim TO 'x.csv') SELECT * FROM d", "write"),
     ("SELECT * FROM query('SELECT 1')", "read"),
+    ("WITH d AS (DELETE FROM victim RETURNING *) FROM d", "destructive"),
+    ("DESCRIBE (WITH d AS (DELETE FROM victim RETURNING *) SELECT * FROM d)", "destructive"),
+    ("SUMMARIZE (WITH d AS (UPDATE victim SET note = 'x' WHERE id = 1 RETURNING *) SELECT * FROM d)", "write"),
+    ("WITH d AS (DELETE FROM memory.main.victim USING (SELECT 1 AS id) s RETURNING *) SELECT * FROM d",
+     "destructive"),
+    ("WITH d AS (INSERT OR REPLACE INTO victim VALUES (1, 'x') RETURNING *) SELECT * FROM d", "write"),
+    ("INSERT INTO victim WITH d AS (DELETE FROM victim RETURNING *) SELECT * FROM d", "destructive"),
     ("EXPLAIN WITH d AS (DELETE FROM victim RETURNING *) SELECT * FROM d", "read"),  # plan only: runs nothing
 ])
 def test_duckdb_specific_forms(sql, kind):
     found = classify_sql(sql, "duckdb")
+    assert found.kind == kind, found.summary
+
+
+@pytest.mark.parametrize("sql, kind", [
+    ('WITH d AS (DELETE FROM U&"cte\\005Fvictim" RETURNING 1) SELECT 1', "destructive"),
+    ("WITH d AS (DELETE FROM ONLY public.victim WHERE note = $$x'$$ RETURNING 1) SELECT 1", "write"),
+    ("COPY (DELETE FROM victim RETURNING 1) TO STDOUT", "destructive"),
+    ("COPY (WITH d AS (DELETE FROM victim RETURNING 1) SELECT 1) TO STDOUT", "destructive"),
+    ("DECLARE c CURSOR FOR WITH d AS (DELETE FROM victim RETURNING 1) SELECT 1", "destructive"),
+    ("PREPARE p AS WITH d AS (UPDATE victim SET note = 'x' RETURNING 1) SELECT 1", "destructive"),
+    ("CREATE TABLE x AS WITH d AS (DELETE FROM victim WHERE id = 1 RETURNING 1) SELECT 1", "write"),
+    ("SELECT * FROM victim WHERE id = (SELECT nextval('s'))", "write"),
+])
+def test_postgresql_specific_forms(sql, kind):
+    found = classify_sql(sql, "postgresql")
     assert found.kind == kind, found.summary
 
 
