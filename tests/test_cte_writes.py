@@ -324,6 +324,24 @@ def test_each_hostile_form_really_writes_in_postgresql(pg, sql, kind):
     assert pg_state(engine) == before
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("sql, kind", HOSTILE + [(deep_consumer("{t}"), "destructive")])
+def test_postgresql_read_path_refuses_each_form_without_the_classifier(pg, sql, kind):
+    """The boundary: the read path's read-only transaction refuses the form (the classifier skipped)."""
+    from harness_magic.core.connectors.sql import SQLConnection
+
+    url, engine = pg
+    before = pg_state(engine)
+    db = SQLConnection(url, timeout_s=5)
+    try:
+        with pytest.raises(ToolError, match="read-only transaction"):
+            db.query(fill(sql, PG_TABLE))
+    finally:
+        db.read_engine.dispose()
+        db.engine.dispose()
+    assert pg_state(engine) == before
+
+
 def pg_tools(tmp_path, url, sql, approver):
     registry = ConnectorRegistry([sql_connector(url, name="wh", timeout_s=5)],
                                  approval=ApprovalPolicy(approver=approver))
