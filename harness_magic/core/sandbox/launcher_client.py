@@ -168,8 +168,9 @@ class LauncherClient:
             self._await_ready()
         except _Fault as exc:
             self.retire(str(exc))
+            why = str(exc) if "; its log ends:" in str(exc) else f"{exc}{self._log_tail()}"
             shutil.rmtree(self.root, ignore_errors=True)
-            raise SandboxUnavailableError(f"{exc}{self._log_tail()}") from None
+            raise SandboxUnavailableError(why) from None
         except BaseException:
             self.retire("its start was interrupted")
             shutil.rmtree(self.root, ignore_errors=True)
