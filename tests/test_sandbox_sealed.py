@@ -146,7 +146,8 @@ def test_hand_made_parts_decode_exactly() -> None:
 
 
 @pytest.mark.parametrize("attack", ["unsealed_part", "no_shrink_seal", "middle_not_page_aligned", "too_many_parts",
-                                    "plain_file_part", "pipe_part", "empty_part", "over_cap", "parts_swapped"])
+                                    "plain_file_part", "pipe_part", "empty_part", "over_cap", "parts_swapped",
+                                    "write_only_part", "write_only_single"])
 def test_crafted_striped_results_are_refused_cleanly(tmp_path, attack) -> None:
     _, data = _frame_ipc()
     cuts = [PAGE, 2 * PAGE]
@@ -175,6 +176,11 @@ def test_crafted_striped_results_are_refused_cleanly(tmp_path, attack) -> None:
         extra.append(write_end)
     elif attack == "empty_part":
         fds = _parts(data[:3 * PAGE], cuts) + _parts(b"", [])
+    elif attack in ("write_only_part", "write_only_single"):  # sealed, but a descriptor that cannot be mapped
+        fds = _parts(data, cuts) if attack == "write_only_part" else _parts(data, [])
+        reopened = os.open(f"/proc/self/fd/{fds[-1]}", os.O_WRONLY)
+        os.close(fds[-1])
+        fds[-1] = reopened
     elif attack == "parts_swapped":
         fds = _parts(data, cuts)
         fds[0], fds[1] = fds[1], fds[0]
@@ -185,7 +191,8 @@ def test_crafted_striped_results_are_refused_cleanly(tmp_path, attack) -> None:
         "shrinking", "middle_not_page_aligned": "not a whole number of", "too_many_parts": "1 to 4 memory files",
         "plain_file_part": "part 2 of 3: the descriptor is not a sealed memory file",
         "pipe_part": "part 2 of 3: the descriptor is not a sealed memory file", "empty_part": "part 4 of 4 is empty",
-        "over_cap": "over the 3000-byte result limit", "parts_swapped": "Arrow",
+        "over_cap": "over the 3000-byte result limit",
+        "write_only_part": "cannot map a result part", "write_only_single": "cannot map the result memory file", "parts_swapped": "Arrow",
     }[attack]
     try:
         with pytest.raises(ProtocolError, match=expected):

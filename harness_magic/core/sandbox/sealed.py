@@ -284,5 +284,8 @@ def map_sealed(fds: Sequence[int], max_bytes: int) -> tuple[Any, int]:
     if sum(sizes) > max_bytes:
         raise ProtocolError(f"result is {sum(sizes)} bytes, over the {max_bytes}-byte result limit")
     if len(fds) == 1:
-        return mmap.mmap(fds[0], sizes[0], flags=mmap.MAP_SHARED, prot=mmap.PROT_READ), sizes[0]
+        try:
+            return mmap.mmap(fds[0], sizes[0], flags=mmap.MAP_SHARED, prot=mmap.PROT_READ), sizes[0]
+        except OSError as exc:  # e.g. a huge-page memory file whose size is not a whole huge page
+            raise ProtocolError(f"cannot map the result memory file ({exc.strerror})") from None
     return join_mapped(fds, sizes), sum(sizes)
