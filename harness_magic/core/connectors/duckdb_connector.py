@@ -59,6 +59,7 @@ from harness_magic.core.connectors.lazy import (
     COUNT_BUDGET_S,
     LazyRelation,
     cache_location,
+    definition_rebinder,
     collect_within_caps,
     is_cached_frame,
     parse_estimate,
@@ -668,27 +669,7 @@ def lazy_rebinder(connectors: Any) -> Callable[[str, dict[str, str], Any], LazyR
     crafted checkpoint can run nothing the model could not. Refusals raise
     ToolError/LookupError naming the reason; the cache records them.
     """
-    if hasattr(connectors, "names") and hasattr(connectors, "__getitem__"):
-        found = {n: connectors[n] for n in connectors.names}
-    else:
-        found = {c.name: c for c in connectors}
-
-    def rebind(engine: str, definition: dict[str, str], cache: Any) -> LazyRelation:
-        if engine != LazyRelation.__harness_engine__:
-            raise LookupError(f"no connector re-binds {engine!r} handles here")
-        if set(definition) != {"connector", "sql"}:
-            raise ValueError(f"a duckdb lazy handle's definition holds 'connector' and 'sql', got {sorted(definition)}")
-        name, sql = definition["connector"], definition["sql"]
-        connector = found.get(name)
-        duck = getattr(connector, "engine", None)
-        if not isinstance(duck, DuckDBEngine):
-            configured = ", ".join(n for n, c in found.items() if isinstance(getattr(c, "engine", None), DuckDBEngine))
-            raise LookupError(f"connector {name!r} is not a configured duckdb connector here (duckdb connectors: "
-                              f"{configured or 'none'})")
-        _check_read_only(sql, name)
-        return duck.lazy(cache, sql)
-
-    return rebind
+    return definition_rebinder(connectors, LazyRelation.__harness_engine__, DuckDBEngine, _check_read_only)
 
 
 def _progress_reporter(context: ToolContext, engine: str) -> Progress | None:

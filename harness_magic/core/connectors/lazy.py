@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterable
 
 __all__ = ["LazyRelation", "MaterializeLimitError", "LazyInputError", "COUNT_BUDGET_S", "materialize_count",
            "parse_estimate", "check_cap", "MAX_CAP", "QueryInputs", "resolve_inputs", "cache_location",
-           "is_cached_frame", "collect_within_caps"]
+           "is_cached_frame", "collect_within_caps", "definition_rebinder"]
 
 COUNT_BUDGET_S = 2.0
 """An exact ``count(*)`` for a snapshot may take this long; past it the engine's estimate is shown."""
@@ -323,3 +323,44 @@ def collect_within_caps(chunks: Iterable[Any], lazy: "LazyRelation", handle: str
                 handle=handle, limit=over)
         kept.append(chunk)
     return kept
+
+
+Rebind = Callable[[str, dict[str, str], Any], "LazyRelation"]
+"""``rebind(engine, definition, cache)`` for :meth:`SessionCache.load`."""
+
+
+def definition_rebinder(connectors: Any, engine_name: str, engine_type: type, check: Callable[[str, str], Any],
+                        others: Rebind | None = None) -> Rebind:
+    """``rebind`` re-creating ``engine_name`` lazy handles from their saved definition (connector + query).
+
+    ``connectors`` is a ConnectorRegistry (``names`` + item access) or an
+    iterable of connectors. The definition must hold exactly ``connector``
+    and ``sql``; the connector must be one of ``engine_type`` here; the query
+    goes through ``check(sql, connector_name)`` (the model's own
+    classification) and then the engine's ``lazy(cache, sql)``. Handles of
+    another engine go to ``others`` or are refused. Refusals raise
+    ValueError/LookupError (or the check's ToolError) naming the reason.
+    """
+    if hasattr(connectors, "names") and hasattr(connectors, "__getitem__"):
+        found = {n: connectors[n] for n in connectors.names}
+    else:
+        found = {c.name: c for c in connectors}
+
+    def rebind(engine: str, definition: dict[str, str], cache: Any) -> LazyRelation:
+        if engine != engine_name:
+            if others is not None:
+                return others(engine, definition, cache)
+            raise LookupError(f"no connector re-binds {engine!r} handles here")
+        if set(definition) != {"connector", "sql"}:
+            raise ValueError(f"a {engine_name} lazy handle's definition holds 'connector' and 'sql', "
+                             f"got {sorted(definition)}")
+        name, sql = definition["connector"], definition["sql"]
+        target = getattr(found.get(name), "engine", None)
+        if not isinstance(target, engine_type):
+            configured = ", ".join(n for n, c in found.items() if isinstance(getattr(c, "engine", None), engine_type))
+            raise LookupError(f"connector {name!r} is not a configured {engine_name} connector here "
+                              f"({engine_name} connectors: {configured or 'none'})")
+        check(sql, name)
+        return target.lazy(cache, sql)
+
+    return rebind

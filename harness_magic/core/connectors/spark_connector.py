@@ -68,6 +68,7 @@ from harness_magic.core.connectors.lazy import (
     LazyRelation,
     MaterializeLimitError,
     cache_location,
+    definition_rebinder,
     collect_within_caps,
     is_cached_frame,
     resolve_inputs,
@@ -622,27 +623,10 @@ def spark_rebinder(connectors: Any) -> Callable[[str, dict[str, str], Any], Lazy
     """
     from harness_magic.core.connectors.duckdb_connector import lazy_rebinder
 
-    if hasattr(connectors, "names") and hasattr(connectors, "__getitem__"):
-        found = {n: connectors[n] for n in connectors.names}
-    else:
-        found = {c.name: c for c in connectors}
-    others = lazy_rebinder(list(found.values()))
-
-    def rebind(engine: str, definition: dict[str, str], cache: Any) -> LazyRelation:
-        if engine != SparkRelation.__harness_engine__:
-            return others(engine, definition, cache)
-        if set(definition) != {"connector", "sql"}:
-            raise ValueError(f"a spark lazy handle's definition holds 'connector' and 'sql', got {sorted(definition)}")
-        name, sql = definition["connector"], definition["sql"]
-        spark = getattr(found.get(name), "engine", None)
-        if not isinstance(spark, SparkEngine):
-            configured = ", ".join(n for n, c in found.items() if isinstance(getattr(c, "engine", None), SparkEngine))
-            raise LookupError(f"connector {name!r} is not a configured spark connector here (spark connectors: "
-                              f"{configured or 'none'})")
-        _check_query(sql, name)
-        return spark.lazy(cache, sql)
-
-    return rebind
+    if not (hasattr(connectors, "names") and hasattr(connectors, "__getitem__")):
+        connectors = list(connectors)  # read twice: once per engine's rebinder
+    return definition_rebinder(connectors, SparkRelation.__harness_engine__, SparkEngine, _check_query,
+                               others=lazy_rebinder(connectors))
 
 
 def spark_connector(
