@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from harness_magic.core.cache import SessionCache  # noqa: E402
 from harness_magic.core.interpreter import InProcessInterpreter, make_interpreter_tools  # noqa: E402
 from harness_magic.core.sandbox import SandboxedInterpreter, probe_confinement  # noqa: E402
-from harness_magic.core.sandbox.sealed import stripe_count  # noqa: E402
+from harness_magic.core.sandbox.sealed import stripe_count, usable_cpus  # noqa: E402
 from harness_magic.core.sandbox.transfer import input_files, write_input  # noqa: E402
 
 COLUMNS = 8
@@ -131,7 +131,7 @@ def main() -> None:
     print(f"  => result transfer / pickle round trip          {back / pickled:9.2f}x  (target <= 0.25x; "
           "difference of two whole calls, each dominated by the worker's df.copy() page faults: noisy; "
           "the sealed trip below times each stage)")
-    stripes = stripe_count(nbytes, len(os.sched_getaffinity(0)))
+    stripes = stripe_count(nbytes, usable_cpus())
     raw = frame.to_numpy()
     flat = memoryview(raw if raw.flags.c_contiguous else raw.T if raw.T.flags.c_contiguous else
                       np.ascontiguousarray(raw)).cast("B")

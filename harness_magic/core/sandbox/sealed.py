@@ -35,7 +35,7 @@ from typing import Any
 from harness_magic.core.sandbox.protocol import ProtocolError
 
 __all__ = ["STRIPE_MAX_PARTS", "STRIPE_MIN_PART_BYTES", "all_seals", "join_mapped", "map_sealed", "part_layout",
-           "stripe_count", "write_sealed", "write_striped"]
+           "stripe_count", "usable_cpus", "write_sealed", "write_striped"]
 
 STRIPE_MAX_PARTS = 4
 """Most memory files one result may use (and the kernel accepts): beyond four threads nothing was gained."""
@@ -53,6 +53,14 @@ def all_seals() -> int:
     import fcntl
 
     return fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
+
+
+def usable_cpus() -> int:
+    """Cores this process may run on (its affinity mask), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except OSError:
+        return 1
 
 
 def stripe_count(total: int, cpus: int) -> int:

@@ -52,7 +52,7 @@ from harness_magic.core.cache.spill import SpillUnsupported, frame_to_table, reg
     table_to_frame
 from harness_magic.core.sandbox.protocol import JSON_VALUE_MAX_BYTES, ProtocolError, RemoteObject, safe_repr
 from harness_magic.core.sandbox.sealed import STRIPE_MAX_PARTS, join_mapped, map_sealed, part_layout, \
-    stripe_count, write_sealed, write_striped
+    stripe_count, usable_cpus, write_sealed, write_striped
 
 __all__ = [
     "RESULT_MAX_BYTES",
@@ -184,11 +184,7 @@ def write_input(name: str, value: Any, directory: str, tag: str) -> dict[str, An
 
 def _write_input_files(writer: tuple[Any, int], path: str) -> dict[str, Any]:
     write, size = writer
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except OSError:
-        cpus = 1
-    part_size, count = part_layout(size, stripe_count(size, cpus))
+    part_size, count = part_layout(size, stripe_count(size, usable_cpus()))
     paths = [path] + [f"{path}.{index}" for index in range(1, count)]
     fds: list[int] = []
     try:
@@ -271,10 +267,7 @@ def set_result_channel(fd: int) -> None:
     import socket
 
     _CHANNEL["sock"] = socket.socket(fileno=fd)
-    try:
-        _CHANNEL["cpus"] = len(os.sched_getaffinity(0))
-    except OSError:
-        _CHANNEL["cpus"] = 1
+    _CHANNEL["cpus"] = usable_cpus()
 
 
 def _send_sealed(writer: tuple[Any, int], desc: dict[str, Any]) -> dict[str, Any]:
