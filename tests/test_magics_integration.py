@@ -215,6 +215,22 @@ def test_agent_sandbox_says_inprocess_is_no_security_boundary(kernel: Kernel) ->
         assert kernel.run('%config AgentMagics.sandbox = "worker"').ok
 
 
+def test_agent_sandbox_unconfined_is_the_opt_in_the_refusal_names(kernel: Kernel) -> None:
+    cell = kernel.run('%config AgentMagics.sandbox = "unconfined"\n%agent_sandbox')
+    try:
+        assert cell.ok, cell.outputs
+        assert cell.data("text/plain")[0].startswith("sandbox: unconfined")
+    finally:
+        assert kernel.run('%config AgentMagics.sandbox = "worker"').ok
+
+
+def test_agent_sandbox_rejects_an_unknown_mode_naming_the_allowed_ones(kernel: Kernel) -> None:
+    cell = kernel.run('%config AgentMagics.sandbox = "chroot"')
+    assert not cell.ok
+    assert "sandbox 'chroot' is not valid; allowed: worker, inprocess, unconfined" in str(cell.outputs)
+    assert kernel.value("get_ipython().magics_manager.registry['AgentMagics'].sandbox") == "worker"
+
+
 # -- connectors from configuration ----------------------------------------------------------------
 
 

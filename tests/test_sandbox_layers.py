@@ -56,6 +56,87 @@ def test_unconfined_opt_in_warns():
         SandboxedInterpreter(layers=[], allow_unconfined=True).close()
 
 
+@needs("seccomp")
+def test_seccomp_without_a_file_layer_refuses_because_model_code_could_write_the_users_files():
+    # What a non-root kernel without Landlock gets: seccomp holds, nothing confines files.
+    with pytest.raises(SandboxUnavailableError) as caught:
+        SandboxedInterpreter(layers=["seccomp", "netns", "ipcns"])
+    message = str(caught.value)
+    assert "nothing confines the worker's file access" in message and "'landlock': 'not requested'" in message
+    assert "allow_unconfined=True" in message
+
+
+@needs("seccomp")
+def test_seccomp_without_a_file_layer_runs_only_when_opted_in_and_warns_why():
+    from harness_magic.core.sandbox import UnconfinedWarning
+
+    with pytest.warns(UnconfinedWarning, match="could write every file this kernel's user can"):
+        SandboxedInterpreter(layers=["seccomp"], allow_unconfined=True).close()
+
+
+@needs("seccomp")
+@needs("drop_root")
+def test_seccomp_with_drop_root_confines_files_without_landlock(recwarn):
+    import pathlib
+    import shutil
+    import tempfile
+
+    # A directory the worker can enter (pytest's tmp_path sits under a root-only one), so the
+    # file's owner and mode are what refuse the writes.
+    tmp_path = pathlib.Path(tempfile.mkdtemp(prefix="drop-root-"))
+    tmp_path.chmod(0o755)
+    owned = tmp_path / "owned_by_the_kernel_user.txt"
+    owned.write_text("kept")
+    owned.chmod(0o644)
+    try:
+        _writes_refused_under_drop_root(tmp_path, owned, recwarn)
+    finally:
+        shutil.rmtree(tmp_path)
+
+
+def _writes_refused_under_drop_root(tmp_path, owned, recwarn) -> None:
+    with SandboxedInterpreter(layers=["seccomp", "drop_root"], timeout=5.0, **FRIENDLY_OFF) as sandbox:
+        readable = run(sandbox, f"open({str(owned)!r}).read()").value  # reachable: ownership refuses below
+        written = run(sandbox, f"open({str(owned)!r}, 'w').write('changed')")
+        created = run(sandbox, f"open({str(tmp_path / 'new.txt')!r}, 'w').write('x')")
+        chmod = run(sandbox, f"import os\nos.chmod({str(owned)!r}, 0o666)")
+    assert readable == "kept"
+    assert "Permission denied" in written.error and "Permission denied" in created.error
+    assert "PermissionError" in chmod.error
+    assert owned.read_text() == "kept" and not (tmp_path / "new.txt").exists()
+    assert not [w for w in recwarn if "confinement" in str(w.message).lower()]
+
+
+@needs("landlock")
+def test_landlock_alone_is_enough_to_run_without_the_opt_in():
+    SandboxedInterpreter(layers=["landlock"], **FRIENDLY_OFF).close()
+
+
+def test_the_sessions_unconfined_mode_is_the_opt_in_and_worker_mode_is_not(tmp_path):
+    from harness_magic.core.session import AgentConfig, make_backend
+
+    backend = make_backend(AgentConfig(sandbox="unconfined", run_dir=str(tmp_path)))
+    try:
+        assert backend.allow_unconfined is True
+    finally:
+        backend.close()
+    backend = make_backend(AgentConfig(sandbox="worker", run_dir=str(tmp_path)))
+    try:
+        assert backend.allow_unconfined is False
+    finally:
+        backend.close()
+
+
+def test_the_probe_says_confined_only_when_files_are_confined_too():
+    from harness_magic.core.sandbox import confinement_gap
+
+    assert confinement_gap({"landlock": "ABI 7"}) is None
+    assert confinement_gap({"seccomp": "115 rules", "drop_root": "uid 65534"}) is None
+    assert "no OS confinement" in confinement_gap({"drop_root": "uid 65534", "landlock": "unavailable: ENOSYS"})
+    assert "file access" in confinement_gap({"seccomp": "115 rules", "drop_root": "unavailable: not root"})
+    assert PROBE["confined"] == (confinement_gap(PROBE) is None)
+
+
 # -- base layers (always on) -----------------------------------------------------------------
 
 

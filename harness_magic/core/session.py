@@ -29,8 +29,9 @@ __all__ = ["AgentConfig", "AgentSession", "SANDBOX_MODES", "DEFAULT_MODEL"]
 
 DEFAULT_MODEL = "openai/gpt-4o-mini"
 """A cheap, capable default; needs OPENAI_API_KEY. Offline ids need no key."""
-SANDBOX_MODES = ("worker", "inprocess")
-"""``worker``: OS-confined subprocess (default). ``inprocess``: no security boundary."""
+SANDBOX_MODES = ("worker", "inprocess", "unconfined")
+"""``worker``: OS-confined subprocess (default). ``inprocess``: no security boundary. ``unconfined``: the
+worker subprocess even where the OS confines it only partly or not at all (warns what is missing)."""
 
 
 @dataclass
@@ -111,7 +112,7 @@ def make_backend(config: AgentConfig) -> Any:
         return InProcessInterpreter()
     from harness_magic.core.sandbox import SandboxedInterpreter
 
-    return SandboxedInterpreter(allow_unconfined=config.allow_unconfined)
+    return SandboxedInterpreter(allow_unconfined=config.allow_unconfined or config.sandbox == "unconfined")
 
 
 def make_cache(config: AgentConfig) -> SessionCache:

@@ -45,7 +45,7 @@ __all__ = ["AgentMagics", "load_extension", "unload_extension", "LIVE_MODES"]
 
 LIVE_MODES = ("auto", "widgets", "rich", "off")
 """``auto``: widgets in a kernel, rich in a terminal; ``off``: final output only."""
-SANDBOX_MODES = ("worker", "inprocess")
+SANDBOX_MODES = ("worker", "inprocess", "unconfined")
 """Mirrors :data:`harness_magic.core.session.SANDBOX_MODES` (not imported: loading stays cheap)."""
 OFFLINE_PREFIXES = ("offline/", "scripted/", "replay/")
 """Mirrors :data:`harness_magic.core.offline.OFFLINE_PREFIXES`."""
@@ -145,8 +145,9 @@ class AgentMagics(Magics):
     api_base = Unicode(None, allow_none=True, help="Base URL of an OpenAI-compatible server (e.g. a local "
                        "model); None uses the provider's default.").tag(config=True)
     max_turns = Integer(25, help="Provider calls one %%agent cell may make.").tag(config=True)
-    sandbox = Unicode("worker", help="Interpreter backend: 'worker' (confined subprocess) or 'inprocess' "
-                      "(no security boundary; for development).").tag(config=True)
+    sandbox = Unicode("worker", help="Interpreter backend: 'worker' (confined subprocess), 'inprocess' "
+                      "(no security boundary; for development) or 'unconfined' (the worker subprocess even "
+                      "where the OS cannot confine it fully; warns what is missing).").tag(config=True)
     hot_count = Integer(10, help="Handles kept in memory before older ones spill to disk.").tag(config=True)
     memory_budget = Integer(None, allow_none=True, help="Bytes of cached values kept in memory before "
                             "spilling; None: count only.").tag(config=True)
@@ -666,6 +667,9 @@ class AgentMagics(Magics):
         if self.sandbox == "inprocess":
             head = ("sandbox: inprocess — the agent's code runs inside this kernel: this is NOT a security "
                     "boundary. The worker sandbox (AgentMagics.sandbox = 'worker') would have these layers:")
+        elif self.sandbox == "unconfined":
+            head = ("sandbox: unconfined — the agent's code runs in a subprocess with whichever of these layers "
+                    "hold, even where they do not confine it (AgentMagics.sandbox = 'worker' refuses then):")
         else:
             head = "sandbox: worker — the agent's code runs in a confined subprocess with these layers:"
         self._show(f"<p>{html.escape(head)}</p>" + table_html(rows, _SANDBOX_COLUMNS),
@@ -755,11 +759,13 @@ _NOT_HOLDING = ("unavailable", "not ")
 
 def sandbox_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """layer, state (on/off), detail for each entry of :func:`~harness_magic.core.sandbox.probe_confinement`."""
+    from harness_magic.core.sandbox import confinement_gap
+
     rows = []
     for layer, value in report.items():
         holds = value is True or (isinstance(value, str) and not value.startswith(_NOT_HOLDING))
         if layer == "confined":
-            detail = "untrusted code may run" if holds else "no OS confinement: the worker refuses to start"
+            detail = "untrusted code may run" if holds else f"{confinement_gap(report)}: the worker refuses to start"
         else:
             detail = value if isinstance(value, str) else ""
         rows.append({"layer": layer, "state": "on" if holds else "off", "detail": detail})

@@ -14,10 +14,12 @@ make refusals friendly: they are not part of the boundary.
 
 from harness_magic.core.sandbox.backend import (
     CONFINING_LAYERS,
+    FILE_CONFINING_LAYERS,
     DEFAULT_TIMEOUT_S,
     SandboxedInterpreter,
     SandboxUnavailableError,
     UnconfinedWarning,
+    confinement_gap,
     probe_confinement,
 )
 from harness_magic.core.sandbox.protocol import RemoteObject
@@ -29,5 +31,7 @@ __all__ = [
     "probe_confinement",
     "RemoteObject",
     "CONFINING_LAYERS",
+    "FILE_CONFINING_LAYERS",
+    "confinement_gap",
     "DEFAULT_TIMEOUT_S",
 ]

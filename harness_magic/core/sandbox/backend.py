@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from harness_magic.core.cache.names import resolve_handle_name
@@ -55,6 +55,8 @@ __all__ = [
     "probe_confinement",
     "DEFAULT_TIMEOUT_S",
     "CONFINING_LAYERS",
+    "FILE_CONFINING_LAYERS",
+    "confinement_gap",
 ]
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -86,6 +88,22 @@ CPU_SECONDS_LIMIT = 3600
 
 CONFINING_LAYERS = ("landlock", "seccomp")
 """At least one of these must hold for untrusted code to run without the unconfined opt-in."""
+
+FILE_CONFINING_LAYERS = ("landlock", "drop_root")
+"""And one of these too: seccomp alone leaves every file the kernel's user owns writable
+(``~/.ipython/profile_default/startup/`` runs in the next kernel; exported inputs could be swapped)."""
+
+
+def confinement_gap(layers: Mapping[str, Any]) -> str | None:
+    """Why ``layers`` (layer -> status, as a worker reports them) do not confine untrusted code; None when they do."""
+    if not any(_holds(layers.get(n)) for n in CONFINING_LAYERS):
+        detail = {n: layers.get(n, "not requested") for n in CONFINING_LAYERS}
+        return f"no OS confinement is available here ({detail})"
+    if not any(_holds(layers.get(n)) for n in FILE_CONFINING_LAYERS):
+        detail = {n: layers.get(n, "not requested") for n in FILE_CONFINING_LAYERS}
+        return ("nothing confines the worker's file access here "
+                f"({detail}): model code could write every file this kernel's user can")
+    return None
 
 _MAX_SAVES = 100
 """Matches the worker's cap on save() calls per run."""
@@ -538,17 +556,17 @@ class SandboxedInterpreter:
         worker.hello = hello
         self._worker = worker
         hello["layers"]["memory_cgroup"] = self._join_memory_cgroup(worker)
-        held = [n for n in CONFINING_LAYERS if n in self._layers and _holds(hello["layers"].get(n))]
-        if not held:
+        requested = {n: status for n, status in hello["layers"].items() if n in self._layers}
+        gap = confinement_gap(requested)
+        if gap is not None:
             if not self.allow_unconfined:
                 self._stop_worker()
-                detail = {n: hello["layers"].get(n, "not requested") for n in CONFINING_LAYERS}
                 raise SandboxUnavailableError(
-                    f"no OS confinement is available here ({detail}); refusing to run untrusted code. "
+                    f"{gap}; refusing to run untrusted code. "
                     "Pass allow_unconfined=True (AgentMagics.sandbox = 'unconfined') to run it anyway."
                 )
-            warnings.warn("sandbox worker runs WITHOUT OS confinement (allow_unconfined=True): "
-                          "model code can read files and reach the network", UnconfinedWarning, stacklevel=3)
+            warnings.warn(f"sandbox worker runs WITHOUT full OS confinement (allow_unconfined=True): {gap}",
+                          UnconfinedWarning, stacklevel=3)
         return worker
 
     def _fork_worker(self, config: dict[str, Any]) -> _Worker:
@@ -878,5 +896,5 @@ def probe_confinement() -> dict[str, bool | str]:
     for name in (*confinement.BASE_LAYERS, *confinement.OS_LAYERS, "rss_watchdog", "memory_cgroup"):
         value = layers.get(name, False)
         report[name] = value if isinstance(value, (bool, str)) else str(value)
-    report["confined"] = any(_holds(report.get(n)) for n in CONFINING_LAYERS)
+    report["confined"] = confinement_gap(report) is None
     return report

@@ -69,7 +69,8 @@ BASE_LAYERS = ("env", "fds", "process_group", "pdeathsig", "rlimits")
 """Always applied: cheap, and they cannot fail on any Linux."""
 
 OS_LAYERS = ("netns", "ipcns", "drop_root", "landlock", "seccomp")
-"""Applied when available; at least one of landlock/seccomp must hold unless unconfined is opted into."""
+"""Applied when available; unless unconfined is opted into, landlock or seccomp must hold, and landlock or
+drop_root (see ``backend.confinement_gap``)."""
 
 UNPRIVILEGED_UID = 65534
 """``nobody``: owns no files, so a worker running as it reads only world-readable data."""
