@@ -60,7 +60,7 @@ def test_pickle_entry_in_a_checkpoint_is_refused_and_never_run(tmp_path) -> None
     (root / "evil.pkl").write_bytes(pickle.dumps(_Payload(marker)))
     manifest = _manifest(root)
     manifest["entries"].append({**manifest["entries"][0], "name": "evil", "file": "evil.pkl", "format": "pickle",
-                                "blake2b": file_digest(root / "evil.pkl")})
+                                "sha256": file_digest(root / "evil.pkl")})
     _write_manifest(root, manifest)
     with pytest.raises(CheckpointError, match=r"handle 'evil' has format 'pickle'.*never read"):
         SessionCache.load(root, spill_dir=tmp_path / "spill2")
@@ -79,7 +79,7 @@ def test_pickled_schema_metadata_is_never_unpickled(tmp_path) -> None:
     path.unlink()
     pq.write_table(table.replace_schema_metadata(meta), path)
     manifest = _manifest(root)
-    manifest["entries"][0]["blake2b"] = file_digest(path)
+    manifest["entries"][0]["sha256"] = file_digest(path)
     _write_manifest(root, manifest)
     cache = SessionCache.load(root, spill_dir=tmp_path / "spill2")
     with pytest.raises(SpillReadError, match="handle 'frame'.*not JSON"):
@@ -96,7 +96,8 @@ def test_pickled_schema_metadata_is_never_unpickled(tmp_path) -> None:
     ("file", "sub/frame.parquet", "only plain file names"),
     ("file", "..", "only plain file names"),
     ("format", "pickle", "has format 'pickle'"),
-    ("blake2b", "", "lacks a BLAKE2b digest"),
+    ("sha256", "", "lacks a digest"),
+    ("sha256", "ab" * 31, "lacks a digest"),
 ])
 def test_manifest_entries_that_escape_or_lie_are_refused_naming_the_entry(tmp_path, field, bad, message) -> None:
     root = _checkpoint(tmp_path, frame=pd.DataFrame({"a": [1, 2]}))
@@ -233,3 +234,66 @@ def test_checkpoint_with_periods_and_intervals_loads_exactly_in_a_fresh_process(
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "period[M]" in done.stdout and "interval" in done.stdout
+
+
+def _as_version_2(root: Path) -> None:
+    """Rewrite a checkpoint's manifest the way version 2 wrote it: BLAKE2b digests under "blake2b"."""
+    manifest = _manifest(root)
+    manifest["version"] = 2
+    for row in manifest["entries"]:
+        if "file" in row:
+            del row["sha256"]
+            row["blake2b"] = file_digest(root / row["file"], "blake2b")
+    _write_manifest(root, manifest)
+
+
+def test_new_checkpoints_carry_sha256_digests_of_their_files(tmp_path) -> None:
+    root = _checkpoint(tmp_path, frame=pd.DataFrame({"a": [1, 2]}), array=np.arange(3))
+    manifest = _manifest(root)
+    assert manifest["version"] == 3
+    for row in manifest["entries"]:
+        assert "blake2b" not in row and row["sha256"] == file_digest(root / row["file"], "sha256")
+
+
+def test_a_version_2_checkpoint_with_blake2b_digests_still_loads_exactly(tmp_path) -> None:
+    frame = pd.DataFrame({"a": [1.5, -0.0], "b": pd.Categorical(["x", "y"])})
+    array = np.asfortranarray(np.arange(6).reshape(2, 3))
+    root = _checkpoint(tmp_path, frame=frame, array=array)
+    _as_version_2(root)
+    with SessionCache.load(root, spill_dir=tmp_path / "spill2") as cache:
+        pd.testing.assert_frame_equal(cache.get("frame"), frame, check_exact=True)
+        loaded = cache.get("array")
+        np.testing.assert_array_equal(loaded, array)
+        assert loaded.flags.f_contiguous and loaded.dtype == array.dtype
+
+
+def test_a_version_2_checkpoint_whose_file_changed_is_refused_by_its_blake2b_digest(tmp_path) -> None:
+    root = _checkpoint(tmp_path, frame=pd.DataFrame({"a": [1, 2]}))
+    _as_version_2(root)
+    path = root / _manifest(root)["entries"][0]["file"]
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with SessionCache.load(root, spill_dir=tmp_path / "spill2") as cache:
+        with pytest.raises(SpillReadError, match="blake2b digest"):
+            cache.get("frame")
+
+
+@pytest.mark.parametrize("version", [1, 4, "3", None])
+def test_a_checkpoint_of_another_version_is_refused_naming_the_readable_ones(tmp_path, version) -> None:
+    root = _checkpoint(tmp_path, frame=pd.DataFrame({"a": [1, 2]}))
+    manifest = _manifest(root)
+    manifest["version"] = version
+    _write_manifest(root, manifest)
+    with pytest.raises(CheckpointError, match="is not a version 2 or 3 cache checkpoint"):
+        SessionCache.load(root, spill_dir=tmp_path / "spill2")
+
+
+def test_a_digest_under_an_unknown_algorithm_is_no_digest(tmp_path) -> None:
+    root = _checkpoint(tmp_path, frame=pd.DataFrame({"a": [1, 2]}))
+    manifest = _manifest(root)
+    row = manifest["entries"][0]
+    row["md5"] = row.pop("sha256")
+    _write_manifest(root, manifest)
+    with pytest.raises(CheckpointError, match=r"handle 'frame' lacks a digest \(sha256 or blake2b"):
+        SessionCache.load(root, spill_dir=tmp_path / "spill2")

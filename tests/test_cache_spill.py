@@ -203,11 +203,11 @@ def test_a_spill_file_is_decoded_from_the_bytes_its_digest_was_checked_on(tmp_pa
     frame = pd.DataFrame({"x": np.arange(1000.0)})
     record = write_value(frame, tmp_path / "f")
     forged = write_value(pd.DataFrame({"x": -np.arange(1000.0)}), tmp_path / "g").path.read_bytes()
-    real_blake2b = hashlib.blake2b
+    real_sha256 = hashlib.sha256
 
     class SwapAfterCheck:  # another process replaces the file right after its digest was computed
         def __init__(self, *args, **kwargs):
-            self._digest = real_blake2b(*args, **kwargs)
+            self._digest = real_sha256(*args, **kwargs)
 
         def update(self, data):
             self._digest.update(data)
@@ -217,7 +217,7 @@ def test_a_spill_file_is_decoded_from_the_bytes_its_digest_was_checked_on(tmp_pa
             record.path.write_bytes(forged)
             return value
 
-    monkeypatch.setattr(spill.hashlib, "blake2b", SwapAfterCheck)
+    monkeypatch.setattr(spill.hashlib, "sha256", SwapAfterCheck)
     pd.testing.assert_frame_equal(read_value(record), frame, check_exact=True)
     monkeypatch.undo()
     with pytest.raises(SpillIntegrityError):  # and the forged file itself is refused
