@@ -10,12 +10,15 @@ notebook file itself is not modified.
 from __future__ import annotations
 
 import argparse
+import html
 import re
 import sys
 from pathlib import Path
 
 CELL_TIMEOUT_S = 120
 """The quickstart is offline and takes seconds; longer means a hang."""
+_FOOTER_LOG = re.compile(r'class="agent-footer"[^>]*>[^<]*· log ([^<·]+\.jsonl)</div>')
+"""The run log a settled %%agent cell's footer names (relative to the notebook's directory)."""
 DEFAULT_NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "quickstart.ipynb"
 
 
@@ -24,27 +27,40 @@ def run(notebook_path: Path) -> int:
     from nbclient import NotebookClient
 
     notebook = nbformat.read(notebook_path, as_version=4)
+    # The kernel's own log stays at errors: its warning about unencrypted local TCP is not the demo's business.
     client = NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name=notebook.metadata.kernelspec.name,
+                            extra_arguments=["--IPKernelApp.log_level=ERROR"],
                             resources={"metadata": {"path": str(notebook_path.parent)}}, store_widget_state=False)
     client.execute()
-    answer, exported = None, None
+    log, exported = None, None
     for cell in notebook.cells:
         for output in cell.get("outputs", []):
-            data = output.get("data", {})
-            if "text/markdown" in data and cell.source.lstrip().startswith("%%agent"):
-                answer = data["text/markdown"]
-            text = output.get("text", "")
-            found = re.search(r"exported .* to (\S+)", text)
+            if cell.cell_type == "code" and cell.source.lstrip().startswith("%%agent"):
+                found = _FOOTER_LOG.search(output.get("data", {}).get("text/html", ""))
+                log = notebook_path.parent / html.unescape(found.group(1)) if found else log
+            found = re.search(r"exported .* to (\S+)", output.get("text", ""))
             if found:
                 exported = (notebook_path.parent / found.group(1)).resolve()
-    if answer is None:
-        print("the notebook ran, but no %%agent answer was found", file=sys.stderr)
+    if log is None:
+        print("the notebook ran, but no %%agent cell showed a finished run (its footer names the run log)",
+              file=sys.stderr)
         return 1
-    print("Agent's answer:\n")
-    print(answer.strip())
+    from harness_magic.core.log import read_log
+
+    end = next((r for r in read_log(log) if r.get("type") == "run_end"), None)
+    if end is None or not end.get("text"):
+        print(f"the agent's run did not finish with an answer (see {log})", file=sys.stderr)
+        return 1
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    console = Console(highlight=False)
+    console.print("Agent's answer:\n")
+    console.print(Markdown(end["text"].strip()))
     print()
+    print(f"Run: {end.get('status')}, {end.get('turns')} turns, {end.get('tool_calls')} tool calls; log {log.resolve()}")
     print(f"Transcript exported to: {exported}" if exported else "No transcript was exported.")
-    return 0
+    return 0 if end.get("status") == "completed" else 1
 
 
 def main(argv: list[str] | None = None) -> int:
