@@ -86,6 +86,20 @@ def test_gate_missing_tasks_and_repeats():
     assert len(comp.rows) == 4 and comp.rows[0]["n"] == 3
 
 
+def test_gate_explains_when_only_one_file_has_variants_so_nothing_pairs():
+    reference = results([True] * 3)
+    all_wrong = results([False] * 3)
+    for row, variant in zip(all_wrong["results"], ["wrong_pick", "error_loop", "wrong_pick"]):
+        row["variant"] = variant
+    comp = compare_results(reference, all_wrong)
+    assert comp.worse and comp.b_worse_pairs == 0
+    assert comp.reasons[0] == ("no task attempt is in both files; attempts pair by task, repeat and variant, and only "
+                               "one file has variants (error_loop, wrong_pick: a suite:all-wrong run; compare it "
+                               "with another suite:all-wrong run)")
+    assert compare_results(reference, results([True] * 3, extra={"results": []})).reasons[0] == \
+        "no task attempt is in both files"
+
+
 def test_cli_compare_exit_codes(tmp_path, capsys):
     pa, pb = tmp_path / "a.json", tmp_path / "b.json"
     pa.write_text(json.dumps(results([True] * 12)))

@@ -100,7 +100,11 @@ def compare_results(a: dict[str, Any], b: dict[str, Any], options: GateOptions |
     out.wall_a = _mean([index_a[k].get("wall_s", 0.0) for k in pairs])
     out.wall_b = _mean([index_b[k].get("wall_s", 0.0) for k in pairs])
     if n == 0:
-        out.reasons.append("no task attempt is in both files")
+        variants = sorted(({k[2] for k in index_a} ^ {k[2] for k in index_b}) - {""})
+        hint = (f"; attempts pair by task, repeat and variant, and only one file has variants "
+                f"({', '.join(variants[:5])}{', ...' if len(variants) > 5 else ''}: a suite:all-wrong run; "
+                "compare it with another suite:all-wrong run)") if variants else ""
+        out.reasons.append(f"no task attempt is in both files{hint}")
     if out.p_value < options.alpha:
         out.reasons.append(f"pass rate: {out.b_worse_pairs} attempt(s) regressed vs {out.b_better_pairs} improved, "
                            f"one-sided exact McNemar p={out.p_value:.4g} < alpha={options.alpha}")
