@@ -189,6 +189,66 @@ def test_inputs_are_exported_once_per_value_and_removed_with_the_handle(tmp_path
         backend.close()
 
 
+MUTATIONS = [
+    "frame.loc[10, 'text'] = 'changed'", "frame['objects'].to_numpy()[1] = 'changed'",
+    "frame['objects'].array[2] = 'changed'", "frame['n'].to_numpy()[0] = -1", "frame['n'].array[3] = -1",
+    "frame._mgr.blocks[0].values[0] = -1", "frame['kind'].cat.categories.values[0] = 'X'",
+    "frame['kind'] = frame['kind'].cat.rename_categories(['X', 'Y'])", "frame.attrs['source'] = 'changed'",
+    "frame.attrs['nested']['k'] = 'changed'", "frame.index.name = 'changed'", "frame.columns.name = 'changed'",
+    "frame['new'] = 1", "frame.flags.allows_duplicate_labels = False",
+    "frame.sort_values('n', ascending=False, inplace=True)",
+]
+"""What code might do to an input in place; each line may succeed or be refused (read-only memory)."""
+MUTATE = "".join(f"try:\n    {line}\nexcept (ValueError, TypeError, AttributeError):\n    pass\n" for line in MUTATIONS)
+
+
+@confined
+def test_what_one_call_does_to_an_input_never_reaches_the_next_call_in_the_same_worker(tmp_path) -> None:
+    from harness_magic.core.cache import SessionCache
+    from harness_magic.core.interpreter import make_interpreter_tools
+
+    frame = pd.DataFrame({"n": np.arange(6.0), "text": pd.array(list("abcdef"), dtype="string[python]"),
+                          "objects": pd.Series(["p", "q", "r", "s", "t", "u"], dtype=object),
+                          "kind": pd.Categorical(list("ababab"))},
+                         index=pd.Index(range(10, 16), name="row"))
+    frame.attrs = {"source": "ledger", "nested": {"k": "v"}}
+    backend = SandboxedInterpreter(timeout=60.0)
+    try:
+        with SessionCache(spill_dir=tmp_path / "spill") as cache:
+            tool = next(t for t in make_interpreter_tools(cache, backend) if t.name == "python_interpreter")
+            cache.put("frame", frame.copy(deep=True))
+            for _ in range(2):  # the second round runs on the input table mapped for the first
+                mutated = tool.handler(code=MUTATE + "save('mutated', frame)")
+                assert not mutated.is_error, mutated.text
+                assert cache.get(mutated.handles[-1]).attrs["source"] == "changed"  # the mutations ran
+                seen = tool.handler(code="save('seen', frame)")
+                assert_identical(frame, cache.get(seen.handles[-1]))
+            assert cache.get("frame").equals(frame)
+    finally:
+        backend.close()
+
+
+def test_the_worker_reuses_an_input_table_only_for_the_same_file_and_drops_the_others(tmp_path) -> None:
+    from harness_magic.core.sandbox import transfer
+
+    first = transfer.write_input("a", pd.DataFrame({"x": np.arange(5.0)}), str(tmp_path), "v1")
+    second = transfer.write_input("b", pd.DataFrame({"y": np.arange(3)}), str(tmp_path), "v2")
+    transfer.keep_input_tables([])
+    try:
+        one = transfer._input_table(first, str(tmp_path))
+        assert transfer._input_table(first, str(tmp_path)) is one
+        transfer._input_table(second, str(tmp_path))
+        transfer.keep_input_tables([second])
+        assert list(transfer._INPUT_TABLES) == [(second["file"],)]
+        assert transfer._input_table(first, str(tmp_path)) is not one  # mapped again after it was dropped
+        path = tmp_path / first["file"]  # a file that is not the one mapped (another inode) is mapped afresh
+        replacement = transfer.write_input("a", pd.DataFrame({"x": -np.arange(5.0)}), str(tmp_path / ".."), "v9")
+        os.replace(tmp_path / ".." / replacement["file"], path)
+        assert_identical(transfer.read_input(first, str(tmp_path)), pd.DataFrame({"x": -np.arange(5.0)}))
+    finally:
+        transfer.keep_input_tables([])
+
+
 def _memfd(data: bytes, *, seal: bool = True) -> int:
     import fcntl
 

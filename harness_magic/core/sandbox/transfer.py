@@ -45,6 +45,7 @@ import re
 import stat
 import struct
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from harness_magic.core.cache.codec import TaggedError, Unencodable, decode_tagged, encode_tagged
@@ -233,16 +234,20 @@ def _map_input(desc: dict[str, Any], directory: str) -> Any:
             os.close(fd)
 
 
+_INPUT_TABLES: dict[tuple[str, ...], tuple[tuple[tuple[int, int, int], ...], Any]] = {}
+"""Worker side: file names -> (their inode, size, mtime; the Arrow table mapped over them), for the
+inputs of the latest call. An input file never changes (one per value version), so a later call in
+the same worker reuses the table; every call still builds fresh pandas objects from it."""
+
+
 def read_input(desc: dict[str, Any], directory: str) -> Any:
     """Worker side: attach an input, memory-mapped read-only where possible."""
     kind = desc["kind"]
     if kind == "tagged":
         return decode_tagged(desc["value"])
     if kind == "arrow":
-        pa = _pa()
         register_pandas_arrow_types()
-        table = pa.ipc.open_file(_map_input(desc, directory)).read_all()
-        return _from_table(table, desc["shape"])
+        return _from_table(_input_table(desc, directory), desc["shape"])
     if kind == "npy":
         import numpy as np
 
@@ -253,6 +258,26 @@ def read_input(desc: dict[str, Any], directory: str) -> Any:
             array = np.load(os.path.join(directory, desc["file"]), mmap_mode="r", allow_pickle=False)
         return array.view(np.ndarray) if array.ndim else np.array(array)
     raise ProtocolError(f"unknown input kind {kind!r}")
+
+
+def _input_table(desc: dict[str, Any], directory: str) -> Any:
+    """The Arrow table of an input's file(s): the one mapped for an earlier call when it is the same file."""
+    names = tuple(input_files(desc))
+    identity = tuple((info.st_ino, info.st_size, info.st_mtime_ns)
+                     for info in (os.stat(os.path.join(directory, name), follow_symlinks=False) for name in names))
+    held = _INPUT_TABLES.get(names)
+    if held is not None and held[0] == identity:
+        return held[1]
+    table = _pa().ipc.open_file(_map_input(desc, directory)).read_all()
+    _INPUT_TABLES[names] = (identity, table)
+    return table
+
+
+def keep_input_tables(descs: Iterable[dict[str, Any]]) -> None:
+    """Worker side: drop the mapped tables of inputs not in ``descs`` (the call about to run), unmapping them."""
+    wanted = {tuple(input_files(desc)) for desc in descs}
+    for names in [names for names in _INPUT_TABLES if names not in wanted]:
+        del _INPUT_TABLES[names]
 
 
 # -- worker -> kernel -----------------------------------------------------------------------

@@ -25,7 +25,13 @@ from typing import Any
 from harness_magic.core.cache.names import resolve_handle_name
 from harness_magic.core.sandbox import checks, confinement
 from harness_magic.core.sandbox.protocol import recv_frame, send_frame
-from harness_magic.core.sandbox.transfer import TransferRefused, read_input, set_result_channel, write_result
+from harness_magic.core.sandbox.transfer import (
+    TransferRefused,
+    keep_input_tables,
+    read_input,
+    set_result_channel,
+    write_result,
+)
 
 _thread_count = _thread._count  # taken before model code can replace it
 
@@ -271,6 +277,7 @@ def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any, resp_fd: i
     has_value = False
     old_out, old_err = sys.stdout, sys.stderr
     try:
+        keep_input_tables(request.get("inputs", {}).values())
         for name, desc in request.get("inputs", {}).items():
             namespace[name] = read_input(desc, config["input_dir"])
         body, trailing = split_trailing_expression(code)
