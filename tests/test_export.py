@@ -129,20 +129,18 @@ def test_subagent_events_render_as_a_nested_transcript() -> None:
     assert "subagent: Count rows" in page and "python_interpreter" in page
 
 
-def test_loading_the_extension_is_cheap_and_imports_neither_litellm_nor_pandas() -> None:
+def test_loading_the_extension_imports_neither_litellm_nor_pandas_nor_ipywidgets() -> None:
+    # What keeps %load_ext cheap; its time is measured in benchmarks/bench_notebook.py (budget 500 ms).
     code = textwrap.dedent("""\
-        import sys, time
+        import sys
         from IPython.core.interactiveshell import InteractiveShell
         shell = InteractiveShell.instance()
-        started = time.perf_counter()
         shell.run_line_magic("load_ext", "harness_magic")
-        elapsed = time.perf_counter() - started
-        print(elapsed, "litellm" in sys.modules, "pandas" in sys.modules, "ipywidgets" in sys.modules)
+        print("litellm" in sys.modules, "pandas" in sys.modules, "ipywidgets" in sys.modules)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
-    elapsed, litellm, pandas, widgets = out.stdout.split()
+    litellm, pandas, widgets = out.stdout.split()
     assert (litellm, pandas, widgets) == ("False", "False", "False")
-    assert float(elapsed) < 0.5
 
 
 def test_terminal_ipython_prints_the_run_with_rich(tmp_path: Path) -> None:
