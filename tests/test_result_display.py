@@ -101,13 +101,15 @@ def test_notebook_and_exports_show_people_the_result_and_the_model_its_own_text(
     seen = [b.content for m in result.messages for b in m.content if getattr(b, "type", "") == "tool_result"][0]
     assert seen.endswith("}\nframe\n" + chart_note(1)), "the model receives what it always did"
     tool = record.tools[0]
-    assert export.display_result_text(tool) == "Saved as `frame`"
+    assert export.display_result_text(tool) == "", "the handle's table, titled by it, says all of it"
     body = export.render_tool_body_html(tool)
     shown, model_saw = body.split('class="agent-model-saw"')
-    assert "chart(s) drawn" not in shown and "Saved as `frame`" in shown and "\nframe<" not in shown
-    assert "chart(s) drawn and shown to the user]" in model_saw, "one click away, exact"
+    assert "chart(s) drawn" not in shown and "Saved as" not in shown and "\nframe<" not in shown
+    assert ">result<" not in shown and shown.count("<b>frame</b>") == 1, "no empty result section; one table"
+    assert "chart(s) drawn and shown to the user]" in model_saw and "Saved as `frame`" in model_saw
     markdown = export.render_markdown_document([record])
-    assert "chart(s) drawn" not in markdown and "Result:\n\n```\nSaved as `frame`\n```" in markdown
+    assert "chart(s) drawn" not in markdown and "Saved as" not in markdown and "Result:" not in markdown
+    assert markdown.count("frame: dataframe") == 1
 
 
 def test_an_errors_text_for_people_is_scrubbed_like_the_models(tmp_path) -> None:
@@ -133,7 +135,7 @@ def test_the_terminal_shows_the_chart_line_and_the_handle_once(tmp_path) -> None
     printed = screen.getvalue()
     assert "chart(s) drawn" not in printed
     assert len(re.findall(r"chart 1 of 1: \d+×\d+ PNG", printed)) == 1
-    assert printed.count("Saved as `frame`") == 1
+    assert "Saved as" not in printed and len(re.findall(r"^frame dataframe", printed, re.M)) == 1
     assert not re.search(r"^frame$", printed, re.M), "no bare repeat of the handle"
 
 
@@ -147,7 +149,15 @@ def test_the_live_widget_shows_people_the_result_without_the_models_note(tmp_pat
              subscribe=[view])
         (_, body, _), = view.transcript.tools.values()
         shown, model_saw = body.value.split('class="agent-model-saw"')
-        assert "chart(s) drawn" not in shown and "<img" in shown and "Saved as `frame`" in shown
+        assert "chart(s) drawn" not in shown and "<img" in shown and "Saved as" not in shown
+        assert shown.count("<b>frame</b>") == 1
         assert "chart(s) drawn and shown to the user]" in model_saw
     finally:
         view.close()
+
+
+def test_people_still_read_that_a_results_name_was_taken(tmp_path) -> None:
+    code = f"import pandas as pd\n{FRAME}"
+    result, record = _run(tmp_path, [_call(code), _call(code), {"text": "done"}])
+    assert export.display_result_text(record.tools[0]) == ""
+    assert export.display_result_text(record.tools[1]) == "Saved as `result_2` (`result` was taken)"

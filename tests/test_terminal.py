@@ -277,7 +277,8 @@ def test_the_models_chart_note_and_saves_value_are_not_shown_twice(sandboxed: st
     shown, model_saw = plain.split("model saw:")
     assert "chart(s) drawn" not in shown, "the note is for the model"
     assert len(re.findall(r"chart 1 of 1: \d+×\d+ PNG", shown)) == 1, "the chart line, once"
-    assert shown.count("Saved as `n`") == 1 and not re.search(r"^n$", shown, re.M), "the handle once"
+    assert "Saved as" not in shown and not re.search(r"^n$", shown, re.M), "the handle once: its table's title"
+    assert len(re.findall(r"^n int$", shown, re.M)) == 1 and "→ n" in shown
     assert "\\nn\\n[1 chart(s) drawn and shown to the user]" in model_saw, "the model's text is unchanged"
 
 

@@ -89,6 +89,9 @@ LIVE_OUTPUT_MAX_CHARS = 256_000
 """Characters of live output a record keeps per call (the backend streams fewer): a display, not a log."""
 _SNAPSHOT_LINE = re.compile(r"^Snapshot: \{.*\}$", re.M)
 """The JSON snapshot line of a tool result: shown to people as a table instead."""
+_SAVED_LINE = re.compile(r"^Saved as `([A-Za-z_][A-Za-z0-9_]*)`$\n?", re.M)
+"""A bare ``Saved as `handle``` line: for people, the handle's table (titled by it) says as much. A line
+with a note (``(`name` was taken)``) does not match and stays."""
 
 
 @dataclass
@@ -370,10 +373,13 @@ def tool_call_source(tool: ToolRecord) -> tuple[str, str] | None:
 
 def display_result_text(tool: ToolRecord) -> str:
     """The result as people read it: the call's text for people (:attr:`ToolRecord.display_text`: no notes meant
-    only for the model) or else the model's text, without snapshot JSON (tables show it instead)."""
+    only for the model) or else the model's text, without snapshot JSON or a bare ``Saved as`` line for a
+    handle shown as a table (the table, titled by the handle, shows both instead)."""
     text = (tool.display_text if tool.display_text is not None else tool.result) or ""
     if tool.snapshots:
+        tabled = {name for name, snapshot in zip(tool.handles, tool.snapshots) if snapshot}
         text = _SNAPSHOT_LINE.sub("", text)
+        text = _SAVED_LINE.sub(lambda line: "" if line.group(1) in tabled else line.group(0), text)
         text = re.sub(r"\n{3,}", "\n\n", text).strip("\n")
     return text if len(text) <= RESULT_PREVIEW_CHARS else text[:RESULT_PREVIEW_CHARS] + "…"
 

@@ -626,8 +626,8 @@ class TerminalRenderer:
         c.print(Text(strip_control(export.tool_summary(tool)), style=style))
         shown = export.display_result_text(tool)
         streamed = "stdout:\n" + "".join(chunk for _, chunk in tool.output)
-        if tool.output and shown.startswith(streamed):  # already printed live: one copy only
-            shown = shown[len(streamed):].lstrip("\n")
+        if tool.output and (shown + "\n").startswith(streamed):  # already printed live: one copy only
+            shown = (shown + "\n")[len(streamed):].strip("\n")
         shown = strip_control(shown)
         lines = shown.splitlines()
         if len(lines) > TERMINAL_RESULT_LINES:
