@@ -134,6 +134,9 @@ def test_the_probe_says_confined_only_when_files_are_confined_too():
     assert confinement_gap({"seccomp": "115 rules", "drop_root": "uid 65534"}) is None
     assert "no OS confinement" in confinement_gap({"drop_root": "uid 65534", "landlock": "unavailable: ENOSYS"})
     assert "file access" in confinement_gap({"seccomp": "115 rules", "drop_root": "unavailable: not root"})
+    # What a non-root kernel's worker reports (confinement.apply_drop_root), with Landlock missing:
+    assert "file access" in confinement_gap({"seccomp": "115 rules", "drop_root": "not root",
+                                             "landlock": "unavailable: [Errno 38] landlock_create_ruleset"})
     assert PROBE["confined"] == (confinement_gap(PROBE) is None)
 
 
