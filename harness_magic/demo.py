@@ -45,9 +45,9 @@ def run(notebook_path: Path) -> int:
         print("the notebook ran, but no %%agent cell showed a finished run (its footer names the run log)",
               file=sys.stderr)
         return 1
-    from harness_magic.core.log import read_log
+    from harness_magic.core.replay import load_run
 
-    end = next((r for r in read_log(log) if r.get("type") == "run_end"), None)
+    end = load_run(log).end
     if end is None or not end.get("text"):
         print(f"the agent's run did not finish with an answer (see {log})", file=sys.stderr)
         return 1

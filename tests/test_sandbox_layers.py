@@ -322,3 +322,11 @@ def test_closed_sandbox_refuses_calls():
     backend.close()
     with pytest.raises(RuntimeError, match="closed"):
         run(backend, "1")
+
+
+def test_the_notebook_layer_offers_exactly_the_sessions_sandbox_modes():
+    # magics.py mirrors the tuple so that %load_ext need not import the session module.
+    from harness_magic.core.session import SANDBOX_MODES as core_modes
+    from harness_magic.notebook.magics import SANDBOX_MODES as notebook_modes
+
+    assert notebook_modes == core_modes

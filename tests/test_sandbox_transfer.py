@@ -242,8 +242,9 @@ def test_the_worker_reuses_an_input_table_only_for_the_same_file_and_drops_the_o
         assert list(transfer._INPUT_TABLES) == [(second["file"],)]
         assert transfer._input_table(first, str(tmp_path)) is not one  # mapped again after it was dropped
         path = tmp_path / first["file"]  # a file that is not the one mapped (another inode) is mapped afresh
-        replacement = transfer.write_input("a", pd.DataFrame({"x": -np.arange(5.0)}), str(tmp_path / ".."), "v9")
-        os.replace(tmp_path / ".." / replacement["file"], path)
+        (tmp_path / "other").mkdir()
+        replacement = transfer.write_input("a", pd.DataFrame({"x": -np.arange(5.0)}), str(tmp_path / "other"), "v9")
+        os.replace(tmp_path / "other" / replacement["file"], path)
         assert_identical(transfer.read_input(first, str(tmp_path)), pd.DataFrame({"x": -np.arange(5.0)}))
     finally:
         transfer.keep_input_tables([])
