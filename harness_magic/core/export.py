@@ -393,14 +393,34 @@ def printed_output(tool: ToolRecord, limit: int = STDOUT_PREVIEW_LINES) -> tuple
     return "\n".join(lines[-limit:]), len(lines) - limit
 
 
+def hidden_chars_note(text: str, language: str = "python") -> str:
+    """A plain-text warning naming the hidden characters of a call's code by line and character, or ``""``."""
+    from harness_magic.core.hidden_chars import find_hidden, report_lines
+
+    findings = find_hidden(text)
+    if not findings:
+        return ""
+    n = len(findings)
+    what = ("no copy button; %agent_code refuses it unless --escaped" if language == "python"
+            else "%agent_code writes it as a Python string with the same escapes")
+    return (f"⚠ {n} hidden character{'s' if n != 1 else ''} in this {'code' if language != 'path' else 'path'}, "
+            f"shown as escapes ({what}): " + "; ".join(report_lines(findings)))
+
+
 def _source_html(tool: ToolRecord) -> str:
+    from harness_magic.core.hidden_chars import reveal
+
     source = tool_call_source(tool)
     if source is None:
         return ""
     language, text = source
+    note = hidden_chars_note(text, language)
+    warning = f'<div class="agent-hidden-chars" style="color:#cf222e;font-size:0.85em">{_e(note)}</div>' if note else ""
+    text = reveal(text)  # what runs is what people read: hidden characters become visible escapes
     if language == "path":
-        return f'<div class="agent-path" style="{_MUTED}">path: <code>{_e(text)}</code></div>'
-    return f'<div class="agent-code" style="overflow-x:auto;max-width:100%">{render_code_html(text, language)}</div>'
+        return f'{warning}<div class="agent-path" style="{_MUTED}">path: <code>{_e(text)}</code></div>'
+    return (f'{warning}<div class="agent-code" style="overflow-x:auto;max-width:100%">'
+            f"{render_code_html(text, language)}</div>")
 
 
 def model_saw_html(text: str, label: str = "what the model saw") -> str:
@@ -420,8 +440,12 @@ def printed_html(tool: ToolRecord) -> str:
 
 def copy_key(record: RunRecord, tool: ToolRecord) -> str | None:
     """``RUN_ID:TOOL_USE_ID``, naming a call whose code (Python or SQL) can be copied; None for other calls."""
+    from harness_magic.core.hidden_chars import find_hidden
+
     source = tool_call_source(tool)
     if source is None or source[0] not in ("python", "sql") or not record.run_id:
+        return None
+    if source[0] == "python" and find_hidden(source[1]):  # never copied (hidden_chars.hand_over); SQL goes as repr
         return None
     return f"{record.run_id}:{tool.id}"
 
@@ -661,8 +685,14 @@ def _md_record(record: RunRecord, depth: int = 2) -> list[str]:
             source = tool_call_source(item)
             shown_key = None
             if source is not None:
+                from harness_magic.core.hidden_chars import reveal
+
                 language, text = source
                 shown_key = {"python": "code", "path": "path"}.get(language) or ("sql" if "sql" in item.input else "query")
+                note = hidden_chars_note(text, language)
+                if note:
+                    out.append(f"> {_md_inline(note)}\n")
+                text = reveal(text)
                 out.append((f"Path: {_fence(text)}" if language == "path" else _fence(text, language)) + "\n")
             others = {k: v for k, v in item.input.items() if k != shown_key}
             if others:

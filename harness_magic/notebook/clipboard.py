@@ -16,6 +16,13 @@ kernel, GitHub, nbviewer, an export) stay hidden. The copied text is what ``%age
 
 A forged button (in another output) can only name a key: the code comes from
 the widget's own state, so it copies the agent's real code or nothing.
+
+Code that would run differently from how it reads is never held: :meth:`add`
+follows :func:`harness_magic.core.hidden_chars.hand_over` (the policy of
+``%agent_code``) and refuses code with hidden characters (bidi controls,
+zero-width characters, ESC and other controls), so its button stays hidden and
+the transcript names the characters; the front end also refuses to copy text
+holding any such character.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ MAX_CALLS = 500
 _ESM = r"""
 const KEY = "__harnessMagicCopyCode";
 const SELECTOR = "button.agent-copy-code";
+// Controls (but newline and tab), format, private-use, unassigned, separators: never copied (the kernel holds none).
+const HIDDEN = /[^\P{C}\n\t]|[\p{Zl}\p{Zp}]/u;
 
 function codeFor(g, key) {
   for (const model of g.models) {
@@ -65,6 +74,7 @@ function state() {
       event.stopPropagation();
       const code = codeFor(g, target.getAttribute("data-agent-call") || "");
       if (typeof code !== "string") return flash(target, "not in this session");
+      if (HIDDEN.test(code)) return flash(target, "not copied: hidden characters");
       copy(code).then(() => flash(target, "copied ✓"), () => flash(target, "copy failed"));
     }, true);
   }
@@ -126,15 +136,28 @@ def _widget_class() -> Any:
         _esm = _ESM
         calls = Dict(help="RUN_ID:TOOL_USE_ID -> the call's code, as %agent_code writes it.").tag(sync=True)
 
-        def add(self, key: str, code: str) -> None:
-            """Make ``key``'s button copy ``code`` (kept: the latest :data:`MAX_CALLS` calls)."""
+        def add(self, key: str, code: str) -> bool:
+            """Make ``key``'s button copy ``code`` (kept: the latest :data:`MAX_CALLS` calls).
+
+            False, and ``key`` not held, when ``code`` has hidden characters
+            (:func:`~harness_magic.core.hidden_chars.hand_over` refuses it).
+            """
+            from harness_magic.core.hidden_chars import hand_over
+
+            handed = hand_over(code)
+            if handed.text is None:
+                if key in self.calls:
+                    self.calls = {k: v for k, v in self.calls.items() if k != key}
+                return False
+            code = handed.text
             if self.calls.get(key) == code:
-                return
+                return True
             calls = {k: v for k, v in self.calls.items() if k != key}
             calls[key] = code
             while len(calls) > MAX_CALLS:
                 calls.pop(next(iter(calls)))
             self.calls = calls
+            return True
 
         def __repr__(self) -> str:
             return "<agent code clipboard>"

@@ -19,10 +19,15 @@
     answer. No arguments: the session's last two runs; one: that log against
     the latest run.
 
-``%agent_code [--run ID] [--turn N]``
+``%agent_code [--run ID] [--turn N] [--escaped]``
     Put the code of the agent's interpreter calls (and its SQL, as strings)
     into the next cell (``set_next_input``), ready to run in the notebook
     against ``%agent_pull``-ed values. Default: the latest run, every turn.
+    Code holding hidden characters (bidi controls, zero-width and other
+    invisible characters, ESC and other control characters) is refused,
+    naming each by line and character; ``--escaped`` puts it in with each
+    written as a visible escape (:func:`harness_magic.core.hidden_chars.hand_over`,
+    the policy the "copy code" button follows too).
 ``%agent_status``
     Model, api_base, sandbox, budgets, connectors, the session's handles and
     the session's running cost.
@@ -52,7 +57,8 @@ def call_code_text(record: Any, tool: Any) -> str | None:
         return None
     language, text = source
     k = next((i for i, t in enumerate(record.tools, 1) if t is tool), 0)
-    head = f"# agent run {record.run_id}, turn {tool.turn}: {tool.name}"
+    name = tool.name if tool.name.isidentifier() else repr(tool.name)  # a model-sent name cannot end the comment
+    head = f"# agent run {record.run_id}, turn {tool.turn}: {name}"
     if language == "python":
         return f"{head}\n{text.rstrip()}"
     if language == "sql":
@@ -182,9 +188,18 @@ class ControlMagics(Magics):
     @magic_arguments()
     @argument("--run", default=None, metavar="ID", help="Run id (default: the latest run of this session).")
     @argument("--turn", type=int, default=None, metavar="N", help="Only the calls of this turn.")
+    @argument("--escaped", action="store_true",
+              help="Code holding hidden characters (bidi controls, zero-width or other invisible characters, ESC "
+                   "and other control characters) is refused by default, naming each by line and character; with "
+                   "this flag it is put in with each written as a visible escape (\\u202e) under a comment "
+                   "listing them.")
     @line_magic
     def agent_code(self, line: str) -> None:
-        """Put the agent's interpreter code (and SQL) of a run into the next cell."""
+        """Put the agent's interpreter code (and SQL) of a run into the next cell.
+
+        Code that would run differently from how it reads (hidden characters) is refused, naming
+        each by line and character, unless ``--escaped``.
+        """
         args = parse_argstring(self.agent_code, line)
         records = list(self._agent._recorder.records) if self._agent._recorder is not None else []
         if not records:
@@ -203,9 +218,20 @@ class ControlMagics(Magics):
         text = agent_code_text(record, args.turn)
         if not text:
             raise UsageError(f"%agent_code: run {record.run_id} ran no interpreter code or SQL")
-        self.shell.set_next_input(text, replace=False)
+        from harness_magic.core.hidden_chars import hand_over
+
+        handed = hand_over(text, escaped=args.escaped)
+        if handed.text is None:
+            n = len(handed.findings)
+            raise UsageError(
+                f"%agent_code: nothing put into the next cell: the code of run {record.run_id} holds {n} hidden "
+                f"character{'s' if n != 1 else ''} that would make it run differently from how it reads "
+                f"(lines of the cell it would fill):\n{handed.report()}\n"
+                f"%agent_code {line.strip()} --escaped puts it in with each written as a visible escape.")
+        self.shell.set_next_input(handed.text, replace=False)
         calls = text.count("# agent run ")
-        print(f"put {calls} call{'s' if calls != 1 else ''} of run {record.run_id} into the next cell; "
+        escaped = f", {len(handed.findings)} hidden characters written as escapes" if handed.findings else ""
+        print(f"put {calls} call{'s' if calls != 1 else ''} of run {record.run_id} into the next cell{escaped}; "
               "%agent_pull the handles it reads first")
 
     @line_magic

@@ -150,10 +150,8 @@ class _Transcript:
             from harness_magic.notebook.control_magics import call_code_text
 
             code = call_code_text(self.record, tool)
-            if code is None:
+            if code is None or not self.clipboard.add(key, code + "\n"):  # refused: hidden characters
                 key = None
-            else:
-                self.clipboard.add(key, code + "\n")
         return export.render_tool_body_html(tool, copy=key, copy_nested=self.clipboard is not None)
 
     def on_tool_started(self, tool: ToolRecord) -> None:
