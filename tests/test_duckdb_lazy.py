@@ -15,7 +15,6 @@ import pytest
 
 from harness_magic.core.cache import SessionCache
 from harness_magic.core.connectors import duckdb_connector
-from harness_magic.core.connectors import lazy as lazy_mod
 from harness_magic.core.connectors.duckdb_connector import DuckDBEngine
 from harness_magic.core.connectors.lazy import LazyRelation, MaterializeLimitError, materialize_count
 from harness_magic.core.events import EngineProgress
@@ -232,35 +231,39 @@ def test_datasets_accept_globs_and_directories_of_one_kind(tmp_path, dataset):
     assert csv.n[0] == 4
 
 
-def test_row_count_falls_back_to_the_engine_estimate(dataset, monkeypatch):
+def test_a_count_past_the_budget_is_skipped_not_estimated(dataset, monkeypatch):
     root, frame = dataset
     import importlib
 
-    monkeypatch.setattr(importlib.import_module("harness_magic.core.connectors.duckdb_connector"),
-                        "COUNT_BUDGET_S", 0.05)
+    module = importlib.import_module("harness_magic.core.connectors.duckdb_connector")
+    monkeypatch.setattr(module, "COUNT_BUDGET_S", 0.05)
     engine = DuckDBEngine({"events": str(root)})
     cache = SessionCache()
     # a count that cannot finish within the budget on any machine (10^11 rows), whose head is instant
     relation = engine.lazy(cache, "SELECT a.id FROM events a, range(100000000) r WHERE a.id < 1000")
     cache.put("slow", relation)
     snap = cache.snapshot("slow")
-    # past the budget: DuckDB's estimate, or null (unknown) where it has none (Arrow scans say "~1 row")
-    assert snap["rows_estimated"] is True and (snap["shape"][0] is None or snap["shape"][0] > 1)
-    assert snap["shape"][1] == 1 and len(snap["sample"]) == 5
-    assert lazy_mod.parse_estimate("│ ~15,000,000 rows │\n│ ~3 rows │") == 15_000_000
+    # past the budget: no number pretends to be the count; what the snapshot saw is a lower bound
+    assert "rows_estimated" not in snap and snap["count_skipped"] is True
+    assert snap["shape"] == [None, 1] and snap["rows_at_least"] == module.ONE_PASS_MAX_ROWS + 1
+    assert len(snap["sample"]) == 5 and relation.result is None
+    assert relation.rows_phrase() == f"at least {module.ONE_PASS_MAX_ROWS + 1:,}"
 
 
-def test_the_plan_estimate_is_read_as_text_inside_a_notebook_kernel(monkeypatch):
+def test_the_plan_is_read_as_text_inside_a_notebook_kernel(monkeypatch):
     """Under Jupyter DuckDB's ``explain()`` displays HTML and returns "": the engine must ask for text."""
     import importlib
 
+    module = importlib.import_module("harness_magic.core.connectors.duckdb_connector")
     monkeypatch.setattr(importlib.import_module("_duckdb"), "__jupyter__", True, raising=False)
     monkeypatch.setattr(importlib.import_module("duckdb._relation"), "_display_html",
                         lambda *a, **k: pytest.fail("a query plan was displayed in the cell"))
-    monkeypatch.setattr(importlib.import_module("harness_magic.core.connectors.duckdb_connector"),
-                        "COUNT_BUDGET_S", 0.05)
-    relation = DuckDBEngine().lazy(SessionCache(), "SELECT a.range FROM range(1000000) a, range(100000000) b")
-    assert relation.rows_estimated and relation.rows is not None and relation.rows > 10**6
+    groups = module.ONE_PASS_MAX_ROWS + 10
+    # an aggregate with more groups than a non-aggregate's snapshot reads: kept whole only if the plan was read
+    relation = DuckDBEngine().lazy(SessionCache(), f"SELECT range % {groups} AS k, count(*) AS n "
+                                                   f"FROM range({groups + 5}) GROUP BY 1")
+    assert (relation.rows, relation.rows_estimated, relation.count_skipped) == (groups, False, False)
+    assert relation.result is not None
 
 
 def test_query_progress_reaches_the_harness_as_events(tmp_path, dataset):
@@ -338,7 +341,7 @@ def test_a_lazy_handle_reaches_the_sandboxed_worker_as_a_frame(tmp_path, dataset
 
 
 def test_snapshot_strategy_follows_the_plan(dataset):
-    """Reducing plans are computed once into an engine table; plain scans are streamed (LIMIT, count)."""
+    """Aggregating plans are computed whole into an engine table; others are read up to ONE_PASS_MAX_ROWS + 1."""
     import importlib
 
     module = importlib.import_module("harness_magic.core.connectors.duckdb_connector")
@@ -346,22 +349,26 @@ def test_snapshot_strategy_follows_the_plan(dataset):
     engine = DuckDBEngine({"events": str(root)})
     con = engine.connect(SessionCache(), "events")
     try:
-        def small(sql):
-            plan = con.sql(sql).explain()
-            return module._small_result(plan, module.parse_estimate(plan))
+        def aggregates(sql):
+            return module._aggregates(con.sql(sql).explain(format="text"))
 
-        assert small("SELECT region, count(*) FROM events GROUP BY 1")
-        assert small("SELECT * FROM events ORDER BY amount LIMIT 3")
-        assert small("SELECT count(*) FROM events")
-        assert small("SELECT * FROM events WHERE amount > 3")  # Parquet statistics: DuckDB estimates < 1M rows
-        assert not small("SELECT range AS id FROM range(5000000)")  # a scan estimated past ONE_PASS_MAX_ROWS
+        assert aggregates("SELECT region, count(*) FROM events GROUP BY 1")
+        assert aggregates("SELECT DISTINCT region FROM events")
+        assert aggregates("SELECT count(*) AS n FROM events WHERE amount > 3")
+        assert aggregates("SELECT region, n FROM (SELECT region, count(*) AS n FROM events GROUP BY 1) ORDER BY n")
+        assert not aggregates("SELECT * FROM events ORDER BY amount LIMIT 3")
+        assert not aggregates("SELECT * FROM events WHERE amount > 3")
+        assert not aggregates("SELECT range AS id FROM range(5000000)")
     finally:
         con.close()
     cache = SessionCache()
     for sql, rows in (("SELECT region, count(*) AS n FROM events GROUP BY 1", 4),
-                      ("SELECT * FROM events WHERE amount > 3", int((frame.amount > 3).sum()))):
-        snap = cache.snapshot(cache.put("r", engine.lazy(cache, sql)))
-        assert snap["shape"][0] == rows and "rows_estimated" not in snap and snap["sample"]
+                      ("SELECT * FROM events WHERE amount > 3", int((frame.amount > 3).sum())),
+                      ("SELECT * FROM events ORDER BY amount LIMIT 3", 3)):
+        relation = engine.lazy(cache, sql)
+        snap = cache.snapshot(cache.put("r", relation))
+        assert snap["shape"][0] == rows and "rows_estimated" not in snap and "count_skipped" not in snap
+        assert snap["sample"] and relation.result is not None  # computed whole: kept for pulls
 
 
 def test_a_handle_living_in_another_engine_is_named_not_silently_skipped(dataset):

@@ -62,7 +62,6 @@ from harness_magic.core.connectors.lazy import (
     definition_rebinder,
     collect_within_caps,
     is_cached_frame,
-    parse_estimate,
     resolve_inputs,
 )
 from harness_magic.core.connectors.registry import Connector, ConnectorResult, ToolContext
@@ -87,11 +86,12 @@ PROGRESS_INTERVAL_S = 0.25
 HEAD_ROWS = 5
 """Head rows a lazy handle's snapshot fetches with LIMIT."""
 ONE_PASS_MAX_ROWS = 1_000_000
-"""A lazy result that reduces rows (aggregate, LIMIT) or that DuckDB estimates at most this big is computed
-once into an engine table for its snapshot (count and head from one run; bounded by memory_limit and the
-count budget); others get LIMIT for the head and a budgeted count(*), both streamed. A computed result of at
-most this many rows is kept in the engine for the handle's pulls (past it, re-running beats holding it)."""
+"""A lazy result that does not aggregate is read by its snapshot up to this many rows (plus one, to know it goes
+on) into an engine table: one that ends within it is counted exactly and kept for pulls (its query ran once);
+a longer one is probably an intermediate for later queries, not worth holding twice: only its head is kept."""
 _SNAPSHOT_TABLE = "__harness_snapshot__"
+_QUERY_VIEW = "__harness_query__"
+"""The snapshot's cursor names the query by this temporary view (the table above and count(*) read it)."""
 RESULT_TABLE_PREFIX = "__harness_result_"
 """Name prefix of the engine tables that keep a lazy handle's computed result (a random hex suffix follows)."""
 Progress = Callable[[float | None, bool], None]
@@ -395,7 +395,15 @@ class DuckDBEngine:
                 progress(None, True)
 
     def lazy(self, cache: Any, sql: str, progress: Progress | None = None) -> LazyRelation:
-        """A :class:`LazyRelation` for one read-only statement; its snapshot facts come from the engine."""
+        """A :class:`LazyRelation` for one read-only statement; its snapshot facts come from the engine.
+
+        One run of the query gives them (see *snapshot* in the module doc): an
+        aggregate is computed whole; any other query is read up to
+        :data:`ONE_PASS_MAX_ROWS` + 1 rows. A result computed whole is kept in
+        the engine (counted exactly; pulls and chains read it, so the query runs
+        once); a longer one keeps only its head and gets ``count(*)`` within
+        :data:`COUNT_BUDGET_S`, else its count is marked skipped.
+        """
         import duckdb
 
         statement = _single(sql)
@@ -414,49 +422,31 @@ class DuckDBEngine:
                 info: dict[str, Any] = {
                     "columns": list(relation.columns),
                     "engine_types": {c: str(t) for c, t in zip(relation.columns, relation.types)},
+                    "head_limit": HEAD_ROWS, "rows_estimated": False,
                 }
                 plan = relation.explain(format="text")  # under Jupyter the default displays HTML and returns ""
-                estimate = parse_estimate(plan)
-                head = rows = None
-                computed = False
-                counter = threading.Timer(COUNT_BUDGET_S, con.interrupt)
-                counter.daemon = True
-                counter.start()
-                try:
-                    if _small_result(plan, estimate):
-                        # one run: the (small) result, a temporary table of this cursor (made inside the read-only
-                        # transaction), gives the count, the head and, kept below, the rows of later pulls
-                        con.execute(_create_temporary("TABLE", _SNAPSHOT_TABLE, sql))
-                        snapshot = con.table(_SNAPSHOT_TABLE)
-                        rows = snapshot.aggregate("count(*)").fetchall()[0][0]
-                        head = snapshot.limit(HEAD_ROWS).to_arrow_table()
-                        computed = True
-                    else:
-                        rows = relation.aggregate("count(*)").fetchall()[0][0]
-                except duckdb.InterruptException:
-                    if cancelled.is_set():
-                        raise  # the user's interrupt, not the count budget
-                    # over the budget: the estimate stands in for the count; a new read-only transaction
-                    con.execute("ROLLBACK")
-                    con.execute(_READ_ONLY)
-                    relation = con.sql(statement)
-                finally:
-                    counter.cancel()
-                if head is None:
-                    head = relation.limit(HEAD_ROWS).to_arrow_table()
-                if computed and rows <= ONE_PASS_MAX_ROWS:
-                    # kept for pulls and chains: a table of the engine's database (a copy made by this code, not
-                    # by the model's SQL, after the read-only transaction ends; dropped with the last handle)
+                whole = _aggregates(plan)
+                # one run: the query (a temporary view of this cursor) into a temporary table of this cursor, made
+                # inside the read-only transaction: whole for an aggregate, else at most ONE_PASS_MAX_ROWS + 1 rows
+                con.execute(_create_temporary("VIEW", _QUERY_VIEW, sql))
+                limit = "" if whole else f" LIMIT {ONE_PASS_MAX_ROWS + 1}"
+                con.execute(f'CREATE TEMPORARY TABLE "{_SNAPSHOT_TABLE}" AS SELECT * FROM "{_QUERY_VIEW}"{limit}')
+                snapshot = con.table(_SNAPSHOT_TABLE)
+                read = snapshot.aggregate("count(*)").fetchall()[0][0]
+                info["head"] = arrow_to_frame(snapshot.limit(HEAD_ROWS).to_arrow_table())
+                if whole or read <= ONE_PASS_MAX_ROWS:
+                    # the whole result: kept for pulls and chains as a table of the engine's database (a copy made
+                    # by this code, not by the model's SQL, after the read-only transaction ends; DuckDB spills it to
+                    # the private directory past memory_limit; dropped with the last handle)
                     con.execute("COMMIT")
                     kept_rows.append(True)
                     con.execute(f'CREATE TABLE "{table}" AS SELECT * FROM temp.main."{_SNAPSHOT_TABLE}"')
-                info["head"] = arrow_to_frame(head)
-                if rows is None:  # DuckDB guesses "~1 row" for sources without statistics: say unknown instead
-                    rows = estimate if estimate is not None and estimate > 1 else None
-                    info["rows_estimated"] = True
-                else:
-                    info["rows_estimated"] = False
-                info["rows"] = rows
+                    info["rows"] = read
+                    return info
+                con.execute(f'DROP TABLE temp.main."{_SNAPSHOT_TABLE}"')
+                info["rows"] = self._count(con, cancelled)
+                if info["rows"] is None:
+                    info["count_skipped"], info["rows_at_least"] = True, read
                 return info
 
             info = self._run(con, describe, progress, cancelled)
@@ -473,6 +463,29 @@ class DuckDBEngine:
         if keep:
             weakref.finalize(relation, _drop_later, weakref.ref(self), table)
         return relation
+
+    def _count(self, con: Any, cancelled: threading.Event) -> int | None:
+        """``count(*)`` of the cursor's query view if DuckDB answers within :data:`COUNT_BUDGET_S`, else None.
+
+        The user's interrupt (``cancelled``) still raises; the budget's own
+        interrupt only ends the count (the cursor gets a new read-only
+        transaction).
+        """
+        import duckdb
+
+        counter = threading.Timer(COUNT_BUDGET_S, con.interrupt)
+        counter.daemon = True
+        counter.start()
+        try:
+            return con.execute(f'SELECT count(*) FROM "{_QUERY_VIEW}"').fetchall()[0][0]
+        except duckdb.InterruptException:
+            if cancelled.is_set():
+                raise  # the user's interrupt, not the count budget
+            con.execute("ROLLBACK")
+            con.execute(_READ_ONLY)
+            return None
+        finally:
+            counter.cancel()
 
     def fetch_lazy(self, lazy: LazyRelation, cache: Any, max_bytes: int, *, max_rows: int | None = None,
                    handle: str | None = None, progress: Progress | None = None) -> Any:
@@ -559,20 +572,18 @@ def _single(sql: str) -> Any:
 
 
 _PLAN_TITLE = re.compile(r"╭─ ([^─╮]+?) ─")
-_REDUCING = ("GROUP BY", "AGGREGATE", "LIMIT", "TOP_N", "TOP N", "DISTINCT")
+_AGGREGATING = ("GROUP BY", "AGGREGATE", "DISTINCT")
 
 
-def _small_result(plan: str, estimate: int | None) -> bool:
-    """Whether to compute a lazy result once into an engine table for its snapshot (a cost choice only).
+def _aggregates(plan: str) -> bool:
+    """Whether the plan's root operators aggregate (``GROUP BY``, ``DISTINCT``, an aggregate without groups).
 
-    Yes when the plan's root operators reduce the rows (an aggregate, LIMIT,
-    top-N) or DuckDB has a real estimate (> 1) under :data:`ONE_PASS_MAX_ROWS`;
-    a plain scan is left to ``LIMIT`` and ``count(*)``, which DuckDB streams.
+    Such a result is computed whole before its first row, so the snapshot
+    computes and keeps it whole instead of reading a first part (a cost choice
+    only: either way the snapshot's count is exact or marked skipped).
     """
     roots = [t.upper() for t in _PLAN_TITLE.findall(plan)[:3]]
-    if any(word in title for title in roots for word in _REDUCING):
-        return True
-    return estimate is not None and 1 < estimate <= ONE_PASS_MAX_ROWS
+    return any(word in title for title in roots for word in _AGGREGATING)
 
 
 def _is_glob(path: str) -> bool:
@@ -723,9 +734,10 @@ def duckdb_connector(
             if cache_location(context.cache, handle) == LazyRelation.__harness_engine__:
                 snap = context.cache.snapshot(handle)
                 out.append({"name": handle, "kind": "lazy handle", "rows": snap.get("shape", [None])[0],
-                            **({"rows_estimated": True} if snap.get("rows_estimated") else {})})
+                            **{k: snap[k] for k in ("rows_estimated", "count_skipped", "rows_at_least") if k in snap}})
             elif is_cached_frame(context.cache, handle):
-                out.append({"name": handle, "kind": "cached frame", "rows": context.cache.snapshot(handle).get("shape", [None])[0]})
+                out.append({"name": handle, "kind": "cached frame",
+                            "rows": context.cache.snapshot(handle).get("shape", [None])[0]})
         return out if out else "Nothing to query yet: no cached frames and no configured files."
 
     @connector.tool()
@@ -765,7 +777,8 @@ def duckdb_connector(
                 raise ToolError("max_rows applies to fetched results; a lazy handle fetches nothing. Add LIMIT "
                                 "to the SQL instead, or leave lazy unset.")
             relation = engine.lazy(context.cache, sql, progress)
-            note = lazy_handle_note(relation, "DuckDB", connector.name, "counting took too long")
+            note = lazy_handle_note(relation, "DuckDB", connector.name, f"at least {relation.rows_at_least or 0:,}; "
+                                    f"counting them took over {COUNT_BUDGET_S:g} s, so the count was skipped")
             return ConnectorResult(relation, note, name=name)
         frame, truncated = engine.query(context.cache, sql, max_rows, progress)
         cap = cap_rows(max_rows, engine.max_rows)

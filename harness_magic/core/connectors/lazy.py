@@ -13,11 +13,16 @@ a Spark snapshot already brought in (see *Computed once*). Contract:
   chain of lazy handles runs as one query in the engine; rows never enter the
   kernel until :meth:`materialize`.
 * **Snapshot by pushdown.** At creation the engine answers: columns and types
-  (``LIMIT 0``), head rows (``LIMIT 5``), and the row count (``count(*)``
-  under :data:`COUNT_BUDGET_S`; past that, DuckDB's plan estimate, marked
+  (no rows), head rows and the row count. The count is exact or absent,
+  never contradicted by the head: a head shorter than the limit it was asked
+  with (``info["head_limit"]``) is the whole result, so its length is the
+  exact count; an engine estimate below the head's length is dropped. Where
+  no count is shown, ``count_skipped`` says so and ``rows_at_least`` gives
+  what is known (DuckDB never estimates; Spark may, marked
   ``"rows_estimated": true``).
-* **Computed once.** When the snapshot had to compute the whole result anyway
-  (an aggregate, a LIMIT, a small estimate), the engine keeps that result
+* **Computed once.** When the snapshot computed the whole result anyway
+  (DuckDB: an aggregate, or a result that ended within its snapshot's read;
+  Spark: a result its ``LIMIT`` job read to the end), the engine keeps it
   (:attr:`LazyRelation.result`: DuckDB a table in the engine's own database,
   bounded by its ``memory_limit`` and spilled to its private directory; Spark
   the Arrow rows its snapshot job already streamed, at most ``ONE_PASS_ROWS``
@@ -43,11 +48,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 __all__ = ["LazyRelation", "MaterializeLimitError", "LazyInputError", "COUNT_BUDGET_S", "materialize_count",
-           "parse_estimate", "check_cap", "MAX_CAP", "QueryInputs", "resolve_inputs", "cache_location",
-           "is_cached_frame", "collect_within_caps", "definition_rebinder"]
+           "parse_estimate", "reconcile_rows", "check_cap", "MAX_CAP", "QueryInputs", "resolve_inputs",
+           "cache_location", "is_cached_frame", "collect_within_caps", "definition_rebinder"]
 
 COUNT_BUDGET_S = 2.0
-"""An exact ``count(*)`` for a snapshot may take this long; past it the engine's estimate is shown."""
+"""A DuckDB snapshot may spend this long on ``count(*)`` of a result too long to keep; past it the count is
+skipped (said so, never estimated): an interactive tool call should not wait on a number."""
 _ESTIMATE = re.compile(r"~\s*([0-9][0-9,]*)\s*rows?", re.IGNORECASE)
 
 _materialized = [0]
@@ -98,7 +104,7 @@ class LazyRelation:
         self._sql = sql
         self._frames = dict(frames)
         self._lazies = dict(lazies)
-        self._info = info
+        self._info = reconcile_rows(info)
         self._result = result
 
     # -- identity: immutable, so copies are the object itself ---------------------------------
@@ -146,6 +152,22 @@ class LazyRelation:
     def rows_estimated(self) -> bool:
         return bool(self._info["rows_estimated"])
 
+    @property
+    def count_skipped(self) -> bool:
+        """True when the snapshot did not count the rows (:attr:`rows` is None; :attr:`rows_at_least` is known)."""
+        return bool(self._info.get("count_skipped"))
+
+    @property
+    def rows_at_least(self) -> int | None:
+        """A lower bound on the row count when it was not counted (the rows the snapshot saw), else None."""
+        return self._info.get("rows_at_least")
+
+    def rows_phrase(self) -> str:
+        """The row count in words: ``"4"``, ``"about 1,000"``, ``"at least 1,000,001"`` or ``"?"``."""
+        if self.rows is not None:
+            return f"{'about ' if self.rows_estimated else ''}{self.rows:,}"
+        return f"at least {self.rows_at_least:,}" if self.rows_at_least is not None else "?"
+
     def dependencies(self) -> tuple[dict[str, str], dict[str, "LazyRelation"]]:
         """Every frame (handle -> version) and lazy relation (handle -> object) this one needs, nested ones too.
 
@@ -179,6 +201,10 @@ class LazyRelation:
         snap["shape"] = [info["rows"], len(info["columns"])]
         if info["rows_estimated"]:
             snap["rows_estimated"] = True
+        if info.get("count_skipped"):
+            snap["count_skipped"] = True
+            if info.get("rows_at_least") is not None:
+                snap["rows_at_least"] = info["rows_at_least"]
         snap["engine_types"] = dict(list(info["engine_types"].items())[: len(snap.get("dtypes", {})) or None])
         snap.pop("index", None)  # an engine relation has no index: the head frame's is meaningless
         snap["sql"] = self._sql if len(self._sql) <= 300 else self._sql[:297] + "..."
@@ -201,6 +227,27 @@ class LazyRelation:
         from harness_magic.core.connectors._results import arrow_to_frame
 
         return arrow_to_frame(table)
+
+
+def reconcile_rows(info: dict[str, Any]) -> dict[str, Any]:
+    """``info`` (an engine's snapshot facts) with a row count its own head rows cannot contradict.
+
+    * ``head_limit`` given and the head shorter: the head is the whole result,
+      so its length is the exact count (whatever was estimated or skipped).
+    * An estimate below the head's length is dropped: the count is marked
+      skipped, at least as many rows as the head holds.
+    Keys added when missing: ``rows_estimated`` (False), ``count_skipped``
+    (False), ``rows_at_least`` (None). The dict given is not changed.
+    """
+    out = {"rows_estimated": False, "count_skipped": False, "rows_at_least": None, **info}
+    seen = len(out["head"])
+    limit = out.get("head_limit")
+    if limit is not None and seen < limit:
+        out.update(rows=seen, rows_estimated=False, count_skipped=False, rows_at_least=None)
+    elif out["rows_estimated"] and out.get("rows") is not None and out["rows"] < seen:
+        out.update(rows=None, rows_estimated=False, count_skipped=True,
+                   rows_at_least=max(seen, out["rows_at_least"] or 0))
+    return out
 
 
 def parse_estimate(plan_text: str) -> int | None:
@@ -311,7 +358,7 @@ def collect_within_caps(chunks: Iterable[Any], lazy: "LazyRelation", handle: str
             if on_over is not None:
                 on_over()
             of = (f"{'an estimated' if lazy.rows_estimated else 'its'} {lazy.rows:,}" if lazy.rows is not None
-                  else "its ?")
+                  else lazy.rows_phrase() if lazy.rows_at_least is not None else "its ?")
             if over == "bytes":
                 passed = f"more than {max_bytes:,} bytes after {rows:,} of {of} rows (limit materialize_max_bytes)"
             else:
