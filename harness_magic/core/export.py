@@ -551,7 +551,7 @@ def render_run_html(record: RunRecord, *, nested: bool = False, open_tools: bool
         elif item[0] == "text":
             if answer is not None and item is record.items[-1] and item[1].strip() == answer.strip():
                 continue
-            parts.append(f'<div class="agent-text">{_cited_html(render_markdown_safe(item[1]), record)}</div>')
+            parts.append(f'<div class="agent-text">{_cited_html(item[1], record)}</div>')
         elif item[0] == "reminder":
             parts.append(model_saw_html(item[1], "what the model saw: harness reminder"))
         elif item[0] == "notice":  # as the live view shows it: the level is named only when it is not info
@@ -593,20 +593,22 @@ def _status_html(record: RunRecord) -> str:
     )
 
 
-def _cited_html(answer_html: str, record: RunRecord) -> str:
-    """Answer HTML with ``[doc:...]``/``[term:...]`` citations linked to their snippets (from the run log)."""
+def _cited_html(text: str, record: RunRecord) -> str:
+    """Model Markdown as sanitized HTML, ``[doc:...]``/``[term:...]`` citations linked to their own snippets
+    (from the run log) while the Markdown is parsed, so the sanitizer sees the final HTML."""
     from harness_magic.core.knowledge.citations import CITATION_RE, citations_html, sources_from_run_file
 
-    if not CITATION_RE.search(html.unescape(answer_html)):
-        return answer_html
-    return citations_html(answer_html, sources_from_run_file(record.run_file))
+    if not CITATION_RE.search(text):
+        return render_markdown_safe(text)
+    return citations_html(text, sources_from_run_file(record.run_file))
 
 
 def _cited_markdown(text: str, record: RunRecord) -> str:
+    """Model Markdown for the ``.md`` export: raw HTML and images literal, citations linked to their own snippets."""
     from harness_magic.core.knowledge.citations import CITATION_RE, citations_markdown, sources_from_run_file
 
     if not CITATION_RE.search(text):
-        return text
+        return escape_markdown_html(text)
     return citations_markdown(text, sources_from_run_file(record.run_file))
 
 
@@ -618,7 +620,7 @@ def render_answer_html(record: RunRecord, *, copy_buttons: bool = False) -> str:
     result = record.result
     parts = ['<div class="agent-final">', _status_html(record)]
     if result is not None and result.text:
-        parts.append(f'<div class="agent-answer">{_cited_html(render_markdown_safe(result.text), record)}</div>')
+        parts.append(f'<div class="agent-answer">{_cited_html(result.text, record)}</div>')
     parts.extend(_img(c) for c in record.charts)
     tools = record.tools
     if tools:
@@ -637,7 +639,7 @@ def render_answer_markdown(record: RunRecord) -> str:
     if result is not None and result.status != "completed":
         lines.append(f"**{result.status}**: {result.error or ''}\n")
     if result is not None and result.text:
-        lines.append(_cited_markdown(escape_markdown_html(result.text), record) + "\n")
+        lines.append(_cited_markdown(result.text, record) + "\n")
     lines.append(f"*{_md_inline(render_footer_text(record))}*")
     return "\n".join(lines)
 
@@ -717,7 +719,7 @@ def _md_record(record: RunRecord, depth: int = 2) -> list[str]:
             for chart in item.charts:
                 out.append(f"![chart](data:image/png;base64,{re.sub(r'[^A-Za-z0-9+/=]', '', chart)})\n")
         elif item[0] == "text":
-            out.append(_cited_markdown(escape_markdown_html(item[1]), record) + "\n")
+            out.append(_cited_markdown(item[1], record) + "\n")
         elif item[0] == "notice":
             level = "" if item[1] == "info" else f"{_md_inline(item[1])}: "
             out.append(f"> {level}{_md_inline(item[2])}\n")

@@ -14,8 +14,10 @@ restated in the answer must not contradict its formula (a definitional
 sentence about the metric that leaves out a formula component). It decides
 what to flag to the user; it is not a security boundary.
 
-:func:`citations_markdown` / :func:`citations_html` render an answer's
-citations as links to a "Sources" list whose entries expand to the snippet.
+:func:`citations_markdown` / :func:`citations_html` render an answer (Markdown) with its
+citations as links to a "Sources" list whose entries expand to the snippet; a
+citation can only link to its own entry (the model's links, titles, code and raw
+HTML cannot make a citation point elsewhere).
 """
 
 from __future__ import annotations
@@ -184,69 +186,143 @@ def check_answer(text: str, sources: dict[str, Source]) -> list[Finding]:
 
 
 def _anchor(index: int) -> str:
-    return f"hm-src-{index}"
+    from harness_magic.core.safe_markdown import snippet_anchor
+
+    return snippet_anchor(index)
+
+
+def _numbered(text: str) -> dict[str, int]:
+    return {sid: i for i, sid in enumerate(parse_citations(text), 1)}
+
+
+def _sources_markdown(numbers: dict[str, int], sources: dict[str, Source]) -> str:
+    from harness_magic.core.safe_markdown import escape_markdown_html
+
+    lines = ["", "", "**Sources**", ""]
+    for sid, number in numbers.items():
+        source = sources.get(sid)
+        if source is None:
+            lines.append(f"{number}. <a id=\"{_anchor(number)}\"></a>`[{sid}]` — not retrieved in this run")
+            continue
+        title = f" {escape_markdown_html(' '.join(source.title.split()), links=False)}" if source.title else ""
+        lines.append(f"{number}. <a id=\"{_anchor(number)}\"></a>`[{sid}]`{title}")
+        for snippet_line in escape_markdown_html(source.snippet, links=False).splitlines() or [""]:
+            lines.append(f"   > {snippet_line}")
+    return "\n".join(lines)
+
+
+_AUTOLINK_RUN = re.compile(r"[:@]|www\.", re.IGNORECASE)
+"""In the run of text glued before a citation, what a GitHub-flavoured viewer may turn into a bare-URL or e-mail
+autolink that would swallow the citation's link."""
+
+
+def _linked_body(text: str, numbers: dict[str, int], *, links: bool) -> str | None:
+    """``text`` escaped (:func:`escape_markdown_html`) with each citation in running text linked to its anchor;
+    None when a model link's text holds a citation (with ``links``) or a link in the result shows a citation
+    or a cited id and leads anywhere but that citation's own anchor."""
+    import secrets
+
+    from harness_magic.core.safe_markdown import escape_markdown_html, markdown_links, text_runs
+
+    escaped = escape_markdown_html(text, links=links)
+    nonce = secrets.token_hex(6)
+    marks: dict[str, re.Match[str]] = {}
+
+    def mark(match: re.Match[str]) -> str:
+        backslashes = len(match.string[: match.start()]) - len(match.string[: match.start()].rstrip("\\"))
+        if match.group(1) not in numbers or backslashes % 2:  # an escaped bracket is text, not a citation
+            return match.group(0)
+        key = f"hmcite{nonce}x{len(marks)}x"
+        marks[key] = match
+        return key
+
+    marked = CITATION_RE.sub(mark, escaped)
+    linkable: set[str] = set()
+    inside_link = False
+    mark_re = re.compile(rf"hmcite{nonce}x\d+x")
+    for kind, content, in_link in text_runs(marked):
+        found = mark_re.findall(content)
+        if in_link:
+            inside_link = inside_link or bool(found)
+        elif kind == "text":
+            linkable.update(found)
+    if inside_link and links:
+        return None
+
+    def link(key_match: re.Match[str]) -> str:
+        match = marks[key_match.group(0)]
+        if key_match.group(0) not in linkable:
+            return match.group(0)
+        glued = re.split(r"\s", escaped[: match.start()])[-1]
+        space = " " if glued and _AUTOLINK_RUN.search(glued) else ""
+        return f"{space}[\\[{match.group(1)}\\]](#{_anchor(numbers[match.group(1)])})"
+
+    body = mark_re.sub(link, marked)
+    for href, shown in markdown_links(body):  # the check: what a CommonMark reader makes of the result
+        cited = CITATION_RE.search(shown)
+        if cited is None:
+            if any(sid in shown for sid in numbers):
+                return None
+            continue
+        sid = cited.group(1)
+        if shown != f"[{sid}]" or sid not in numbers or href != f"#{_anchor(numbers[sid])}":
+            return None
+    return body
 
 
 def citations_markdown(text: str, sources: dict[str, Source]) -> str:
-    """``text`` with each citation linked to a "Sources" list that quotes the snippet.
+    """Model Markdown ``text`` for the ``.md`` export: raw HTML and images made literal
+    (:func:`~harness_magic.core.safe_markdown.escape_markdown_html`), each citation in running text linked to
+    its own entry of a "Sources" list that quotes the snippet.
 
-    Titles and snippets are document text: their raw HTML is escaped (``escape_markdown_html``).
+    A citation links to its own snippet and nowhere else: a model link whose text holds a citation turns every
+    model link of the answer into literal text; citations in code, link titles and URLs stay text; the result is
+    parsed again and, should a link that shows a citation lead anywhere but that citation's entry, the answer is
+    written with no links at all. Titles and snippets are document text: raw HTML and link syntax are escaped.
     """
-    cited = parse_citations(text)
-    if not cited:
-        return text
-    numbers = {sid: i for i, sid in enumerate(cited, 1)}
-
-    def link(match: re.Match[str]) -> str:
-        return f"[\\[{match.group(1)}\\]](#{_anchor(numbers[match.group(1)])})"
-
     from harness_magic.core.safe_markdown import escape_markdown_html
 
-    body = CITATION_RE.sub(link, text)
-    lines = ["", "", "**Sources**", ""]
-    for sid in cited:
-        source = sources.get(sid)
-        if source is None:
-            lines.append(f"{numbers[sid]}. <a id=\"{_anchor(numbers[sid])}\"></a>`[{sid}]` — not retrieved in this run")
-            continue
-        title = f" {escape_markdown_html(' '.join(source.title.split()))}" if source.title else ""
-        lines.append(f"{numbers[sid]}. <a id=\"{_anchor(numbers[sid])}\"></a>`[{sid}]`{title}")
-        for snippet_line in escape_markdown_html(source.snippet).splitlines() or [""]:
-            lines.append(f"   > {snippet_line}")
-    return body + "\n".join(lines)
+    numbers = _numbered(text)
+    if not numbers:
+        return escape_markdown_html(text)
+    body = _linked_body(text, numbers, links=True)
+    if body is None:
+        body = _linked_body(text, numbers, links=False)
+    if body is None:
+        body = escape_markdown_html(text, links=False)
+    return body + _sources_markdown(numbers, sources)
 
 
-def citations_html(answer_html: str, sources: dict[str, Source]) -> str:
-    """Already-sanitised answer HTML with citations turned into links plus an expandable Sources list.
-
-    Ids and snippets are HTML-escaped here; the caller's sanitiser has already run on ``answer_html``.
-    """
-    cited = [html.unescape(s) for s in parse_citations(html.unescape(answer_html))]
-    if not cited:
-        return answer_html
-    numbers = {sid: i for i, sid in enumerate(cited, 1)}
-
-    def link(match: re.Match[str]) -> str:
-        sid = html.unescape(match.group(1))
-        if sid not in numbers:
-            return match.group(0)
-        known = "" if sid in sources else " hm-cite-missing"
-        return (f'<a class="hm-cite{known}" href="#{_anchor(numbers[sid])}" '
-                f'title="{html.escape(sources[sid].snippet[:200]) if sid in sources else "not retrieved"}">'
-                f"[{html.escape(sid)}]</a>")
-
-    body = CITATION_RE.sub(link, answer_html)
+def _sources_html(numbers: dict[str, int], sources: dict[str, Source]) -> str:
     items = []
-    for sid in cited:
+    for sid, number in numbers.items():
         source = sources.get(sid)
         if source is None:
-            items.append(f'<li id="{_anchor(numbers[sid])}"><code>[{html.escape(sid)}]</code> '
+            items.append(f'<li id="{_anchor(number)}"><code>[{html.escape(sid)}]</code> '
                          "<em>not retrieved in this run</em></li>")
             continue
-        items.append(f'<li id="{_anchor(numbers[sid])}"><details><summary><code>[{html.escape(sid)}]</code> '
+        items.append(f'<li id="{_anchor(number)}"><details><summary><code>[{html.escape(sid)}]</code> '
                      f"{html.escape(source.title)}</summary><blockquote>{html.escape(source.snippet)}"
                      "</blockquote></details></li>")
-    return body + '<div class="hm-sources"><strong>Sources</strong><ol>' + "".join(items) + "</ol></div>"
+    return '<div class="hm-sources"><strong>Sources</strong><ol>' + "".join(items) + "</ol></div>"
+
+
+def citations_html(text: str, sources: dict[str, Source]) -> str:
+    """Model Markdown ``text`` as sanitised HTML, each citation a link to its own snippet, plus a Sources list.
+
+    Citations are linked while the Markdown is parsed (running text only: not in code, link titles, URLs or
+    image text; a model link whose text holds a citation loses its link and shows its URL as text), and the
+    sanitiser then sees the final HTML, Sources list included
+    (:func:`~harness_magic.core.safe_markdown.markdown_to_html`). Ids, titles and snippets are escaped.
+    """
+    from harness_magic.core.safe_markdown import CitationLink, markdown_to_html
+
+    numbers = _numbered(text)
+    if not numbers:
+        return markdown_to_html(text)
+    links = {sid: CitationLink(_anchor(n), sources[sid].snippet[:200] if sid in sources else "not retrieved",
+                               missing=sid not in sources) for sid, n in numbers.items()}
+    return markdown_to_html(text, citations=(CITATION_RE, links), after_html=_sources_html(numbers, sources))
 
 
 LOG_SCAN_MAX_BYTES = 64 * 1024 * 1024
