@@ -27,6 +27,14 @@ Safety, in order:
   ``SELECT * FROM (<text>) AS __harness_query``: Spark's grammar accepts nothing but a
   query there, so a command the classifier missed fails to parse in Spark instead of
   running. (Reflection functions are queries to Spark; only classification catches them.)
+* **Spark's plan is checked before any job runs** (:mod:`.spark_plan`). Every DataFrame
+  built from model-controlled SQL (a query, lazy or not; a lazy handle's snapshot and
+  pulls; a handle re-created from a checkpoint) is explained first, and refused when any
+  of its plans, views expanded, runs a script (``TRANSFORM ... USING``), holds a command
+  or a reflection call, or scans files other than the configured file views. Sessions run
+  with SQL on raw files off (:data:`~.spark_plan.PINNED_CONF`, set again after every
+  ``execute``). ``execute`` refuses a script transformation too: an approval for a
+  statement never covers running a program on the server.
 * **Cached values cross exactly.** A cached DataFrame handle the SQL names is uploaded
   (Arrow) as a temporary view of that name; a lazy Spark handle becomes a temporary view
   of its own query, its inputs first. A temp view shadows a catalog table of the same
@@ -74,6 +82,14 @@ from harness_magic.core.connectors.lazy import (
     resolve_inputs,
 )
 from harness_magic.core.connectors.registry import Connector, ConnectorResult, ToolContext
+from harness_magic.core.connectors.spark_plan import (
+    PINNED_CONF,
+    check_read,
+    check_statement,
+    explain_query,
+    explain_statement,
+    view_locations,
+)
 from harness_magic.core.tools import ToolError
 
 __all__ = ["spark_connector", "spark_rebinder", "SparkEngine", "SparkRelation", "wrap_query"]
@@ -146,6 +162,11 @@ class SparkEngine:
                 raise ValueError(f"spark file view name {view!r} must be an identifier")
             self.files[view] = (_reader(path), str(path))
         self.conf = {str(k): str(v) for k, v in (conf or {}).items()}
+        for key, value in self.conf.items():
+            if key in PINNED_CONF and value.strip().lower() != PINNED_CONF[key]:
+                raise ValueError(f"spark conf {key!r}={value!r} cannot be set: the connector keeps it at "
+                                 f"{PINNED_CONF[key]!r} (SQL on raw files would read any file the server can; "
+                                 "list files under 'files' to make them views)")
         self.max_rows, self.timeout_s, self.count_budget_s = max_rows, float(timeout_s), float(count_budget_s)
         self.server: Any = None
         self.connector_name = "spark"
@@ -155,6 +176,10 @@ class SparkEngine:
         self._bound: dict[str, Any] = {}
         """Temp view name -> what it shows now: ("frame", version) or the SparkRelation itself."""
         self._reporter: Progress | None = None
+        self._view_locations: dict[str, str] = {}
+        """Each file view's location as Spark's plan shows it -> "view: path": the files a query may scan."""
+        self.pinned: dict[str, bool] = {}
+        """:data:`~.spark_plan.PINNED_CONF` key -> whether this session took it (a remote cluster may refuse)."""
         self.interrupted: list[tuple[str, list[str]]] = []
         """(job tag, operation ids Spark reported cancelled) for each interrupt this engine sent, newest last.
         On ``KeyboardInterrupt`` pyspark's client also cancels its own operation, so the list may be empty."""
@@ -172,7 +197,7 @@ class SparkEngine:
 
                     if self.server is None:
                         try:
-                            self.server = LocalSparkConnect(self.master, self.conf)
+                            self.server = LocalSparkConnect(self.master, {**self.conf, **PINNED_CONF})
                         except SparkStartError as exc:
                             raise ToolError(f"Spark did not start: {exc}") from None
                     url = self.server.url
@@ -190,18 +215,48 @@ class SparkEngine:
                             spark.conf.set(key, value)
                 except Exception as exc:
                     raise ToolError(f"Cannot reach Spark Connect at {_redact(url)}: {_first_line(exc)}") from None
+                self._pin(spark)
                 spark.registerProgressHandler(self._on_progress)
+                locations: dict[str, str] = {}
                 for view, (kind, path) in self.files.items():
                     try:
                         reader = spark.read.format(kind)
                         if kind == "csv":
                             reader = reader.option("header", "true").option("inferSchema", "true")
                         reader.load(path).createOrReplaceTempView(view)
+                        for location in view_locations(explain_query(spark.table(f"`{view}`"))):
+                            locations.setdefault(location, f"{view}: {path}")
                     except Exception as exc:
                         spark.stop()
                         raise ToolError(f"Spark cannot read file view {view!r} ({path}): {_first_line(exc)}") from None
-                self._spark = spark
+                self._spark, self._view_locations = spark, locations
             return self._spark
+
+    def _pin(self, spark: Any) -> None:
+        """Set :data:`~.spark_plan.PINNED_CONF` on the session (again after every ``execute``: a ``SET`` or
+        ``RESET`` must not undo it); a setting a remote cluster refuses is recorded in :attr:`pinned`."""
+        for key, value in PINNED_CONF.items():
+            try:
+                spark.conf.set(key, value)
+                self.pinned[key] = True
+            except Exception:
+                self.pinned[key] = False
+
+    def checked(self, spark: Any, sql: str) -> Any:
+        """A DataFrame for one query, after Spark's plan of it passed :func:`~.spark_plan.check_read`.
+
+        Spark's parser must accept ``sql`` as a query (see :func:`wrap_query`);
+        the plan is explained, never run, so a refused query starts no job.
+        """
+        from pyspark.errors import PySparkException
+
+        df = _parse(spark, sql)
+        try:
+            plan = explain_query(df)
+        except PySparkException as exc:
+            raise ToolError(f"spark error: {_first_line(exc)}") from None
+        check_read(plan, self._view_locations, f"{self.connector_name}__query")
+        return df
 
     def close(self) -> None:
         """End the Spark session and stop the local server, if this engine started one."""
@@ -331,7 +386,7 @@ class SparkEngine:
 
         def describe(spark: Any) -> tuple[dict[str, Any], dict[str, str], dict[str, SparkRelation]]:
             frames, lazies = self.bind(spark, cache, sql)
-            df = _parse(spark, sql)
+            df = self.checked(spark, sql)
             fields = df.schema.fields
             info: dict[str, Any] = {"columns": [f.name for f in fields],
                                     "engine_types": {f.name: f.dataType.simpleString() for f in fields}}
@@ -423,7 +478,7 @@ class SparkEngine:
 
         def fetch(spark: Any) -> Any:
             self.bind(spark, cache, None, root=lazy)  # type: ignore[arg-type]
-            df = _parse(spark, lazy.sql)
+            df = self.checked(spark, lazy.sql)
             client = spark.client
             # the Connect client's streaming seam: Arrow batches as the server sends them
             stream = client.to_table_as_iterator(df._plan.to_proto(client), df._plan.observations)
@@ -453,17 +508,26 @@ class SparkEngine:
 
         def fetch(spark: Any) -> tuple[Any, bool]:
             self.bind(spark, cache, sql)
-            table = _parse(spark, sql).limit(cap + 1).toArrow()
+            table = self.checked(spark, sql).limit(cap + 1).toArrow()
             return arrow_to_frame(table.slice(0, cap)), table.num_rows > cap
 
         return self.run(fetch, progress)
 
     def execute(self, cache: Any, sql: str, progress: Progress | None = None) -> Any:
-        """Run one statement as is (after approval); the command's own output rows, if any, as a frame."""
+        """Run one statement as is (after approval); the command's own output rows, if any, as a frame.
+
+        Spark's plan of the statement is explained first and a script
+        transformation anywhere in it is refused (:func:`~.spark_plan.check_statement`);
+        :data:`~.spark_plan.PINNED_CONF` is set again afterwards.
+        """
 
         def go(spark: Any) -> Any:
             self.bind(spark, cache, sql)
-            df = spark.sql(sql)  # commands run here, eagerly
+            check_statement(explain_statement(spark, sql), f"{self.connector_name}__execute")
+            try:
+                df = spark.sql(sql)  # commands run here, eagerly
+            finally:
+                self._pin(spark)
             if not df.columns:
                 return None
             return arrow_to_frame(df.limit(EXECUTE_RESULT_ROWS).toArrow())
@@ -617,9 +681,9 @@ def spark_rebinder(connectors: Any) -> Callable[[str, dict[str, str], Any], Lazy
     lazy DuckDB handles through :func:`~.duckdb_connector.lazy_rebinder`.
 
     A saved definition names its connector and query; the query passes the
-    same classification as the model's ``spark__query`` and Spark's parser
-    (the subquery wrapper), so a crafted checkpoint can run nothing the model
-    could not. Refusals raise ToolError/LookupError naming the reason.
+    same classification as the model's ``spark__query``, Spark's parser (the
+    subquery wrapper) and the plan check, so a crafted checkpoint can run
+    nothing the model could not. Refusals raise ToolError/LookupError naming the reason.
     """
     from harness_magic.core.connectors.duckdb_connector import lazy_rebinder
 
