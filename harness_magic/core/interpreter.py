@@ -32,6 +32,7 @@ from harness_magic.core.tools import ToolOutput, ToolSpec
 __all__ = [
     "ExecutionResult",
     "InterpreterBackend",
+    "BACKEND_MEMBERS",
     "InProcessInterpreter",
     "referenced_names",
     "make_interpreter_tools",
@@ -73,19 +74,73 @@ class ExecutionResult:
 
 
 class InterpreterBackend(Protocol):
-    """Runs model code. Implementations must not share state between calls."""
+    """Runs model code; the seam between the interpreter tools and whatever executes the code.
+
+    Every member is part of the contract, optional capabilities included: a
+    backend without a capability declares so (``exports_inputs = False``,
+    ``has_workers = False``) and keeps the matching methods as no-ops, and a
+    wrapper forwards every member (see ``AgentSession``'s backend). Callers
+    read the declared flags; they never probe for members. Implementations
+    must not share state between calls.
+    """
 
     name: str
+    """Short name for logs and status (``inprocess``, ``sandbox``...)."""
+    exports_inputs: bool
+    """``execute`` honours ``versions``: an input is exported once per value version and reused after."""
+    streams_output: bool
+    """``execute`` honours ``on_output``: printed text is handed on while the call runs."""
+    has_workers: bool
+    """Code runs in worker processes this backend forks, retires and replaces; the worker members below
+    mean something only then (otherwise: ``worker_pid`` None, the methods do nothing)."""
+    restarts: int
+    """Workers started to replace one that was lost (crash, memory or time limit, interrupt)."""
+    last_start_s: float
+    """Seconds the latest worker took to start (0.0 without workers)."""
 
-    def execute(self, code: str, inputs: dict[str, Any], taken_names: Collection[str]) -> ExecutionResult:
+    @property
+    def worker_pid(self) -> int | None:
+        """The running worker's process id; None when none runs (retired, lost, or no workers)."""
+        ...
+
+    def execute(self, code: str, inputs: dict[str, Any], taken_names: Collection[str], *,
+                versions: dict[str, str] | None = None,
+                on_output: Callable[[str], None] | None = None) -> ExecutionResult:
         """Run ``code`` with ``inputs`` as locals.
 
         ``save(name, value)`` inside the code returns the handle the cache will
         assign, computed from ``taken_names`` plus earlier saves of this call.
+        ``versions`` (handle -> value token, every live handle) lets a backend
+        that ``exports_inputs`` reuse what it exported for an unchanged value;
+        ``on_output`` receives printed text as it is printed where the backend
+        ``streams_output``. Either is ignored by a backend without the capability.
         """
         ...
 
-    def close(self) -> None: ...
+    def start_worker(self) -> float:
+        """Start a worker now if none runs; seconds it took (0.0 when one ran, or without workers)."""
+        ...
+
+    def retire_worker(self) -> None:
+        """Stop the worker now; the next call (or :meth:`start_worker`) starts a fresh one."""
+        ...
+
+    def fresh_worker(self) -> None:
+        """Replace the worker with a new one at once: nothing earlier code did in it survives."""
+        ...
+
+    def sibling(self) -> InterpreterBackend | None:
+        """A backend of the same settings with workers of its own (for a subagent); None: share this one."""
+        ...
+
+    def close(self) -> None:
+        """Stop workers and remove files; the backend is unusable afterwards."""
+        ...
+
+
+BACKEND_MEMBERS = ("name", "exports_inputs", "streams_output", "has_workers", "restarts", "last_start_s",
+                   "worker_pid", "execute", "start_worker", "retire_worker", "fresh_worker", "sibling", "close")
+"""Every member of :class:`InterpreterBackend`: what an implementation defines and a wrapper forwards."""
 
 
 def referenced_names(code: str) -> set[str]:
@@ -187,17 +242,25 @@ class InProcessInterpreter:
     """
 
     name = "inprocess"
+    exports_inputs = False
+    """Inputs are the cache's copies, handed over directly: there is nothing to export."""
+    streams_output = True
+    """``execute`` takes ``on_output``: printed text is handed to it while the call runs."""
+    has_workers = False
+    """Code runs in this process: the worker members are no-ops."""
+    restarts = 0
+    last_start_s = 0.0
+    worker_pid = None
 
     def __init__(self, *, checks: bool = False) -> None:
         self.checks = checks
 
-    streams_output = True
-    """``execute`` takes ``on_output``: printed text is handed to it while the call runs."""
-
-    def execute(self, code: str, inputs: dict[str, Any], taken_names: Collection[str],
+    def execute(self, code: str, inputs: dict[str, Any], taken_names: Collection[str], *,
+                versions: dict[str, str] | None = None,
                 on_output: Callable[[str], None] | None = None) -> ExecutionResult:
         """Run ``code``; ``on_output(text)`` receives what it prints as it prints it (bounded, see
-        :class:`_StreamingCapture`); the result holds the full output either way."""
+        :class:`_StreamingCapture`); the result holds the full output either way. ``versions`` is
+        ignored (nothing is exported)."""
         result = ExecutionResult()
         taken = set(taken_names)
 
@@ -236,6 +299,19 @@ class InProcessInterpreter:
         result.stdout = stdout.getvalue()
         result.charts = _capture_figures()
         return result
+
+    def start_worker(self) -> float:
+        return 0.0
+
+    def retire_worker(self) -> None:
+        pass
+
+    def fresh_worker(self) -> None:
+        pass
+
+    def sibling(self) -> None:
+        """None: a subagent shares this interpreter (there is no worker to give it)."""
+        return None
 
     def close(self) -> None:
         pass
@@ -324,8 +400,10 @@ def make_interpreter_tools(
     """Build the bound ``python_interpreter`` and ``list_variables`` tools.
 
     ``on_output(text)`` receives what the code prints while it runs, where the
-    backend streams (``streams_output``, the sandbox worker); the tool's result
-    is the full captured output either way.
+    backend streams (``streams_output``); the tool's result is the full
+    captured output either way. ``cache`` must offer ``versions()`` (a
+    :class:`~harness_magic.core.cache.SessionCache` does) for a backend that
+    ``exports_inputs``.
 
     Code that names a lazy (engine-held) handle gets its rows as a frame,
     streamed under ``materialize_max_bytes()`` bytes and ``materialize_max_rows()``
@@ -341,14 +419,10 @@ def make_interpreter_tools(
             inputs = materialize_inputs(cache, wanted, materialize_max_bytes(), materialize_max_rows())
         except Exception as exc:  # over the cap, or the engine failed: nothing ran
             return ToolOutput(text=f"Not run: {format_exception(exc)}", is_error=True)
-        extra: dict[str, Any] = {}
-        if on_output is not None and getattr(backend, "streams_output", False):
-            extra["on_output"] = on_output
-        if getattr(backend, "exports_inputs", False) and hasattr(cache, "versions"):
-            # the backend writes each value's input file once and reuses it while the handle lives
-            execution = backend.execute(code, inputs, cache.names(), versions=cache.versions(), **extra)
-        else:
-            execution = backend.execute(code, inputs, cache.names(), **extra)
+        # an exporting backend writes each value's input file once and reuses it while the handle lives
+        versions = cache.versions() if backend.exports_inputs else None
+        execution = backend.execute(code, inputs, cache.names(), versions=versions,
+                                    on_output=on_output if backend.streams_output else None)
         return _describe_result(execution, cache, current_turn)
 
     def list_variables() -> ToolOutput:

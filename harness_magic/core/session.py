@@ -15,9 +15,11 @@ from harness_magic.core.budgets import Budgets
 from harness_magic.core.cache import SessionCache
 from harness_magic.core.events import EventHandler
 from harness_magic.core.interpreter import (
+    BACKEND_MEMBERS,
     DEFAULT_MATERIALIZE_MAX_BYTES,
     DEFAULT_MATERIALIZE_MAX_ROWS,
     InProcessInterpreter,
+    InterpreterBackend,
     make_interpreter_tools,
 )
 from harness_magic.core.loop import Harness, RunResult
@@ -25,7 +27,7 @@ from harness_magic.core.prompts import DEFAULT_SYSTEM_PROMPT
 from harness_magic.core.provider import ProviderAdapter
 from harness_magic.core.tools import ToolSpec
 
-__all__ = ["AgentConfig", "AgentSession", "SANDBOX_MODES", "DEFAULT_MODEL"]
+__all__ = ["AgentConfig", "AgentSession", "SessionBackend", "SANDBOX_MODES", "DEFAULT_MODEL"]
 
 DEFAULT_MODEL = "openai/gpt-4o-mini"
 """A cheap, capable default; needs OPENAI_API_KEY. Offline ids need no key."""
@@ -106,7 +108,7 @@ _HARNESS_FIELDS = ("planner", "reminders", "system_prompt")
 """Settings that shape the tool list or prompt: changing one rebuilds the loop around the same history."""
 
 
-def make_backend(config: AgentConfig) -> Any:
+def make_backend(config: AgentConfig) -> InterpreterBackend:
     """The interpreter backend a config asks for."""
     if config.sandbox == "inprocess":
         return InProcessInterpreter()
@@ -134,7 +136,7 @@ class AgentSession:
         *,
         adapter: Any | None = None,
         extra_tools: list[ToolSpec] | None = None,
-        backend: Any | None = None,
+        backend: InterpreterBackend | None = None,
         cache: SessionCache | None = None,
         connectors: Any | None = None,
         subagents: bool | dict[str, Any] = False,
@@ -142,6 +144,12 @@ class AgentSession:
         self.config = config or AgentConfig()
         self.session_id = uuid.uuid4().hex[:12]
         self.cache = cache if cache is not None else make_cache(self.config)
+        if backend is not None:
+            missing = [m for m in BACKEND_MEMBERS if not hasattr(backend, m)]
+            if missing:
+                raise TypeError(f"backend {type(backend).__name__} lacks {', '.join(missing)} of InterpreterBackend "
+                                "(a backend without workers or exports declares so and keeps no-op methods, "
+                                "as InProcessInterpreter does)")
         self._backend = backend
         self._fork_pending = False
         """The worker was retired when this run began; its first interpreter call forks the new one."""
@@ -152,6 +160,8 @@ class AgentSession:
         self._subagent_options: dict[str, Any] | None = None
         self._extra_tools = list(extra_tools or [])
         self._handlers: list[EventHandler] = []
+        self._tool_backend = SessionBackend(self)
+        """What the tools hold: forwards to :attr:`backend`, whichever it is now."""
         self.harness = self._build_harness(adapter or self.adapter_for(self.config.model))
         self.connectors: Any | None = None
         """The :class:`~harness_magic.core.connectors.InstalledConnectors` of this session, or None."""
@@ -184,20 +194,7 @@ class AgentSession:
     def enable_subagents(self, **options: Any) -> ToolSpec:
         """Add the ``subagent`` tool (again: the same tool, or new options replace it). Each subagent run gets its own worker (a sibling of this
         session's sandbox backend); with the in-process backend it shares this session's."""
-        from harness_magic.core.subagent import enable_subagents
-
-        session = self
-
-        class _SessionBackend:
-            name = "session"
-
-            def execute(self, code: str, inputs: dict[str, Any], taken_names: Any) -> Any:
-                return session.backend.execute(code, inputs, taken_names)
-
-            def close(self) -> None:
-                pass
-
-        from harness_magic.core.subagent import SUBAGENT_TOOL_NAME
+        from harness_magic.core.subagent import SUBAGENT_TOOL_NAME, enable_subagents
 
         existing = next((t for t in self.harness.tools if t.name == SUBAGENT_TOOL_NAME), None)
         if existing is not None:
@@ -205,7 +202,7 @@ class AgentSession:
                 return existing  # already on (the notebook enables subagents by default)
             self.harness._tools = [t for t in self.harness._tools if t.name != SUBAGENT_TOOL_NAME]
         self._subagent_options = dict(options)
-        options.setdefault("backend", _SessionBackend())
+        options.setdefault("backend", self._tool_backend)  # shared where the backend has no workers to give
         if "tools_factory" not in options:
             options.setdefault("backend_factory", self._subagent_backend)
         return enable_subagents(self.harness, **options)
@@ -213,7 +210,7 @@ class AgentSession:
     # -- construction ---------------------------------------------------------------------
 
     @property
-    def backend(self) -> Any:
+    def backend(self) -> InterpreterBackend:
         """The interpreter backend, started on first use."""
         if self._backend is None:
             self._backend = make_backend(self.config)
@@ -234,7 +231,7 @@ class AgentSession:
             action, start = "start", lambda: self.backend
         else:
             backend = self._backend
-            if not hasattr(backend, "start_worker") or getattr(backend, "worker_pid", None) is not None:
+            if not backend.has_workers or backend.worker_pid is not None:
                 return backend
             action, start = ("fork" if self._fork_pending else "restart"), backend.start_worker
         _sandbox_step(harness, action, None)
@@ -248,8 +245,7 @@ class AgentSession:
 
     def _subagent_backend(self) -> Any:
         """A backend of the subagent's own (None: share this session's, which has no workers)."""
-        sibling = getattr(self.backend, "sibling", None)
-        return sibling() if sibling is not None else None
+        return self._tool_backend.sibling()
 
     def _fresh_worker(self) -> None:
         """Each run (an ``%%agent`` cell) starts in a new worker: nothing a previous cell did survives.
@@ -257,14 +253,9 @@ class AgentSession:
         The old worker stops now; the new one is forked at the run's first
         interpreter call, shown as a ``fork`` step (:meth:`_started_backend`).
         """
-        retire = getattr(self._backend, "retire_worker", None)
-        if retire is not None:
-            retire()
+        if self._backend is not None and self._backend.has_workers:
+            self._backend.retire_worker()
             self._fork_pending = True
-            return
-        fresh = getattr(self._backend, "fresh_worker", None)
-        if fresh is not None:
-            fresh()
 
     def adapter_for(self, model: str) -> Any:
         """One adapter per model id, kept so offline scripts advance across cells."""
@@ -277,29 +268,10 @@ class AgentSession:
 
     def _build_harness(self, adapter: Any) -> Harness:
         session = self
-
-        class _LazyBackend:
-            name = "lazy"
-            streams_output = True
-
-            def execute(self, code: str, inputs: dict[str, Any], taken_names: Any,
-                        on_output: Any = None) -> Any:
-                backend = session._started_backend(holder.get("h"))
-                restarts = getattr(backend, "restarts", 0)
-                try:
-                    if on_output is not None and getattr(backend, "streams_output", False):
-                        return backend.execute(code, inputs, taken_names, on_output=on_output)
-                    return backend.execute(code, inputs, taken_names)
-                finally:
-                    if getattr(backend, "restarts", 0) > restarts and "h" in holder:
-                        _sandbox_step(holder["h"], "restart", getattr(backend, "last_start_s", None))
-
-            def close(self) -> None:
-                pass
-
         holder: dict[str, Harness] = {}
         tools = make_interpreter_tools(
-            self.cache, _LazyBackend(), current_turn=lambda: holder["h"].current_turn if "h" in holder else None,
+            self.cache, self._tool_backend,
+            current_turn=lambda: holder["h"].current_turn if "h" in holder else None,
             materialize_max_bytes=lambda: session.config.materialize_max_bytes,
             materialize_max_rows=lambda: session.config.materialize_max_rows,
             on_output=lambda text: holder["h"].tool_output(text) if "h" in holder else None,
@@ -464,6 +436,77 @@ class AgentSession:
         if self._backend is not None:
             self._backend.close()
         self.cache.close()
+
+
+class SessionBackend:
+    """A session's interpreter backend as its tools (and shared subagents) hold it.
+
+    Implements :class:`~harness_magic.core.interpreter.InterpreterBackend` by
+    forwarding every member (:data:`~harness_magic.core.interpreter.BACKEND_MEMBERS`)
+    to the session's :attr:`AgentSession.backend` of the moment: started on
+    first use, replaced when the sandbox settings change. Starting, forking or
+    restarting a worker for a call is shown on the session's harness as a
+    :class:`~harness_magic.core.events.SandboxStep` with its time.
+    """
+
+    name = "session"
+    """The session's backend, whichever it is (its own name is ``session.backend.name``)."""
+
+    def __init__(self, session: AgentSession) -> None:
+        self._session = session
+
+    def _live(self) -> Any:
+        """The session's backend, its worker running (shown as a step on the session's harness)."""
+        return self._session._started_backend(self._session.harness)
+
+    @property
+    def exports_inputs(self) -> bool:
+        return self._live().exports_inputs
+
+    @property
+    def streams_output(self) -> bool:
+        return self._live().streams_output
+
+    @property
+    def has_workers(self) -> bool:
+        return self._session.backend.has_workers
+
+    @property
+    def restarts(self) -> int:
+        return self._session.backend.restarts
+
+    @property
+    def last_start_s(self) -> float:
+        return self._session.backend.last_start_s
+
+    @property
+    def worker_pid(self) -> int | None:
+        return self._session.backend.worker_pid
+
+    def execute(self, code: str, inputs: dict[str, Any], taken_names: Any, *,
+                versions: dict[str, str] | None = None, on_output: Any = None) -> Any:
+        backend = self._live()
+        restarts = backend.restarts
+        try:
+            return backend.execute(code, inputs, taken_names, versions=versions, on_output=on_output)
+        finally:
+            if backend.restarts > restarts:
+                _sandbox_step(self._session.harness, "restart", backend.last_start_s)
+
+    def start_worker(self) -> float:
+        return self._session.backend.start_worker()
+
+    def retire_worker(self) -> None:
+        self._session.backend.retire_worker()
+
+    def fresh_worker(self) -> None:
+        self._session.backend.fresh_worker()
+
+    def sibling(self) -> Any:
+        return self._session.backend.sibling()
+
+    def close(self) -> None:
+        """Nothing: the session closes its backend (:meth:`AgentSession.close`)."""
 
 
 def _sandbox_step(harness: Any, action: str, duration_s: float | None) -> None:

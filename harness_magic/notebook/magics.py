@@ -41,7 +41,7 @@ from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, obs
 from harness_magic.core.interpreter import DEFAULT_MATERIALIZE_MAX_BYTES, DEFAULT_MATERIALIZE_MAX_ROWS
 from harness_magic.core.scrub import escape_control
 
-__all__ = ["AgentMagics", "load_extension", "unload_extension", "LIVE_MODES"]
+__all__ = ["AgentMagics", "load_extension", "unload_extension", "magics_classes", "LIVE_MODES"]
 
 LIVE_MODES = ("auto", "widgets", "rich", "off")
 """``auto``: widgets in a kernel, rich in a terminal; ``off``: final output only."""
@@ -811,7 +811,22 @@ def rows_text(rows: list[dict[str, Any]]) -> str:
 
 # -- IPython connectivity -------------------------------------------------------------------
 
-_LOADED: dict[int, AgentMagics] = {}
+_LOADED: dict[int, list[Magics]] = {}
+"""Shell id -> the Magics instances the extension registered there, in :func:`magics_classes` order."""
+
+
+def magics_classes() -> tuple[type[Magics], ...]:
+    """Every Magics class the extension registers, :class:`AgentMagics` first (the others drive it).
+
+    One list drives both directions: :func:`load_extension` registers an
+    instance of each, :func:`unload_extension` removes exactly what each
+    instance registered.
+    """
+    from harness_magic.notebook.control_magics import ControlMagics  # %agent_replay/_retry/_diff/_status/...
+    from harness_magic.notebook.docs_magics import DocsMagics  # %agent_docs
+    from harness_magic.notebook.eval_magics import EvalMagics  # %agent_eval
+
+    return (AgentMagics, ControlMagics, DocsMagics, EvalMagics)
 
 
 def _formatters(shell: Any) -> dict[str, Any]:
@@ -843,22 +858,17 @@ def _make_magics(shell: Any) -> AgentMagics:
 
 
 def load_extension(shell: Any) -> None:
-    """Register the magics and the final-output formatter for RunResult."""
+    """Register an instance of each of :func:`magics_classes` and the final-output formatter for RunResult."""
     if id(shell) in _LOADED:
         return
     magics = _make_magics(shell)
-    shell.register_magics(magics)
+    registered: list[Magics] = []
+    for cls in magics_classes():
+        instance = magics if cls is AgentMagics else cls(shell, magics)
+        shell.register_magics(instance)
+        registered.append(instance)
     if magics not in shell.configurables:  # register_magics already lists it: %config would run twice
         shell.configurables.append(magics)
-    from harness_magic.notebook.control_magics import register_control_magics  # %agent_replay/_retry/_diff
-
-    register_control_magics(shell, magics)
-    from harness_magic.notebook.docs_magics import register_docs_magics  # %agent_docs
-
-    register_docs_magics(shell, magics)
-    from harness_magic.notebook.eval_magics import register_eval_magics  # %agent_eval
-
-    register_eval_magics(shell, magics)
     from harness_magic.core import export
 
     def as_html(result: Any) -> str:
@@ -869,26 +879,30 @@ def load_extension(shell: Any) -> None:
     formatters = _formatters(shell)
     if "text/html" in formatters:
         formatters["text/html"].for_type_by_name(*_RESULT_TYPE, as_html)
-    _LOADED[id(shell)] = magics
+    _LOADED[id(shell)] = registered
 
 
 def unload_extension(shell: Any) -> None:
-    """Undo :func:`load_extension`: magics, configurable, formatters, session."""
-    magics = _LOADED.pop(id(shell), None)
-    if magics is None:
+    """Undo :func:`load_extension`: every magic each instance registered, configurables, formatters, session."""
+    registered = _LOADED.pop(id(shell), None)
+    if registered is None:
         return
-    table = shell.magics_manager.magics
-    table["cell"].pop("agent", None)
-    for name in ("agent_vars", "agent_push", "agent_pull", "agent_export", "agent_sandbox", "agent_docs", "agent_eval"):
-        table["line"].pop(name, None)
-    shell.magics_manager.registry.pop(type(magics).__name__, None)
-    shell.configurables[:] = [c for c in shell.configurables if c is not magics]
+    manager = shell.magics_manager
+    for instance in registered:
+        for kind, names in instance.magics.items():
+            table = manager.magics.get(kind, {})
+            for name, method in names.items():
+                if table.get(name) == method:  # still ours: a later extension may have taken the name
+                    del table[name]
+        if manager.registry.get(type(instance).__name__) is instance:
+            del manager.registry[type(instance).__name__]
+    shell.configurables[:] = [c for c in shell.configurables if not any(c is i for i in registered)]
     for formatter in _formatters(shell).values():
         formatter.deferred_printers.pop(_RESULT_TYPE, None)
         for cls in list(formatter.type_printers):
             if (cls.__module__, cls.__name__) == _RESULT_TYPE:
                 formatter.type_printers.pop(cls)
-    magics.close()
+    registered[0].close()
 
 
 def agent_session(shell: Any = None) -> Any:
@@ -906,7 +920,7 @@ def agent_session(shell: Any = None) -> Any:
         from IPython import get_ipython
 
         shell = get_ipython()
-    magics = _LOADED.get(id(shell))
-    if magics is None:
+    registered = _LOADED.get(id(shell))
+    if registered is None:
         raise RuntimeError("harness_magic is not loaded here: run %load_ext harness_magic first")
-    return magics.session
+    return registered[0].session

@@ -270,12 +270,13 @@ class SandboxedInterpreter:
         self._export_origin: SandboxedInterpreter | None = None
         """The interpreter this one is a :meth:`sibling` of: its exports are linked, never rewritten."""
         self._export_serial = itertools.count(1)
+        self.inputs_written = 0
+        """Inputs serialised so far (exports and one-call inputs alike): a call whose inputs were all
+        exported before, or linked from the :meth:`sibling` origin, adds none."""
         self._lock = threading.Lock()
         self.restarts = 0
-        """Workers started to replace one that was lost (not counting retired ones)."""
         self._retired = False
         self.last_start_s = 0.0
-        """Seconds the latest worker took to fork, confine itself and report in."""
         self._closed = False
         self._start_worker()  # fail early (and refuse) rather than on the model's first call
 
@@ -303,7 +304,16 @@ class SandboxedInterpreter:
     streams_output = True
     """``execute`` takes ``on_output``: printed text is handed to it while the call runs."""
 
-    def execute(self, code: str, inputs: dict[str, Any], taken_names: Collection[str],
+    has_workers = True
+    """Code runs in forked, confined workers (see :meth:`fresh_worker`, :meth:`retire_worker`, :meth:`sibling`)."""
+
+    restarts: int = 0
+    """Workers started to replace one that was lost (not counting retired ones)."""
+
+    last_start_s: float = 0.0
+    """Seconds the latest worker took to fork, confine itself and report in."""
+
+    def execute(self, code: str, inputs: dict[str, Any], taken_names: Collection[str], *,
                 versions: dict[str, str] | None = None,
                 on_output: Callable[[str], None] | None = None) -> ExecutionResult:
         """Run ``code`` in the worker with ``inputs`` attached read-only.
@@ -347,6 +357,7 @@ class SandboxedInterpreter:
                             descs[name] = shared
                             continue
                     try:
+                        self.inputs_written += 1
                         desc = write_input(name, value, self.input_dir,
                                            f"v{len(self._exports)}_{seq}" if token is not None else str(seq))
                     except TransferRefused as exc:  # the model's input, not a broken worker: state stays
@@ -475,6 +486,7 @@ class SandboxedInterpreter:
             if self._closed:
                 raise RuntimeError("this SandboxedInterpreter is closed")
             if token not in self._exports:
+                self.inputs_written += 1
                 desc = write_input(name, value, self.input_dir, f"x{next(self._export_serial)}")
                 if not input_files(desc):
                     return [], desc
