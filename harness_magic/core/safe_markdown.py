@@ -182,6 +182,10 @@ def _cite_children(children: list[Any], pattern: re.Pattern[str], links: Mapping
             inner = children[i + 1 : j - 1]
             shown = _inner_texts(inner)
             if pattern.search(shown) or any(sid in shown for sid in links):  # a cited id links only to its snippet
+                if shown.strip() in links:  # ``[doc:x](...)`` or a reference labelled with the id: the citation
+                    label = Token("text", "", 0)
+                    label.content = f"[{shown.strip()}]"
+                    inner = [label]
                 out.extend(_cite_children(inner, pattern, links))
                 if token.markup != "autolink":
                     shown = Token("text", "", 0)
