@@ -81,6 +81,8 @@ WAIT_SLICE_S = 0.1
 """The calling thread waits for a running statement in slices this long, so an interrupt is seen at once."""
 INTERRUPT_GRACE_S = 10.0
 """After an interrupt, how long to wait for DuckDB to stop the statement (it checks often: milliseconds)."""
+_REINTERRUPT_S = 0.01
+"""Past the count budget, the count is interrupted again this often until it stops (an early interrupt is lost)."""
 PROGRESS_INTERVAL_S = 0.25
 """How often a running query's progress is polled for the live status line (cheap, smooth enough)."""
 HEAD_ROWS = 5
@@ -473,19 +475,29 @@ class DuckDBEngine:
         """
         import duckdb
 
-        counter = threading.Timer(COUNT_BUDGET_S, con.interrupt)
+        done = threading.Event()
+
+        def over_budget() -> None:  # DuckDB drops an interrupt that comes before a statement starts: repeat it
+            while not done.is_set():
+                con.interrupt()
+                done.wait(_REINTERRUPT_S)
+
+        counter = threading.Timer(COUNT_BUDGET_S, over_budget)
         counter.daemon = True
         counter.start()
         try:
-            return con.execute(f'SELECT count(*) FROM "{_QUERY_VIEW}"').fetchall()[0][0]
+            try:
+                return con.execute(f'SELECT count(*) FROM "{_QUERY_VIEW}"').fetchall()[0][0]
+            finally:
+                done.set()
+                counter.cancel()
+                counter.join()  # no interrupt of the budget's may reach the cursor's next statement
         except duckdb.InterruptException:
             if cancelled.is_set():
                 raise  # the user's interrupt, not the count budget
             con.execute("ROLLBACK")
             con.execute(_READ_ONLY)
             return None
-        finally:
-            counter.cancel()
 
     def fetch_lazy(self, lazy: LazyRelation, cache: Any, max_bytes: int, *, max_rows: int | None = None,
                    handle: str | None = None, progress: Progress | None = None) -> Any:
