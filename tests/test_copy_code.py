@@ -114,3 +114,54 @@ def test_a_subagents_calls_get_buttons_in_the_final_form_too() -> None:
     final = render_answer_html(parent, copy_buttons=True)
     assert 'data-agent-call="child1:c1"' in final and "parent1:s1" not in final
     assert "agent-copy-code" not in render_answer_html(parent)
+
+
+TROJAN = 'if access != "user\u202e \u2066# admin\u2069 \u2066":\n    grant()\n'
+"""Reads as a comparison with "user" followed by a comment; runs as a comparison with the whole string."""
+
+
+def test_the_clipboard_never_holds_code_with_hidden_characters() -> None:
+    clipboard = CodeClipboard()
+    try:
+        assert clipboard.add("r:1", "x = 1\n") is True and clipboard.calls["r:1"] == "x = 1\n"
+        assert clipboard.add("r:1", "x = 1  # note\rimport os\n") is False and "r:1" not in clipboard.calls, \
+            "a key whose code turned hostile is dropped"
+        for hostile in (TROJAN, "a\u200b = 1", "print('\x1b[2Kok')"):
+            assert clipboard.add("r:2", hostile) is False and "r:2" not in clipboard.calls
+        assert clipboard.add("r:3", "a = 1\r\nb = 2\r\n") and clipboard.calls["r:3"] == "a = 1\nb = 2\n"
+    finally:
+        clipboard.close()
+
+
+def test_a_call_with_hidden_characters_gets_no_button_and_a_warning_naming_them() -> None:
+    clipboard = CodeClipboard()
+    view = WidgetRunView(clipboard=clipboard)
+    try:
+        view(RunStarted(run_id="abc123", model="m", max_turns=5, prompt="p", run_file=None))
+        _started(view, "t1", "python_interpreter", {"code": TROJAN})
+        _started(view, "t2", "python_interpreter", {"code": "print(1)"}, turn=2)
+        body = view.transcript.tools["t1"][1].value
+        assert "agent-copy-code" not in body and "abc123:t1" not in clipboard.calls
+        assert "line 1, column 19: U+202E RIGHT-TO-LEFT OVERRIDE" in body and "no copy button" in body
+        assert "\u202e" not in body and "\\u202e" in body, "the code is shown with visible escapes"
+        assert 'data-agent-call="abc123:t2"' in view.transcript.tools["t2"][1].value
+        final = render_answer_html(view.record, copy_buttons=True)
+        assert 'data-agent-call="abc123:t1"' not in final and 'data-agent-call="abc123:t2"' in final
+        assert "\u202e" not in final
+    finally:
+        view.close()
+        clipboard.close()
+
+
+def test_exports_show_hidden_characters_as_escapes_with_a_warning(tmp_path) -> None:
+    from harness_magic.core.export import export_runs
+
+    record = RunRecord(run_id="abc123", model="m")
+    record.items.append(ToolRecord("t1", "python_interpreter", {"code": TROJAN}, 1, result="ok"))
+    record.items.append(ToolRecord("t2", "warehouse__query", {"sql": "SELECT '\x1b[31m'"}, 2, result="ok"))
+    page = export_runs([record], tmp_path / "t.html").read_text()
+    markdown = export_runs([record], tmp_path / "t.md").read_text()
+    for text in (page, markdown):
+        assert "\u202e" not in text and "\x1b" not in text
+        assert "line 1, column 19: U+202E RIGHT-TO-LEFT OVERRIDE" in text and "U+001B ESCAPE" in text
+    assert "\\u202e" in markdown and "SELECT '\\x1b[31m'" in markdown
