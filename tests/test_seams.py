@@ -200,3 +200,74 @@ def test_unload_then_load_leaves_exactly_one_registration_of_each_magic_in_a_rea
     for state in (unloaded, unloaded_again):
         assert state == {"magics": {}, "registry": [], "configurables": []}
     assert {tuple(v) for v in loaded["magics"].values()}.isdisjoint({tuple(v) for v in reloaded["magics"].values()})
+
+
+# -- a frame of rows without columns --------------------------------------------------------------
+
+
+def test_through_agent_session_a_frame_without_columns_spills_and_comes_back_exactly(tmp_path):
+    import warnings
+
+    from harness_magic.core.cache.spill import SPILL_FORMATS
+
+    make = "import pandas as pd\nf = pd.DataFrame(index=pd.RangeIndex(2, 12, 2, name='i'))\nf.attrs['unit'] = 'rows'\n"
+    turns = [_call(make + "save('rows_only', f)"), _call("save('later', 1)"), {"text": "saved"},
+             _call("(rows_only.shape, list(rows_only.index), rows_only.index.name)"), {"text": "read"}]
+    session = _session(tmp_path, turns, sandbox="inprocess", hot_count=1, spill_dir=str(tmp_path / "spill"))
+    expected = pd.DataFrame(index=pd.RangeIndex(2, 12, 2, name="i"))
+    expected.attrs["unit"] = "rows"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a failed spill warns: here it must not
+            assert session.ask("save them").ok
+            row = next(e for e in session.cache.entries() if e.name == "rows_only")
+            assert row.location == "disk" and row.storage in SPILL_FORMATS
+            result = session.ask("read it back")  # hydrated from its spill file for the call
+        assert result.ok
+        answer = [m.tool_results[0].content for m in result.messages if m.tool_results][-1]
+        assert "[[5, 0], [2, 4, 6, 8, 10], \"i\"]" in str(answer)
+        back = session.cache.get("rows_only")
+        pd.testing.assert_frame_equal(back, expected, check_exact=True, check_index_type=True,
+                                      check_column_type=True)
+        assert back.attrs == {"unit": "rows"} and type(back.index) is pd.RangeIndex
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("frame", [
+    pd.DataFrame(index=range(3)),
+    pd.DataFrame(index=pd.RangeIndex(5, -7, -3, name="r")),
+    pd.DataFrame(index=range(4), columns=pd.Index([], dtype="int64")),
+    pd.DataFrame(),
+    pd.DataFrame(index=pd.date_range("2024", periods=3, freq="D")),
+], ids=["range", "negative-step-named", "int-columns", "no-rows", "dates"])
+def test_a_frame_without_columns_round_trips_exactly_through_a_spill_and_a_checkpoint(tmp_path, frame):
+    from harness_magic.core.cache import SessionCache
+
+    with SessionCache(hot_count=0, spill_dir=tmp_path / "spill") as cache:
+        cache.put("empty", frame)
+        cache.put("newer", 0)
+        assert cache.location("empty") == "disk"
+        cache.save(tmp_path / "ckpt")
+        pd.testing.assert_frame_equal(cache.get("empty"), frame, check_exact=True, check_index_type=True,
+                                      check_column_type=True, check_freq=True)
+    with SessionCache.load(tmp_path / "ckpt", spill_dir=tmp_path / "spill2") as loaded:
+        pd.testing.assert_frame_equal(loaded.get("empty"), frame, check_exact=True, check_index_type=True,
+                                      check_column_type=True, check_freq=True)
+
+
+def test_row_metadata_that_does_not_fit_the_data_is_refused(tmp_path):
+    import json
+
+    import pyarrow as pa
+
+    from harness_magic.core.cache.spill import frame_to_table, table_to_frame
+
+    table = frame_to_table(pd.DataFrame({"a": [1, 2]}))
+    meta = dict(table.schema.metadata)
+    forged = json.loads(meta[b"harness_magic"])
+    forged["row_index"] = {"range": [0, 10, 1], "names": [["none"]]}
+    meta[b"harness_magic"] = json.dumps(forged).encode()
+    with pytest.raises(ValueError, match="row index metadata does not fit the data"):
+        table_to_frame(table.replace_schema_metadata(meta))
+    assert isinstance(table, pa.Table)

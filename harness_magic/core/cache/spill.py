@@ -502,6 +502,9 @@ def _prepare_frame(value: Any) -> tuple[Any, dict[str, Any]]:
             "string_columns": string_columns,
             "object_levels": object_levels,
         }
+        if frame.shape[1] == 0 and type(frame.index) is pd.RangeIndex and len(frame.index):
+            # An Arrow table without columns has no rows either: the index is all there is to keep
+            meta["row_index"] = _index_to_json(frame.index)
     except Unencodable as exc:
         raise SpillUnsupported(f"labels, name or attrs hold {exc.kind} values, which have no exact safe encoding") \
             from exc
@@ -742,6 +745,8 @@ def _from_table(table: Any, **to_pandas: Any) -> Any:
         raise ValueError("harness_magic metadata is malformed")
     frame = table.to_pandas(**to_pandas)  # split_blocks/self_destruct halve the peak but read ~40% slower
     del table
+    if meta.get("row_index") is not None:
+        frame = _rows_without_columns(frame, meta["row_index"])
     if not all(0 <= int(k) < frame.shape[1] for k in meta["cell_columns"]):
         raise ValueError("cell column positions do not match the data")
     for key, dtype_text in meta["cell_columns"].items():
@@ -772,6 +777,16 @@ def _from_table(table: Any, **to_pandas: Any) -> Any:
     result.attrs = decode_tagged(meta["attrs"])
     result.flags.allows_duplicate_labels = bool(meta["allows_duplicate_labels"])
     return result
+
+
+def _rows_without_columns(frame: Any, row_index: Any) -> Any:
+    """A column-less frame given back its rows: ``row_index`` is its RangeIndex (as :func:`_index_to_json`)."""
+    import pandas as pd
+
+    index = _index_from_json(row_index)
+    if frame.shape != (0, 0) or type(index) is not pd.RangeIndex:
+        raise ValueError("row index metadata does not fit the data (it is for a range of rows without columns)")
+    return frame.reindex(index)
 
 
 def _cells_array(cells: Any, dtype_text: str) -> Any:
