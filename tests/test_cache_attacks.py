@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness_magic.core.cache import CheckpointError, SessionCache, SpillReadError
-from harness_magic.core.cache.spill import file_digest
+from harness_magic.core.cache.spill import DIGEST_ALGORITHM, file_digest
 
 
 class _Payload:
@@ -60,26 +60,33 @@ def test_pickle_entry_in_a_checkpoint_is_refused_and_never_run(tmp_path) -> None
     (root / "evil.pkl").write_bytes(pickle.dumps(_Payload(marker)))
     manifest = _manifest(root)
     manifest["entries"].append({**manifest["entries"][0], "name": "evil", "file": "evil.pkl", "format": "pickle",
-                                "sha256": file_digest(root / "evil.pkl")})
+                                DIGEST_ALGORITHM: file_digest(root / "evil.pkl")})
     _write_manifest(root, manifest)
     with pytest.raises(CheckpointError, match=r"handle 'evil' has format 'pickle'.*never read"):
         SessionCache.load(root, spill_dir=tmp_path / "spill2")
     assert not marker.exists()
 
 
-def test_pickled_schema_metadata_is_never_unpickled(tmp_path) -> None:
-    """The old layout pickled labels into the Parquet metadata: a crafted file with a valid digest."""
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+def test_pickled_schema_metadata_is_never_unpickled(tmp_path, fmt) -> None:
+    """The old layout pickled labels into the Parquet metadata: a crafted file (either format) with a valid digest."""
     root = _checkpoint(tmp_path, frame=pd.DataFrame({"a": [1, 2]}))
     marker = tmp_path / "pwned"
     entry = _manifest(root)["entries"][0]
     path = root / entry["file"]
-    table = pq.read_table(path)
+    table = pa.ipc.open_file(pa.py_buffer(path.read_bytes())).read_all()
     meta = dict(table.schema.metadata)
     meta[b"harness_magic"] = pickle.dumps(_Payload(marker))
+    table = table.replace_schema_metadata(meta)
     path.unlink()
-    pq.write_table(table.replace_schema_metadata(meta), path)
     manifest = _manifest(root)
-    manifest["entries"][0]["sha256"] = file_digest(path)
+    if fmt == "parquet":
+        path = path.with_suffix(".parquet")
+        pq.write_table(table, path)
+    else:
+        with pa.ipc.new_file(str(path), table.schema) as writer:
+            writer.write_table(table)
+    manifest["entries"][0].update({"file": path.name, "format": fmt, DIGEST_ALGORITHM: file_digest(path)})
     _write_manifest(root, manifest)
     cache = SessionCache.load(root, spill_dir=tmp_path / "spill2")
     with pytest.raises(SpillReadError, match="handle 'frame'.*not JSON"):
@@ -92,16 +99,17 @@ def test_pickled_schema_metadata_is_never_unpickled(tmp_path) -> None:
     ("name", "../../escape", "not a valid, unique handle"),
     ("name", "a/b", "not a valid, unique handle"),
     ("file", "/etc/passwd", "only plain file names"),
-    ("file", "../outside.parquet", "only plain file names"),
-    ("file", "sub/frame.parquet", "only plain file names"),
+    ("file", "../outside.arrow", "only plain file names"),
+    ("file", "sub/frame.arrow", "only plain file names"),
     ("file", "..", "only plain file names"),
     ("format", "pickle", "has format 'pickle'"),
-    ("sha256", "", "lacks a digest"),
-    ("sha256", "ab" * 31, "lacks a digest"),
+    ("format", "parquet", "does not match format parquet"),
+    (DIGEST_ALGORITHM, "", "lacks a digest"),
+    (DIGEST_ALGORITHM, "ab" * 31, "lacks a digest"),
 ])
 def test_manifest_entries_that_escape_or_lie_are_refused_naming_the_entry(tmp_path, field, bad, message) -> None:
     root = _checkpoint(tmp_path, frame=pd.DataFrame({"a": [1, 2]}))
-    (tmp_path / "outside.parquet").write_bytes((root / "frame.parquet").read_bytes())
+    (tmp_path / "outside.arrow").write_bytes((root / "frame.arrow").read_bytes())
     manifest = _manifest(root)
     manifest["entries"][0][field] = bad
     _write_manifest(root, manifest)
@@ -114,9 +122,9 @@ def test_manifest_entries_that_escape_or_lie_are_refused_naming_the_entry(tmp_pa
 
 def test_a_linked_checkpoint_file_is_refused(tmp_path) -> None:
     root = _checkpoint(tmp_path, frame=pd.DataFrame({"a": [1, 2]}))
-    secret = tmp_path / "secret.parquet"
-    os.replace(root / "frame.parquet", secret)
-    os.symlink(secret, root / "frame.parquet")
+    secret = tmp_path / "secret.arrow"
+    os.replace(root / "frame.arrow", secret)
+    os.symlink(secret, root / "frame.arrow")
     with pytest.raises(CheckpointError, match=r"handle 'frame'.*link or not a plain file"):
         SessionCache.load(root, spill_dir=tmp_path / "spill2")
 
@@ -158,11 +166,12 @@ def test_default_spill_dir_is_private(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("value, storage", [
-    (pd.DataFrame({"a": np.arange(1000, dtype="int64")}), "parquet"),
+    (pd.DataFrame({"a": np.arange(1000, dtype="int64")}), "arrow"),
     (pd.DataFrame({"t": np.arange(1000).astype("datetime64[s]")}), "arrow"),
+    (pd.DataFrame({"x": np.arange(3_000_000, dtype="float64")}), "arrow"),
     (np.arange(1000, dtype="float64"), "npy"),
     ({"k": list(range(100))}, "json"),
-], ids=["parquet", "arrow", "npy", "json"])
+], ids=["arrow", "arrow-seconds", "arrow-striped", "npy", "json"])
 def test_a_flipped_byte_in_any_spill_format_is_an_error_naming_the_handle(tmp_path, value, storage) -> None:
     with SessionCache(hot_count=0, spill_dir=tmp_path) as cache:
         cache.put("victim", value)
@@ -179,7 +188,7 @@ def test_a_flipped_byte_in_any_spill_format_is_an_error_naming_the_handle(tmp_pa
 
 def test_a_flipped_byte_in_a_checkpoint_is_an_error_naming_the_handle(tmp_path) -> None:
     root = _checkpoint(tmp_path, prices=pd.DataFrame({"p": np.arange(500, dtype="float64")}))
-    path = root / "prices.parquet"
+    path = root / "prices.arrow"
     data = bytearray(path.read_bytes())
     data[200] ^= 0x40
     path.write_bytes(bytes(data))
@@ -242,17 +251,64 @@ def _as_version_2(root: Path) -> None:
     manifest["version"] = 2
     for row in manifest["entries"]:
         if "file" in row:
-            del row["sha256"]
+            del row[DIGEST_ALGORITHM]
             row["blake2b"] = file_digest(root / row["file"], "blake2b")
     _write_manifest(root, manifest)
 
 
-def test_new_checkpoints_carry_sha256_digests_of_their_files(tmp_path) -> None:
+def _as_version_3(root: Path) -> None:
+    """Rewrite a checkpoint's manifest the way version 3 wrote it: frames as Parquet, SHA-256 under "sha256"."""
+    manifest = _manifest(root)
+    manifest["version"] = 3
+    for row in manifest["entries"]:
+        if row.get("format") == "arrow":
+            path = root / row["file"]
+            table = pa.ipc.open_file(pa.py_buffer(path.read_bytes())).read_all()
+            path.unlink()
+            path = path.with_suffix(".parquet")
+            pq.write_table(table, path, compression=None)
+            row.update(file=path.name, format="parquet")
+        if "file" in row:
+            del row[DIGEST_ALGORITHM]
+            row["sha256"] = file_digest(root / row["file"], "sha256")
+    _write_manifest(root, manifest)
+
+
+def test_new_checkpoints_carry_striped_sha256_digests_of_their_files(tmp_path) -> None:
     root = _checkpoint(tmp_path, frame=pd.DataFrame({"a": [1, 2]}), array=np.arange(3))
     manifest = _manifest(root)
-    assert manifest["version"] == 3
+    assert manifest["version"] == 4
     for row in manifest["entries"]:
-        assert "blake2b" not in row and row["sha256"] == file_digest(root / row["file"], "sha256")
+        assert "blake2b" not in row and "sha256" not in row
+        assert row["sha256-stripes"] == file_digest(root / row["file"], "sha256-stripes")
+
+
+def test_a_version_3_checkpoint_of_parquet_files_with_sha256_digests_still_loads_exactly(tmp_path) -> None:
+    frame = pd.DataFrame({"a": [1.5, -0.0], "b": pd.Categorical(["x", "y"]), "s": ["u", None]})
+    array = np.arange(6).reshape(2, 3)
+    root = _checkpoint(tmp_path, frame=frame, array=array)
+    _as_version_3(root)
+    with SessionCache.load(root, spill_dir=tmp_path / "spill2") as cache:
+        assert {e.name: e.storage for e in cache.entries()} == {"frame": "parquet", "array": "npy"}
+        pd.testing.assert_frame_equal(cache.get("frame"), frame, check_exact=True)
+        np.testing.assert_array_equal(cache.get("array"), array)
+        cache.save(tmp_path / "again")  # carried over: the file keeps its format and its sha256 digest
+    row = next(r for r in _manifest(tmp_path / "again")["entries"] if r["name"] == "frame")
+    assert row["format"] == "parquet" and row["sha256"] == file_digest(tmp_path / "again" / row["file"], "sha256")
+    with SessionCache.load(tmp_path / "again", spill_dir=tmp_path / "spill3") as cache:
+        pd.testing.assert_frame_equal(cache.get("frame"), frame, check_exact=True)
+
+
+def test_a_version_3_checkpoint_whose_file_changed_is_refused_by_its_sha256_digest(tmp_path) -> None:
+    root = _checkpoint(tmp_path, frame=pd.DataFrame({"a": [1, 2]}))
+    _as_version_3(root)
+    path = root / _manifest(root)["entries"][0]["file"]
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with SessionCache.load(root, spill_dir=tmp_path / "spill2") as cache:
+        with pytest.raises(SpillReadError, match="sha256 digest"):
+            cache.get("frame")
 
 
 def test_a_version_2_checkpoint_with_blake2b_digests_still_loads_exactly(tmp_path) -> None:
@@ -279,13 +335,13 @@ def test_a_version_2_checkpoint_whose_file_changed_is_refused_by_its_blake2b_dig
             cache.get("frame")
 
 
-@pytest.mark.parametrize("version", [1, 4, "3", None])
+@pytest.mark.parametrize("version", [1, 5, "3", None])
 def test_a_checkpoint_of_another_version_is_refused_naming_the_readable_ones(tmp_path, version) -> None:
     root = _checkpoint(tmp_path, frame=pd.DataFrame({"a": [1, 2]}))
     manifest = _manifest(root)
     manifest["version"] = version
     _write_manifest(root, manifest)
-    with pytest.raises(CheckpointError, match="is not a version 2 or 3 cache checkpoint"):
+    with pytest.raises(CheckpointError, match="is not a version 2, 3 or 4 cache checkpoint"):
         SessionCache.load(root, spill_dir=tmp_path / "spill2")
 
 
@@ -293,7 +349,7 @@ def test_a_digest_under_an_unknown_algorithm_is_no_digest(tmp_path) -> None:
     root = _checkpoint(tmp_path, frame=pd.DataFrame({"a": [1, 2]}))
     manifest = _manifest(root)
     row = manifest["entries"][0]
-    row["md5"] = row.pop("sha256")
+    row["md5"] = row.pop(DIGEST_ALGORITHM)
     _write_manifest(root, manifest)
-    with pytest.raises(CheckpointError, match=r"handle 'frame' lacks a digest \(sha256 or blake2b"):
+    with pytest.raises(CheckpointError, match=r"handle 'frame' lacks a digest \(sha256-stripes or sha256 or blake2b"):
         SessionCache.load(root, spill_dir=tmp_path / "spill2")

@@ -116,6 +116,6 @@ def test_loading_a_checkpoint_with_a_missing_file_names_the_handle(tmp_path) -> 
     with SessionCache(spill_dir=tmp_path / "spill") as cache:
         cache.put("orders", pd.DataFrame({"a": [1]}))
         cache.save(tmp_path / "ckpt")
-    (tmp_path / "ckpt" / "orders.parquet").unlink()
+    (tmp_path / "ckpt" / "orders.arrow").unlink()
     with pytest.raises(CheckpointError, match="orders"):
         SessionCache.load(tmp_path / "ckpt")

@@ -144,13 +144,13 @@ def _storage_of(value: Any, tmp_path) -> str | None:
         return next(e.storage for e in cache.entries() if e.name == handle)
 
 
-def test_plain_frames_and_series_spill_to_parquet(tmp_path) -> None:
+def test_plain_frames_and_series_spill_to_arrow_ipc(tmp_path) -> None:
     frame = pd.DataFrame({"a": [1, 2], "s": ["x", "y"], "t": pd.date_range("2024", periods=2, tz="UTC")})
-    assert _storage_of(frame, tmp_path) == "parquet"
-    assert _storage_of(frame["a"], tmp_path) == "parquet"
+    assert _storage_of(frame, tmp_path) == "arrow"
+    assert _storage_of(frame["a"], tmp_path) == "arrow"
 
 
-def test_frames_parquet_cannot_hold_use_arrow_ipc(tmp_path) -> None:
+def test_frames_parquet_cannot_hold_use_arrow_ipc_too(tmp_path) -> None:
     assert _storage_of(EDGE_CASES["datetime_seconds_resolution"](), tmp_path) == "arrow"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from harness_magic.core.cache import DEFAULT_HOT_COUNT, SessionCache
 
@@ -146,7 +147,7 @@ def test_metadata_reports_location_and_storage_but_no_payload(tmp_path) -> None:
         cache.put("b", 1)
         row = cache.metadata()[0]
         assert row == {"name": "secret_frame", "type": "dataframe", "shape": [1, 1], "size_bytes": row["size_bytes"],
-                       "location": "disk", "storage": "parquet", "turn": 3, "tool": "sql"}
+                       "location": "disk", "storage": "arrow", "turn": 3, "tool": "sql"}
         assert "sk-very-secret" not in repr(cache.metadata())
 
 
@@ -173,7 +174,7 @@ def test_interpreter_call_hydrates_only_the_handles_its_code_names(tmp_path) -> 
         assert cache.get(used)["i"].sum() == 10
 
 
-def test_spill_files_dictionary_encode_text_only(tmp_path) -> None:
+def test_parquet_spill_files_dictionary_encode_text_only(tmp_path) -> None:
     """Numbers are written plain (dictionary encoding them costs ~2.5x the frame in encoder memory)."""
     import pyarrow.parquet as pq
 
@@ -181,7 +182,7 @@ def test_spill_files_dictionary_encode_text_only(tmp_path) -> None:
 
     frame = pd.DataFrame({"n": np.arange(5000) % 7, "x": np.arange(5000) / 3, "label": ["north", "south"] * 2500,
                           "when": pd.date_range("2024", periods=5000, freq="min")})
-    record = write_value(frame, tmp_path / "f")
+    record = write_value(frame, tmp_path / "f", "parquet")  # the fallback format; frames go to Arrow IPC first
     assert record.format == "parquet"
     meta = pq.ParquetFile(record.path).metadata
     encodings = {meta.schema.column(i).name: set(meta.row_group(0).column(i).encodings)
@@ -191,33 +192,26 @@ def test_spill_files_dictionary_encode_text_only(tmp_path) -> None:
     pd.testing.assert_frame_equal(read_value(record), frame, check_exact=True)
 
 
-def test_a_spill_file_is_decoded_from_the_bytes_its_digest_was_checked_on(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("rows", [1000, 3_000_000], ids=["one-stripe", "parallel-stripes"])
+def test_a_spill_file_is_decoded_from_the_bytes_its_digest_was_checked_on(tmp_path, monkeypatch, rows) -> None:
     """One read: the digest is checked on the very buffer that is decoded, and a file changing size is refused."""
-    import hashlib
-
     import pytest
 
     from harness_magic.core.cache import spill
     from harness_magic.core.cache.spill import SpillIntegrityError, read_value, write_value
 
-    frame = pd.DataFrame({"x": np.arange(1000.0)})
+    frame = pd.DataFrame({"x": np.arange(float(rows))})
     record = write_value(frame, tmp_path / "f")
-    forged = write_value(pd.DataFrame({"x": -np.arange(1000.0)}), tmp_path / "g").path.read_bytes()
-    real_sha256 = hashlib.sha256
+    assert record.format == "arrow" and record.algorithm == "sha256-stripes"
+    forged = write_value(pd.DataFrame({"x": -np.arange(float(rows))}), tmp_path / "g").path.read_bytes()
+    real_fill = spill._fill_and_digest
 
-    class SwapAfterCheck:  # another process replaces the file right after its digest was computed
-        def __init__(self, *args, **kwargs):
-            self._digest = real_sha256(*args, **kwargs)
+    def swap_after_check(*args):  # another process replaces the file right after its digest was computed
+        digest = real_fill(*args)
+        record.path.write_bytes(forged)
+        return digest
 
-        def update(self, data):
-            self._digest.update(data)
-
-        def hexdigest(self):
-            value = self._digest.hexdigest()
-            record.path.write_bytes(forged)
-            return value
-
-    monkeypatch.setattr(spill.hashlib, "sha256", SwapAfterCheck)
+    monkeypatch.setattr(spill, "_fill_and_digest", swap_after_check)
     pd.testing.assert_frame_equal(read_value(record), frame, check_exact=True)
     monkeypatch.undo()
     with pytest.raises(SpillIntegrityError):  # and the forged file itself is refused
@@ -235,4 +229,40 @@ def test_a_spill_file_is_decoded_from_the_bytes_its_digest_was_checked_on(tmp_pa
 
     monkeypatch.setattr(spill.os, "fstat", Shrunk)
     with pytest.raises(SpillIntegrityError, match="changed size while it was read"):
+        read_value(record)
+
+
+@pytest.mark.parametrize("size_stripes", [0, 1, 4 * 1024**2 - 1, 4 * 1024**2, 4 * 1024**2 + 1, 5 * 4 * 1024**2 + 7])
+def test_the_striped_digest_is_its_definition_whatever_the_threads(tmp_path, monkeypatch, size_stripes) -> None:
+    """SHA-256 over the tag, the size and each 4 MiB stripe's SHA-256; sequential, threaded and file forms agree."""
+    import hashlib
+
+    from harness_magic.core.cache import spill
+
+    data = np.random.default_rng(size_stripes).integers(0, 256, size_stripes, dtype=np.uint8).tobytes()
+    stripes = [data[i:i + spill.DIGEST_STRIPE_BYTES] for i in range(0, len(data), spill.DIGEST_STRIPE_BYTES)]
+    top = hashlib.sha256(b"harness_magic sha256-stripes 4MiB\x00" + len(data).to_bytes(8, "big"))
+    for stripe in stripes:
+        top.update(hashlib.sha256(stripe).digest())
+    expected = top.hexdigest()
+    path = tmp_path / "blob"
+    path.write_bytes(data)
+    hasher = spill.new_hasher("sha256-stripes")
+    for i in range(0, len(data), 1_000_003):  # fed in pieces that straddle stripe edges
+        hasher.update(data[i:i + 1_000_003])
+    assert hasher.hexdigest() == expected
+    monkeypatch.setattr(spill, "HASH_PARALLEL_MIN_BYTES", 1)  # every size on as many threads as it has stripes
+    assert spill._buffer_digest(data) == spill.file_digest(path) == expected
+    monkeypatch.setattr(spill, "HASH_THREADS_MAX", 1)
+    assert spill._buffer_digest(data) == spill.file_digest(path) == expected
+
+
+@pytest.mark.parametrize("change", ["grown", "truncated"])
+def test_a_striped_spill_file_that_grew_or_shrank_is_refused(tmp_path, change) -> None:
+    from harness_magic.core.cache.spill import SpillIntegrityError, read_value, write_value
+
+    record = write_value(pd.DataFrame({"x": np.arange(3_000_000.0)}), tmp_path / "f")
+    data = record.path.read_bytes()
+    record.path.write_bytes(data + b"\0" if change == "grown" else data[:-1])
+    with pytest.raises(SpillIntegrityError, match="f.arrow does not match its sha256-stripes digest"):
         read_value(record)

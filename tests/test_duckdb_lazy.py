@@ -536,7 +536,7 @@ def test_a_checkpoint_keeps_lazy_handles_as_definitions_and_rebinds_them(tmp_pat
     rows = {row["name"]: row for row in manifest["entries"]}
     assert rows["joined"]["definition"]["connector"] == "lake" and "file" not in rows["joined"]
     assert set(rows["by_region"]["definition"]) == {"connector", "sql"}
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["manifest.json", "targets.parquet"]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["manifest.json", "targets.arrow"]
     loaded = SessionCache.load(tmp_path / "ckpt", rebind=lazy_rebinder(registry))
     assert loaded.not_restored == {}
     assert [loaded.location(n) for n in ("joined", "by_region")] == ["duckdb", "duckdb"]

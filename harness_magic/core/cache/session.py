@@ -99,14 +99,17 @@ DEFAULT_MEMORY_BUDGET_BYTES = 2 * 1024**3
 """In-memory bytes the hot set may hold: comfortable on a laptop kernel next to the user's own data."""
 CHECKPOINT_MANIFEST = "manifest.json"
 """File in a checkpoint directory listing handles, formats, snapshots and provenance."""
-CHECKPOINT_VERSION = 3
+CHECKPOINT_VERSION = 4
 """Bumped when the manifest layout changes; :meth:`SessionCache.load` refuses versions outside
 :data:`READABLE_CHECKPOINT_VERSIONS`.
 
 Version 2: no pickle format, JSON metadata in every file, a BLAKE2b digest per file (``"blake2b"``).
-Version 3: a SHA-256 digest per file (``"sha256"``), hashed 2.5x faster on CPUs with SHA extensions."""
-READABLE_CHECKPOINT_VERSIONS = (2, 3)
-"""Versions :meth:`SessionCache.load` reads: a version-2 row carries ``"blake2b"``, checked as such."""
+Version 3: a SHA-256 digest per file (``"sha256"``), hashed 2.5x faster on CPUs with SHA extensions.
+Version 4: striped SHA-256 digests (``"sha256-stripes"``, checked on parallel threads while the file is
+read); frames are Arrow IPC files. A row carried over from an older checkpoint keeps its digest."""
+READABLE_CHECKPOINT_VERSIONS = (2, 3, 4)
+"""Versions :meth:`SessionCache.load` reads: each row is checked by the digest it names (``"blake2b"`` in
+version 2, ``"sha256"`` in version 3)."""
 MANIFEST_MAX_BYTES = 64 * 1024**2
 """A manifest larger than this is refused: snapshots are small, so it is not a real checkpoint."""
 _DIGEST_CHARS = frozenset("0123456789abcdef")
@@ -690,7 +693,8 @@ def _read_manifest(root: Path) -> dict[str, Any]:
     if not isinstance(manifest, dict) or manifest.get("kind") != "harness_magic.session_cache" \
             or manifest.get("version") not in READABLE_CHECKPOINT_VERSIONS \
             or not isinstance(manifest.get("entries"), list):
-        versions = " or ".join(str(v) for v in READABLE_CHECKPOINT_VERSIONS)
+        *rest, last = (str(v) for v in READABLE_CHECKPOINT_VERSIONS)
+        versions = f"{', '.join(rest)} or {last}" if rest else last
         raise CheckpointError(f"{path} is not a version {versions} cache checkpoint")
     for key in ("hot_count", "memory_budget_bytes"):
         if type(manifest.get(key)) is not int or manifest[key] < 0:
@@ -699,7 +703,7 @@ def _read_manifest(root: Path) -> dict[str, Any]:
 
 
 def _digest_algorithm(row: dict[str, Any]) -> str:
-    """The digest a manifest row carries: the first of :data:`DIGEST_ALGORITHMS` it names (SHA-256 first)."""
+    """The digest a manifest row carries: the first of :data:`DIGEST_ALGORITHMS` it names (striped SHA-256 first)."""
     return next((algorithm for algorithm in DIGEST_ALGORITHMS if algorithm in row), DIGEST_ALGORITHMS[0])
 
 
@@ -708,7 +712,7 @@ def _validated_rows(root: Path, manifest: dict[str, Any]) -> list[dict[str, Any]
 
     Names must be valid handles; files plain basenames of regular files (no
     links) inside ``root`` whose suffix matches a known format; each with a
-    SHA-256 (or, from version 2, BLAKE2b) digest. Snapshots must be JSON objects.
+    striped SHA-256 (version 3: SHA-256; version 2: BLAKE2b) digest. Snapshots must be JSON objects.
     """
     import stat
 

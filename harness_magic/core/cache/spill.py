@@ -10,9 +10,11 @@ format that holds it exactly, and a value no format holds exactly raises
 Nothing read back executes code: there is no pickle anywhere. Formats, in
 order of preference:
 
-* ``parquet`` — frames and series (pyarrow, :data:`SPILL_PARQUET_COMPRESSION`).
-* ``arrow`` — Arrow IPC file (uncompressed), for frames Parquet cannot hold
-  exactly (seconds resolution datetimes, non-string categories, ...).
+* ``arrow`` — frames and series as an Arrow IPC file (uncompressed): read
+  back without decoding, the table's columns are the file's bytes.
+* ``parquet`` — frames and series (pyarrow, :data:`SPILL_PARQUET_COMPRESSION`),
+  where a probe finds Arrow IPC inexact; older caches and checkpoints hold
+  Parquet files, read as before.
 * ``npy`` — numpy arrays without Python objects (``allow_pickle=False``).
 * ``json`` — everything else that :mod:`.codec`'s tagged JSON carries exactly
   (scalars, strings, bytes, containers, Decimals, object arrays...).
@@ -30,12 +32,14 @@ How exactness is decided for frames: a *probe* — the first
 must come back identical. Verdicts are remembered per dtype signature; a
 frame small enough to be its own probe is written from the probe's bytes.
 
-Integrity: every file's SHA-256 digest (:data:`DIGEST_ALGORITHM`) is kept in
-its :class:`SpillRecord` and checked before anything is decoded (records from
-older checkpoints carry BLAKE2b digests, checked as such); a mismatch
-raises :class:`SpillIntegrityError`, never wrong data. Parquet and Arrow files
-are read once into memory and the digest is checked on the very bytes that are
-then decoded, so a file changed after the check is never decoded.
+Integrity: every file's digest (:data:`DIGEST_ALGORITHM`, SHA-256 over
+stripes, see :func:`striped_digest`) is kept in its :class:`SpillRecord` and
+checked before anything is decoded (records from older checkpoints carry
+plain SHA-256 or BLAKE2b digests, checked as such); a mismatch raises
+:class:`SpillIntegrityError`, never wrong data. Parquet and Arrow files are
+read once into memory, stripe by stripe on parallel threads that hash each
+stripe as it lands, and the digest is checked on the very bytes that are then
+decoded, so a file changed after the check is never decoded.
 
 Writes are atomic (temporary file, then ``os.replace``). Disk failures raise
 ``OSError``; values no format can hold raise :class:`SpillUnsupported`.
@@ -49,6 +53,7 @@ import io
 import json
 import os
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -65,6 +70,7 @@ __all__ = [
     "values_identical",
     "file_digest",
     "new_hasher",
+    "striped_digest",
     "frame_to_table",
     "table_to_frame",
     "register_pandas_arrow_types",
@@ -75,9 +81,10 @@ __all__ = [
     "DIGEST_SIZE",
     "DIGEST_ALGORITHM",
     "DIGEST_ALGORITHMS",
+    "DIGEST_STRIPE_BYTES",
 ]
 
-SPILL_FORMATS = ("parquet", "arrow", "npy", "json")
+SPILL_FORMATS = ("arrow", "parquet", "npy", "json")
 """Every on-disk format, in order of preference."""
 SPILL_PROBE_ROWS = 64
 """Rows round-tripped in memory to prove a format exact: covers dtype-level losses, costs O(columns)."""
@@ -87,17 +94,26 @@ SPILL_THREADED_CELLS = 1_000_000
 """Below this many cells, converting on one thread beats starting pyarrow's conversion threads."""
 SPILL_VERDICT_MEMO = 512
 """Probe verdicts remembered per dtype signature: repeated spills of similar frames skip the probe."""
-DIGEST_ALGORITHM = "sha256"
-"""Digest of new spill files: 256 bits, collision-free for any accidental or crafted change, and
-hashed at ~1.3 GB/s by CPUs with SHA extensions (BLAKE2b: ~0.55 GB/s, most of a large hydrate)."""
-DIGEST_ALGORITHMS = ("sha256", "blake2b")
-"""Digests a record may carry: BLAKE2b is what older checkpoints hold."""
+DIGEST_ALGORITHM = "sha256-stripes"
+"""Digest of new spill files (:func:`striped_digest`): SHA-256 of each stripe, hashed on parallel threads
+as the file is read, then SHA-256 over the stripes' digests; as collision-resistant as SHA-256 itself."""
+DIGEST_ALGORITHMS = ("sha256-stripes", "sha256", "blake2b")
+"""Digests a record may carry: plain SHA-256 is what version-3 checkpoints hold, BLAKE2b version 2."""
 DIGEST_SIZE = 32
-"""Digest bytes per file (both algorithms): 64 hex characters."""
+"""Digest bytes per file (every algorithm): 64 hex characters."""
+DIGEST_STRIPE_BYTES = 4 * 1024**2
+"""Stripe of the striped digest; part of its definition (another size gives other digests): large enough
+that per-stripe overhead vanishes, small enough that a 16 MiB file already splits over four threads."""
+HASH_THREADS_MAX = 8
+"""Threads reading and hashing one file at most: past this, memory bandwidth is the limit, not the CPU."""
+HASH_PARALLEL_MIN_BYTES = 16 * 1024**2
+"""Files smaller than this are read and hashed on the calling thread: starting threads would cost more."""
 JSON_MAX_BYTES = 512 * 1024**2
 """A ``json`` spill file larger than this is refused on read (tagged JSON of that size is a mistake)."""
 _HASH_CHUNK = 4 * 1024**2
 """Bytes hashed per read: large enough to run at memory speed, small enough to stay cache-friendly."""
+_STRIPES_TAG = b"harness_magic sha256-stripes 4MiB\x00"
+"""Prefix of the striped digest's final hash: names the scheme and stripe size the digests belong to."""
 
 _SUFFIX = {"parquet": ".parquet", "arrow": ".arrow", "npy": ".npy", "json": ".json"}
 _META_KEY = b"harness_magic"
@@ -138,8 +154,46 @@ def format_for_path(path: Path) -> str:
     raise ValueError(f"{path} is not a spill file (suffix not one of {sorted(_SUFFIX.values())})")
 
 
+class _StripedHasher:
+    """:data:`DIGEST_ALGORITHM` fed sequentially (``update``/``hexdigest``, as hashlib objects are)."""
+
+    def __init__(self) -> None:
+        self._digests: list[bytes] = []
+        self._stripe = hashlib.sha256()
+        self._filled = 0
+        self._size = 0
+
+    def update(self, data: Any) -> None:
+        view = memoryview(data).cast("B")
+        self._size += len(view)
+        while len(view):
+            take = min(len(view), DIGEST_STRIPE_BYTES - self._filled)
+            self._stripe.update(view[:take])
+            self._filled += take
+            view = view[take:]
+            if self._filled == DIGEST_STRIPE_BYTES:
+                self._digests.append(self._stripe.digest())
+                self._stripe, self._filled = hashlib.sha256(), 0
+
+    def hexdigest(self) -> str:
+        digests = self._digests + ([self._stripe.digest()] if self._filled else [])
+        return _combine(self._size, digests)
+
+
+def _combine(size: int, digests: list[bytes]) -> str:
+    """The striped digest of ``size`` bytes from its stripes' SHA-256 digests, in order."""
+    top = hashlib.sha256(_STRIPES_TAG + size.to_bytes(8, "big"))
+    for digest in digests:
+        top.update(digest)
+    return top.hexdigest()
+
+
 def new_hasher(algorithm: str = DIGEST_ALGORITHM, data: Any = b"") -> Any:
-    """A hashlib object for ``algorithm`` (one of :data:`DIGEST_ALGORITHMS`), fed ``data``."""
+    """A sequential hasher (``update``/``hexdigest``) for ``algorithm`` (one of :data:`DIGEST_ALGORITHMS`), fed ``data``."""
+    if algorithm == "sha256-stripes":
+        hasher = _StripedHasher()
+        hasher.update(data)
+        return hasher
     if algorithm == "sha256":
         return hashlib.sha256(data)
     if algorithm == "blake2b":
@@ -147,10 +201,75 @@ def new_hasher(algorithm: str = DIGEST_ALGORITHM, data: Any = b"") -> Any:
     raise ValueError(f"digest algorithm {algorithm!r} is not supported; allowed: {', '.join(DIGEST_ALGORITHMS)}")
 
 
+def _hash_threads(size: int) -> int:
+    """Threads that read and hash a file of ``size`` bytes: one below :data:`HASH_PARALLEL_MIN_BYTES`."""
+    if size < HASH_PARALLEL_MIN_BYTES:
+        return 1
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(HASH_THREADS_MAX, cpus, -(-size // DIGEST_STRIPE_BYTES)))
+
+
+def striped_digest(size: int, stripe: Callable[[int, int], bytes]) -> str:
+    """:data:`DIGEST_ALGORITHM` of ``size`` bytes; ``stripe(start, end)`` returns the SHA-256 digest of
+    bytes [start, end) (reading them first where they come from a file).
+
+    Definition: SHA-256 of :data:`_STRIPES_TAG`, the size as 8 big-endian
+    bytes, and the digests of consecutive :data:`DIGEST_STRIPE_BYTES` stripes
+    in order (the last one shorter). Stripes are computed on up to
+    :data:`HASH_THREADS_MAX` threads, each taking a contiguous run (hashlib
+    releases the GIL while hashing, os.preadv while reading); the digest does
+    not depend on the thread count. An exception in any stripe propagates.
+    """
+    count = -(-size // DIGEST_STRIPE_BYTES)
+    digests = [b""] * count
+    threads = _hash_threads(size)
+
+    def run(part: int) -> None:
+        for index in range(part * count // threads, (part + 1) * count // threads):
+            start = index * DIGEST_STRIPE_BYTES
+            digests[index] = stripe(start, min(size, start + DIGEST_STRIPE_BYTES))
+
+    if threads == 1:
+        run(0)
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(threads, thread_name_prefix="spill-digest") as pool:
+            for done in [pool.submit(run, part) for part in range(threads)]:
+                done.result()
+    return _combine(size, digests)
+
+
+def _buffer_digest(data: Any, algorithm: str = DIGEST_ALGORITHM) -> str:
+    """Hex digest of bytes in memory by ``algorithm`` (striped ones on parallel threads)."""
+    view = memoryview(data).cast("B")
+    if algorithm != "sha256-stripes":
+        return new_hasher(algorithm, view).hexdigest()
+    return striped_digest(len(view), lambda start, end: hashlib.sha256(view[start:end]).digest())
+
+
 def file_digest(path: Path | str, algorithm: str = DIGEST_ALGORITHM) -> str:
-    """Hex digest of a file by ``algorithm``, read in chunks."""
-    digest = new_hasher(algorithm)
+    """Hex digest of a file by ``algorithm``, read in chunks (striped digests: stripes on parallel threads)."""
     with open(path, "rb", buffering=0) as source:
+        if algorithm == "sha256-stripes":
+            fd = source.fileno()
+            local = threading.local()
+
+            def stripe(start: int, end: int) -> bytes:
+                scratch = getattr(local, "scratch", None)
+                if scratch is None:
+                    scratch = local.scratch = memoryview(bytearray(DIGEST_STRIPE_BYTES))
+                _pread_exactly(fd, scratch[: end - start], start, path)
+                return hashlib.sha256(scratch[: end - start]).digest()
+
+            digest = striped_digest(os.fstat(fd).st_size, stripe)
+            if os.pread(fd, 1, os.fstat(fd).st_size):
+                raise SpillIntegrityError(f"{Path(path).name} changed size while it was read")
+            return digest
+        digest = new_hasher(algorithm)
         chunk = bytearray(_HASH_CHUNK)
         view = memoryview(chunk)
         while True:
@@ -159,6 +278,16 @@ def file_digest(path: Path | str, algorithm: str = DIGEST_ALGORITHM) -> str:
                 break
             digest.update(view[:n])
     return digest.hexdigest()
+
+
+def _pread_exactly(fd: int, view: memoryview, offset: int, path: Path | str) -> None:
+    """Fill ``view`` from ``fd`` at ``offset``; a file that ends early changed size while it was read."""
+    filled = 0
+    while filled < len(view):
+        n = os.preadv(fd, [view[filled:]], offset + filled)
+        if not n:
+            raise SpillIntegrityError(f"{Path(path).name} changed size while it was read")
+        filled += n
 
 
 def _release_arrow_memory(fmt: str) -> None:
@@ -227,8 +356,8 @@ def write_value(value: Any, stem: Path, fmt: str | None = None) -> SpillRecord:
 
     Raises ``OSError`` when the disk refuses, :class:`SpillUnsupported` when
     no format holds the value exactly (the message names the kind or column).
-    If the Arrow format a probe chose fails on the full data, the other
-    Arrow format is tried; then the value is refused.
+    If the Arrow format a probe chose (IPC or Parquet) fails on the full
+    data, the other one is tried; then the value is refused.
     """
     ready: bytes | None = None
     if fmt is None:
@@ -238,11 +367,11 @@ def write_value(value: Any, stem: Path, fmt: str | None = None) -> SpillRecord:
     except (OSError, SpillUnsupported):
         raise
     except Exception as exc:
-        if fmt != "parquet":
+        if fmt not in _TABLE_READERS:
             raise SpillUnsupported(f"{_kind(value)} could not be written as {fmt}: {type(exc).__name__}: {exc}") \
                 from exc
         try:
-            return _write_file(value, stem, "arrow", None)
+            return _write_file(value, stem, "parquet" if fmt == "arrow" else "arrow", None)
         except (OSError, SpillUnsupported):
             raise
         except Exception as exc2:
@@ -262,7 +391,7 @@ def _write_file(value: Any, stem: Path, fmt: str, ready: bytes | None) -> SpillR
         if ready is not None:  # the probe already serialised the whole value
             with open(tmp, "wb") as sink:
                 sink.write(ready)
-            digest = new_hasher(DIGEST_ALGORITHM, ready).hexdigest()
+            digest = _buffer_digest(ready)
         else:
             try:
                 _WRITERS[fmt](value, str(tmp))  # a path: pyarrow writes natively, without Python file calls
@@ -291,7 +420,7 @@ def _plan(value: Any) -> tuple[str, bytes | None]:
         probe = flat if whole else flat.iloc[:SPILL_PROBE_ROWS]
         expected = value if whole else value.iloc[:SPILL_PROBE_ROWS]
         errors = []
-        for fmt in ("parquet", "arrow"):
+        for fmt in ("arrow", "parquet"):
             data = _probe(fmt, probe, meta, expected, errors)
             if data is not None:
                 _remember(key, fmt)
@@ -349,10 +478,7 @@ def read_value(record: SpillRecord) -> Any:
     if record.format in ("parquet", "arrow"):
         # Read once, check the digest of those very bytes, decode them: no second read of the file
         # (and nothing another process changes after the check is ever decoded).
-        data = _read_whole(record.path)
-        if new_hasher(record.algorithm, memoryview(data)).hexdigest() != record.digest:
-            raise SpillIntegrityError(f"{record.path.name} does not match its {record.algorithm} digest "
-                                      "(the file changed)")
+        data = _read_checked(record)
         try:
             register_pandas_arrow_types()
             import pyarrow as pa
@@ -370,29 +496,45 @@ def read_value(record: SpillRecord) -> Any:
     return _READERS[record.format](str(record.path))
 
 
-def _read_whole(path: Path) -> Any:
-    """A file's bytes in one Arrow buffer of its size (a file that changes size meanwhile is refused).
+def _read_checked(record: SpillRecord) -> Any:
+    """The file's bytes in one Arrow buffer, after checking them against the record's digest.
 
-    The buffer comes from Arrow's pool, which :func:`_release_arrow_memory` empties
-    afterwards: a glibc allocation this large would raise glibc's mmap threshold
-    and leave later frames' columns resident on its heap.
+    Striped digests: each thread reads its stripes straight into the buffer and
+    hashes each while it is still in cache. The buffer comes from Arrow's pool,
+    which :func:`_release_arrow_memory` empties afterwards: a glibc allocation
+    this large would raise glibc's mmap threshold and leave later frames'
+    columns resident on its heap. A file that changes size meanwhile is refused.
     """
     import pyarrow as pa
 
+    path = record.path
     with open(path, "rb", buffering=0) as source:
-        size = os.fstat(source.fileno()).st_size
+        fd = source.fileno()
+        size = os.fstat(fd).st_size
         data = pa.allocate_buffer(size)
         view = memoryview(data)
-        filled = 0
-        while filled < size:
-            n = source.readinto(view[filled:])
-            if not n:
-                break
-            filled += n
-        view.release()
-        if filled != size or source.read(1):
-            raise SpillIntegrityError(f"{Path(path).name} changed size while it was read")
+        try:
+            digest = _fill_and_digest(fd, view, record.algorithm, path)
+            if os.pread(fd, 1, size):
+                raise SpillIntegrityError(f"{path.name} changed size while it was read")
+        finally:
+            view.release()
+    if digest != record.digest:
+        raise SpillIntegrityError(f"{path.name} does not match its {record.algorithm} digest (the file changed)")
     return data
+
+
+def _fill_and_digest(fd: int, view: memoryview, algorithm: str, path: Path) -> str:
+    """Read the whole file into ``view`` and return the digest of those bytes by ``algorithm``."""
+    if algorithm != "sha256-stripes":
+        _pread_exactly(fd, view, 0, path)
+        return new_hasher(algorithm, view).hexdigest()
+
+    def stripe(start: int, end: int) -> bytes:
+        _pread_exactly(fd, view[start:end], start, path)
+        return hashlib.sha256(view[start:end]).digest()
+
+    return striped_digest(len(view), stripe)
 
 
 def values_identical(a: Any, b: Any) -> bool:
