@@ -90,7 +90,7 @@ def _nodes(plan: str) -> Iterable[tuple[str, str]]:
         if line.startswith("== "):
             continue
         match = _NODE.match(line)
-        if match:
+        if match and not match.group("rest").startswith(":"):  # "name: type, ...": the analyzed plan's schema
             yield match.group("name"), match.group("rest")
 
 
@@ -144,7 +144,7 @@ def _allowed(text: str, views: Mapping[str, str]) -> bool:
 def _paths(text: str) -> list[str]:
     match = _LOCATION.match("Location: " + text)
     if match is None:
-        return [text] if text else []
+        return [f"(a location Spark printed only in part: {_short(text.split(', ', 1)[0])})"] if text else []
     listed = match.group("paths").split("], ", 1)[0].removesuffix("]")
     return [p.removeprefix("file:") for p in listed.split(", ")]
 
