@@ -61,6 +61,8 @@ __all__ = [
     "apply_no_new_privs",
     "apply_landlock",
     "apply_seccomp",
+    "SERVER_SECCOMP_KEEP",
+    "drop_capabilities",
     "landlock_abi",
     "python_read_paths",
 ]
@@ -97,6 +99,7 @@ _SYS_LANDLOCK_RESTRICT_SELF = 446
 _SYS_CAPSET = 126
 _LANDLOCK_CREATE_RULESET_VERSION = 1
 _LANDLOCK_RULE_PATH_BENEATH = 1
+_LANDLOCK_RULE_NET_PORT = 2
 
 
 class LayerError(OSError):
@@ -335,6 +338,11 @@ def apply_drop_root(read_paths: Iterable[str], chown_paths: Iterable[str] = ()) 
     return how
 
 
+def drop_capabilities() -> None:
+    """Give up every capability, the bounding set included, so an ``execve`` as uid 0 regains none."""
+    _drop_capabilities()
+
+
 def _drop_capabilities() -> None:
     """Give up every capability, the bounding set included (uid 0 stays)."""
     for cap in range(64):
@@ -386,6 +394,11 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+class _NetPortAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
 def landlock_abi() -> int:
     """The kernel's Landlock ABI version, 0 when absent or disabled."""
     value = _libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0),
@@ -404,8 +417,13 @@ def _handled_fs(abi: int) -> int:
     return rights
 
 
-def apply_landlock(read_paths: Iterable[str], write_paths: Iterable[str]) -> int:
-    """Restrict the filesystem to ``read_paths`` (read) and ``write_paths`` (read/write). Returns the ABI."""
+def apply_landlock(read_paths: Iterable[str], write_paths: Iterable[str], *, exec_paths: Iterable[str] = (),
+                   bind_ports: Iterable[int] = (), connect_ports: Iterable[int] = ()) -> int:
+    """Restrict the filesystem to ``read_paths`` (read) and ``write_paths`` (read/write). Returns the ABI.
+
+    ``exec_paths`` may also be executed (nothing else may). Where the ABI handles TCP (4+), only
+    ``bind_ports`` may be bound and only ``connect_ports`` connected to; with none given, no TCP at all.
+    """
     abi = landlock_abi()
     if abi < 1:
         raise LayerError(errno.EOPNOTSUPP, "Landlock is not supported or not enabled by this kernel")
@@ -427,6 +445,7 @@ def apply_landlock(read_paths: Iterable[str], write_paths: Iterable[str]) -> int
                         | _FS_MAKE_FIFO | _FS_IOCTL_DEV)
     try:
         rules = [(p, read) for p in read_paths] + [(p, write) for p in write_paths]
+        rules += [(p, read | _FS_EXECUTE) for p in exec_paths]
         rules.append((os.devnull, _FS_READ_FILE | _FS_WRITE_FILE))
         for path, access in rules:
             try:
@@ -443,6 +462,15 @@ def apply_landlock(read_paths: Iterable[str], write_paths: Iterable[str]) -> int
                     raise _errno_error(f"landlock_add_rule({path})")
             finally:
                 os.close(fd)
+        if abi >= 4:
+            ports = [(port, _NET_BIND_TCP) for port in bind_ports] + [(port, _NET_CONNECT_TCP)
+                                                                     for port in connect_ports]
+            for port, access in ports:
+                net_rule = _NetPortAttr(allowed_access=access, port=int(port))
+                if _libc.syscall(_SYS_LANDLOCK_ADD_RULE, ctypes.c_int(ruleset),
+                                 ctypes.c_int(_LANDLOCK_RULE_NET_PORT), ctypes.byref(net_rule),
+                                 ctypes.c_uint32(0)) != 0:
+                    raise _errno_error(f"landlock_add_rule(TCP port {port})")
         if _libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
             raise _errno_error("landlock_restrict_self")
     finally:
@@ -485,8 +513,17 @@ _F_SETOWN_EX = 15
 _O_ASYNC = 0o20000
 
 
-def apply_seccomp(own_pid: int) -> int:
-    """Load the deny-list filter. Returns the number of rules. Requires libseccomp (Debian: libseccomp2)."""
+SERVER_SECCOMP_KEEP = ("socket", "socketpair", "connect", "bind", "listen", "accept", "accept4", "execve")
+"""Denied to the worker, kept for a server (the local Spark JVM): Landlock holds it to its own ports and lets it
+execute only its runtime; the filter still refuses every new process (fork, vfork, clone without CLONE_THREAD)."""
+
+
+def apply_seccomp(own_pid: int, *, keep: Iterable[str] = ()) -> int:
+    """Load the deny-list filter. Returns the number of rules. Requires libseccomp (Debian: libseccomp2).
+
+    ``keep``: system calls of the deny list left allowed (see :data:`SERVER_SECCOMP_KEEP`); every other rule stays.
+    """
+    keep = frozenset(keep)
     try:
         import pyseccomp as sc
     except (ImportError, OSError) as exc:  # pyseccomp raises when libseccomp.so.2 is missing
@@ -504,7 +541,8 @@ def apply_seccomp(own_pid: int) -> int:
             pass
 
     for name in _DENY_ALWAYS + _DENY_IPC:
-        add(eperm, name)
+        if name not in keep:
+            add(eperm, name)
     # Threads yes, processes no: clone without CLONE_THREAD is a fork.
     add(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
     # clone3 passes flags in memory seccomp cannot read; ENOSYS makes glibc fall back to clone.
