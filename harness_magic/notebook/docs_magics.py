@@ -2,9 +2,12 @@
 
 ``%agent_docs``
     Each ``docs`` connector of the session: files, chunks, last update, and
-    its files (path, chunks, size, indexed at); each ``glossary`` connector:
-    its files and term counts. The index is refreshed first (incrementally),
-    and what the refresh changed is shown.
+    its files (path, chunks, size, indexed at), then every file it did not
+    index with the reason (a link, a hard link, over an extraction limit such
+    as "extraction exceeded 5 s" or "text over 8 MiB") and the files deferred
+    to the next refresh; each ``glossary`` connector: its files and term
+    counts. The index is refreshed first (incrementally), and what the refresh
+    changed is shown.
 ``%agent_docs QUERY... [-k N] [--connector NAME]``
     The best sections for QUERY, with their source ids, as the model would
     get them from ``docs__search``; glossary terms matching QUERY too.
@@ -107,7 +110,8 @@ class DocsMagics(Magics):
             files = connector.index.files()
             view.lines.append(f"{connector.name}: {report.files} files, {report.chunks} chunks, "
                               f"last update {_when(connector.index.last_refresh)}"
-                              + (f" ({report.summary()})" if report.changed or report.skipped else ""))
+                              + (f" ({report.summary()})" if report.changed or report.skipped or report.deferred
+                                 or report.notes else ""))
             rows = [[f["path"], str(f["chunks"]), f"{f['bytes']:,} B", _when(f["indexed_at"])]
                     for f in files[:FILES_SHOWN]]
             for row in rows:
@@ -116,6 +120,15 @@ class DocsMagics(Magics):
                 view.lines.append(f"  ... and {len(files) - FILES_SHOWN} more files")
             view.tables.append((f"{connector.name} ({report.files} files, {report.chunks} chunks)",
                                 ["file", "chunks", "size", "indexed at"], rows))
+            left_out = [entry.partition(": ")[::2] for entry in report.skipped]
+            left_out += [(path, "deferred: this refresh's extraction budget was spent") for path in report.deferred]
+            for path, reason in left_out[:FILES_SHOWN]:
+                view.lines.append(f"  not indexed: {path}: {reason}")
+            if len(left_out) > FILES_SHOWN:
+                view.lines.append(f"  ... and {len(left_out) - FILES_SHOWN} more not indexed")
+            if left_out:
+                view.tables.append((f"{connector.name}: not indexed", ["file", "reason"],
+                                    [list(pair) for pair in left_out[:FILES_SHOWN]]))
         for connector in glossaries:
             glossary = connector.reload()
             kinds: dict[str, int] = {}

@@ -8,7 +8,9 @@ through the one formatter like every tool result; what each call returned is
 recorded in the run's citation ledger (:mod:`.citations`).
 
 The model never names a file: ``docs__read`` looks its id up in the index, so
-it can only reach chunks of files under the configured roots.
+it can only reach chunks of files under the configured roots, and a chunk is
+served only while its file still opens beneath its root without following a
+link (see :mod:`.index` for the guarantees and the extraction limits).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, Sequence
 from harness_magic.core.connectors.registry import Connector, ToolContext
 from harness_magic.core.knowledge.citations import Source, record_retrieval
 from harness_magic.core.knowledge.embed import make_embedder
+from harness_magic.core.knowledge.extract import ExtractionLimits
 from harness_magic.core.knowledge.glossary import Glossary, GlossaryError, load_glossary
 from harness_magic.core.knowledge.index import DocIndex, Hit, normalize_doc_id
 from harness_magic.core.tools import ToolError
@@ -105,7 +108,9 @@ class DocsConnector(Connector):
         hits = self.search(query, k)
         report = self.report
         header = f"{len(hits)} sections for {query[:80]!r} (index: {report.files} files, {report.chunks} chunks"
-        header += f"; reindexed: {report.summary()})" if report is not before and report.changed else ")"
+        news = report is not before and (report.changed or report.deferred or report.notes
+                                         or report.skipped != before.skipped)
+        header += f"; reindexed: {report.summary()})" if news else ")"
         if not hits:
             return header + ". Try other words, or glossary lookup for a defined term."
         record_retrieval(ctx.harness, ctx.tool_name, [
@@ -146,19 +151,30 @@ class DocsConnector(Connector):
 
 def docs_connector(roots: Sequence[str | os.PathLike] | str, *, name: str = "docs", description: str | None = None,
                    index_path: str | os.PathLike | None = None, embedding_model: str | None = None,
-                   embedding_options: dict[str, Any] | None = None) -> DocsConnector:
+                   embedding_options: dict[str, Any] | None = None, extract_timeout_s: float | None = None,
+                   refresh_budget_s: float | None = None, extract_memory_bytes: int | None = None,
+                   text_max_chars: int | None = None, allow_hardlinks: bool = False) -> DocsConnector:
     """Index the Markdown/text/HTML/PDF files under ``roots`` and expose search/read tools.
 
     ``index_path`` is the SQLite file (default: ``runs/knowledge/<name>-<hash of roots>.sqlite``);
-    ``embedding_model`` adds vector retrieval fused by reciprocal rank (``"offline/hashing"``
-    needs no network; any litellm embedding model id otherwise).
+    it must be yours (else it is moved aside and rebuilt). ``embedding_model`` adds vector
+    retrieval fused by reciprocal rank (``"offline/hashing"`` needs no network; any litellm
+    embedding model id otherwise). Extraction limits (defaults in :mod:`.extract`):
+    ``extract_timeout_s`` per HTML/PDF file, ``refresh_budget_s`` per refresh,
+    ``extract_memory_bytes`` for the worker, ``text_max_chars`` per file.
+    ``allow_hardlinks`` indexes files with more than one hard link.
     """
     if isinstance(roots, (str, os.PathLike)):
         roots = [roots]
     roots = list(roots)
+    given = {"extract_timeout_s": extract_timeout_s, "refresh_budget_s": refresh_budget_s,
+             "extract_memory_bytes": extract_memory_bytes, "text_max_chars": text_max_chars}
+    limits = ExtractionLimits(**{k: v for k, v in given.items() if v is not None})
+    if not isinstance(allow_hardlinks, bool):
+        raise ValueError(f"allow_hardlinks must be true or false, got {allow_hardlinks!r}")
     path = Path(index_path) if index_path is not None else _default_index_path(name, roots)
     embedder = make_embedder(embedding_model, **(embedding_options or {}))
-    index = DocIndex(roots, path, embedder=embedder)
+    index = DocIndex(roots, path, embedder=embedder, limits=limits, allow_hardlinks=allow_hardlinks)
     return DocsConnector(name, description or DOCS_DESCRIPTION, index)
 
 

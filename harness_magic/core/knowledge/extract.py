@@ -17,7 +17,12 @@ last source line. Sections longer than ``CHUNK_MAX_CHARS`` are cut at line
 boundaries into ``<slug>``, ``<slug>-part-2``, ...
 
 Extraction never executes content: HTML is parsed, not rendered; PDFs are read
-with pypdf's text extractor only, bounded by ``PDF_MAX_PAGES``.
+with pypdf's text extractor only, bounded by ``PDF_MAX_PAGES``. Every extractor
+stops at ``max_chars`` of text (:class:`TextTooLong`). Markdown and text run here
+in time linear in their size; HTML and PDF parsers are not linear by
+construction (pypdf inflates streams), so the index runs them in the confined
+worker of :mod:`.extract_worker` under a time and memory limit
+(``CONFINED_SUFFIXES``).
 """
 
 from __future__ import annotations
@@ -27,11 +32,28 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
-__all__ = ["Line", "Chunk", "extract_lines", "chunk_lines", "slugify", "SUFFIXES", "ExtractionError",
-           "CHUNK_MAX_CHARS", "PDF_MAX_PAGES"]
+__all__ = ["Line", "Chunk", "extract_lines", "chunk_lines", "slugify", "SUFFIXES", "CONFINED_SUFFIXES",
+           "ExtractionError", "ExtractionLimitError", "ExtractionTimeout", "TextTooLong", "ExtractionLimits",
+           "CHUNK_MAX_CHARS", "PDF_MAX_PAGES", "TEXT_MAX_CHARS", "EXTRACT_TIMEOUT_S", "REFRESH_BUDGET_S",
+           "EXTRACT_MEMORY_BYTES", "heading"]
 
 SUFFIXES = (".md", ".markdown", ".txt", ".html", ".htm", ".pdf")
 """File types the docs connector indexes; other files under a root are skipped."""
+CONFINED_SUFFIXES = (".html", ".htm", ".pdf")
+"""Extracted only in the confined worker: their parsers' cost is not bounded by the file's size."""
+TEXT_MAX_CHARS = 8 * 1024 * 1024
+"""Text kept from one file (each line counts its length + 1); more is a skip, not a cut: a page of
+business prose is ~3,000 characters, so 8 MiB is thousands of pages, or a decompression bomb."""
+EXTRACT_TIMEOUT_S = 5.0
+"""Wall-clock seconds for one file in the confined worker: a 100-page business PDF takes ~1 s here."""
+REFRESH_BUDGET_S = 20.0
+"""Extraction seconds per refresh; files past it wait for the next refresh, so a tool call that
+re-checks the docs waits about this long at most, however many files changed."""
+EXTRACT_MEMORY_BYTES = 1024 * 1024 * 1024
+"""The worker's address space: Python and pypdf take ~150 MB of it; a stream inflating past the
+rest raises MemoryError in the worker (the file is skipped), never in the kernel."""
+EXTRACT_MEMORY_MIN_BYTES = 256 * 1024 * 1024
+"""The least address space a worker may be given: below it the interpreter cannot start."""
 CHUNK_MAX_CHARS = 1_600
 """A section longer than this is cut into parts, so ``docs__read`` of one part stays inline (the
 formatter inlines strings up to 2,000 characters; the header takes the rest)."""
@@ -40,12 +62,84 @@ PDF_MAX_PAGES = 500
 SLUG_MAX_CHARS = 60
 """Slugs are cut here so citation ids stay short."""
 
-_HEADING_RE = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
-_FENCE_RE = re.compile(r"^\s*(```|~~~)")
+_HEADING_START_RE = re.compile(r"(#{1,6})\s+")
+_FENCE_RE = re.compile(r"\s*(```|~~~)")
 
 
 class ExtractionError(ValueError):
     """A file could not be read as its type says (named with the reason)."""
+
+
+class ExtractionLimitError(ExtractionError):
+    """Extraction was stopped by a limit (time, memory, text size); the message names the limit."""
+
+
+class TextTooLong(ExtractionLimitError):
+    """The file's text is over ``max_chars``."""
+
+    def __init__(self, max_chars: int) -> None:
+        super().__init__(f"text over {_size(max_chars)}")
+        self.max_chars = max_chars
+
+
+class ExtractionTimeout(ExtractionLimitError):
+    """The file ran past ``seconds`` of wall-clock time in the worker (the worker was killed)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"extraction exceeded {seconds:g} s")
+        self.seconds = seconds
+
+
+@dataclass(frozen=True)
+class ExtractionLimits:
+    """Bounds on extracting files; the fields are the docs connector's options of the same names."""
+
+    extract_timeout_s: float = EXTRACT_TIMEOUT_S
+    """Wall-clock seconds per file in the worker."""
+    refresh_budget_s: float = REFRESH_BUDGET_S
+    """Extraction seconds per refresh; later files wait for the next refresh."""
+    extract_memory_bytes: int = EXTRACT_MEMORY_BYTES
+    """The worker's address-space limit."""
+    text_max_chars: int = TEXT_MAX_CHARS
+    """Text kept per file."""
+
+    def __post_init__(self) -> None:
+        for name in ("extract_timeout_s", "refresh_budget_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 86_400:
+                raise ValueError(f"{name} must be seconds in (0, 86400], got {value!r}")
+        memory = self.extract_memory_bytes
+        if isinstance(memory, bool) or not isinstance(memory, int) or memory < EXTRACT_MEMORY_MIN_BYTES:
+            raise ValueError(f"extract_memory_bytes must be an int of at least {EXTRACT_MEMORY_MIN_BYTES} "
+                             f"(256 MiB: the interpreter and pypdf need ~150 MB), got {memory!r}")
+        if isinstance(self.text_max_chars, bool) or not isinstance(self.text_max_chars, int) \
+                or self.text_max_chars < 1:
+            raise ValueError(f"text_max_chars must be a positive int, got {self.text_max_chars!r}")
+
+    def key(self) -> str:
+        """The limits as text: a file skipped under other limits is tried again."""
+        return f"{self.extract_timeout_s:g}s/{self.extract_memory_bytes}B/{self.text_max_chars}c"
+
+
+def _size(chars: int) -> str:
+    mib = chars / (1024 * 1024)
+    return f"{mib:g} MiB" if mib >= 1 else f"{chars:,} characters"
+
+
+def heading(text: str) -> tuple[int, str] | None:
+    """(level, title) of an ATX heading line (``## Refunds ##`` -> (2, "Refunds")), else None.
+
+    Written without a backtracking pattern over the title: ``^(#{1,6})\\s+(.+?)\\s*#*\\s*$``
+    took 10 s on one 2 KB line of spaces (cubic backtracking).
+    """
+    match = _HEADING_START_RE.match(text)
+    if match is None:
+        return None
+    rest = text[match.end():].rstrip()
+    if not rest:
+        return None
+    title = rest.rstrip("#").rstrip()
+    return len(match.group(1)), (title or rest)
 
 
 @dataclass(frozen=True)
@@ -92,18 +186,28 @@ def slugify(text: str) -> str:
 # --------------------------------------------------------------------------- extraction
 
 
-def extract_lines(path: Path, data: bytes) -> tuple[list[Line], str]:
-    """(lines, note) for a file's bytes; the note says what was cut, if anything."""
+def extract_lines(path: Path, data: bytes, *, max_chars: int = TEXT_MAX_CHARS,
+                  max_pages: int = PDF_MAX_PAGES) -> tuple[list[Line], str]:
+    """(lines, note) for a file's bytes, in this process; the note says what was cut, if anything.
+
+    Raises :class:`ExtractionError` for a file that is not what its suffix says and
+    :class:`TextTooLong` when the text (each line's length + 1) passes ``max_chars``.
+    HTML and PDF should go through :mod:`.extract_worker` (the index does that).
+    """
     suffix = path.suffix.lower()
     if suffix == ".pdf":
-        return _pdf_lines(path, data)
+        return _pdf_lines(path, data, max_chars, max_pages)
+    if len(data) > 4 * max_chars + 4:  # UTF-8 needs at least one byte per character: over the cap for sure
+        raise TextTooLong(max_chars)
     text = data.decode("utf-8", errors="replace")
     if suffix in (".html", ".htm"):
-        return _html_lines(text), ""
-    lines = text.splitlines()
-    if suffix in (".md", ".markdown"):
-        return _markdown_lines(lines), ""
-    return [Line(i, t) for i, t in enumerate(lines, 1)], ""
+        lines = _html_lines(text)
+    else:
+        raw = text.splitlines()
+        lines = _markdown_lines(raw) if suffix in (".md", ".markdown") else [Line(i, t) for i, t in enumerate(raw, 1)]
+    if sum(len(line.text) + 1 for line in lines) > max_chars:
+        raise TextTooLong(max_chars)
+    return lines, ""
 
 
 def _markdown_lines(lines: list[str]) -> list[Line]:
@@ -112,8 +216,8 @@ def _markdown_lines(lines: list[str]) -> list[Line]:
     for number, text in enumerate(lines, 1):
         if _FENCE_RE.match(text):
             fenced = not fenced
-        match = None if fenced else _HEADING_RE.match(text)
-        out.append(Line(number, text, len(match.group(1)) if match else 0))
+        found = None if fenced else heading(text)
+        out.append(Line(number, text, found[0] if found else 0))
     return out
 
 
@@ -130,6 +234,7 @@ class _HTMLText(HTMLParser):
         self._start = 1
         self._heading = 0
         self._skip = 0
+        self._has_text = False
 
     def _flush(self) -> None:
         text = " ".join("".join(self._buffer).split())
@@ -137,6 +242,7 @@ class _HTMLText(HTMLParser):
             self.lines.append(Line(self._start, ("#" * self._heading + " " + text) if self._heading else text,
                                    self._heading))
         self._buffer = []
+        self._has_text = False
 
     def handle_starttag(self, tag: str, attrs: list) -> None:
         if tag in _SKIP_TAGS:
@@ -159,9 +265,10 @@ class _HTMLText(HTMLParser):
     def handle_data(self, data: str) -> None:
         if self._skip:
             return
-        if data.strip() and not "".join(self._buffer).strip():
+        if not self._has_text and data.strip():
             leading = data[: len(data) - len(data.lstrip())]
             self._start = self.getpos()[0] + leading.count("\n")
+            self._has_text = True
         self._buffer.append(data)
 
 
@@ -173,12 +280,12 @@ def _html_lines(text: str) -> list[Line]:
     return parser.lines
 
 
-def _pdf_lines(path: Path, data: bytes) -> tuple[list[Line], str]:
+def _pdf_lines(path: Path, data: bytes, max_chars: int, max_pages: int) -> tuple[list[Line], str]:
     import io
 
     try:
         from pypdf import PdfReader
-        from pypdf.errors import PdfReadError
+        from pypdf.errors import PyPdfError
     except ImportError as exc:  # pragma: no cover - pypdf is a dependency
         raise ExtractionError(f"{path.name}: reading PDFs needs pypdf ({exc})") from exc
     try:
@@ -187,15 +294,23 @@ def _pdf_lines(path: Path, data: bytes) -> tuple[list[Line], str]:
         count = len(pages)
         out: list[Line] = []
         number = 0
-        for index in range(min(count, PDF_MAX_PAGES)):
+        size = 0
+        for index in range(min(count, max_pages)):
             number += 1
             out.append(Line(number, f"Page {index + 1}", 1))
-            for text in (pages[index].extract_text() or "").splitlines():
+            text = pages[index].extract_text() or ""
+            size += len(text) + 12
+            if size > max_chars:
+                raise TextTooLong(max_chars)
+            for line in text.splitlines():
                 number += 1
-                out.append(Line(number, text))
-    except (PdfReadError, ValueError, KeyError, TypeError, OSError) as exc:
+                out.append(Line(number, line))
+    except TextTooLong:
+        raise
+    except (PyPdfError, ValueError, KeyError, TypeError, OSError, AttributeError, IndexError,
+            RecursionError) as exc:
         raise ExtractionError(f"{path.name}: not a readable PDF ({type(exc).__name__}: {exc})") from exc
-    note = f"{path.name}: only the first {PDF_MAX_PAGES} of {count} pages indexed" if count > PDF_MAX_PAGES else ""
+    note = f"{path.name}: only the first {max_pages} of {count} pages indexed" if count > max_pages else ""
     return out, note
 
 
@@ -211,8 +326,8 @@ def chunk_lines(path: str, lines: list[Line]) -> list[Chunk]:
         if line.heading:
             if current:
                 sections.append((tuple(t for _, t in trail), current))
-            title = _HEADING_RE.match(line.text)
-            name = title.group(2) if title else line.text.strip()
+            found = heading(line.text)
+            name = found[1] if found else line.text.strip()
             trail = [(lvl, t) for lvl, t in trail if lvl < line.heading] + [(line.heading, name)]
             current = [line]
         else:

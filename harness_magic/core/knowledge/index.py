@@ -15,9 +15,26 @@ With an embedder (see :mod:`.embed`) every chunk also gets a vector (float32
 blobs, read back with ``numpy.frombuffer``: decoding runs no code) and
 :meth:`DocIndex.search` fuses keyword and vector rankings by reciprocal rank.
 
-Files are only read under the configured roots (symlinks resolving outside a
-root are skipped and reported), up to ``FILE_MAX_BYTES`` each and
-``MAX_FILES`` in all.
+What the index guarantees (``tests/test_knowledge_attacks.py`` tries each):
+
+* **Reads stay under the roots.** Every file is opened with the files connector's
+  :func:`~harness_magic.core.connectors._safe_open.open_beneath` (``openat2`` with
+  ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS``): no symbolic link is followed, so a file
+  swapped for a link between the walk and the read is refused, and a file with more
+  than one hard link is refused unless ``allow_hardlinks`` (a hard link can name any
+  file on the disk). Up to ``FILE_MAX_BYTES`` a file and ``MAX_FILES`` in all.
+* **Extraction is bounded.** Markdown and text are split here (linear in their size);
+  HTML and PDF go to the confined worker of :mod:`.extract_worker`, one wall-clock
+  timeout per file, CPU and memory rlimits, ``text_max_chars`` of text a file and
+  ``refresh_budget_s`` of extraction a refresh (later files are deferred). A file over
+  a limit is skipped with the limit named in :attr:`IndexReport.skipped` and is not
+  tried again until it changes (or the limits do).
+* **The index file must be ours.** A file at ``db_path`` (or its ``-wal``/``-shm``/
+  ``-journal``) that is a link, owned by another user, or writable by group or others
+  is moved aside and the index rebuilt (:attr:`DocIndex.notes` says so); it is never read.
+* **Only chunks of existing files are served.** Chunks whose file row is gone are
+  pruned; every hit, ``get`` and ``file_chunks`` first opens its file beneath its root
+  the same safe way and drops the chunk when that fails.
 """
 
 from __future__ import annotations
@@ -34,10 +51,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from harness_magic.core.knowledge.extract import SUFFIXES, Chunk, ExtractionError, chunk_lines, extract_lines
+from harness_magic.core.connectors._safe_open import HardLinkRefused, LinkRefused, open_beneath
+from harness_magic.core.knowledge.extract import (
+    CONFINED_SUFFIXES,
+    SUFFIXES,
+    Chunk,
+    ExtractionError,
+    ExtractionLimitError,
+    ExtractionLimits,
+    ExtractionTimeout,
+    chunk_lines,
+    extract_lines,
+)
+from harness_magic.core.knowledge.extract_worker import ExtractionWorker, WorkerError
 
 __all__ = ["DocIndex", "IndexReport", "Hit", "FILE_MAX_BYTES", "MAX_FILES", "QUERY_MAX_TOKENS", "RRF_K",
-           "fts_query"]
+           "fts_query", "ExtractionLimits"]
 
 FILE_MAX_BYTES = 20 * 1024 * 1024
 """Larger files are skipped (and reported): business docs are small; a 1 GB log is not a doc."""
@@ -58,8 +87,26 @@ SNIPPET_TOKENS = 32
 SNIPPET_PREFIX = 5
 """Letters compared when finding query words in a snippet (a poor man's stemmer, for display only)."""
 SCHEMA_VERSION = 1
+INDEX_FILE_SUFFIXES = ("", "-wal", "-shm", "-journal")
+"""The SQLite files of one index: each must be ours before the index is opened."""
 
 _TOKEN_RE = re.compile(r"\w+", re.UNICODE)
+_HARDLINK_REASON = "a hard link can name any file on the disk; allow_hardlinks=True indexes such files"
+
+
+def _not_ours(path: str) -> str | None:
+    """Why the index file ``path`` cannot be trusted, or None (also when it does not exist)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat_module.S_ISREG(info.st_mode):
+        return "is not a plain file (a link or another kind)"
+    if info.st_uid != os.geteuid():
+        return f"is owned by uid {info.st_uid}, not by you (uid {os.geteuid()})"
+    if info.st_mode & 0o022:
+        return f"is writable by group or others (mode {stat_module.S_IMODE(info.st_mode):o})"
+    return None
 
 
 def fts_query(text: str) -> str:
@@ -81,7 +128,11 @@ class IndexReport:
     removed: list[str] = field(default_factory=list)
     unchanged: int = 0
     skipped: list[str] = field(default_factory=list)
-    """``"path: reason"`` for files not indexed (too large, unreadable, outside the root)."""
+    """``"path: reason"`` for files not indexed (too large, unreadable, a link, over an extraction limit)."""
+    deferred: list[str] = field(default_factory=list)
+    """Files left for the next refresh: this refresh's extraction budget was spent."""
+    notes: list[str] = field(default_factory=list)
+    """What else a person should know (an untrusted index file moved aside)."""
     chunks_written: int = 0
     files: int = 0
     """Files in the index after the refresh."""
@@ -101,7 +152,12 @@ class IndexReport:
                 shown = ", ".join(names[:5]) + (f" (+{len(names) - 5} more)" if len(names) > 5 else "")
                 parts.append(f"{label} {len(names)}: {shown}")
         if self.skipped:
-            parts.append(f"skipped {len(self.skipped)}: " + "; ".join(self.skipped[:3]))
+            parts.append(f"skipped {len(self.skipped)}: " + "; ".join(self.skipped[:3])
+                         + (f" (+{len(self.skipped) - 3} more)" if len(self.skipped) > 3 else ""))
+        if self.deferred:
+            parts.append(f"deferred to the next refresh {len(self.deferred)} (extraction budget spent): "
+                         + ", ".join(self.deferred[:3]) + (" ..." if len(self.deferred) > 3 else ""))
+        parts.extend(self.notes)
         return "; ".join(parts)
 
 
@@ -126,10 +182,15 @@ class _Root:
 
 
 class DocIndex:
-    """Chunks of the files under ``roots`` in the SQLite file ``db_path``."""
+    """Chunks of the files under ``roots`` in the SQLite file ``db_path``.
+
+    ``limits`` bounds extraction (:class:`~.extract.ExtractionLimits`); ``allow_hardlinks``
+    lets files with more than one hard link be indexed (off: such a link can name any file).
+    """
 
     def __init__(self, roots: Sequence[str | os.PathLike], db_path: str | os.PathLike, *,
-                 embedder: Any | None = None) -> None:
+                 embedder: Any | None = None, limits: ExtractionLimits | None = None,
+                 allow_hardlinks: bool = False) -> None:
         if isinstance(roots, (str, os.PathLike)):
             roots = [roots]
         if not roots:
@@ -146,14 +207,18 @@ class DocIndex:
                                  "source ids start with the root's name, so give them different names")
             prefixes[prefix] = str(raw)
             self.roots.append(_Root(path, prefix))
+        self._by_prefix = {root.prefix: root for root in self.roots}
+        self.limits = limits or ExtractionLimits()
+        self.allow_hardlinks = bool(allow_hardlinks)
         self.db_path = Path(db_path)
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
         self.embedder = embedder
+        self.notes: list[str] = []
+        """Said once, in the first refresh's report: e.g. an index file that was not ours, moved aside."""
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(str(self.db_path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")  # the index is a rebuildable cache: no fsync per file
+        self._db = self._open_owned()
         self._create()
+        self._prune()
         self._vectors: tuple[list[int], Any] | None = None
         self._df: dict[str, int] = {}
         self._df_total: int | None = None
@@ -176,6 +241,8 @@ class DocIndex:
             CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
                 title, body, tokenize='porter unicode61');
             CREATE TABLE IF NOT EXISTS vectors (chunk_id INTEGER PRIMARY KEY, model TEXT, vec BLOB);
+            CREATE TABLE IF NOT EXISTS failures (
+                path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, limits TEXT, reason TEXT);
             INSERT OR IGNORE INTO meta VALUES ('schema', '{SCHEMA_VERSION}');
         """)
         version = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0]
@@ -183,14 +250,70 @@ class DocIndex:
             raise ValueError(f"index {str(self.db_path)!r} has schema {version}, expected {SCHEMA_VERSION}; "
                              "delete the file to rebuild it")
 
+    def _open_owned(self) -> sqlite3.Connection:
+        """A connection to ``db_path`` after making sure every file of the index is ours.
+
+        An index file another user owns or may write could carry chunks for files that do not
+        exist (planted to rank first and be cited), or a ``-wal`` that rewrites ours on open.
+        Such files are moved aside (``<name>.untrusted-<time>``) and the index is rebuilt; when
+        they cannot be moved, the index is refused naming the file.
+        """
+        path = str(self.db_path)
+        problems = [(path + suffix, why) for suffix in INDEX_FILE_SUFFIXES
+                    if (why := _not_ours(path + suffix)) is not None]
+        if problems:
+            stamp = time.strftime("%Y%m%dT%H%M%S")
+            for suffix in INDEX_FILE_SUFFIXES:
+                name = path + suffix
+                if not os.path.lexists(name):
+                    continue
+                aside = f"{path}.untrusted-{stamp}{suffix}"
+                try:
+                    os.rename(name, aside)
+                except OSError as exc:
+                    raise ValueError(f"index {name!r} {problems[0][1]}, so it is not used; moving it aside failed "
+                                     f"({exc.strerror or exc}): pass an index_path in a directory you own") from None
+            self.notes.append(f"index {problems[0][0]!r} {problems[0][1]}: not trusted, moved aside to "
+                              f"{path}.untrusted-{stamp}{problems[0][0][len(path):]!s} and rebuilt")
+        try:  # created by us, readable by us only; SQLite gives its -wal and -shm the same mode
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+        except FileExistsError:
+            pass
+        db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")  # the index is a rebuildable cache: no fsync per file
+        for suffix in INDEX_FILE_SUFFIXES:  # a file planted between the check and the open
+            why = _not_ours(path + suffix)
+            if why is not None:
+                db.close()
+                raise ValueError(f"index {path + suffix!r} {why} (it appeared while the index was opened): "
+                                 "pass an index_path in a directory only you can write")
+        return db
+
+    def _prune(self) -> None:
+        """Drop chunks, full-text rows and vectors whose file row is gone."""
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN")
+            db.execute("DELETE FROM chunks WHERE path NOT IN (SELECT path FROM files)")
+            db.execute("DELETE FROM chunks_fts WHERE rowid NOT IN (SELECT id FROM chunks)")
+            db.execute("DELETE FROM vectors WHERE chunk_id NOT IN (SELECT id FROM chunks)")
+            db.execute("COMMIT")
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
     # -- indexing -------------------------------------------------------------------------
 
-    def _walk(self, report: IndexReport) -> Iterable[tuple[str, Path, os.stat_result]]:
-        """(id path, real path, stat) of every indexable file, sorted; symlinks leaving a root are skipped."""
+    def _walk(self, report: IndexReport) -> Iterable[tuple[str, _Root, str, os.stat_result]]:
+        """(id path, root, path under the root, lstat) of every indexable file, sorted.
+
+        Links are never followed: a symbolic link is skipped (and reported), so is a file with
+        more than one hard link unless ``allow_hardlinks``. The read opens the file again
+        beneath its root without following links (:meth:`_read`), so what changes after the
+        walk cannot lead it elsewhere.
+        """
         count = 0
         for root in self.roots:
             stack = [(root.path, "")]
@@ -212,66 +335,138 @@ class DocIndex:
                         files.append((rel, entry))
                 for rel, entry in sorted(files):
                     doc_path = f"{root.prefix}/{rel}"
-                    real = Path(entry.path)
                     try:
+                        info = entry.stat(follow_symlinks=False)
                         if entry.is_symlink():
-                            real = real.resolve(strict=True)
-                            if not real.is_relative_to(root.path):
-                                report.skipped.append(f"{doc_path}: links outside its root")
-                                continue
-                        stat = real.stat()
+                            target = Path(entry.path).resolve()
+                            where = ("links outside its root" if not target.is_relative_to(root.path)
+                                     else "a symbolic link (links are not followed; the file it names is "
+                                          "indexed under its own path)")
+                            report.skipped.append(f"{doc_path}: {where}")
+                            continue
                     except OSError as exc:
                         report.skipped.append(f"{doc_path}: {exc.strerror or exc}")
                         continue
-                    if not stat_module.S_ISREG(stat.st_mode):
+                    if not stat_module.S_ISREG(info.st_mode):
+                        continue
+                    if info.st_nlink > 1 and not self.allow_hardlinks:
+                        report.skipped.append(f"{doc_path}: has {info.st_nlink} hard links ({_HARDLINK_REASON})")
                         continue
                     count += 1
                     if count > MAX_FILES:
                         report.skipped.append(f"{doc_path}: more than {MAX_FILES} files under the roots")
                         return
-                    yield doc_path, real, stat
+                    yield doc_path, root, rel, info
+
+    def _open(self, root: _Root, rel: str) -> int:
+        """A descriptor of ``rel`` opened beneath ``root`` without following links (see ``_safe_open``)."""
+        return open_beneath(str(root.path), rel, allow_hardlinks=self.allow_hardlinks)
+
+    def _read(self, root: _Root, rel: str) -> tuple[bytes, os.stat_result]:
+        """(bytes up to FILE_MAX_BYTES + 1, fstat) of one file, opened safely; OSError (LinkRefused...) otherwise."""
+        fd = self._open(root, rel)
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            return handle.read(FILE_MAX_BYTES + 1), info
+
+    def servable(self, doc_path: str) -> bool:
+        """Whether ``doc_path`` names a regular file that opens beneath its root the safe way now.
+
+        Every chunk served (search hits, :meth:`get`, :meth:`file_chunks`) passes this first:
+        one ``openat2`` and ``fstat``, a few microseconds.
+        """
+        prefix, _, rel = doc_path.partition("/")
+        root = self._by_prefix.get(prefix)
+        if root is None or not rel:
+            return False
+        try:
+            os.close(self._open(root, rel))
+        except OSError:
+            return False
+        return True
 
     def refresh(self) -> IndexReport:
-        """Bring the index up to date with the files; returns what changed."""
+        """Bring the index up to date with the files; returns what changed.
+
+        Never blocks longer than about ``limits.refresh_budget_s`` plus one file's
+        ``limits.extract_timeout_s`` on extraction (files past the budget are deferred).
+        """
         started = time.perf_counter()
         report = IndexReport()
-        with self._lock:
+        report.notes, self.notes = self.notes, []
+        with self._lock, ExtractionWorker(self.limits) as worker:
             db = self._db
             known = {row[0]: row[1:] for row in db.execute("SELECT path, sha256, size, mtime_ns FROM files")}
+            failures = {row[0]: row[1:] for row in db.execute("SELECT path, size, mtime_ns, limits, reason "
+                                                              "FROM failures")}
+            limits_key = self.limits.key()
             seen: set[str] = set()
-            new_chunk_ids: list[int] = []
-            for doc_path, real, stat in self._walk(report):
+            walked: set[str] = set()
+            spent = 0.0
+            for doc_path, root, rel, stat in self._walk(report):
+                walked.add(doc_path)
                 if stat.st_size > FILE_MAX_BYTES:
                     report.skipped.append(f"{doc_path}: {stat.st_size} bytes, over the {FILE_MAX_BYTES} limit")
                     continue
-                seen.add(doc_path)
                 previous = known.get(doc_path)
                 if previous is not None and previous[1] == stat.st_size and previous[2] == stat.st_mtime_ns:
+                    seen.add(doc_path)
                     report.unchanged += 1
                     continue
+                failed = failures.get(doc_path)
+                if failed is not None and failed[:3] == (stat.st_size, stat.st_mtime_ns, limits_key):
+                    report.skipped.append(f"{doc_path}: {failed[3]} (not tried again until the file changes)")
+                    continue
+                if spent >= self.limits.refresh_budget_s:
+                    report.deferred.append(doc_path)
+                    if previous is not None:
+                        seen.add(doc_path)  # its last indexed text stays searchable meanwhile
+                    continue
                 try:
-                    with open(real, "rb") as handle:
-                        data = handle.read(FILE_MAX_BYTES + 1)
+                    data, stat = self._read(root, rel)
+                except LinkRefused:
+                    report.skipped.append(f"{doc_path}: became a symbolic link (links are not followed)")
+                    continue
+                except HardLinkRefused as exc:
+                    report.skipped.append(f"{doc_path}: {exc.strerror} ({_HARDLINK_REASON})")
+                    continue
                 except OSError as exc:
-                    seen.discard(doc_path)
                     report.skipped.append(f"{doc_path}: {exc.strerror or exc}")
+                    continue
+                if len(data) > FILE_MAX_BYTES:
+                    report.skipped.append(f"{doc_path}: over the {FILE_MAX_BYTES} bytes limit")
                     continue
                 report.bytes_read += len(data)
                 digest = hashlib.sha256(data).hexdigest()
                 if previous is not None and previous[0] == digest:
+                    seen.add(doc_path)
                     db.execute("UPDATE files SET size=?, mtime_ns=? WHERE path=?",
                                (stat.st_size, stat.st_mtime_ns, doc_path))
                     report.unchanged += 1
                     continue
+                budget_left = self.limits.refresh_budget_s - spent
+                clock = time.monotonic()
                 try:
-                    lines, note = extract_lines(real, data)
+                    lines, note = self._extract(worker, rel, data, budget_left)
+                except ExtractionTimeout as exc:
+                    if exc.seconds < self.limits.extract_timeout_s:  # cut short by the budget, not its own limit
+                        report.deferred.append(doc_path)
+                        if previous is not None:
+                            seen.add(doc_path)
+                        continue
+                    self._failed(report, doc_path, previous, stat, limits_key, str(exc))
+                    continue
                 except ExtractionError as exc:
+                    self._failed(report, doc_path, previous, stat, limits_key, str(exc))
+                    continue
+                except WorkerError as exc:  # not the file's fault: it is tried again next refresh
                     report.skipped.append(f"{doc_path}: {exc}")
                     if previous is not None:
-                        self._delete_file(doc_path)
-                        report.removed.append(doc_path)
-                    seen.discard(doc_path)
+                        seen.add(doc_path)
                     continue
+                finally:
+                    spent += time.monotonic() - clock
+                seen.add(doc_path)
                 if note:
                     report.skipped.append(note)
                 chunks = chunk_lines(doc_path, lines)
@@ -286,9 +481,9 @@ class DocIndex:
                         rowid = cursor.lastrowid
                         db.execute("INSERT INTO chunks_fts (rowid, title, body) VALUES (?,?,?)",
                                    (rowid, " ".join(chunk.trail) + " " + chunk.path, chunk.text))
-                        new_chunk_ids.append(rowid)
                     db.execute("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?,?)",
                                (doc_path, digest, stat.st_size, stat.st_mtime_ns, len(chunks), time.time(), note))
+                    db.execute("DELETE FROM failures WHERE path=?", (doc_path,))
                     db.execute("COMMIT")
                 except BaseException:
                     db.execute("ROLLBACK")
@@ -300,6 +495,11 @@ class DocIndex:
                 self._delete_file(gone)
                 db.execute("COMMIT")
                 report.removed.append(gone)
+            stale = [path for path in failures if path not in walked]
+            if stale:
+                db.executemany("DELETE FROM failures WHERE path=?", [(path,) for path in stale])
+            if report.changed:
+                self._prune()
             if self.embedder is not None:
                 self._embed_missing()
             report.files = db.execute("SELECT count(*) FROM files").fetchone()[0]
@@ -311,6 +511,27 @@ class DocIndex:
         self.last_report = report
         self.last_refresh = time.time()
         return report
+
+    def _extract(self, worker: ExtractionWorker, rel: str, data: bytes, budget_left: float) -> tuple[list, str]:
+        """Lines of one file: HTML and PDF in the confined worker, Markdown and text here."""
+        path = Path(rel)
+        if path.suffix.lower() in CONFINED_SUFFIXES:
+            return worker.extract(path.name, data, timeout_s=max(budget_left, 0.001))
+        return extract_lines(path, data, max_chars=self.limits.text_max_chars)
+
+    def _failed(self, report: IndexReport, doc_path: str, previous: Any, stat: os.stat_result, limits_key: str,
+                reason: str) -> None:
+        """Skip a file its extraction refused, remember why until it changes, drop its old chunks."""
+        report.skipped.append(f"{doc_path}: {reason}")
+        db = self._db
+        db.execute("BEGIN")
+        db.execute("INSERT OR REPLACE INTO failures VALUES (?,?,?,?,?)",
+                   (doc_path, stat.st_size, stat.st_mtime_ns, limits_key, reason))
+        if previous is not None:
+            self._delete_file(doc_path)
+        db.execute("COMMIT")
+        if previous is not None:
+            report.removed.append(doc_path)
 
     def _delete_file(self, doc_path: str) -> None:
         db = self._db
@@ -346,18 +567,24 @@ class DocIndex:
         return Chunk(row[0], row[1], tuple(json.loads(row[2])), row[3], row[4], row[5])
 
     def get(self, source_id: str) -> Chunk | None:
-        """The chunk with id ``doc:<path>#<slug>`` (brackets and the ``doc:`` prefix are optional)."""
+        """The chunk with id ``doc:<path>#<slug>`` (brackets and the ``doc:`` prefix are optional).
+
+        None also when its file no longer opens safely beneath its root (:meth:`servable`).
+        """
         path, _, slug = normalize_doc_id(source_id).partition("#")
         with self._lock:
-            row = self._db.execute("SELECT path, slug, trail, start_line, end_line, text FROM chunks "
-                                   "WHERE path=? AND slug=?", (path, slug)).fetchone()
-        return self._chunk(row) if row else None
+            row = self._db.execute("SELECT c.path, c.slug, c.trail, c.start_line, c.end_line, c.text FROM chunks c "
+                                   "JOIN files f ON f.path = c.path WHERE c.path=? AND c.slug=?",
+                                   (path, slug)).fetchone()
+        return self._chunk(row) if row and self.servable(row[0]) else None
 
     def file_chunks(self, path: str) -> list[Chunk]:
+        """The chunks of one file in order ([] when the file no longer opens safely beneath its root)."""
         with self._lock:
-            rows = self._db.execute("SELECT path, slug, trail, start_line, end_line, text FROM chunks "
-                                    "WHERE path=? ORDER BY start_line", (path,)).fetchall()
-        return [self._chunk(r) for r in rows]
+            rows = self._db.execute("SELECT c.path, c.slug, c.trail, c.start_line, c.end_line, c.text FROM chunks c "
+                                    "JOIN files f ON f.path = c.path WHERE c.path=? ORDER BY c.start_line",
+                                    (path,)).fetchall()
+        return [self._chunk(r) for r in rows] if rows and self.servable(path) else []
 
     def files(self) -> list[dict[str, Any]]:
         """One dict per indexed file: path, chunks, bytes, sha256 (first 12), indexed_at."""
@@ -398,7 +625,9 @@ class DocIndex:
             marks = ",".join("?" * len(ranked))
             ids = [r[0] for r in ranked]
             rows = {r[0]: r[1:] for r in self._db.execute(
-                f"SELECT id, path, slug, trail, start_line, end_line, text FROM chunks WHERE id IN ({marks})", ids)}
+                "SELECT c.id, c.path, c.slug, c.trail, c.start_line, c.end_line, c.text FROM chunks c "
+                f"JOIN files f ON f.path = c.path WHERE c.id IN ({marks})", ids)}
+        rows = self._servable_rows(rows)
         terms = [t.strip('"').replace('""', '"') for t in full.split(" OR ")]
         hits = []
         for rowid, score in ranked:
@@ -406,6 +635,11 @@ class DocIndex:
                 chunk = self._chunk(rows[rowid])
                 hits.append(Hit(chunk, -float(score), snippet(chunk.text, terms)))
         return hits
+
+    def _servable_rows(self, rows: dict[int, Sequence[Any]]) -> dict[int, Sequence[Any]]:
+        """``rows`` (id -> (path, ...)) without those whose file does not open safely now (one check a file)."""
+        ok = {path: self.servable(path) for path in {row[0] for row in rows.values()}}
+        return {rowid: row for rowid, row in rows.items() if ok[row[0]]}
 
     def _informative(self, expression: str) -> str:
         """``expression`` without the terms BM25 gives no weight, or itself when nothing would be left.
@@ -474,8 +708,9 @@ class DocIndex:
         wanted = [ids[i] for i in order]
         with self._lock:
             rows = {r[0]: r[1:] for r in self._db.execute(
-                "SELECT id, path, slug, trail, start_line, end_line, text FROM chunks WHERE id IN "
-                f"({','.join('?' * len(wanted))})", wanted)}
+                "SELECT c.id, c.path, c.slug, c.trail, c.start_line, c.end_line, c.text FROM chunks c "
+                f"JOIN files f ON f.path = c.path WHERE c.id IN ({','.join('?' * len(wanted))})", wanted)}
+        rows = self._servable_rows(rows)
         hits = []
         for i in order:
             row = rows.get(ids[i])
