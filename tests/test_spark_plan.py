@@ -80,12 +80,15 @@ def lake(tmp_path_factory):
     lake.csv.write_text(f"secret\n{SECRET}\n")
     lake.json.parent.mkdir()
     lake.json.write_text(json.dumps({"secret": SECRET}) + "\n")
+    sales = lake.root / "sales"
+    sales.mkdir()
+    events_frame().to_parquet(sales / "part-0.parquet", index=False)
     owner = SparkEngine(master="local[2]", files={"private": str(lake.private), "private_csv": str(lake.csv),
-                                                  "private_json": str(lake.json), **lake.files()},
-                        conf={"spark.sql.warehouse.dir": str(lake.root / "warehouse"),
-                              "spark.sql.shuffle.partitions": "4"})
+                                                  "private_json": str(lake.json), "sales_files": str(sales),
+                                                  **lake.files()},
+                        conf={"spark.sql.shuffle.partitions": "4"})
     admin = owner.spark  # starts the server; the owner's own session acts as the cluster's administrator
-    admin.createDataFrame(events_frame()).write.format("parquet").saveAsTable("sales")
+    admin.sql(f"CREATE TABLE sales USING parquet LOCATION '{sales}'")  # a catalog table (over files the server reads)
     lake.url, lake.admin, lake.owner = owner.server.url, admin, owner
     try:
         yield lake

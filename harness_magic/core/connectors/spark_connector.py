@@ -197,7 +197,9 @@ class SparkEngine:
 
                     if self.server is None:
                         try:
-                            self.server = LocalSparkConnect(self.master, {**self.conf, **PINNED_CONF})
+                            self.server = LocalSparkConnect(
+                                self.master, {**self.conf, **PINNED_CONF},
+                                read_paths=[path for _, path in self.files.values()])
                         except SparkStartError as exc:
                             raise ToolError(f"Spark did not start: {exc}") from None
                     url = self.server.url
