@@ -38,12 +38,15 @@ nested transcript.
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from harness_magic.core.budgets import child_budgets
 from harness_magic.core.events import SubagentEvent
 from harness_magic.core.format import truncate_middle
 from harness_magic.core.tools import ToolError, ToolOutput, ToolSpec
+
+if TYPE_CHECKING:
+    from harness_magic.core.interpreter import InterpreterBackend
 
 __all__ = [
     "SubagentRecursionError",
@@ -136,8 +139,8 @@ def make_subagent_tool(
     *,
     adapter_factory: Callable[[Any], Any] | None = None,
     tools_factory: Callable[[Any, Callable[[], "int | None"]], list[ToolSpec]] | None = None,
-    backend: Any | None = None,
-    backend_factory: Callable[[], Any] | None = None,
+    backend: InterpreterBackend | None = None,
+    backend_factory: Callable[[], InterpreterBackend | None] | None = None,
     cache_factory: Callable[[], Any] | None = None,
     system_prompt: str | None = None,
     max_turns: int = DEFAULT_SUBAGENT_MAX_TURNS,
@@ -152,7 +155,9 @@ def make_subagent_tool(
     when None — no security boundary; :class:`AgentSession` passes its
     sandboxed backend). ``backend_factory`` instead makes a backend for each
     subagent run (closed when the run ends), so no state of one run's
-    interpreter reaches another's or the parent's. ``connectors`` (a
+    interpreter reaches another's or the parent's; when it returns None the
+    run uses ``backend``. Both implement
+    :class:`~harness_magic.core.interpreter.InterpreterBackend`. ``connectors`` (a
     ConnectorRegistry) is installed in the child only when given.
     """
     if max_turns < 1:
@@ -174,7 +179,7 @@ def make_subagent_tool(
         try:
             return run_subagent(task, input_handles, output_policy, own)
         finally:
-            if own is not None and hasattr(own, "close"):
+            if own is not None:
                 own.close()
 
     def run_subagent(task: str, input_handles: list[str] | None, output_policy: str, own: Any) -> ToolOutput:
