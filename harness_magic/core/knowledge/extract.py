@@ -47,8 +47,8 @@ business prose is ~3,000 characters, so 8 MiB is thousands of pages, or a decomp
 EXTRACT_TIMEOUT_S = 5.0
 """Wall-clock seconds for one file in the confined worker: a 100-page business PDF takes ~1 s here."""
 REFRESH_BUDGET_S = 20.0
-"""Extraction seconds per refresh; files past it wait for the next refresh, so a tool call that
-re-checks the docs waits about this long at most, however many files changed."""
+"""Seconds of HTML/PDF extraction (worker time) per refresh; such files past it wait for the next
+refresh, so a tool call that re-checks the docs waits about this long on them at most."""
 EXTRACT_MEMORY_BYTES = 1024 * 1024 * 1024
 """The worker's address space: Python and pypdf take ~150 MB of it; a stream inflating past the
 rest raises MemoryError in the worker (the file is skipped), never in the kernel."""
@@ -97,7 +97,7 @@ class ExtractionLimits:
     extract_timeout_s: float = EXTRACT_TIMEOUT_S
     """Wall-clock seconds per file in the worker."""
     refresh_budget_s: float = REFRESH_BUDGET_S
-    """Extraction seconds per refresh; later files wait for the next refresh."""
+    """Worker seconds per refresh; later HTML/PDF files wait for the next refresh."""
     extract_memory_bytes: int = EXTRACT_MEMORY_BYTES
     """The worker's address-space limit."""
     text_max_chars: int = TEXT_MAX_CHARS

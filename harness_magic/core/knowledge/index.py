@@ -26,7 +26,7 @@ What the index guarantees (``tests/test_knowledge_attacks.py`` tries each):
 * **Extraction is bounded.** Markdown and text are split here (linear in their size);
   HTML and PDF go to the confined worker of :mod:`.extract_worker`, one wall-clock
   timeout per file, CPU and memory rlimits, ``text_max_chars`` of text a file and
-  ``refresh_budget_s`` of extraction a refresh (later files are deferred). A file over
+  ``refresh_budget_s`` of worker time a refresh (later HTML/PDF files are deferred). A file over
   a limit is skipped with the limit named in :attr:`IndexReport.skipped` and is not
   tried again until it changes (or the limits do).
 * **The index file must be ours.** A file at ``db_path`` (or its ``-wal``/``-shm``/
@@ -388,8 +388,9 @@ class DocIndex:
     def refresh(self) -> IndexReport:
         """Bring the index up to date with the files; returns what changed.
 
-        Never blocks longer than about ``limits.refresh_budget_s`` plus one file's
-        ``limits.extract_timeout_s`` on extraction (files past the budget are deferred).
+        Spends about ``limits.refresh_budget_s`` at most on HTML and PDF extraction (files past
+        the budget are deferred to the next refresh); Markdown and text, linear in their
+        size, are always indexed, so hostile PDFs cannot starve them.
         """
         started = time.perf_counter()
         report = IndexReport()
@@ -417,7 +418,8 @@ class DocIndex:
                 if failed is not None and failed[:3] == (stat.st_size, stat.st_mtime_ns, limits_key):
                     report.skipped.append(f"{doc_path}: {failed[3]} (not tried again until the file changes)")
                     continue
-                if spent >= self.limits.refresh_budget_s:
+                confined = Path(rel).suffix.lower() in CONFINED_SUFFIXES
+                if confined and spent >= self.limits.refresh_budget_s:
                     report.deferred.append(doc_path)
                     if previous is not None:
                         seen.add(doc_path)  # its last indexed text stays searchable meanwhile
@@ -465,7 +467,8 @@ class DocIndex:
                         seen.add(doc_path)
                     continue
                 finally:
-                    spent += time.monotonic() - clock
+                    if confined:
+                        spent += time.monotonic() - clock
                 seen.add(doc_path)
                 if note:
                     report.skipped.append(note)
