@@ -86,7 +86,7 @@ _REINTERRUPT_S = 0.01
 PROGRESS_INTERVAL_S = 0.25
 """How often a running query's progress is polled for the live status line (cheap, smooth enough)."""
 HEAD_ROWS = 5
-"""Head rows a lazy handle's snapshot fetches with LIMIT."""
+"""Head rows a lazy handle's snapshot keeps (its ``head_limit``: fewer means they are the whole result)."""
 ONE_PASS_MAX_ROWS = 1_000_000
 """A lazy result that does not aggregate is read by its snapshot up to this many rows (plus one, to know it goes
 on) into an engine table: one that ends within it is counted exactly and kept for pulls (its query ran once);
@@ -399,7 +399,7 @@ class DuckDBEngine:
     def lazy(self, cache: Any, sql: str, progress: Progress | None = None) -> LazyRelation:
         """A :class:`LazyRelation` for one read-only statement; its snapshot facts come from the engine.
 
-        One run of the query gives them (see *snapshot* in the module doc): an
+        One run of the query gives them (see *Snapshot by pushdown* in :mod:`.lazy`): an
         aggregate is computed whole; any other query is read up to
         :data:`ONE_PASS_MAX_ROWS` + 1 rows. A result computed whole is kept in
         the engine (counted exactly; pulls and chains read it, so the query runs
