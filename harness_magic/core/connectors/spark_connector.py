@@ -26,7 +26,7 @@ Safety, in order:
 * **Spark's parser enforces it.** ``query`` sends the text only inside
   ``SELECT * FROM (<text>) AS __harness_query``: Spark's grammar accepts nothing but a
   query there, so a command the classifier missed fails to parse in Spark instead of
-  running. (Reflection functions are queries to Spark; only classification catches them.)
+  running. (Reflection functions are queries to Spark: classification and the plan check catch them.)
 * **Spark's plan is checked before any job runs** (:mod:`.spark_plan`). Every DataFrame
   built from model-controlled SQL (a query, lazy or not; a lazy handle's snapshot and
   pulls; a handle re-created from a checkpoint) is explained first, and refused when any
