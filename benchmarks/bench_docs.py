@@ -4,6 +4,7 @@ Run::
 
     .venv/bin/python benchmarks/bench_docs.py                  # 1,000 files x 10 sections = 10,000 chunks
     .venv/bin/python benchmarks/bench_docs.py --files 200      # a smaller corpus
+    .venv/bin/python benchmarks/bench_docs.py --bomb           # also time a PDF bomb (bounded by the timeout)
 
 Tables printed (markdown):
 
@@ -21,6 +22,11 @@ Tables printed (markdown):
    top 10 (both tokenise to lowercase words; FTS5 also stems with Porter and
    weights headings 3x, so agreement is high but not total), and how often
    the chunk a query was drawn from is in each top 10.
+4. HTML and PDF: a full index of ``--pdfs`` small PDFs and as many HTML files
+   (extracted in the confined worker: one child per refresh, started on the
+   first such file), per-file cost, and with ``--bomb`` the wall time of
+   indexing one PDF whose three pages share a 16 MiB Flate stream (in-process
+   extraction took ~10 s a page; the worker is stopped at the per-file timeout).
 
 The corpus is synthetic but shaped like business docs: Markdown files with an
 H1 and ten H2 sections of ~80 words drawn from a Zipf-distributed vocabulary
@@ -84,6 +90,49 @@ def write_corpus(root: Path, files: int, seed: int = 0) -> tuple[list[str], dict
     return vocab, sections
 
 
+def pdf_bytes(content: bytes, pages: int = 1) -> bytes:
+    """A PDF whose pages all draw one Flate-compressed content stream (written by hand, no library)."""
+    import io
+    import zlib
+
+    packed = zlib.compress(content, 9)
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>",
+               b"<< /Type /Pages /Kids [" + b" ".join(b"%d 0 R" % (4 + i) for i in range(pages))
+               + b"] /Count %d >>" % pages,
+               b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(packed) + packed + b"\nendstream",
+               *[b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 3 0 R "
+                 b"/Resources << /Font << /F1 %d 0 R >> >> >>" % (4 + pages) for _ in range(pages)],
+               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    out = io.BytesIO()
+    out.write(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, 1):
+        offsets.append(out.tell())
+        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
+    xref = out.tell()
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
+    out.write(b"".join(b"%010d 00000 n \n" % o for o in offsets))
+    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
+    return out.getvalue()
+
+
+def write_pdfs_and_html(root: Path, count: int, vocab: list[str], seed: int = 2) -> int:
+    """``count`` one-page PDFs (40 lines) and ``count`` HTML files (an h1, three h2 sections); returns bytes."""
+    rng = np.random.default_rng(seed)
+    total = 0
+    for i in range(count):
+        ops = b"".join(b"BT /F1 10 Tf 40 %d Td (%s) Tj ET\n" % (760 - 18 * line, " ".join(rng.choice(vocab, 10)).encode())
+                       for line in range(40))
+        data = pdf_bytes(ops)
+        (root / f"contract{i:04d}.pdf").write_bytes(data)
+        sections = "".join(f"<h2>{' '.join(rng.choice(vocab, 3))}</h2><p>{' '.join(rng.choice(vocab, 80))}</p>"
+                           for _ in range(3))
+        page = f"<html><head><style>p{{}}</style></head><body><h1>Policy {i}</h1>{sections}</body></html>"
+        (root / f"policy{i:04d}.html").write_text(page)
+        total += len(data) + len(page)
+    return total
+
+
 def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q))
 
@@ -120,6 +169,8 @@ def best_of(fn, *args) -> tuple[float, object]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--files", type=int, default=1_000, help="Markdown files (10 sections each).")
+    parser.add_argument("--pdfs", type=int, default=50, help="PDFs and HTML files (each) for table 4.")
+    parser.add_argument("--bomb", action="store_true", help="Also index one PDF bomb (table 4).")
     args = parser.parse_args()
     try:
         from rank_bm25 import BM25Okapi
@@ -221,6 +272,26 @@ def main() -> int:
     print(f"| mean overlap of top 10 | {statistics.mean(overlap):.2f} |")
     print(f"| query's source chunk in top 10: ours | {ours_found / len(queries):.2f} |")
     print(f"| query's source chunk in top 10: rank-bm25 | {ref_found / len(queries):.2f} |")
+
+    mixed = work / "mixed"
+    mixed.mkdir()
+    mixed_bytes = write_pdfs_and_html(mixed, args.pdfs, vocab)
+    mixed_s, mixed_docs = timed(lambda: docs_connector([mixed], index_path=work / "mixed.sqlite"))
+    files = mixed_docs.report.files
+    print(f"\n## HTML and PDF ({args.pdfs} one-page PDFs + {args.pdfs} HTML files, {mixed_bytes / 1e6:.2f} MB)\n")
+    print("| step | seconds | ms per file | note |")
+    print("|---|---|---|---|")
+    print(f"| full index | {mixed_s:.3f} | {mixed_s * 1000 / max(files, 1):.1f} | {files} files indexed, "
+          f"{len(mixed_docs.report.skipped)} skipped |")
+    if args.bomb:
+        bombs = work / "bomb"
+        bombs.mkdir()
+        operator = b"BT /F1 12 Tf 72 712 Td (" + b"A" * 8000 + b") Tj ET\n"
+        data = pdf_bytes(operator * (16 * 1024 * 1024 // len(operator)), pages=3)
+        (bombs / "bomb.pdf").write_bytes(data)
+        bomb_s, bomb_docs = timed(lambda: docs_connector([bombs], index_path=work / "bomb.sqlite"))
+        print(f"| one PDF bomb ({len(data) / 1024:.0f} KB, 3 pages x one 16 MiB stream) | {bomb_s:.3f} | - | "
+              f"{'; '.join(bomb_docs.report.skipped) or 'indexed'} |")
     return 0
 
 

@@ -501,8 +501,6 @@ class DocIndex:
             stale = [path for path in failures if path not in walked]
             if stale:
                 db.executemany("DELETE FROM failures WHERE path=?", [(path,) for path in stale])
-            if report.changed:
-                self._prune()
             if self.embedder is not None:
                 self._embed_missing()
             report.files = db.execute("SELECT count(*) FROM files").fetchone()[0]
