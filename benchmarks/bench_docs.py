@@ -121,7 +121,8 @@ def write_pdfs_and_html(root: Path, count: int, vocab: list[str], seed: int = 2)
     rng = np.random.default_rng(seed)
     total = 0
     for i in range(count):
-        ops = b"".join(b"BT /F1 10 Tf 40 %d Td (%s) Tj ET\n" % (760 - 18 * line, " ".join(rng.choice(vocab, 10)).encode())
+        ops = b"".join(b"BT /F1 10 Tf 40 %d Td (%s) Tj ET\n" % (760 - 18 * line,
+                                                                  " ".join(rng.choice(vocab, 10)).encode())
                        for line in range(40))
         data = pdf_bytes(ops)
         (root / f"contract{i:04d}.pdf").write_bytes(data)

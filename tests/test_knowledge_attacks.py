@@ -151,6 +151,7 @@ def test_a_flood_of_bombs_is_cut_by_the_refresh_budget_and_deferred(tmp_path, bo
 
 @pytest.mark.timeout(60)
 def test_the_worker_is_killed_on_timeout_and_a_fresh_one_serves_the_next_file(bomb):
+    descriptors = len(os.listdir("/proc/self/fd"))
     with ExtractionWorker(ExtractionLimits(extract_timeout_s=1)) as worker:
         lines, _ = worker.extract("a.html", b"<h1>Refunds</h1><p>paid back</p>")
         first = worker.pid
@@ -161,6 +162,7 @@ def test_the_worker_is_killed_on_timeout_and_a_fresh_one_serves_the_next_file(bo
         assert worker.extract("b.pdf", text_pdf("Page text"))[0][1].text == "Page text"
         assert worker.started == 2
     assert [line.text for line in lines] == ["# Refunds", "paid back"]
+    assert len(os.listdir("/proc/self/fd")) == descriptors  # the killed child's pipes were closed too
 
 
 def test_the_worker_reports_its_confinement_layers():
@@ -224,7 +226,8 @@ def test_the_tool_result_and_agent_docs_name_the_skipped_bomb(tmp_path, bomb, mo
     monkeypatch.setattr(docs_connectors, "REFRESH_INTERVAL_S", 0.0)  # the next call re-checks the files
     text = connector._search("refunds", ctx("docs__search"))
     assert "docs/bomb.pdf: extraction exceeded 1 s" in text.splitlines()[0]
-    agent = SimpleNamespace(session=SimpleNamespace(connectors=SimpleNamespace(registry=ConnectorRegistry([connector]))))
+    installed = SimpleNamespace(registry=ConnectorRegistry([connector]))
+    agent = SimpleNamespace(session=SimpleNamespace(connectors=installed))  # what DocsMagics reads of AgentMagics
     view = DocsMagics(None, agent).agent_docs("")
     assert "  not indexed: docs/bomb.pdf: extraction exceeded 1 s (not tried again until the file changes)" \
         in repr(view).splitlines()

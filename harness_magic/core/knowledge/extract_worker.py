@@ -121,6 +121,7 @@ class ExtractionWorker:
 
     @staticmethod
     def _kill(proc: subprocess.Popen[bytes]) -> None:
+        """SIGKILL the child, reap it and close our ends of its pipes."""
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # its own session (start_new_session): the child and anything it made
         except (ProcessLookupError, PermissionError):
@@ -130,6 +131,17 @@ class ExtractionWorker:
         except ProcessLookupError:
             pass
         proc.wait()
+        for stream in (proc.stdin, proc.stdout):
+            try:
+                stream.close()  # type: ignore[union-attr]
+            except OSError:
+                pass
+
+    def _drop(self) -> None:
+        """Forget the current child after killing it (a timeout, a crash, a broken reply)."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            self._kill(proc)
 
     def _start(self) -> subprocess.Popen[bytes]:
         from harness_magic.core.sandbox.confinement import clean_environment
@@ -150,15 +162,13 @@ class ExtractionWorker:
         try:
             hello = self._exchange(b"", WORKER_START_TIMEOUT_S)
         except _Died as exc:
-            self._proc = None
+            self._drop()
             raise WorkerError(f"the extraction worker exited while starting ({exc})") from None
         except _TimedOut:
-            self._kill(proc)
-            self._proc = None
+            self._drop()
             raise WorkerError(f"the extraction worker did not start within {WORKER_START_TIMEOUT_S:g} s") from None
         if not (isinstance(hello, dict) and hello.get("ready") is True and isinstance(hello.get("layers"), dict)):
-            self._kill(proc)
-            self._proc = None
+            self._drop()
             raise WorkerError(f"the extraction worker sent {str(hello)[:200]!r} instead of its ready line")
         self.layers = {str(k): str(v) for k, v in hello["layers"].items()}
         return proc
@@ -166,22 +176,22 @@ class ExtractionWorker:
     def extract(self, name: str, data: bytes, *, timeout_s: float | None = None) -> tuple[list[Any], str]:
         """Lines and note of one file's bytes (``name`` gives the type by its suffix)."""
         timeout = self.limits.extract_timeout_s if timeout_s is None else min(timeout_s, self.limits.extract_timeout_s)
-        proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()
+        if self._proc is not None and self._proc.poll() is not None:
+            self._drop()  # it exited between files (e.g. its CPU limit): reap it and start another
+        proc = self._proc if self._proc is not None else self._start()
         header = {"name": Path(name).name, "suffix": Path(name).suffix.lower(), "size": len(data),
                   "max_chars": self.limits.text_max_chars, "max_pages": extract.PDF_MAX_PAGES}
         request = json.dumps(header).encode() + b"\n" + data
         try:
             reply = self._exchange(request, timeout, cap=REPLY_BYTES_PER_CHAR * self.limits.text_max_chars + _CHUNK)
         except _TimedOut:
-            self._kill(proc)
-            self._proc = None
+            self._drop()
             raise extract.ExtractionTimeout(timeout) from None
         except _TooLong:
-            self._kill(proc)
-            self._proc = None
+            self._drop()
             raise extract.TextTooLong(self.limits.text_max_chars) from None
         except _Died as exc:
-            self._proc = None
+            self._drop()
             raise extract.ExtractionLimitError(f"the extraction worker died ({exc})") from None
         return self._lines(reply)
 
@@ -191,20 +201,20 @@ class ExtractionWorker:
             if kind == "too_long":
                 raise extract.TextTooLong(self.limits.text_max_chars)
             if kind == "memory":
-                self.close()  # a MemoryError can leave the child's heap unusable
+                self._drop()  # a MemoryError can leave the child's heap unusable
                 raise extract.ExtractionLimitError(
                     f"extraction ran out of memory (limit {self.limits.extract_memory_bytes // (1024 * 1024)} MiB)")
             raise extract.ExtractionError(reply["error"][:500])
         raw = reply.get("lines") if isinstance(reply, dict) else None
         note = reply.get("note", "") if isinstance(reply, dict) else ""
         if not isinstance(raw, list) or not isinstance(note, str):
-            self.close()
+            self._drop()
             raise WorkerError(f"the extraction worker sent a malformed reply: {str(reply)[:200]!r}")
         lines = []
         for item in raw:
             if not (isinstance(item, list) and len(item) == 3 and type(item[0]) is int and isinstance(item[1], str)
                     and type(item[2]) is int and 0 <= item[2] <= 6):
-                self.close()
+                self._drop()
                 raise WorkerError(f"the extraction worker sent a malformed line: {str(item)[:200]!r}")
             lines.append(extract.Line(item[0], item[1], item[2]))
         return lines, note[:500]
@@ -250,7 +260,6 @@ class ExtractionWorker:
                         try:
                             return json.loads(bytes(buffer[:end]))
                         except ValueError:
-                            self._kill(proc)
                             raise _Died("it sent a reply that is not JSON") from None
                     if len(buffer) > cap:
                         raise _TooLong()
@@ -258,10 +267,9 @@ class ExtractionWorker:
     @staticmethod
     def _exit_reason(proc: subprocess.Popen[bytes]) -> str:
         try:
-            code = proc.wait(timeout=2.0)
+            code = proc.wait(timeout=2.0)  # it closed its stdout: it is exiting
         except subprocess.TimeoutExpired:
-            ExtractionWorker._kill(proc)
-            code = proc.returncode
+            return "it closed its output and did not exit"
         if code is not None and code < 0:
             name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
             why = {"SIGXCPU": "over its CPU time limit", "SIGKILL": "killed: over its CPU time or memory limit",

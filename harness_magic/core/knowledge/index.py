@@ -57,7 +57,6 @@ from harness_magic.core.knowledge.extract import (
     SUFFIXES,
     Chunk,
     ExtractionError,
-    ExtractionLimitError,
     ExtractionLimits,
     ExtractionTimeout,
     chunk_lines,
