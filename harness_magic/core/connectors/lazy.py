@@ -43,18 +43,16 @@ a Spark snapshot already brought in (see *Computed once*). Contract:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 __all__ = ["LazyRelation", "MaterializeLimitError", "LazyInputError", "COUNT_BUDGET_S", "materialize_count",
-           "parse_estimate", "reconcile_rows", "check_cap", "MAX_CAP", "QueryInputs", "resolve_inputs",
+           "reconcile_rows", "check_cap", "MAX_CAP", "QueryInputs", "resolve_inputs",
            "cache_location", "is_cached_frame", "collect_within_caps", "definition_rebinder"]
 
 COUNT_BUDGET_S = 2.0
 """A DuckDB snapshot may spend this long on ``count(*)`` of a result too long to keep; past it the count is
 skipped (said so, never estimated): an interactive tool call should not wait on a number."""
-_ESTIMATE = re.compile(r"~\s*([0-9][0-9,]*)\s*rows?", re.IGNORECASE)
 
 _materialized = [0]
 """Process-wide count of materialisations (tests and benchmarks check chains do not move data)."""
@@ -248,12 +246,6 @@ def reconcile_rows(info: dict[str, Any]) -> dict[str, Any]:
         out.update(rows=None, rows_estimated=False, count_skipped=True,
                    rows_at_least=max(seen, out["rows_at_least"] or 0))
     return out
-
-
-def parse_estimate(plan_text: str) -> int | None:
-    """The row estimate of the top operator in DuckDB's ``EXPLAIN`` text (``~N rows``), if any."""
-    match = _ESTIMATE.search(plan_text)
-    return int(match.group(1).replace(",", "")) if match else None
 
 
 def cache_location(cache: Any, handle: str) -> str | None:
