@@ -48,7 +48,8 @@ def spark_server(tmp_path_factory):
     """One local Spark Connect server (loopback, token) for every Spark test; stopped at the end."""
     warehouse = tmp_path_factory.mktemp("warehouse")
     server = LocalSparkConnect("local[2]", {"spark.sql.warehouse.dir": str(warehouse),
-                                            "spark.sql.shuffle.partitions": "4"})
+                                            "spark.sql.shuffle.partitions": "4"},
+                               read_paths=[str(tmp_path_factory.getbasetemp())])  # tests' file views live there
     from pyspark.sql.connect.session import SparkSession
 
     admin = SparkSession.builder.remote(server.url).create()

@@ -674,6 +674,14 @@ class AgentMagics(Magics):
             head = "sandbox: worker — the agent's code runs in a confined subprocess with these layers:"
         self._show(f"<p>{html.escape(head)}</p>" + table_html(rows, _SANDBOX_COLUMNS),
                    head + "\n" + table_text(rows, _SANDBOX_COLUMNS))
+        if any(isinstance(c, dict) and c.get("type") == "spark" and c.get("master") for c in self.connectors or ()):
+            from harness_magic.core.connectors.spark_server import spark_confinement_report
+
+            state, report = spark_confinement_report()
+            head = f"local Spark server (connectors with 'master'): {state}:"
+            rows = sandbox_rows(report)
+            self._show(f"<p>{html.escape(head)}</p>" + table_html(rows, _SANDBOX_COLUMNS),
+                       head + "\n" + table_text(rows, _SANDBOX_COLUMNS))
 
     # -- display ----------------------------------------------------------------------------
 

@@ -159,7 +159,8 @@ def _apply_layers(plan: dict[str, Any], supervisor: int, keep: int, log_fd: int)
                 status["drop_caps"] = f"unavailable: {exc}"
     if "seccomp" in wanted:
         try:
-            status["seccomp"] = f"{conf.apply_seccomp(os.getpid(), keep=conf.SERVER_SECCOMP_KEEP)} rules"
+            rules = conf.apply_seccomp(os.getpid(), keep=conf.SERVER_SECCOMP_KEEP, allow_spawn=True)
+            status["seccomp"] = f"{rules} rules"
         except OSError as exc:
             status["seccomp"] = f"unavailable: {exc}"
     missing = [name for name in plan["required"] if not holds(status.get(name))]

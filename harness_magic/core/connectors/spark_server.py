@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 __all__ = ["LocalSparkConnect", "SparkStartError", "START_TIMEOUT_S", "SPARK_LAYERS", "spark_home",
-           "probe_spark_confinement"]
+           "probe_spark_confinement", "spark_confinement_report"]
 
 START_TIMEOUT_S = 120.0
 """A JVM start on a loaded 2-core machine takes ~8-20 s; past this the start is reported as failed."""
@@ -99,6 +99,8 @@ _SYSTEM_READ = (
 """System files the JVM reads (user and host lookups, time zones, the loader, its own /proc entry, CPU and
 memory limits). ``/proc/self`` is the JVM's own ``/proc/PID``: other processes' entries stay unreadable."""
 _GLOB = set("*?[{")
+_WRITABLE = ("tmp", "local", "logs", "warehouse")
+"""The JVM may write only these subdirectories of its private directory (not ``bin``, not the properties file)."""
 
 
 class SparkStartError(RuntimeError):
@@ -223,6 +225,20 @@ def probe_spark_confinement() -> dict[str, Any]:
     }
 
 
+_live: "weakref.WeakSet[LocalSparkConnect]" = weakref.WeakSet()
+"""Servers started in this process and not yet stopped (for :func:`spark_confinement_report`)."""
+
+
+def spark_confinement_report() -> tuple[str, dict[str, Any]]:
+    """(what it describes, layer -> status): the running local server's layers, else what one would get here."""
+    running = [server for server in list(_live) if server.running]
+    if running:
+        server = running[-1]
+        return f"running (pid {server.pid}{', unconfined opt-in' if server.unconfined else ''})", server.confinement
+    required = ", ".join(REQUIRED_LAYERS)
+    return f"not started; here it would get (it refuses to start without {required})", probe_spark_confinement()
+
+
 def _stop(proc: subprocess.Popen, directory: str, pid: list[int]) -> None:
     """Ask the supervisor to stop the JVM; kill both if it does not; remove the directory."""
     try:
@@ -288,7 +304,7 @@ class LocalSparkConnect:
         self.confinement: dict[str, Any] = {}
         """Each layer the JVM got: ``True``, ``"ABI 7"``, ``"41 rules"`` or ``"unavailable: why"``."""
         self.directory = tempfile.mkdtemp(prefix="harness_magic_spark_")  # 0700
-        for sub in ("tmp", "local", "logs", "warehouse"):
+        for sub in _WRITABLE:
             os.mkdir(os.path.join(self.directory, sub), 0o700)
         self._log = os.path.join(self.directory, "logs", "server.out")
         self._properties_file = os.path.join(self.directory, "server.properties")
@@ -328,19 +344,29 @@ class LocalSparkConnect:
             "spark.blockManager.port": str(_free_port()),
             "spark.local.dir": os.path.join(self.directory, "local"),
             "spark.sql.warehouse.dir": os.path.join(self.directory, "warehouse"),
+            "spark.sql.restrictedMode.enabled": "true",
             **{str(k): str(v) for k, v in conf.items()},
             "spark.connect.grpc.binding.port": str(self.port),
             "spark.connect.authenticate.token": self._token,
         }
         ports = sorted({self.port, int(properties["spark.driver.port"]), int(properties["spark.blockManager.port"])})
-        write_paths = [self.directory]
+        write_paths = [os.path.join(self.directory, sub) for sub in _WRITABLE]
+        bin_dir = os.path.join(self.directory, "bin")
+        os.mkdir(bin_dir, 0o755)
+        no_op = shutil.which("true")
+        helpers = [os.path.realpath(no_op)] if no_op else []
+        if helpers:  # Hadoop's chmod after each mkdir (no native library): the directory keeps its umask mode
+            os.symlink(helpers[0], os.path.join(bin_dir, "chmod"))
+        spawn_helper = os.path.join(java_home, "lib", "jspawnhelper")
+        if os.path.exists(spawn_helper):
+            helpers.append(spawn_helper)
         warehouse = _local_dir(properties["spark.sql.warehouse.dir"])
         if warehouse is not None and warehouse != os.path.join(self.directory, "warehouse"):
             os.makedirs(warehouse, exist_ok=True)
             write_paths.append(warehouse)
         views = [p for p in (view_read_path(path) for path in read_paths) if p is not None]
         jars = home / "jars"
-        reads = ([java_home] + _symlink_targets(java_home) + _library_dirs(interpreter) + [str(jars)]
+        reads = ([self.directory, java_home] + _symlink_targets(java_home) + _library_dirs(interpreter) + [str(jars)]
                  + ([str(home / "conf")] if (home / "conf").is_dir() else [])
                  + [p for p in _SYSTEM_READ if os.path.exists(p)] + views)
         heap = properties.get("spark.driver.memory", DRIVER_MEMORY)
@@ -352,7 +378,7 @@ class LocalSparkConnect:
                    *extra, "org.apache.spark.deploy.SparkSubmit", "--master", self.master,
                    "--properties-file", self._properties_file, "--class", _SERVER_CLASS,
                    "--name", "Spark Connect server", "spark-internal"]
-        env = {"LANG": "C.UTF-8", "PATH": "/nonexistent", "HOME": self.directory,
+        env = {"LANG": "C.UTF-8", "PATH": bin_dir, "HOME": self.directory,
                "TMPDIR": os.path.join(self.directory, "tmp"), "SPARK_HOME": str(home), "JAVA_HOME": java_home,
                "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOCAL_HOSTNAME": "localhost", "SPARK_SCALA_VERSION": "2.13"}
         if os.environ.get("TZ"):
@@ -361,7 +387,7 @@ class LocalSparkConnect:
             "kernel_pid": os.getpid(), "directory": self.directory, "cwd": os.getcwd(), "java": command,
             "env": env, "log": self._log, "properties_file": self._properties_file, "properties": properties,
             "read_paths": reads, "write_paths": write_paths,
-            "exec_paths": [java] + ([os.path.realpath(interpreter)] if interpreter else []),
+            "exec_paths": [java] + ([os.path.realpath(interpreter)] if interpreter else []) + helpers,
             "bind_ports": ports, "connect_ports": ports, "layers": list(SPARK_LAYERS),
             "required": [] if self.unconfined else list(REQUIRED_LAYERS),
         }
@@ -374,7 +400,11 @@ class LocalSparkConnect:
             return None
         line = stdout.readline()  # type: ignore[union-attr]
         if not line:
-            return {"error": "the Spark supervisor exited"}
+            try:
+                said = _last_error(Path(self.directory, "logs", "supervisor.err").read_text(errors="replace"))
+            except OSError:
+                said = ""
+            return {"error": "the Spark supervisor exited" + (f": {said}" if said else "")}
         try:
             return json.loads(line)
         except ValueError:
@@ -396,6 +426,7 @@ class LocalSparkConnect:
         self.pid = int(first["started"])
         self._pid_box.append(self.pid)
         self.confinement = dict(first.get("layers", {}))
+        _live.add(self)
         while time.monotonic() < deadline:
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
                 sock.settimeout(0.5)

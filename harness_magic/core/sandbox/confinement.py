@@ -514,14 +514,19 @@ _O_ASYNC = 0o20000
 
 
 SERVER_SECCOMP_KEEP = ("socket", "socketpair", "connect", "bind", "listen", "accept", "accept4", "execve")
-"""Denied to the worker, kept for a server (the local Spark JVM): Landlock holds it to its own ports and lets it
-execute only its runtime; the filter still refuses every new process (fork, vfork, clone without CLONE_THREAD)."""
+"""Denied to the worker, kept for a server (the local Spark JVM): Landlock holds it to its own ports and to the few
+files it may execute."""
 
 
-def apply_seccomp(own_pid: int, *, keep: Iterable[str] = ()) -> int:
+CLONE_VFORK = 0x00004000
+
+
+def apply_seccomp(own_pid: int, *, keep: Iterable[str] = (), allow_spawn: bool = False) -> int:
     """Load the deny-list filter. Returns the number of rules. Requires libseccomp (Debian: libseccomp2).
 
     ``keep``: system calls of the deny list left allowed (see :data:`SERVER_SECCOMP_KEEP`); every other rule stays.
+    ``allow_spawn``: a ``clone`` with ``CLONE_VFORK`` (``posix_spawn``, whose child execs at once) is allowed; a
+    plain fork (and the ``fork``/``vfork`` calls) still is not. What may be executed is then Landlock's to decide.
     """
     keep = frozenset(keep)
     try:
@@ -544,7 +549,8 @@ def apply_seccomp(own_pid: int, *, keep: Iterable[str] = ()) -> int:
         if name not in keep:
             add(eperm, name)
     # Threads yes, processes no: clone without CLONE_THREAD is a fork.
-    add(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
+    spawn = CLONE_THREAD | (CLONE_VFORK if allow_spawn else 0)
+    add(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, spawn, 0))
     # clone3 passes flags in memory seccomp cannot read; ENOSYS makes glibc fall back to clone.
     add(sc.ERRNO(errno.ENOSYS), "clone3")
     for name in ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
