@@ -12,18 +12,25 @@ for a local master such as ``local[2]``. The JVM is started directly (no
   so no tool output, log or export shows it. It reaches the JVM through a 0600
   properties file in the private directory, deleted once the server listens:
   it is in no environment (the JVM's, ``/proc/PID/environ``) and no command line
-  (``ps``). Spark Connect's ``spark.conf.get`` and ``SET`` show it redacted.
-* **Confined.** The JVM gets a clean environment (Spark and Java variables
-  only: no API keys, no inherited secrets), its own session, ``PR_SET_PDEATHSIG``
-  bound to the supervisor, no core dumps, and where the machine has them:
-  Landlock (read only the Java runtime, the Spark jars, a few system files, its
-  own ``/proc/PID`` and the configured ``read_paths``; write only its private
-  directory and a configured warehouse; *execute only the* ``java`` *binary and
-  its ELF loader*; TCP bind/connect only its own three ports), every capability
-  dropped when root, a private IPC namespace, and seccomp (no new processes, no
-  ptrace, no mounts or namespaces...). So ``SELECT TRANSFORM(...) USING 'cmd'``
-  fails instead of running ``cmd``. Without Landlock the server refuses to start
-  unless ``unconfined=True`` (then :attr:`confinement` says what is missing).
+  (``ps``). Spark Connect's ``spark.conf.get`` and ``SET`` show it redacted. (Spark copies every
+  setting into the JVM's system properties: with restricted mode switched off, ``reflect`` could
+  read it there.)
+* **Confined.** Spark's own ``spark.sql.restrictedMode.enabled`` is on (a static
+  setting sessions cannot change): ``TRANSFORM ... USING`` and ``reflect``/
+  ``java_method`` are refused at analysis. Below that, the OS: the JVM gets a clean
+  environment (Spark and Java variables only: no API keys, no inherited secrets),
+  its own session, ``PR_SET_PDEATHSIG`` bound to the supervisor, no core dumps, and
+  where the machine has them: Landlock (read only the Java runtime, the Spark jars,
+  a few system files, its own ``/proc/PID`` and the configured ``read_paths``;
+  write only its private directory's ``tmp``/``local``/``logs``/``warehouse`` and a
+  configured warehouse; *execute only* ``java``, *its ELF loader, its*
+  ``jspawnhelper`` *and* ``true``, which stands in for Hadoop's ``chmod`` after each
+  ``mkdir``; TCP bind/connect only its own three ports), every capability dropped
+  when root, a private IPC namespace, and seccomp (no plain fork, no ptrace, no
+  mounts or namespaces...). So even with restricted mode off, a script transform
+  fails (``/bin/bash`` may not be executed) instead of running. Without Landlock
+  the server refuses to start unless ``unconfined=True`` (then
+  :attr:`confinement` says what is missing).
 * **Private files.** Logs, ``java.io.tmpdir``, ``spark.local.dir`` and the
   default warehouse live in a fresh 0700 directory, never in site-packages or
   the working directory.
@@ -314,10 +321,15 @@ class LocalSparkConnect:
         except BaseException:
             shutil.rmtree(self.directory, ignore_errors=True)
             raise
-        self._proc = subprocess.Popen(
-            [sys.executable, "-I", str(_LAUNCHER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=open(os.path.join(self.directory, "logs", "supervisor.err"), "wb"),
-            env={"LANG": "C.UTF-8", "PATH": "/nonexistent"}, cwd=self.directory, start_new_session=True)
+        try:
+            with open(os.path.join(self.directory, "logs", "supervisor.err"), "wb") as errors:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-I", str(_LAUNCHER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    stderr=errors, env={"LANG": "C.UTF-8", "PATH": "/nonexistent"}, cwd=self.directory,
+                    start_new_session=True)  # not in the kernel's process group: it outlives a signal to it
+        except OSError as exc:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            raise SparkStartError(f"the Spark supervisor did not start: {exc}") from None
         self._finalizer = weakref.finalize(self, _stop, self._proc, self.directory, self._pid_box)
         try:
             self._proc.stdin.write(json.dumps(plan).encode() + b"\n")  # type: ignore[union-attr]
