@@ -320,3 +320,10 @@ def test_agent_sandbox_shows_the_spark_servers_layers():
     spark_part = out[out.index("local Spark server"):]
     assert "refuses to start without landlock" in spark_part
     assert any(line.split()[:2] == ["landlock", "on"] for line in spark_part.splitlines())
+
+
+def test_secret_settings_are_registered_with_the_scrubber(monkeypatch):
+    monkeypatch.setattr(spark_server, "REQUIRED_LAYERS", ("no_such_layer",))  # refused before any JVM starts
+    with pytest.raises(SparkStartError):
+        LocalSparkConnect("local[1]", {"spark.hadoop.fs.s3a.secret.key": "s3-SECRET-value-1234"})
+    assert scrub("key s3-SECRET-value-1234 leaked") == f"key {REDACTED} leaked"

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import select
 import shlex
@@ -106,6 +107,8 @@ _SYSTEM_READ = (
 """System files the JVM reads (user and host lookups, time zones, the loader, its own /proc entry, CPU and
 memory limits). ``/proc/self`` is the JVM's own ``/proc/PID``: other processes' entries stay unreadable."""
 _GLOB = set("*?[{")
+_SECRET_SETTING = re.compile(r"secret|password|token|access[.]?key", re.IGNORECASE)
+"""Spark's default ``spark.redaction.regex``: a setting so named holds a secret the scrubber must know."""
 _WRITABLE = ("tmp", "local", "logs", "warehouse")
 """The JVM may write only these subdirectories of its private directory (not ``bin``, not the properties file)."""
 
@@ -306,6 +309,9 @@ class LocalSparkConnect:
         self.unconfined = bool(unconfined)
         self._token = secrets.token_hex(16)
         register_secret(self._token)
+        for key, value in (conf or {}).items():  # e.g. spark.hadoop.fs.s3a.secret.key: Spark's redaction rule
+            if _SECRET_SETTING.search(str(key)):
+                register_secret(str(value))
         self.pid: int | None = None
         """The JVM's pid once it started."""
         self.confinement: dict[str, Any] = {}
