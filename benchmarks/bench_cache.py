@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness_magic.core.cache import SessionCache, estimate_nbytes, make_snapshot  # noqa: E402
 from harness_magic.core.cache.spill import read_value, write_value  # noqa: E402
-from harness_magic.core.interpreter import InProcessInterpreter, make_interpreter_tools  # noqa: E402
+from harness_magic.core.execution.interpreter import InProcessInterpreter, make_interpreter_tools  # noqa: E402
 
 WORDS = np.array(["north", "south", "east", "west", "central", "online", "partner", "other"])
 MiB = 1024 * 1024

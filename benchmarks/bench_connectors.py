@@ -53,8 +53,8 @@ def bench_postgres(rows: int) -> None:
     import psycopg
     import sqlalchemy as sa
 
-    from harness_magic.core.connectors._results import rows_to_frame
-    from harness_magic.core.connectors.sql import SQLConnection
+    from harness_magic.core.execution.connectors._results import rows_to_frame
+    from harness_magic.core.execution.connectors.sql import SQLConnection
     from postgres import PostgresServer
 
     server = PostgresServer().start()
@@ -118,7 +118,7 @@ def bench_classify() -> None:
     import sqlglot
     from pglast.parser import parse_sql_json
 
-    from harness_magic.core.connectors.classify import classify_sql
+    from harness_magic.core.execution.connectors.classify import classify_sql
 
     sql = ("WITH recent AS (SELECT customer_id, sum(amount) AS total FROM orders WHERE ts > now() - interval '7 days' "
            "GROUP BY 1) SELECT c.region, count(*), avg(r.total) FROM recent r JOIN customers c USING (customer_id) "
@@ -142,7 +142,7 @@ def bench_duckdb(rows: int) -> None:
     import pandas as pd
 
     from harness_magic.core.cache import SessionCache
-    from harness_magic.core.connectors.duckdb_connector import DuckDBEngine
+    from harness_magic.core.execution.connectors.duckdb_connector import DuckDBEngine
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "sales.parquet"

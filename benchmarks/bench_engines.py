@@ -146,9 +146,9 @@ def child(mode: str, pattern: str, repeats: int, query: str) -> dict:
 
     from harness_magic.core.cache import SessionCache
     # the module itself: the package re-exports a function of that name
-    module = importlib.import_module("harness_magic.core.connectors.duckdb_connector")
-    from harness_magic.core.connectors.duckdb_connector import DuckDBEngine
-    from harness_magic.core.connectors.lazy import materialize_count
+    module = importlib.import_module("harness_magic.core.execution.connectors.duckdb_connector")
+    from harness_magic.core.execution.connectors.duckdb_connector import DuckDBEngine
+    from harness_magic.core.execution.connectors.lazy import materialize_count
 
     sql = QUERIES[query][0]
     if mode == "plain":
@@ -303,9 +303,9 @@ def spark_section(rows_list: list[int]) -> None:
     from pyspark.sql.connect.session import SparkSession
 
     from harness_magic.core.cache import SessionCache
-    from harness_magic.core.connectors.lazy import materialize_count
-    from harness_magic.core.connectors.spark_connector import SparkEngine
-    from harness_magic.core.connectors.spark_server import LocalSparkConnect
+    from harness_magic.core.execution.connectors.lazy import materialize_count
+    from harness_magic.core.execution.connectors.spark_connector import SparkEngine
+    from harness_magic.core.execution.connectors.spark_server import LocalSparkConnect
 
     started = time.perf_counter()
     server = LocalSparkConnect("local[2]", SPARK_CONF, read_paths=[str(DATA_DIR)])  # all it may read

@@ -62,8 +62,8 @@ def python_start() -> float:
 
 def session_cycle(run_dir: str) -> tuple[float, float]:
     """(start + close a session whose worker ran one statement, a one-turn run answering in text)."""
-    from harness_magic.core.offline import ScriptedModel
-    from harness_magic.core.provider import ProviderAdapter
+    from harness_magic.core.providers.offline import ScriptedModel
+    from harness_magic.core.providers.provider import ProviderAdapter
     from harness_magic.core.session import AgentConfig, AgentSession
 
     def start_and_close() -> None:

@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 from harness_magic import Harness, ProviderAdapter, ScriptedModel, SessionCache, ToolSpec
-from harness_magic.core.offline import _common_prefix
-from harness_magic.core.prompts import DEFAULT_SYSTEM_PROMPT
+from harness_magic.core.providers.offline import _common_prefix
+from harness_magic.core.agent.prompts import DEFAULT_SYSTEM_PROMPT
 
 
 TARGET_MS_PER_TURN = 0.5

@@ -38,7 +38,7 @@ LOAD = textwrap.dedent("""\
 OVERHEAD = textwrap.dedent("""\
     import json, time
     from IPython.core.interactiveshell import InteractiveShell
-    import harness_magic.core.offline as offline
+    import harness_magic.core.providers.offline as offline
 
     marks = []
 

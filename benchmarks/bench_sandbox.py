@@ -32,10 +32,10 @@ import pandas as pd
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from harness_magic.core.cache import SessionCache  # noqa: E402
-from harness_magic.core.interpreter import InProcessInterpreter, make_interpreter_tools  # noqa: E402
-from harness_magic.core.sandbox import SandboxedInterpreter, probe_confinement  # noqa: E402
-from harness_magic.core.sandbox.sealed import stripe_count, usable_cpus  # noqa: E402
-from harness_magic.core.sandbox.transfer import input_files, write_input  # noqa: E402
+from harness_magic.core.execution.interpreter import InProcessInterpreter, make_interpreter_tools  # noqa: E402
+from harness_magic.core.execution.sandbox import SandboxedInterpreter, probe_confinement  # noqa: E402
+from harness_magic.core.execution.sandbox.sealed import stripe_count, usable_cpus  # noqa: E402
+from harness_magic.core.execution.sandbox.transfer import input_files, write_input  # noqa: E402
 
 COLUMNS = 8
 
@@ -228,8 +228,8 @@ def sealed_trip(frame: pd.DataFrame, parts: int) -> dict[str, float]:
     shown next to the same read of an in-memory frame.
     """
     from harness_magic.core.cache.spill import frame_to_table
-    from harness_magic.core.sandbox.sealed import write_sealed
-    from harness_magic.core.sandbox.transfer import _arrow_to, read_sealed_result
+    from harness_magic.core.execution.sandbox.sealed import write_sealed
+    from harness_magic.core.execution.sandbox.transfer import _arrow_to, read_sealed_result
 
     stages: dict[str, float] = {}
     gc.collect()
@@ -285,7 +285,7 @@ class _WriteCounter:
     """Counts the bytes of the input files the sandbox writes (wraps its ``write_input``)."""
 
     def __init__(self) -> None:
-        import harness_magic.core.sandbox.backend as backend
+        import harness_magic.core.execution.sandbox.backend as backend
 
         self.backend, self.real, self.bytes = backend, backend.write_input, 0
 

@@ -22,8 +22,8 @@ import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from harness_magic.core.sandbox import SandboxedInterpreter  # noqa: E402
-from harness_magic.core.sandbox.backend import STREAM_MAX_CHARS, STREAM_RELAY_INTERVAL_S  # noqa: E402
+from harness_magic.core.execution.sandbox import SandboxedInterpreter  # noqa: E402
+from harness_magic.core.execution.sandbox.backend import STREAM_MAX_CHARS, STREAM_RELAY_INTERVAL_S  # noqa: E402
 
 LATENCY_CODE = ("import time\nfor i in range(15):\n    print(repr(time.time()), flush=True)\n    time.sleep(0.2)")
 
@@ -58,7 +58,7 @@ def main() -> None:
 
 def _inprocess() -> None:
     """The same figures for the in-process backend (no pipe: the floor is a function call)."""
-    from harness_magic.core.interpreter import InProcessInterpreter
+    from harness_magic.core.execution.interpreter import InProcessInterpreter
 
     backend = InProcessInterpreter()
     arrivals: list[tuple[float, str]] = []

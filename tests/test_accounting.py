@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from harness_magic import Harness, ProviderAdapter, ScriptedModel, SessionCache, ToolSpec
-from harness_magic.core.budgets import Budgets
-from harness_magic.core.interpreter import InProcessInterpreter
-from harness_magic.core.log import read_log
-from harness_magic.core.messages import Usage
+from harness_magic.core.control.budgets import Budgets
+from harness_magic.core.execution.interpreter import InProcessInterpreter
+from harness_magic.core.transcript.log import read_log
+from harness_magic.core.transcript.messages import Usage
 from harness_magic.core.session import AgentConfig, AgentSession
-from harness_magic.core.subagent import SUBAGENT_TOOL_NAME, enable_subagents
+from harness_magic.core.control.subagent import SUBAGENT_TOOL_NAME, enable_subagents
 
 
 def tick_tool() -> ToolSpec:

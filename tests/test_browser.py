@@ -384,7 +384,7 @@ def test_each_calls_copy_button_copies_its_code_live_and_after_settling_and_it_r
 
 APPROVAL_SETUP = """\
 %load_ext harness_magic
-from harness_magic.core.connectors import Connector
+from harness_magic.core.execution.connectors import Connector
 from harness_magic.notebook.magics import agent_session
 store = Connector("store", "A store that keeps rows.")
 kept = []

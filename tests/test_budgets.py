@@ -7,9 +7,9 @@ import time
 import pytest
 
 from harness_magic import Harness, ProviderAdapter, ScriptedModel, ToolSpec
-from harness_magic.core.budgets import BUDGET_STATUSES, Budgets
-from harness_magic.core.log import read_log, reconstruct_transcript
-from harness_magic.core.messages import Message, Usage
+from harness_magic.core.control.budgets import BUDGET_STATUSES, Budgets
+from harness_magic.core.transcript.log import read_log, reconstruct_transcript
+from harness_magic.core.transcript.messages import Message, Usage
 
 SYSTEM = "You are a budget test. Stable prefix."
 

@@ -162,7 +162,7 @@ def test_size_estimate_is_fast_for_object_columns_and_close_for_numeric(tmp_path
 
 
 def test_interpreter_call_hydrates_only_the_handles_its_code_names(tmp_path) -> None:
-    from harness_magic.core.interpreter import InProcessInterpreter, make_interpreter_tools
+    from harness_magic.core.execution.interpreter import InProcessInterpreter, make_interpreter_tools
 
     with SessionCache(hot_count=0, spill_dir=tmp_path) as cache:
         used, unused = cache.put("used", _frame(1)), cache.put("unused", _frame(2))

@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 
 from harness_magic.core.cache import SessionCache
-from harness_magic.core.connectors import ConnectorRegistry
+from harness_magic.core.execution.connectors import ConnectorRegistry
 from harness_magic.core.export import RunRecorder, export_runs, render_answer_html
-from harness_magic.core.knowledge import docs_connector
+from harness_magic.core.execution.connectors.docs import docs_connector
 from harness_magic.core.knowledge.citations import CITATION_RE, Source, citations_html, citations_markdown
-from harness_magic.core.loop import Harness
-from harness_magic.core.offline import ScriptedModel
-from harness_magic.core.provider import ProviderAdapter
-from harness_magic.core.safe_markdown import markdown_links, sanitize_html, text_runs
+from harness_magic.core.agent.loop import Harness
+from harness_magic.core.providers.offline import ScriptedModel
+from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.text.safe_markdown import markdown_links, sanitize_html, text_runs
 
 CORPUS = Path(__file__).parent / "knowledge_corpus"
 CITED = "doc:runbooks/refunds.md#partner-share"

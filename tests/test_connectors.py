@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from harness_magic.core.cache import SessionCache
-from harness_magic.core.connectors import (
+from harness_magic.core.execution.connectors import (
     ApprovalDecision,
     ApprovalPolicy,
     Connector,
@@ -16,11 +16,11 @@ from harness_magic.core.connectors import (
     duckdb_connector,
     tool_from_function,
 )
-from harness_magic.core.events import Notice
-from harness_magic.core.log import read_log
-from harness_magic.core.loop import Harness
-from harness_magic.core.offline import ScriptedModel
-from harness_magic.core.provider import ProviderAdapter
+from harness_magic.core.transcript.events import Notice
+from harness_magic.core.transcript.log import read_log
+from harness_magic.core.agent.loop import Harness
+from harness_magic.core.providers.offline import ScriptedModel
+from harness_magic.core.providers.provider import ProviderAdapter
 
 RESULT_BOUND_CHARS = 5_000
 """What a tool result may cost the model's context, whatever the data size."""
@@ -264,7 +264,7 @@ def test_session_wires_connectors_and_approvals(tmp_path):
 def test_approval_wait_is_reported_apart_from_the_tool_time(tmp_path):
     import time
 
-    from harness_magic.core.events import ToolCallFinished
+    from harness_magic.core.transcript.events import ToolCallFinished
     from harness_magic.core.export import RunRecord, apply_event, tool_summary
 
     def slow_user(request):
@@ -299,7 +299,7 @@ def test_the_live_view_says_waiting_for_approval_while_the_user_decides(tmp_path
     import time
 
     pytest.importorskip("ipywidgets")
-    from harness_magic.core.events import ApprovalStep
+    from harness_magic.core.transcript.events import ApprovalStep
     from harness_magic.notebook.render import TICK_S, WidgetRunView
 
     seen: dict = {}

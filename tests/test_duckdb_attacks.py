@@ -16,12 +16,12 @@ import pandas as pd
 import pytest
 
 from harness_magic.core.cache import SessionCache
-from harness_magic.core.connectors import ConnectorRegistry, duckdb_connector
-from harness_magic.core.connectors.duckdb_connector import DuckDBEngine
-from harness_magic.core.loop import Harness
-from harness_magic.core.offline import ScriptedModel
-from harness_magic.core.provider import ProviderAdapter
-from harness_magic.core.tools import ToolError
+from harness_magic.core.execution.connectors import ConnectorRegistry, duckdb_connector
+from harness_magic.core.execution.connectors.duckdb_connector import DuckDBEngine
+from harness_magic.core.agent.loop import Harness
+from harness_magic.core.providers.offline import ScriptedModel
+from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.execution.tools import ToolError
 
 ATTACKS = [
     "COPY (SELECT 1 AS a) TO '{url}' (USE_TMP_FILE false)",
@@ -144,7 +144,7 @@ def test_the_read_only_file_system_opens_configured_files_for_reading_only(files
     import io
     import os
 
-    from harness_magic.core.connectors.readonly_fs import ReadOnlyFiles
+    from harness_magic.core.execution.connectors.readonly_fs import ReadOnlyFiles
 
     fs = ReadOnlyFiles({"sales/0.parquet": files["pq"]})
     url = fs.url("sales/0.parquet")

@@ -17,13 +17,13 @@ import pandas as pd
 import pytest
 
 from harness_magic.core.cache import SessionCache
-from harness_magic.core.connectors import duckdb_connector
-from harness_magic.core.connectors.duckdb_connector import ONE_PASS_MAX_ROWS, RESULT_TABLE_PREFIX, DuckDBEngine
-from harness_magic.core.connectors.lazy import MaterializeLimitError, materialize_count
-from harness_magic.core.offline import ScriptedModel
-from harness_magic.core.provider import ProviderAdapter
+from harness_magic.core.execution.connectors import duckdb_connector
+from harness_magic.core.execution.connectors.duckdb_connector import ONE_PASS_MAX_ROWS, RESULT_TABLE_PREFIX, DuckDBEngine
+from harness_magic.core.execution.connectors.lazy import MaterializeLimitError, materialize_count
+from harness_magic.core.providers.offline import ScriptedModel
+from harness_magic.core.providers.provider import ProviderAdapter
 from harness_magic.core.session import AgentConfig, AgentSession
-from harness_magic.core.tools import ToolError
+from harness_magic.core.execution.tools import ToolError
 
 ROWS = 10_000
 AGGREGATE = "SELECT x % 10 AS k, sum(tick(x)) AS s, count(*) AS n FROM t GROUP BY 1"

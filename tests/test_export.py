@@ -101,10 +101,10 @@ def test_unknown_export_format_names_the_allowed_ones(tmp_path: Path) -> None:
 
 
 def test_subagent_events_render_as_a_nested_transcript() -> None:
-    from harness_magic.core.events import (AssistantMessage, RunFinished, RunStarted, SubagentEvent,
+    from harness_magic.core.transcript.events import (AssistantMessage, RunFinished, RunStarted, SubagentEvent,
                                            ToolCallFinished, ToolCallStarted)
-    from harness_magic.core.loop import RunResult
-    from harness_magic.core.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
+    from harness_magic.core.agent.loop import RunResult
+    from harness_magic.core.transcript.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
 
     recorder = RunRecorder()
     parent = ToolUseBlock(id="p1", name="run_subagent", input={"task": "Count rows"})
@@ -173,7 +173,7 @@ MODEL_MARKDOWN = (
 
 
 def test_markdown_renders_but_raw_html_script_and_external_images_do_not() -> None:
-    from harness_magic.core.safe_markdown import markdown_to_html
+    from harness_magic.core.text.safe_markdown import markdown_to_html
 
     out = markdown_to_html(MODEL_MARKDOWN)
     assert "<strong>Bold</strong>" in out and '<a href="https://example.org" rel="noopener noreferrer">ok</a>' in out
@@ -185,7 +185,7 @@ def test_markdown_renders_but_raw_html_script_and_external_images_do_not() -> No
 
 
 def test_sanitizer_drops_handlers_styles_and_remote_sources_from_any_html() -> None:
-    from harness_magic.core.safe_markdown import sanitize_html
+    from harness_magic.core.text.safe_markdown import sanitize_html
 
     out = sanitize_html(f'<p style="x" class="jp-x" onmouseover="a()">t</p><img src="{EXFIL}" onerror="b()">'
                         f'<a href="JaVaScRiPt:c()">l</a><a href="//evil.example/x">p</a><svg onload="d()"></svg>')
@@ -194,7 +194,7 @@ def test_sanitizer_drops_handlers_styles_and_remote_sources_from_any_html() -> N
 
 
 def test_markdown_export_makes_model_html_images_and_script_links_literal(tmp_path: Path) -> None:
-    from harness_magic.core.safe_markdown import escape_markdown_html, markdown_to_html
+    from harness_magic.core.text.safe_markdown import escape_markdown_html, markdown_to_html
 
     md = escape_markdown_html(MODEL_MARKDOWN + "\n")
     assert "<script" not in md and "<iframe" not in md and "<a href" not in md
@@ -286,7 +286,7 @@ def test_snapshot_tables_show_levels_dtypes_hidden_columns_and_series_labels() -
     import pandas as pd
 
     from harness_magic.core.cache.snapshot import make_snapshot
-    from harness_magic.core.snapshot_view import snapshot_table, snapshot_text
+    from harness_magic.core.text.snapshot_view import snapshot_table, snapshot_text
 
     cols = pd.MultiIndex.from_product([["sum", "mean"], [f"c{i}" for i in range(10)]], names=[None, "region"])
     frame = pd.DataFrame(np.arange(36 * 20, dtype=float).reshape(36, 20) * 1234.5678,
@@ -302,7 +302,7 @@ def test_snapshot_tables_show_levels_dtypes_hidden_columns_and_series_labels() -
     series = snapshot_text("s", make_snapshot(pd.Series([1.5, None], index=pd.Index(["a", "b"], name="k"), name="val")))
     assert series.splitlines()[1].split() == ["k", "val"] and "a" in series and "1.50" in series and "—" in series
     hostile = snapshot_table("h", make_snapshot(pd.DataFrame({HOSTILE: [HOSTILE]})))
-    from harness_magic.core.snapshot_view import snapshot_html
+    from harness_magic.core.text.snapshot_view import snapshot_html
 
     page = snapshot_html("h", make_snapshot(pd.DataFrame({HOSTILE: [HOSTILE]})))
     assert "<script" not in page and "<img" not in page and hostile.rows[0][1] == [HOSTILE]

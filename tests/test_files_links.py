@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from harness_magic.core.connectors import files_connector
-from harness_magic.core.connectors._safe_open import LinkRefused, open_beneath, openat2_available
-from harness_magic.core.tools import ToolError
+from harness_magic.core.execution.connectors import files_connector
+from harness_magic.core.confinement.safe_open import LinkRefused, open_beneath, openat2_available
+from harness_magic.core.execution.tools import ToolError
 
 SECRET = "password\nhunter2\n"
 SAFE = "a,b\n1,x\n"

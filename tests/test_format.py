@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from harness_magic.core.cache import SNAPSHOT_MAX_BYTES, SessionCache
-from harness_magic.core.format import (
+from harness_magic.core.execution.format import (
     INLINE_JSON_MAX_CHARS,
     INLINE_STR_MAX_CHARS,
     REPR_MAX_CHARS,
@@ -20,7 +20,7 @@ from harness_magic.core.format import (
     format_tool_output,
     truncate_middle,
 )
-from harness_magic.core.tools import ToolOutput
+from harness_magic.core.execution.tools import ToolOutput
 
 
 @pytest.fixture

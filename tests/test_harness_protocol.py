@@ -16,8 +16,8 @@ from harness_magic import (
     make_interpreter_tools,
     reconstruct_transcript,
 )
-from harness_magic.core.events import TextDelta, ToolCallFinished
-from harness_magic.core.messages import Message, ToolResultBlock
+from harness_magic.core.transcript.events import TextDelta, ToolCallFinished
+from harness_magic.core.transcript.messages import Message, ToolResultBlock
 
 SYSTEM = "You are a test analyst. Stable prefix."
 EMPTY = {"type": "object", "properties": {}}

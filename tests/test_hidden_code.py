@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from harness_magic.core.hidden_chars import MAX_FINDINGS_SHOWN, find_hidden, hand_over, reveal
+from harness_magic.core.text.hidden_chars import MAX_FINDINGS_SHOWN, find_hidden, hand_over, reveal
 
 HOSTILE = {
     "bidi override": ("\u202e", "U+202E RIGHT-TO-LEFT OVERRIDE"),

@@ -15,8 +15,9 @@ import pytest
 import yaml
 
 from harness_magic.core.cache import SessionCache
-from harness_magic.core.connectors import ConnectorRegistry, connectors_from_config
-from harness_magic.core.events import Notice, VerificationChecked
+from harness_magic.core.execution.connectors import ConnectorRegistry, connectors_from_config
+from harness_magic.core.transcript.events import Notice, VerificationChecked
+from harness_magic.core.execution.connectors.docs import docs_connector, glossary_connector
 from harness_magic.core.knowledge import (
     GlossaryError,
     HashingEmbedder,
@@ -24,20 +25,18 @@ from harness_magic.core.knowledge import (
     check_answer,
     citations_html,
     citations_markdown,
-    docs_connector,
-    glossary_connector,
     load_glossary,
     parse_citations,
     sources_from_log,
 )
 from harness_magic.core.knowledge.extract import CHUNK_MAX_CHARS
 from harness_magic.core.knowledge.index import FILE_MAX_BYTES, fts_query
-from harness_magic.core.log import read_log
-from harness_magic.core.loop import Harness
-from harness_magic.core.offline import ScriptedModel
-from harness_magic.core.provider import ProviderAdapter
-from harness_magic.core.tools import ToolError
-from harness_magic.core.verification import Verifier
+from harness_magic.core.transcript.log import read_log
+from harness_magic.core.agent.loop import Harness
+from harness_magic.core.providers.offline import ScriptedModel
+from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.execution.tools import ToolError
+from harness_magic.core.control.verification import Verifier
 
 CORPUS = Path(__file__).parent / "knowledge_corpus"
 ROOTS = [CORPUS / "docs", CORPUS / "runbooks", CORPUS / "policies"]
@@ -486,7 +485,7 @@ def test_citations_render_as_links_to_expandable_escaped_snippets():
 
 
 def _ctx():
-    from harness_magic.core.connectors.registry import ToolContext
+    from harness_magic.core.execution.connectors.registry import ToolContext
 
     return ToolContext(cache=None, harness=None, tool_name="docs__read")
 

@@ -27,20 +27,20 @@ from types import SimpleNamespace
 import pytest
 
 from harness_magic.core.cache import SessionCache
-from harness_magic.core.connectors import ConnectorRegistry
-from harness_magic.core.connectors.registry import ToolContext
-from harness_magic.core.events import VerificationChecked
-from harness_magic.core.knowledge import connectors as docs_connectors
-from harness_magic.core.knowledge import docs_connector
+from harness_magic.core.execution.connectors import ConnectorRegistry
+from harness_magic.core.execution.connectors.registry import ToolContext
+from harness_magic.core.transcript.events import VerificationChecked
+from harness_magic.core.execution.connectors import docs as docs_connectors
+from harness_magic.core.execution.connectors.docs import docs_connector
 from harness_magic.core.knowledge.extract import ExtractionLimits, ExtractionTimeout
 from harness_magic.core.knowledge.extract_worker import ExtractionWorker
 from harness_magic.core.knowledge.index import DocIndex
-from harness_magic.core.loop import Harness
-from harness_magic.core.offline import ScriptedModel
-from harness_magic.core.provider import ProviderAdapter
-from harness_magic.core.sandbox.confinement import landlock_abi
-from harness_magic.core.tools import ToolError
-from harness_magic.core.verification import Verifier
+from harness_magic.core.agent.loop import Harness
+from harness_magic.core.providers.offline import ScriptedModel
+from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.confinement.layers import landlock_abi
+from harness_magic.core.execution.tools import ToolError
+from harness_magic.core.control.verification import Verifier
 
 CORPUS = Path(__file__).parent / "knowledge_corpus"
 SECRET = "hunter2 the vault code"

@@ -121,7 +121,7 @@ def test_bad_budgets_are_one_line_usage_errors(kernel: Kernel, code: str, expect
 def notes(kernel: Kernel) -> None:
     """A connector with one write tool, added with no approver: the notebook's prompt asks."""
     cell = kernel.run(textwrap.dedent('''\
-        from harness_magic.core.connectors import Connector
+        from harness_magic.core.execution.connectors import Connector
         from harness_magic.notebook.magics import agent_session
 
         written = []

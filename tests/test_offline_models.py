@@ -19,8 +19,8 @@ from harness_magic import (
     make_interpreter_tools,
     reconstruct_transcript,
 )
-from harness_magic.core.events import RunFinished, TextDelta
-from harness_magic.core.provider import AsyncProviderAdapter
+from harness_magic.core.transcript.events import RunFinished, TextDelta
+from harness_magic.core.providers.provider import AsyncProviderAdapter
 
 TURNS = [
     {"text": "Looking.", "tool_calls": [{"name": "python_interpreter", "arguments": {"code": "sum(range(10))"}}]},

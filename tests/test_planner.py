@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from harness_magic import Harness, ProviderAdapter, ScriptedModel
-from harness_magic.core.planner import PLAN_STATUSES, Planner
-from harness_magic.core.tools import ToolError
+from harness_magic.core.control.planner import PLAN_STATUSES, Planner
+from harness_magic.core.execution.tools import ToolError
 
 
 def test_add_update_list_render_the_whole_plan():

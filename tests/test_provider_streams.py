@@ -15,7 +15,7 @@ import gc
 import pytest
 
 from harness_magic import Harness, ProviderAdapter, SessionCache
-from harness_magic.core.events import TextDelta
+from harness_magic.core.transcript.events import TextDelta
 from scripted_server import ScriptedServer
 from strict_apis import AnthropicServer
 

@@ -14,10 +14,10 @@ import socket
 import pytest
 
 from harness_magic import Harness, ProviderAdapter, SessionCache, ToolSpec, reconstruct_transcript
-from harness_magic.core.events import ContextCompacted, TextDelta
-from harness_magic.core.loop import NO_ANSWER_TEXT, PromptTooLarge
-from harness_magic.core.messages import Message
-from harness_magic.core.provider import EMPTY_TOOL_RESULT_TEXT, ModelRouteError, check_model_route
+from harness_magic.core.transcript.events import ContextCompacted, TextDelta
+from harness_magic.core.agent.loop import NO_ANSWER_TEXT, PromptTooLarge
+from harness_magic.core.transcript.messages import Message
+from harness_magic.core.providers.provider import EMPTY_TOOL_RESULT_TEXT, ModelRouteError, check_model_route
 from scripted_server import ScriptedServer
 from strict_apis import AnthropicServer, anthropic_problems, openai_problems
 

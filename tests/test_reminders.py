@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 from harness_magic import Harness, ProviderAdapter, ScriptedModel, ToolSpec
-from harness_magic.core.budgets import Budgets
-from harness_magic.core.log import read_log
-from harness_magic.core.messages import TextBlock
-from harness_magic.core.planner import Planner
-from harness_magic.core.reminders import FAILURE_STREAK, NO_PLAN_TURNS, REMINDER_PREFIX, REPEAT_STREAK, ProgressTracker
+from harness_magic.core.control.budgets import Budgets
+from harness_magic.core.transcript.log import read_log
+from harness_magic.core.transcript.messages import TextBlock
+from harness_magic.core.control.planner import Planner
+from harness_magic.core.control.reminders import FAILURE_STREAK, NO_PLAN_TURNS, REMINDER_PREFIX, REPEAT_STREAK, ProgressTracker
 
 SYSTEM = "You are a reminder test. Stable prefix."
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from harness_magic import Harness, InProcessInterpreter, ProviderAdapter, ScriptedModel, SessionCache, make_interpreter_tools
-from harness_magic.core.budgets import Budgets
-from harness_magic.core.log import read_log, reconstruct_transcript
-from harness_magic.core.planner import Planner
-from harness_magic.core.reminders import ProgressTracker
-from harness_magic.core.replay import checkpoint_messages, diff_runs, load_run, replay_run, retry_from
-from harness_magic.core.verification import Verifier
+from harness_magic.core.control.budgets import Budgets
+from harness_magic.core.transcript.log import read_log, reconstruct_transcript
+from harness_magic.core.control.planner import Planner
+from harness_magic.core.control.reminders import ProgressTracker
+from harness_magic.core.control.replay import checkpoint_messages, diff_runs, load_run, replay_run, retry_from
+from harness_magic.core.control.verification import Verifier
 
 SYSTEM = "You are a replay test. Stable prefix."
 LOAD = "import pandas as pd\nsave('sales', pd.DataFrame({'region': ['N', 'S', 'N'], 'q': [1, 1, 2], 'v': [10, 20, 15]}))"

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from harness_magic.core.budgets import Budgets
-from harness_magic.core.connectors import ApprovalPolicy, sql_connector
-from harness_magic.core.offline import ScriptedModel
-from harness_magic.core.provider import ProviderAdapter
-from harness_magic.core.replay import live_tools_of, replay_run
+from harness_magic.core.control.budgets import Budgets
+from harness_magic.core.execution.connectors import ApprovalPolicy, sql_connector
+from harness_magic.core.providers.offline import ScriptedModel
+from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.control.replay import live_tools_of, replay_run
 from harness_magic.core.session import AgentConfig, AgentSession
 
 DROP = "DROP TABLE accounts"

@@ -16,10 +16,10 @@ import pytest
 
 from harness_magic.core import export
 from harness_magic.core.cache import SessionCache
-from harness_magic.core.interpreter import InProcessInterpreter, chart_note, make_interpreter_tools
-from harness_magic.core.offline import ScriptedModel
-from harness_magic.core.provider import ProviderAdapter
-from harness_magic.core.scrub import REDACTED, register_secret
+from harness_magic.core.execution.interpreter import InProcessInterpreter, chart_note, make_interpreter_tools
+from harness_magic.core.providers.offline import ScriptedModel
+from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.transcript.scrub import REDACTED, register_secret
 from harness_magic.core.session import AgentConfig, AgentSession
 
 CHART = ("import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"

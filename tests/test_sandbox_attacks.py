@@ -24,8 +24,8 @@ import pytest
 
 import harness_magic
 from harness_magic.core.cache import SessionCache
-from harness_magic.core.interpreter import make_interpreter_tools
-from harness_magic.core.sandbox import SandboxedInterpreter, probe_confinement
+from harness_magic.core.execution.interpreter import make_interpreter_tools
+from harness_magic.core.execution.sandbox import SandboxedInterpreter, probe_confinement
 
 SECRET = "sk-canary-5f1d0c0ffee-do-not-leak"
 

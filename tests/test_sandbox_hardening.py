@@ -20,7 +20,7 @@ import warnings
 
 import pytest
 
-from harness_magic.core.sandbox import SandboxedInterpreter, probe_confinement
+from harness_magic.core.execution.sandbox import SandboxedInterpreter, probe_confinement
 
 PROBE = probe_confinement()
 FRIENDLY_OFF = {"ast_precheck": False, "audit_hooks": False}
@@ -180,7 +180,7 @@ def test_scratch_files_written_and_closed_are_capped():
 
 
 def test_scratch_left_by_a_dead_kernel_is_swept_and_nothing_else(tmp_path):
-    from harness_magic.core.sandbox.backend import sweep_stale_roots
+    from harness_magic.core.execution.sandbox.backend import sweep_stale_roots
 
     dead = 2**22 + 12345  # above the default pid_max: never a live process
     stale = tmp_path / f"harness-sandbox-{dead}-abc"
@@ -356,8 +356,8 @@ def _gone(pid: int) -> bool:
 
 
 def _session(tmp_path, turns, **options):
-    from harness_magic.core.offline import ScriptedModel
-    from harness_magic.core.provider import ProviderAdapter
+    from harness_magic.core.providers.offline import ScriptedModel
+    from harness_magic.core.providers.provider import ProviderAdapter
     from harness_magic.core.session import AgentConfig, AgentSession
 
     adapter = ProviderAdapter("scripted/test", transport=ScriptedModel(turns))

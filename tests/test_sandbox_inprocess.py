@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness_magic.core.interpreter import InProcessInterpreter
+from harness_magic.core.execution.interpreter import InProcessInterpreter
 
 
 @pytest.fixture
@@ -87,7 +87,7 @@ def test_inprocess_lines_printed_over_time_are_handed_on_before_the_call_ends():
 
 
 def test_inprocess_streaming_is_bounded_and_coalesced_but_the_result_keeps_all():
-    from harness_magic.core.interpreter import STREAM_INTERVAL_S, STREAM_MAX_CHARS
+    from harness_magic.core.execution.interpreter import STREAM_INTERVAL_S, STREAM_MAX_CHARS
 
     seen = _Seen()
     code = ("import time\nend = time.monotonic() + 0.5\nn = 0\nwhile time.monotonic() < end:\n"
@@ -124,8 +124,8 @@ def test_inprocess_session_streams_tool_output_events_and_an_interrupt_keeps_the
     import time
 
     from harness_magic import AgentConfig, AgentSession, ProviderAdapter, ScriptedModel
-    from harness_magic.core.events import ToolOutputDelta
-    from harness_magic.core.loop import INTERRUPTED_RESULT
+    from harness_magic.core.transcript.events import ToolOutputDelta
+    from harness_magic.core.agent.loop import INTERRUPTED_RESULT
 
     code = "import time\nfor i in range(3):\n    print(f'partial {i}', flush=True)\n    time.sleep(0.3)\ntime.sleep(30)"
     adapter = ProviderAdapter("scripted/inproc", transport=ScriptedModel(

@@ -16,9 +16,9 @@ import warnings
 
 import pytest
 
-from harness_magic.core.sandbox import SandboxedInterpreter, SandboxUnavailableError
-from harness_magic.core.sandbox import launcher_client
-from harness_magic.core.sandbox.launcher_client import LauncherClient
+from harness_magic.core.execution.sandbox import SandboxedInterpreter, SandboxUnavailableError
+from harness_magic.core.execution.sandbox import launcher_client
+from harness_magic.core.execution.sandbox.launcher_client import LauncherClient
 
 FRIENDLY_OFF = {"ast_precheck": False, "audit_hooks": False}
 PID_CODE = "import os\nprint(os.getpid())"

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from harness_magic.core.sandbox import SandboxedInterpreter, SandboxUnavailableError, probe_confinement
-from harness_magic.core.sandbox import confinement
+from harness_magic.core.execution.sandbox import SandboxedInterpreter, SandboxUnavailableError, probe_confinement
+from harness_magic.core.confinement import layers as confinement
 
 PROBE = probe_confinement()
 FRIENDLY_OFF = {"ast_precheck": False, "audit_hooks": False}
@@ -50,7 +50,7 @@ def test_without_confinement_the_sandbox_refuses_and_names_the_opt_in():
 
 
 def test_unconfined_opt_in_warns():
-    from harness_magic.core.sandbox import UnconfinedWarning
+    from harness_magic.core.execution.sandbox import UnconfinedWarning
 
     with pytest.warns(UnconfinedWarning):
         SandboxedInterpreter(layers=[], allow_unconfined=True).close()
@@ -68,7 +68,7 @@ def test_seccomp_without_a_file_layer_refuses_because_model_code_could_write_the
 
 @needs("seccomp")
 def test_seccomp_without_a_file_layer_runs_only_when_opted_in_and_warns_why():
-    from harness_magic.core.sandbox import UnconfinedWarning
+    from harness_magic.core.execution.sandbox import UnconfinedWarning
 
     with pytest.warns(UnconfinedWarning, match="could write every file this kernel's user can"):
         SandboxedInterpreter(layers=["seccomp"], allow_unconfined=True).close()
@@ -128,7 +128,7 @@ def test_the_sessions_unconfined_mode_is_the_opt_in_and_worker_mode_is_not(tmp_p
 
 
 def test_the_probe_says_confined_only_when_files_are_confined_too():
-    from harness_magic.core.sandbox import confinement_gap
+    from harness_magic.core.execution.sandbox import confinement_gap
 
     assert confinement_gap({"landlock": "ABI 7"}) is None
     assert confinement_gap({"seccomp": "115 rules", "drop_root": "uid 65534"}) is None
@@ -191,7 +191,7 @@ def test_worker_dies_with_its_parent(tmp_path):
     script = textwrap.dedent("""
         import sys, time, warnings
         warnings.simplefilter('ignore')
-        from harness_magic.core.sandbox import SandboxedInterpreter
+        from harness_magic.core.execution.sandbox import SandboxedInterpreter
         s = SandboxedInterpreter(layers=[], allow_unconfined=True)
         print(s.worker_pid, s._launcher.pid, flush=True)
         time.sleep(60)

@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from harness_magic.core.sandbox import RemoteObject, SandboxedInterpreter, probe_confinement
+from harness_magic.core.execution.sandbox import RemoteObject, SandboxedInterpreter, probe_confinement
 
 pytestmark = pytest.mark.skipif(not probe_confinement()["confined"], reason="no OS confinement here")
 

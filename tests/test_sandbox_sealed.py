@@ -21,12 +21,12 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-import harness_magic.core.sandbox.backend as backend
-from harness_magic.core.sandbox import SandboxedInterpreter, probe_confinement
-from harness_magic.core.sandbox.protocol import ProtocolError
-from harness_magic.core.sandbox.sealed import STRIPE_MAX_PARTS, STRIPE_MIN_PART_BYTES, map_sealed, stripe_count, \
+import harness_magic.core.execution.sandbox.backend as backend
+from harness_magic.core.execution.sandbox import SandboxedInterpreter, probe_confinement
+from harness_magic.core.execution.sandbox.protocol import ProtocolError
+from harness_magic.core.execution.sandbox.sealed import STRIPE_MAX_PARTS, STRIPE_MIN_PART_BYTES, map_sealed, stripe_count, \
     write_sealed
-from harness_magic.core.sandbox.transfer import _arrow_to, _npy_to, read_result, read_sealed_result, receive_sealed
+from harness_magic.core.execution.sandbox.transfer import _arrow_to, _npy_to, read_result, read_sealed_result, receive_sealed
 
 from value_matrix import assert_identical
 

@@ -20,10 +20,10 @@ import warnings
 import pytest
 
 from harness_magic import Harness, ScriptedModel, SessionCache, make_interpreter_tools
-from harness_magic.core.events import ToolCallFinished, ToolOutputDelta
-from harness_magic.core.loop import INTERRUPTED_RESULT
-from harness_magic.core.sandbox import SandboxedInterpreter, probe_confinement
-from harness_magic.core.sandbox.backend import STREAM_MAX_CHARS, STREAM_RELAY_INTERVAL_S
+from harness_magic.core.transcript.events import ToolCallFinished, ToolOutputDelta
+from harness_magic.core.agent.loop import INTERRUPTED_RESULT
+from harness_magic.core.execution.sandbox import SandboxedInterpreter, probe_confinement
+from harness_magic.core.execution.sandbox.backend import STREAM_MAX_CHARS, STREAM_RELAY_INTERVAL_S
 
 PROBE = probe_confinement()
 
@@ -177,8 +177,8 @@ def test_tool_output_outside_a_tool_call_is_ignored(tmp_path):
 
 
 def _events(lines: int, hostile: str = ""):
-    from harness_magic.core.events import RunStarted, ToolCallStarted
-    from harness_magic.core.messages import ToolUseBlock
+    from harness_magic.core.transcript.events import RunStarted, ToolCallStarted
+    from harness_magic.core.transcript.messages import ToolUseBlock
 
     use = ToolUseBlock(id="t1", name="python_interpreter", input={"code": "print(...)"})
     yield RunStarted(run_id="r", model="m", max_turns=5, prompt="p", run_file=None)
@@ -220,7 +220,7 @@ def test_widget_view_streams_into_the_running_section_escaped_and_opens_it():
         assert "line 299" in body.value and "<script>" not in body.value and "&lt;script&gt;" not in body.value
         assert "lines more above" in body.value, "the live view keeps the last lines with a count of the rest"
         assert "".join(t for _, t in tool.output).startswith("<script>alert(1)</script>\nline 0\n")
-        from harness_magic.core.events import SandboxStep
+        from harness_magic.core.transcript.events import SandboxStep
 
         view(SandboxStep(action="restart", duration_s=None, tool_use_id="t1"))
         assert "restarting the sandbox" in view.status.value
@@ -238,7 +238,7 @@ def test_widget_view_streams_into_the_running_section_escaped_and_opens_it():
 
 def test_starting_and_restarting_the_sandbox_are_steps_with_their_time(tmp_path):
     from harness_magic import AgentConfig, AgentSession, ProviderAdapter
-    from harness_magic.core.events import SandboxStep, ToolCallStarted
+    from harness_magic.core.transcript.events import SandboxStep, ToolCallStarted
 
     def call(code):
         return {"tool_calls": [{"name": "python_interpreter", "arguments": {"code": code}}]}
@@ -284,7 +284,7 @@ def test_starting_and_restarting_the_sandbox_are_steps_with_their_time(tmp_path)
 
 def test_a_subagents_sandboxed_call_streams_into_its_nested_section(tmp_path):
     from harness_magic import AgentConfig, AgentSession, ProviderAdapter
-    from harness_magic.core.events import SubagentEvent
+    from harness_magic.core.transcript.events import SubagentEvent
 
     turns = [{"tool_calls": [{"name": "subagent", "arguments": {"task": "print things"}}]},
              {"tool_calls": [{"name": "python_interpreter", "arguments": {"code": "print('from the child', flush=True)"}}]},
@@ -306,7 +306,7 @@ def test_a_subagents_sandboxed_call_streams_into_its_nested_section(tmp_path):
 
 def test_each_cell_forks_a_fresh_worker_as_a_step_shown_before_its_first_call(tmp_path):
     from harness_magic import AgentConfig, AgentSession, ProviderAdapter
-    from harness_magic.core.events import RunStarted, SandboxStep, ToolCallStarted
+    from harness_magic.core.transcript.events import RunStarted, SandboxStep, ToolCallStarted
     from harness_magic.core.export import RunRecorder, render_run_html, tool_summary
 
     def call(code):

@@ -17,9 +17,9 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from harness_magic.core.sandbox import SandboxedInterpreter, probe_confinement
-from harness_magic.core.sandbox.protocol import ProtocolError
-from harness_magic.core.sandbox.transfer import read_result, write_result
+from harness_magic.core.execution.sandbox import SandboxedInterpreter, probe_confinement
+from harness_magic.core.execution.sandbox.protocol import ProtocolError
+from harness_magic.core.execution.sandbox.transfer import read_result, write_result
 
 from value_matrix import assert_identical
 
@@ -161,7 +161,7 @@ def test_results_keep_fortran_order(tmp_path) -> None:
 @confined
 def test_inputs_are_exported_once_per_value_and_removed_with_the_handle(tmp_path) -> None:
     from harness_magic.core.cache import SessionCache
-    from harness_magic.core.interpreter import make_interpreter_tools
+    from harness_magic.core.execution.interpreter import make_interpreter_tools
 
     backend = SandboxedInterpreter(timeout=60.0)
     try:
@@ -205,7 +205,7 @@ MUTATE = "".join(f"try:\n    {line}\nexcept (ValueError, TypeError, AttributeErr
 @confined
 def test_what_one_call_does_to_an_input_never_reaches_the_next_call_in_the_same_worker(tmp_path) -> None:
     from harness_magic.core.cache import SessionCache
-    from harness_magic.core.interpreter import make_interpreter_tools
+    from harness_magic.core.execution.interpreter import make_interpreter_tools
 
     frame = pd.DataFrame({"n": np.arange(6.0), "text": pd.array(list("abcdef"), dtype="string[python]"),
                           "objects": pd.Series(["p", "q", "r", "s", "t", "u"], dtype=object),
@@ -229,7 +229,7 @@ def test_what_one_call_does_to_an_input_never_reaches_the_next_call_in_the_same_
 
 
 def test_the_worker_reuses_an_input_table_only_for_the_same_file_and_drops_the_others(tmp_path) -> None:
-    from harness_magic.core.sandbox import transfer
+    from harness_magic.core.execution.sandbox import transfer
 
     first = transfer.write_input("a", pd.DataFrame({"x": np.arange(5.0)}), str(tmp_path), "v1")
     second = transfer.write_input("b", pd.DataFrame({"y": np.arange(3)}), str(tmp_path), "v2")

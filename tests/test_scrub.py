@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from harness_magic.core import export
-from harness_magic.core.offline import ScriptedModel
-from harness_magic.core.provider import ProviderAdapter
-from harness_magic.core.scrub import REDACTED, escape_control, register_secret, scrub
+from harness_magic.core.providers.offline import ScriptedModel
+from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.transcript.scrub import REDACTED, escape_control, register_secret, scrub
 from harness_magic.core.session import AgentConfig, AgentSession
-from harness_magic.core.tools import ToolError, ToolSpec
+from harness_magic.core.execution.tools import ToolError, ToolSpec
 
 KEY = "sk-live-CANARY0123456789abcdefXYZ"
 ENV_KEY = "Zq9-env-canary-77a1b2c3"
@@ -179,7 +179,7 @@ def test_the_text_approval_prompt_shows_control_bytes_escaped(monkeypatch):
 
     import IPython.display
 
-    from harness_magic.core.connectors import ApprovalRequest
+    from harness_magic.core.execution.connectors import ApprovalRequest
     from harness_magic.notebook.approval import StdinApprover, request_text
 
     request = ApprovalRequest(tool=f"sql_query{HOSTILE}", connector="db", safety="write",

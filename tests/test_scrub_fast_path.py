@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness_magic.core.scrub import REDACTED, _BEARER, _HEADER, _TOKENS, scrub
+from harness_magic.core.transcript.scrub import REDACTED, _BEARER, _HEADER, _TOKENS, scrub
 
 SECRETS = [
     "sk-ant-" + "a" * 30, "sk-proj-" + "B" * 20, "AKIA" + "ABCDEFGHIJKLMNOP", "AIza" + "x" * 35, "ghp_" + "z" * 36,

@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 
 from harness_magic import AgentConfig, AgentSession, ProviderAdapter, ScriptedModel
-from harness_magic.core.interpreter import BACKEND_MEMBERS, InProcessInterpreter, InterpreterBackend
-from harness_magic.core.sandbox import SandboxedInterpreter, probe_confinement
+from harness_magic.core.execution.interpreter import BACKEND_MEMBERS, InProcessInterpreter, InterpreterBackend
+from harness_magic.core.execution.sandbox import SandboxedInterpreter, probe_confinement
 from harness_magic.core.session import SessionBackend
 
 PACKAGE = Path(__file__).resolve().parent.parent / "harness_magic"

@@ -17,21 +17,21 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from harness_magic.core.connectors import ApprovalPolicy, connectors_from_config  # noqa: E402
-from harness_magic.core.connectors import classify as classify_mod  # noqa: E402
-from harness_magic.core.connectors.lazy import LazyRelation, MaterializeLimitError, materialize_count  # noqa: E402
-from harness_magic.core.connectors.spark_connector import (  # noqa: E402
+from harness_magic.core.execution.connectors import ApprovalPolicy, connectors_from_config  # noqa: E402
+from harness_magic.core.execution.connectors import classify as classify_mod  # noqa: E402
+from harness_magic.core.execution.connectors.lazy import LazyRelation, MaterializeLimitError, materialize_count  # noqa: E402
+from harness_magic.core.execution.connectors.spark_connector import (  # noqa: E402
     SparkEngine,
     SparkRelation,
     spark_connector,
     wrap_query,
 )
-from harness_magic.core.connectors.spark_server import LocalSparkConnect  # noqa: E402
-from harness_magic.core.events import EngineProgress  # noqa: E402
-from harness_magic.core.offline import ScriptedModel  # noqa: E402
-from harness_magic.core.provider import ProviderAdapter  # noqa: E402
+from harness_magic.core.execution.connectors.spark_server import LocalSparkConnect  # noqa: E402
+from harness_magic.core.transcript.events import EngineProgress  # noqa: E402
+from harness_magic.core.providers.offline import ScriptedModel  # noqa: E402
+from harness_magic.core.providers.provider import ProviderAdapter  # noqa: E402
 from harness_magic.core.session import AgentConfig, AgentSession  # noqa: E402
-from harness_magic.core.tools import ToolError  # noqa: E402
+from harness_magic.core.execution.tools import ToolError  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -474,8 +474,8 @@ def test_a_checkpoint_rebinds_spark_handles_and_refuses_crafted_queries(tmp_path
     import warnings as _warnings
 
     from harness_magic.core.cache import CheckpointWarning, SessionCache
-    from harness_magic.core.connectors import ConnectorRegistry
-    from harness_magic.core.connectors.spark_connector import spark_rebinder
+    from harness_magic.core.execution.connectors import ConnectorRegistry
+    from harness_magic.core.execution.connectors.spark_connector import spark_rebinder
 
     server, admin, _ = spark_server
     built = spark_connector(server.url, name="lake", count_budget_s=EXACT)
@@ -513,7 +513,7 @@ def test_a_checkpoint_rebinds_spark_handles_and_refuses_crafted_queries(tmp_path
 def test_a_small_result_is_counted_by_its_head_job_and_a_large_one_by_count(spark, monkeypatch):
     import importlib
 
-    module = importlib.import_module("harness_magic.core.connectors.spark_connector")
+    module = importlib.import_module("harness_magic.core.execution.connectors.spark_connector")
     engine = spark().engine
     counted = []
     real_count = SparkEngine._count
@@ -593,7 +593,7 @@ def test_creating_and_pulling_a_small_result_runs_one_spark_job(spark, monkeypat
 def test_a_result_too_big_to_keep_is_pulled_by_one_spark_job(spark, monkeypatch):
     import importlib
 
-    module = importlib.import_module("harness_magic.core.connectors.spark_connector")
+    module = importlib.import_module("harness_magic.core.execution.connectors.spark_connector")
     engine = spark().engine
     monkeypatch.setattr(module, "ONE_PASS_ROWS", 100)
     relation = engine.lazy(None, "SELECT id, amount FROM sales WHERE amount > 10")

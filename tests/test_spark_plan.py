@@ -22,20 +22,20 @@ import pytest
 pytest.importorskip("pyspark")
 
 from harness_magic.core.cache import SessionCache  # noqa: E402
-from harness_magic.core.connectors import ApprovalPolicy, ConnectorRegistry  # noqa: E402
-from harness_magic.core.connectors.spark_connector import (  # noqa: E402
+from harness_magic.core.execution.connectors import ApprovalPolicy, ConnectorRegistry  # noqa: E402
+from harness_magic.core.execution.connectors.spark_connector import (  # noqa: E402
     ONE_PASS_ROWS,
     SparkEngine,
     spark_connector,
     spark_rebinder,
 )
-from harness_magic.core.connectors.spark_plan import PINNED_CONF  # noqa: E402
-from harness_magic.core.offline import ScriptedModel  # noqa: E402
-from harness_magic.core.provider import ProviderAdapter  # noqa: E402
+from harness_magic.core.execution.connectors.spark_plan import PINNED_CONF  # noqa: E402
+from harness_magic.core.providers.offline import ScriptedModel  # noqa: E402
+from harness_magic.core.providers.provider import ProviderAdapter  # noqa: E402
 from harness_magic.core.session import AgentConfig, AgentSession  # noqa: E402
-from harness_magic.core.tools import ToolError  # noqa: E402
+from harness_magic.core.execution.tools import ToolError  # noqa: E402
 
-connector_mod = importlib.import_module("harness_magic.core.connectors.spark_connector")
+connector_mod = importlib.import_module("harness_magic.core.execution.connectors.spark_connector")
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
 REGIONS = ["north", "south", "east", "west"]

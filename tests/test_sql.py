@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from harness_magic.core.cache import SessionCache
-from harness_magic.core.connectors import (
+from harness_magic.core.execution.connectors import (
     ApprovalPolicy,
     ConnectorRegistry,
     classify_sql,
@@ -18,10 +18,10 @@ from harness_magic.core.connectors import (
     duckdb_connector,
     files_connector,
 )
-from harness_magic.core.connectors.classify import SQLClassificationError
-from harness_magic.core.loop import Harness
-from harness_magic.core.offline import ScriptedModel
-from harness_magic.core.provider import ProviderAdapter
+from harness_magic.core.execution.connectors.classify import SQLClassificationError
+from harness_magic.core.agent.loop import Harness
+from harness_magic.core.providers.offline import ScriptedModel
+from harness_magic.core.providers.provider import ProviderAdapter
 
 
 def call(tool, **arguments):
@@ -233,8 +233,8 @@ def test_sqlite_reads_run_on_a_read_only_connection(tmp_path, attack):
     """Straight into the engine path: SQLite itself refuses the write, whatever the classifier says."""
     import sqlite3
 
-    from harness_magic.core.connectors.sql import SQLConnection
-    from harness_magic.core.tools import ToolError
+    from harness_magic.core.execution.connectors.sql import SQLConnection
+    from harness_magic.core.execution.tools import ToolError
 
     path = tmp_path / "bank.db"
     with sqlite3.connect(path) as conn:

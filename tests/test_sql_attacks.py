@@ -19,13 +19,13 @@ import pytest
 import sqlalchemy as sa
 
 from harness_magic.core.cache import SessionCache
-from harness_magic.core.connectors import ApprovalPolicy, ConnectorRegistry, sql_connector
-from harness_magic.core.connectors.classify import classify_sql
-from harness_magic.core.connectors.sql import SQLConnection
-from harness_magic.core.loop import Harness
-from harness_magic.core.offline import ScriptedModel
-from harness_magic.core.provider import ProviderAdapter
-from harness_magic.core.tools import ToolError
+from harness_magic.core.execution.connectors import ApprovalPolicy, ConnectorRegistry, sql_connector
+from harness_magic.core.execution.connectors.classify import classify_sql
+from harness_magic.core.execution.connectors.sql import SQLConnection
+from harness_magic.core.agent.loop import Harness
+from harness_magic.core.providers.offline import ScriptedModel
+from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.execution.tools import ToolError
 from postgres import postgres_url  # noqa: F401  (session fixture)
 
 pytestmark = pytest.mark.postgres
@@ -370,7 +370,7 @@ def test_an_approved_write_is_still_one_statement_at_the_server(connection, stat
 def test_agent_connectors_lists_tools_safety_classes_and_the_roles_reach(attack_db, capsys):
     from types import SimpleNamespace
 
-    from harness_magic.core.connectors.report import connectors_report
+    from harness_magic.core.execution.connectors.report import connectors_report
     from harness_magic.notebook.control_magics import ControlMagics
 
     registry = ConnectorRegistry([sql_connector(_owner_url(attack_db), name="owner"),

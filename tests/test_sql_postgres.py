@@ -8,10 +8,10 @@ import pytest
 import sqlalchemy as sa
 
 from harness_magic.core.cache import SessionCache
-from harness_magic.core.connectors import ApprovalPolicy, ConnectorRegistry, sql_connector
-from harness_magic.core.loop import Harness
-from harness_magic.core.offline import ScriptedModel
-from harness_magic.core.provider import ProviderAdapter
+from harness_magic.core.execution.connectors import ApprovalPolicy, ConnectorRegistry, sql_connector
+from harness_magic.core.agent.loop import Harness
+from harness_magic.core.providers.offline import ScriptedModel
+from harness_magic.core.providers.provider import ProviderAdapter
 from postgres import postgres_url  # noqa: F401  (session fixture)
 
 pytestmark = pytest.mark.postgres

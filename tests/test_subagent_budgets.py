@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import time
 
-from harness_magic.core.budgets import Budgets
+from harness_magic.core.control.budgets import Budgets
 from harness_magic.core.cache import SessionCache
-from harness_magic.core.log import read_log
-from harness_magic.core.loop import Harness
-from harness_magic.core.offline import ScriptedModel
-from harness_magic.core.provider import ProviderAdapter
-from harness_magic.core.subagent import enable_subagents
-from harness_magic.core.tools import ToolSpec
+from harness_magic.core.transcript.log import read_log
+from harness_magic.core.agent.loop import Harness
+from harness_magic.core.providers.offline import ScriptedModel
+from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.control.subagent import enable_subagents
+from harness_magic.core.execution.tools import ToolSpec
 
 GREEDY_CALLS = 80
 """What a runaway (or prompt-injected) subagent asks for."""

@@ -18,8 +18,8 @@ import pandas as pd
 import pytest
 
 from harness_magic.core.cache import SessionCache
-from harness_magic.core.interpreter import make_interpreter_tools
-from harness_magic.core.sandbox import SandboxedInterpreter, probe_confinement
+from harness_magic.core.execution.interpreter import make_interpreter_tools
+from harness_magic.core.execution.sandbox import SandboxedInterpreter, probe_confinement
 
 confined = pytest.mark.skipif(not probe_confinement()["confined"], reason="no OS confinement here")
 
@@ -156,10 +156,10 @@ def test_a_version_token_must_be_a_token() -> None:
 
 @confined
 def test_the_subagent_tool_hands_its_sandbox_the_parents_value_token(tmp_path) -> None:
-    from harness_magic.core.loop import Harness
-    from harness_magic.core.offline import ScriptedModel
-    from harness_magic.core.provider import ProviderAdapter
-    from harness_magic.core.subagent import enable_subagents
+    from harness_magic.core.agent.loop import Harness
+    from harness_magic.core.providers.offline import ScriptedModel
+    from harness_magic.core.providers.provider import ProviderAdapter
+    from harness_magic.core.control.subagent import enable_subagents
 
     turns = [
         {"tool_calls": [{"name": "python_interpreter", "arguments": {"code": "float(prices['p'].sum())"}}]},

@@ -6,13 +6,13 @@ import pandas as pd
 import pytest
 
 from harness_magic.core.cache import SessionCache
-from harness_magic.core.events import SubagentEvent, ToolCallFinished
-from harness_magic.core.log import read_log
-from harness_magic.core.loop import Harness
-from harness_magic.core.offline import ScriptedModel
-from harness_magic.core.provider import ProviderAdapter
-from harness_magic.core.subagent import SUBAGENT_TOOL_NAME, enable_subagents
-from harness_magic.core.tools import ToolSpec
+from harness_magic.core.transcript.events import SubagentEvent, ToolCallFinished
+from harness_magic.core.transcript.log import read_log
+from harness_magic.core.agent.loop import Harness
+from harness_magic.core.providers.offline import ScriptedModel
+from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.control.subagent import SUBAGENT_TOOL_NAME, enable_subagents
+from harness_magic.core.execution.tools import ToolSpec
 
 
 def call(tool, **arguments):
@@ -49,7 +49,7 @@ def build(tmp_path, parent_turns, child_turns, *, max_turns=10, parent_cache=Non
         return children[-1]
 
     def tools_factory(child_cache, current_turn):
-        from harness_magic.core.interpreter import InProcessInterpreter, make_interpreter_tools
+        from harness_magic.core.execution.interpreter import InProcessInterpreter, make_interpreter_tools
 
         return make_interpreter_tools(child_cache, InProcessInterpreter(), current_turn=current_turn) + [
             mutate_tool(child_cache)]

@@ -122,7 +122,7 @@ def test_progress_lines_in_a_log_are_bounded_and_control_free() -> None:
 
     from rich.console import Console
 
-    from harness_magic.core.events import EngineProgress
+    from harness_magic.core.transcript.events import EngineProgress
     from harness_magic.notebook.render import TerminalRenderer
 
     buffer = io.StringIO()
@@ -158,16 +158,16 @@ def _renderer(terminal: bool, wait_s: float = 5.0):
 
 
 def _started(tool_use_id: str, code: str = "print('hi')"):
-    from harness_magic.core.events import ToolCallStarted
-    from harness_magic.core.messages import ToolUseBlock
+    from harness_magic.core.transcript.events import ToolCallStarted
+    from harness_magic.core.transcript.messages import ToolUseBlock
 
     return ToolCallStarted(turn=1, tool_use=ToolUseBlock(id=tool_use_id, name="python_interpreter",
                                                          input={"code": code}))
 
 
 def _finished(tool_use_id: str, content: str = "stdout:\nhi\n", duration_s: float = 2.5):
-    from harness_magic.core.events import ToolCallFinished
-    from harness_magic.core.messages import ToolResultBlock, ToolUseBlock
+    from harness_magic.core.transcript.events import ToolCallFinished
+    from harness_magic.core.transcript.messages import ToolResultBlock, ToolUseBlock
 
     use = ToolUseBlock(id=tool_use_id, name="python_interpreter", input={"code": "print('hi')"})
     return ToolCallFinished(turn=1, tool_use=use, result=ToolResultBlock(tool_use_id=tool_use_id, content=content),
@@ -176,7 +176,7 @@ def _finished(tool_use_id: str, content: str = "stdout:\nhi\n", duration_s: floa
 
 @pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "log"])
 def test_a_sandbox_step_prints_above_the_call_it_ran_for_with_its_time(terminal: bool) -> None:
-    from harness_magic.core.events import RunStarted, SandboxStep, ToolOutputDelta
+    from harness_magic.core.transcript.events import RunStarted, SandboxStep, ToolOutputDelta
 
     renderer, screen = _renderer(terminal)
     renderer(RunStarted(run_id="r", model="m", max_turns=5, prompt="p", run_file=None))
@@ -199,7 +199,7 @@ def test_a_sandbox_step_prints_above_the_call_it_ran_for_with_its_time(terminal:
 def test_a_call_without_a_step_shows_its_header_at_its_first_event_or_after_the_wait() -> None:
     import time
 
-    from harness_magic.core.events import Notice, ToolOutputDelta
+    from harness_magic.core.transcript.events import Notice, ToolOutputDelta
 
     renderer, screen = _renderer(False, wait_s=0.2)
     renderer(_started("t1", "print('quick')"))
@@ -219,7 +219,7 @@ def test_a_call_without_a_step_shows_its_header_at_its_first_event_or_after_the_
 
 
 def test_a_call_waiting_for_approval_shows_its_header_before_the_question() -> None:
-    from harness_magic.core.events import ApprovalStep
+    from harness_magic.core.transcript.events import ApprovalStep
 
     renderer, screen = _renderer(False, wait_s=60.0)
     renderer(_started("t1", "DELETE FROM orders"))
@@ -228,7 +228,7 @@ def test_a_call_waiting_for_approval_shows_its_header_before_the_question() -> N
 
 
 def test_a_step_for_another_call_or_none_never_moves_a_header() -> None:
-    from harness_magic.core.events import SandboxStep
+    from harness_magic.core.transcript.events import SandboxStep
 
     renderer, screen = _renderer(False)
     renderer(_started("t1", "first_call()"))
@@ -289,8 +289,8 @@ def test_a_header_shown_while_in_process_code_runs_never_lands_in_the_codes_outp
 
     from rich.console import Console
 
-    from harness_magic.core.offline import ScriptedModel
-    from harness_magic.core.provider import ProviderAdapter
+    from harness_magic.core.providers.offline import ScriptedModel
+    from harness_magic.core.providers.provider import ProviderAdapter
     from harness_magic.core.session import AgentConfig, AgentSession
     from harness_magic.notebook.render import TerminalRenderer
 

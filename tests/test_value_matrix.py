@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness_magic.core.cache import SessionCache
-from harness_magic.core.sandbox import SandboxedInterpreter, probe_confinement
+from harness_magic.core.execution.sandbox import SandboxedInterpreter, probe_confinement
 
 from value_matrix import CASES, DESCRIBE, PRELUDE, assert_identical, build, describe
 

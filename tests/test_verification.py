@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from harness_magic import Harness, InProcessInterpreter, ProviderAdapter, ScriptedModel, SessionCache, make_interpreter_tools
-from harness_magic.core.log import read_log
-from harness_magic.core.verification import Verifier, handle_matches
+from harness_magic.core.transcript.log import read_log
+from harness_magic.core.control.verification import Verifier, handle_matches
 
 BAD = "import pandas as pd\nsave('summary', pd.DataFrame({'region': ['N', None], 'sales': [1, 2]}))"
 GOOD = ("import pandas as pd\n"

@@ -8,7 +8,7 @@ records, so what a colleague opens is what the notebook showed.
 
 Contract of the renderers: every value that came from the model, the data or
 the user is escaped (:func:`html.escape`), and model Markdown is rendered and
-sanitized by :mod:`harness_magic.core.safe_markdown` (no raw HTML, an allowlist
+sanitized by :mod:`harness_magic.core.text.safe_markdown` (no raw HTML, an allowlist
 of tags, only ``data:`` images); the only other markup is the renderer's own, so
 nothing in a transcript is ever active HTML or script and nothing loads from
 the network. The ``.md`` export escapes the model's raw HTML and image syntax
@@ -16,7 +16,7 @@ the same way. Charts are embedded as ``data:`` URIs and styles are inline: an
 exported ``.html`` file needs no network and no other file.
 
 People see tables, the model sees text: snapshots render as tables
-(:mod:`harness_magic.core.snapshot_view`), and the exact text a tool call
+(:mod:`harness_magic.core.text.snapshot_view`), and the exact text a tool call
 returned to the model is one click away in a ``what the model saw`` section,
 like the harness's reminders, which appear nowhere else.
 
@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from harness_magic.core.safe_markdown import escape_markdown_html
-from harness_magic.core.events import (
+from harness_magic.core.text.safe_markdown import escape_markdown_html
+from harness_magic.core.transcript.events import (
     AssistantMessage,
     Notice,
     ReminderAdded,
@@ -50,7 +50,7 @@ from harness_magic.core.events import (
     ToolOutputDelta,
     TurnFinished,
 )
-from harness_magic.core.scrub import scrub
+from harness_magic.core.transcript.scrub import scrub
 
 __all__ = [
     "RunRecord",
@@ -159,10 +159,10 @@ class RunRecord:
     """``("text", str)``, :class:`ToolRecord`, ``("notice", level, str)`` or ``("reminder", str)``."""
     turn: int = 0
     usage: Any = None
-    """Latest cumulative :class:`~harness_magic.core.messages.Usage`."""
+    """Latest cumulative :class:`~harness_magic.core.transcript.messages.Usage`."""
     elapsed_s: float = 0.0
     result: Any = None
-    """The :class:`~harness_magic.core.loop.RunResult`, once finished."""
+    """The :class:`~harness_magic.core.agent.loop.RunResult`, once finished."""
 
     def tool(self, tool_use_id: str) -> ToolRecord | None:
         for item in self.items:
@@ -344,14 +344,14 @@ def render_code_html(code: str, language: str = "python") -> str:
 
 def render_markdown_safe(text: str) -> str:
     """Model Markdown as sanitized HTML: no raw HTML, allowlisted tags, only ``data:`` images."""
-    from harness_magic.core.safe_markdown import markdown_to_html
+    from harness_magic.core.text.safe_markdown import markdown_to_html
 
     return markdown_to_html(text)
 
 
 def render_snapshot_html(name: str, snapshot: dict[str, Any]) -> str:
     """A snapshot as a table (MultiIndex levels, dtype row, ``+N more rows/columns``), every cell escaped."""
-    from harness_magic.core.snapshot_view import snapshot_html
+    from harness_magic.core.text.snapshot_view import snapshot_html
 
     return snapshot_html(name, snapshot)
 
@@ -395,7 +395,7 @@ def printed_output(tool: ToolRecord, limit: int = STDOUT_PREVIEW_LINES) -> tuple
 
 def hidden_chars_note(text: str, language: str = "python") -> str:
     """A plain-text warning naming the hidden characters of a call's code by line and character, or ``""``."""
-    from harness_magic.core.hidden_chars import find_hidden, report_lines
+    from harness_magic.core.text.hidden_chars import find_hidden, report_lines
 
     findings = find_hidden(text)
     if not findings:
@@ -408,7 +408,7 @@ def hidden_chars_note(text: str, language: str = "python") -> str:
 
 
 def _source_html(tool: ToolRecord) -> str:
-    from harness_magic.core.hidden_chars import reveal
+    from harness_magic.core.text.hidden_chars import reveal
 
     source = tool_call_source(tool)
     if source is None:
@@ -440,7 +440,7 @@ def printed_html(tool: ToolRecord) -> str:
 
 def copy_key(record: RunRecord, tool: ToolRecord) -> str | None:
     """``RUN_ID:TOOL_USE_ID``, naming a call whose code (Python or SQL) can be copied; None for other calls."""
-    from harness_magic.core.hidden_chars import find_hidden
+    from harness_magic.core.text.hidden_chars import find_hidden
 
     source = tool_call_source(tool)
     if source is None or source[0] not in ("python", "sql") or not record.run_id:
@@ -678,7 +678,7 @@ def _md_inline(text: str) -> str:
 
 
 def _md_record(record: RunRecord, depth: int = 2) -> list[str]:
-    from harness_magic.core.snapshot_view import snapshot_text
+    from harness_magic.core.text.snapshot_view import snapshot_text
 
     out: list[str] = []
     for item in record.items:
@@ -687,7 +687,7 @@ def _md_record(record: RunRecord, depth: int = 2) -> list[str]:
             source = tool_call_source(item)
             shown_key = None
             if source is not None:
-                from harness_magic.core.hidden_chars import reveal
+                from harness_magic.core.text.hidden_chars import reveal
 
                 language, text = source
                 shown_key = {"python": "code", "path": "path"}.get(language) or ("sql" if "sql" in item.input else "query")

@@ -11,10 +11,10 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from harness_magic.core.budgets import Budgets
+from harness_magic.core.control.budgets import Budgets
 from harness_magic.core.cache import SessionCache
-from harness_magic.core.events import EventHandler
-from harness_magic.core.interpreter import (
+from harness_magic.core.transcript.events import EventHandler
+from harness_magic.core.execution.interpreter import (
     BACKEND_MEMBERS,
     DEFAULT_MATERIALIZE_MAX_BYTES,
     DEFAULT_MATERIALIZE_MAX_ROWS,
@@ -22,10 +22,10 @@ from harness_magic.core.interpreter import (
     InterpreterBackend,
     make_interpreter_tools,
 )
-from harness_magic.core.loop import Harness, RunResult
-from harness_magic.core.prompts import DEFAULT_SYSTEM_PROMPT
-from harness_magic.core.provider import ProviderAdapter
-from harness_magic.core.tools import ToolSpec
+from harness_magic.core.agent.loop import Harness, RunResult
+from harness_magic.core.agent.prompts import DEFAULT_SYSTEM_PROMPT
+from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.execution.tools import ToolSpec
 
 __all__ = ["AgentConfig", "AgentSession", "SessionBackend", "SANDBOX_MODES", "DEFAULT_MODEL"]
 
@@ -84,13 +84,13 @@ class AgentConfig:
         self.budgets()  # validates the budget fields
         if self.sandbox not in SANDBOX_MODES:
             raise ValueError(f"sandbox {self.sandbox!r} is not valid; allowed: {', '.join(SANDBOX_MODES)}")
-        from harness_magic.core.connectors.lazy import check_cap
+        from harness_magic.core.execution.connectors.lazy import check_cap
 
         check_cap(self.materialize_max_bytes, "materialize_max_bytes")
         check_cap(self.materialize_max_rows, "materialize_max_rows")
         if not isinstance(self.max_turns, int) or self.max_turns < 1:
             raise ValueError(f"max_turns must be a positive integer, got {self.max_turns!r}")
-        from harness_magic.core.provider import PROMPT_CACHING_MODES
+        from harness_magic.core.providers.provider import PROMPT_CACHING_MODES
 
         if self.prompt_caching not in PROMPT_CACHING_MODES:
             raise ValueError(f"prompt_caching {self.prompt_caching!r} is not valid; allowed: "
@@ -112,7 +112,7 @@ def make_backend(config: AgentConfig) -> InterpreterBackend:
     """The interpreter backend a config asks for."""
     if config.sandbox == "inprocess":
         return InProcessInterpreter()
-    from harness_magic.core.sandbox import SandboxedInterpreter
+    from harness_magic.core.execution.sandbox import SandboxedInterpreter
 
     return SandboxedInterpreter(allow_unconfined=config.allow_unconfined or config.sandbox == "unconfined")
 
@@ -164,7 +164,7 @@ class AgentSession:
         """What the tools hold: forwards to :attr:`backend`, whichever it is now."""
         self.harness = self._build_harness(adapter or self.adapter_for(self.config.model))
         self.connectors: Any | None = None
-        """The :class:`~harness_magic.core.connectors.InstalledConnectors` of this session, or None."""
+        """The :class:`~harness_magic.core.execution.connectors.InstalledConnectors` of this session, or None."""
         self.default_approver: Callable[[Any], Any] | None = None
         """Approver given to :meth:`add_connector` policies that have none (the notebook sets its prompt)."""
         if connectors is not None:
@@ -180,7 +180,7 @@ class AgentSession:
         ``approval`` (an ApprovalPolicy) replaces the registry's policy when given.
         A policy without an approver gets :attr:`default_approver`, if set.
         """
-        from harness_magic.core.connectors import ConnectorRegistry
+        from harness_magic.core.execution.connectors import ConnectorRegistry
 
         if self.connectors is None:
             self.connectors = ConnectorRegistry(approval=approval).install(self.harness)
@@ -194,7 +194,7 @@ class AgentSession:
     def enable_subagents(self, **options: Any) -> ToolSpec:
         """Add the ``subagent`` tool (again: the same tool, or new options replace it). Each subagent run gets its own worker (a sibling of this
         session's sandbox backend); with the in-process backend it shares this session's."""
-        from harness_magic.core.subagent import SUBAGENT_TOOL_NAME, enable_subagents
+        from harness_magic.core.control.subagent import SUBAGENT_TOOL_NAME, enable_subagents
 
         existing = next((t for t in self.harness.tools if t.name == SUBAGENT_TOOL_NAME), None)
         if existing is not None:
@@ -222,7 +222,7 @@ class AgentSession:
         ``start``: the session's first use (launcher, data stack imports and the
         first worker); ``fork``: the fresh worker of this cell (see
         :meth:`_fresh_worker`); ``restart``: a worker after the previous one was
-        lost. Each emits :class:`~harness_magic.core.events.SandboxStep` before
+        lost. Each emits :class:`~harness_magic.core.transcript.events.SandboxStep` before
         (no time) and after (with its time), for the tool call in progress.
         """
         if harness is None or self.config.sandbox == "inprocess":
@@ -292,9 +292,9 @@ class AgentSession:
 
     def _install_control_plane(self, harness: Harness) -> None:
         """Budgets, the plan tool, progress reminders and the (initially empty) verifier."""
-        from harness_magic.core.planner import Planner
-        from harness_magic.core.reminders import ProgressTracker
-        from harness_magic.core.verification import Verifier
+        from harness_magic.core.control.planner import Planner
+        from harness_magic.core.control.reminders import ProgressTracker
+        from harness_magic.core.control.verification import Verifier
 
         self.budget_guard = self.config.budgets().install(harness)
         self.planner: Planner | None = Planner() if self.config.planner else None
@@ -314,7 +314,7 @@ class AgentSession:
 
     def retry(self, from_turn: int, log: str | None = None, *, model: str | None = None) -> RunResult:
         """Retry a run (default: the latest) from turn ``from_turn`` with this session's model and cache."""
-        from harness_magic.core.replay import retry_from
+        from harness_magic.core.control.replay import retry_from
 
         log = log or self.harness.run_file
         if log is None:
@@ -402,7 +402,7 @@ class AgentSession:
         changed = {f for f in vars(config) if getattr(config, f) != getattr(old, f)}
         self.config = config
         if changed & set(_ADAPTER_FIELDS):
-            from harness_magic.core.offline import is_offline_model
+            from harness_magic.core.providers.offline import is_offline_model
 
             self._adapters = {m: a for m, a in self._adapters.items() if is_offline_model(m)}
             notes.append("provider settings changed: new adapters for real models")
@@ -441,12 +441,12 @@ class AgentSession:
 class SessionBackend:
     """A session's interpreter backend as its tools (and shared subagents) hold it.
 
-    Implements :class:`~harness_magic.core.interpreter.InterpreterBackend` by
-    forwarding every member (:data:`~harness_magic.core.interpreter.BACKEND_MEMBERS`)
+    Implements :class:`~harness_magic.core.execution.interpreter.InterpreterBackend` by
+    forwarding every member (:data:`~harness_magic.core.execution.interpreter.BACKEND_MEMBERS`)
     to the session's :attr:`AgentSession.backend` of the moment: started on
     first use, replaced when the sandbox settings change. Starting, forking or
     restarting a worker for a call is shown on the session's harness as a
-    :class:`~harness_magic.core.events.SandboxStep` with its time.
+    :class:`~harness_magic.core.transcript.events.SandboxStep` with its time.
     """
 
     name = "session"
@@ -511,7 +511,7 @@ class SessionBackend:
 
 def _sandbox_step(harness: Any, action: str, duration_s: float | None) -> None:
     """Emit a :class:`SandboxStep` on ``harness`` for the tool call in progress."""
-    from harness_magic.core.events import SandboxStep
+    from harness_magic.core.transcript.events import SandboxStep
 
     run = harness.current_run
     use = run.current_tool_use if run is not None else None

@@ -139,7 +139,7 @@ def _build_database(task: Task, suite: Suite, directory: Path) -> tuple[str | No
 
 
 def _read_records(run_file: str | None) -> list[dict[str, Any]]:
-    from harness_magic.core.log import read_log
+    from harness_magic.core.transcript.log import read_log
 
     if not run_file or not os.path.exists(run_file) or os.path.getsize(run_file) > MAX_LOG_BYTES:
         return []
@@ -175,8 +175,8 @@ def classify_failure(status: str, grades: list[Grade], records: list[dict[str, A
 
 
 def _session(task: Task, suite: Suite, model: str, options: dict[str, Any], run_dir: Path, database: str | None) -> Any:
-    from harness_magic.core.offline import ScriptedModel
-    from harness_magic.core.provider import ProviderAdapter
+    from harness_magic.core.providers.offline import ScriptedModel
+    from harness_magic.core.providers.provider import ProviderAdapter
     from harness_magic.core.session import AgentConfig, AgentSession
 
     limits = {**DEFAULT_LIMITS, **task.limits}
@@ -190,11 +190,11 @@ def _session(task: Task, suite: Suite, model: str, options: dict[str, Any], run_
         adapter = ProviderAdapter(model, transport=ScriptedModel(spec.turns, name=model))
     session = AgentSession(config, adapter=adapter)
     if "duckdb" in task.connectors:
-        from harness_magic.core.connectors import duckdb_connector
+        from harness_magic.core.execution.connectors import duckdb_connector
 
         session.add_connector(duckdb_connector())
     if database is not None:
-        from harness_magic.core.connectors import ApprovalPolicy, sql_connector
+        from harness_magic.core.execution.connectors import ApprovalPolicy, sql_connector
 
         spec = task.connectors["sql"]
         session.add_connector(sql_connector(f"sqlite:///{database}", allow_writes=spec.get("allow_writes", True)),

@@ -257,7 +257,7 @@ def expand_turn(turn: dict[str, Any]) -> dict[str, Any]:
 
 
 def _turns(file: Path, where: str, raw: Any) -> tuple[dict[str, Any], ...]:
-    from harness_magic.core.offline import ScriptedTurn
+    from harness_magic.core.providers.offline import ScriptedTurn
 
     if not isinstance(raw, list) or not raw:
         raise _fail(file, where, "expected a non-empty list of turns")

@@ -6,7 +6,7 @@ approver shows what is asked (escaped HTML) and then calls ``input()``, which
 JupyterLab and Notebook render as a text box in the cell and terminal IPython
 as a prompt. A front end without stdin (nbclient, nbval) denies the call.
 The plain-text request and the prompt show control characters escaped
-(:func:`~harness_magic.core.scrub.escape_control`): the model's arguments
+(:func:`~harness_magic.core.transcript.scrub.escape_control`): the model's arguments
 cannot rewrite the terminal around the question.
 """
 
@@ -16,7 +16,7 @@ import html
 import json
 from typing import Any
 
-from harness_magic.core.scrub import escape_control
+from harness_magic.core.transcript.scrub import escape_control
 
 __all__ = ["StdinApprover", "request_html", "request_text", "APPROVE_ANSWERS", "NO_STDIN_REASON"]
 
@@ -63,7 +63,7 @@ class StdinApprover:
         from IPython.core.error import StdinNotImplementedError
         from IPython.display import display
 
-        from harness_magic.core.connectors import ApprovalDecision
+        from harness_magic.core.execution.connectors import ApprovalDecision
 
         display({"text/html": request_html(request), "text/plain": request_text(request)}, raw=True)
         try:

@@ -18,7 +18,7 @@ A forged button (in another output) can only name a key: the code comes from
 the widget's own state, so it copies the agent's real code or nothing.
 
 Code that would run differently from how it reads is never held: :meth:`add`
-follows :func:`harness_magic.core.hidden_chars.hand_over` (the policy of
+follows :func:`harness_magic.core.text.hidden_chars.hand_over` (the policy of
 ``%agent_code``) and refuses code with hidden characters (bidi controls,
 zero-width characters, ESC and other controls), so its button stays hidden and
 the transcript names the characters; the front end also refuses to copy text
@@ -140,9 +140,9 @@ def _widget_class() -> Any:
             """Make ``key``'s button copy ``code`` (kept: the latest :data:`MAX_CALLS` calls).
 
             False, and ``key`` not held, when ``code`` has hidden characters
-            (:func:`~harness_magic.core.hidden_chars.hand_over` refuses it).
+            (:func:`~harness_magic.core.text.hidden_chars.hand_over` refuses it).
             """
-            from harness_magic.core.hidden_chars import hand_over
+            from harness_magic.core.text.hidden_chars import hand_over
 
             handed = hand_over(code)
             if handed.text is None:

@@ -1,4 +1,4 @@
-"""``%agent_replay``, ``%agent_retry`` and ``%agent_diff``: glue over :mod:`harness_magic.core.replay`.
+"""``%agent_replay``, ``%agent_retry`` and ``%agent_diff``: glue over :mod:`harness_magic.core.control.replay`.
 
 ``%agent_replay LOG [--live-tools]``
     Replay a run log with the recording as the model (no key needed). Tool
@@ -26,7 +26,7 @@
     Code holding hidden characters (bidi controls, zero-width and other
     invisible characters, ESC and other control characters) is refused,
     naming each by line and character; ``--escaped`` puts it in with each
-    written as a visible escape (:func:`harness_magic.core.hidden_chars.hand_over`,
+    written as a visible escape (:func:`harness_magic.core.text.hidden_chars.hand_over`,
     the policy the "copy code" button follows too).
 ``%agent_status``
     Model, api_base, sandbox, budgets, connectors, the session's handles and
@@ -115,7 +115,7 @@ class ControlMagics(Magics):
     @line_magic
     def agent_replay(self, line: str) -> Any:
         """Replay a recorded run with its recording as the model; returns its RunResult."""
-        from harness_magic.core.replay import live_tools_of, replay_run
+        from harness_magic.core.control.replay import live_tools_of, replay_run
 
         args = parse_argstring(self.agent_replay, line)
         log = _log_path(args.log)
@@ -176,7 +176,7 @@ class ControlMagics(Magics):
     @line_magic
     def agent_connectors(self, line: str) -> Any:
         """List connectors, their tools with safety classes, and the SQL read role's privileges."""
-        from harness_magic.core.connectors.report import connectors_report, format_report
+        from harness_magic.core.execution.connectors.report import connectors_report, format_report
 
         if line.strip():
             raise UsageError(f"%agent_connectors takes no arguments, got {line.strip()!r}")
@@ -218,7 +218,7 @@ class ControlMagics(Magics):
         text = agent_code_text(record, args.turn)
         if not text:
             raise UsageError(f"%agent_code: run {record.run_id} ran no interpreter code or SQL")
-        from harness_magic.core.hidden_chars import hand_over
+        from harness_magic.core.text.hidden_chars import hand_over
 
         handed = hand_over(text, escaped=args.escaped)
         if handed.text is None:
@@ -268,7 +268,7 @@ class ControlMagics(Magics):
     @line_magic
     def agent_diff(self, line: str) -> Any:
         """Show what changed between two runs of the same question; returns the RunDiff."""
-        from harness_magic.core.replay import diff_runs
+        from harness_magic.core.control.replay import diff_runs
 
         args = parse_argstring(self.agent_diff, line)
         if len(args.logs) > 2:

@@ -71,7 +71,7 @@ class DocsMagics(Magics):
         self._agent = agent_magics
 
     def _connectors(self, name: str | None) -> tuple[list[Any], list[Any]]:
-        from harness_magic.core.knowledge import DocsConnector, GlossaryConnector
+        from harness_magic.core.execution.connectors.docs import DocsConnector, GlossaryConnector
 
         installed = self._agent.session.connectors
         every = list(installed.registry._connectors.values()) if installed is not None else []
@@ -142,7 +142,7 @@ class DocsMagics(Magics):
         return view
 
     def _search(self, query: str, k: int, docs: list[Any], glossaries: list[Any]) -> DocsView:
-        from harness_magic.core.tools import ToolError
+        from harness_magic.core.execution.tools import ToolError
 
         view = DocsView(f"Search: {query}")
         for connector in docs:

@@ -5,7 +5,7 @@ Magics (``%load_ext harness_magic``):
 ``%%agent [-m M] [--new] [--reset] [--in NAME[=HANDLE] ...] [--out HANDLE[=NAME] ...] [--max-turns N]
 [--max-tokens N] [--max-cost USD] [--max-wall S] [--max-tool-calls N]``
     Ask the agent; the cell body is the prompt, verbatim. The cell's value is
-    the :class:`~harness_magic.core.loop.RunResult`, shown as the final output
+    the :class:`~harness_magic.core.agent.loop.RunResult`, shown as the final output
     (a budget stop shows its status, e.g. ``budget_cost``, and the reason).
 ``%agent_vars [HANDLE]``
     Every cached handle, or one handle's snapshot.
@@ -38,8 +38,8 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, observe, validate
 
-from harness_magic.core.interpreter import DEFAULT_MATERIALIZE_MAX_BYTES, DEFAULT_MATERIALIZE_MAX_ROWS
-from harness_magic.core.scrub import escape_control
+from harness_magic.core.execution.interpreter import DEFAULT_MATERIALIZE_MAX_BYTES, DEFAULT_MATERIALIZE_MAX_ROWS
+from harness_magic.core.transcript.scrub import escape_control
 
 __all__ = ["AgentMagics", "load_extension", "unload_extension", "magics_classes", "LIVE_MODES"]
 
@@ -48,17 +48,17 @@ LIVE_MODES = ("auto", "widgets", "rich", "off")
 SANDBOX_MODES = ("worker", "inprocess", "unconfined")
 """Mirrors :data:`harness_magic.core.session.SANDBOX_MODES` (not imported: loading stays cheap)."""
 OFFLINE_PREFIXES = ("offline/", "scripted/", "replay/")
-"""Mirrors :data:`harness_magic.core.offline.OFFLINE_PREFIXES`."""
+"""Mirrors :data:`harness_magic.core.providers.offline.OFFLINE_PREFIXES`."""
 DEFAULT_MODEL = "openai/gpt-4o-mini"
 """Mirrors :data:`harness_magic.core.session.DEFAULT_MODEL`."""
 _SESSION_TRAITS = ("api_base", "sandbox", "hot_count", "memory_budget", "spill_dir", "run_dir", "stream",
                    "planner", "reminders", "connectors", "prompt_caching", "context_window", "max_turns")
 """Settings of the session: a change is applied at the next use, keeping the conversation and the cache."""
 PROMPT_CACHING_MODES = ("auto", "on", "off")
-"""Mirrors :data:`harness_magic.core.provider.PROMPT_CACHING_MODES`."""
+"""Mirrors :data:`harness_magic.core.providers.provider.PROMPT_CACHING_MODES`."""
 _BUDGET_TRAITS = ("max_tokens", "max_cost_usd", "max_wall_s", "max_tool_calls")
 """Budget settings: applied to every run (no new session needed); ``%%agent`` flags override them per cell."""
-_RESULT_TYPE = ("harness_magic.core.loop", "RunResult")
+_RESULT_TYPE = ("harness_magic.core.agent.loop", "RunResult")
 _BUDGET_FLAGS = ("--max-tokens", "--max-cost", "--max-wall", "--max-tool-calls")
 """The ``%%agent`` flags for the budget fields, in ``_BUDGET_TRAITS`` order."""
 
@@ -70,7 +70,7 @@ def _check_handle(name: str, what: str) -> str:
 
 
 MAX_CAP = 2**63 - 1
-"""Mirrors :data:`harness_magic.core.connectors.lazy.MAX_CAP` (64-bit row and byte counts)."""
+"""Mirrors :data:`harness_magic.core.execution.connectors.lazy.MAX_CAP` (64-bit row and byte counts)."""
 
 
 def _cap_arg(text: Any, flag: str, unit: str) -> int:
@@ -123,7 +123,7 @@ def _validate_model(model: str) -> str:
     if not isinstance(model, str) or not model.strip() or any(c.isspace() for c in model):
         raise UsageError(f"bad model {model!r}: give a litellm model id such as {DEFAULT_MODEL!r} or 'offline/quickstart'")
     if model.startswith("offline/"):
-        from harness_magic.core.offline import builtin_scripts
+        from harness_magic.core.providers.offline import builtin_scripts
 
         name = model.partition("/")[2]
         if name not in builtin_scripts():
@@ -182,7 +182,7 @@ class AgentMagics(Magics):
                                    "the kernel when agent code names it or %agent_pull copies it; over it the "
                                    "agent is told to aggregate in the engine first.").tag(config=True)
     connectors = List(Dict(), default_value=[], help="Connectors of every new session, as for "
-                      "harness_magic.core.connectors.connectors_from_config, e.g. "
+                      "harness_magic.core.execution.connectors.connectors_from_config, e.g. "
                       "[{'type': 'files', 'roots': ['data']}].").tag(config=True)
 
     # -- validation -------------------------------------------------------------------------
@@ -267,7 +267,7 @@ class AgentMagics(Magics):
 
     @validate("connectors")
     def _valid_connectors(self, proposal: Any) -> list[dict[str, Any]]:
-        from harness_magic.core.connectors.config import BUILTIN_TYPES
+        from harness_magic.core.execution.connectors.config import BUILTIN_TYPES
 
         for entry in proposal["value"]:
             if entry.get("type") not in BUILTIN_TYPES:
@@ -359,7 +359,7 @@ class AgentMagics(Magics):
         """The registry for :attr:`connectors` (asking through ``approver``), or None when there are none."""
         if not self.connectors:
             return None
-        from harness_magic.core.connectors import ApprovalPolicy, connectors_from_config
+        from harness_magic.core.execution.connectors import ApprovalPolicy, connectors_from_config
 
         try:
             return connectors_from_config(self.connectors, approval=ApprovalPolicy(approver=approver))
@@ -456,7 +456,7 @@ class AgentMagics(Magics):
             outputs.append((_check_handle(handle, "handle"), _check_handle(name, "variable name")))
 
         if not model.startswith(OFFLINE_PREFIXES):  # a model litellm cannot route fails here, before any request
-            from harness_magic.core.provider import ModelRouteError, check_model_route
+            from harness_magic.core.providers.provider import ModelRouteError, check_model_route
 
             try:
                 check_model_route(model)
@@ -475,7 +475,7 @@ class AgentMagics(Magics):
         unsubscribe = session.subscribe(handler) if handler is not None else None
         live = _show_live(widget) if widget is not None else None
         result = None
-        from harness_magic.core.loop import PromptTooLarge
+        from harness_magic.core.agent.loop import PromptTooLarge
 
         try:
             result = session.ask(prompt, model=model, max_turns=args.max_turns,
@@ -542,7 +542,7 @@ class AgentMagics(Magics):
             if args.handle not in cache:
                 raise UsageError(f"no handle {args.handle!r}; handles: {', '.join(cache.names()) or '(none)'}")
             snap = cache.snapshot(args.handle)
-            from harness_magic.core.snapshot_view import snapshot_rich, snapshot_text
+            from harness_magic.core.text.snapshot_view import snapshot_rich, snapshot_text
 
             if self._in_kernel():
                 self._show(export.render_snapshot_html(args.handle, snap), snapshot_text(args.handle, snap))
@@ -602,7 +602,7 @@ class AgentMagics(Magics):
         and the flag to raise it."""
         import sys
 
-        from harness_magic.core.interpreter import materialize_inputs
+        from harness_magic.core.execution.interpreter import materialize_inputs
 
         try:
             value = materialize_inputs(self.session.cache, [handle], max_bytes or self.materialize_max_bytes,
@@ -661,7 +661,7 @@ class AgentMagics(Magics):
     def agent_sandbox(self, line: str) -> None:
         """Show the sandbox mode and each confinement layer the worker gets on this machine."""
         parse_argstring(self.agent_sandbox, line)
-        from harness_magic.core.sandbox import probe_confinement
+        from harness_magic.core.execution.sandbox import probe_confinement
 
         rows = sandbox_rows(probe_confinement())
         if self.sandbox == "inprocess":
@@ -675,7 +675,7 @@ class AgentMagics(Magics):
         self._show(f"<p>{html.escape(head)}</p>" + table_html(rows, _SANDBOX_COLUMNS),
                    head + "\n" + table_text(rows, _SANDBOX_COLUMNS))
         if any(isinstance(c, dict) and c.get("type") == "spark" and c.get("master") for c in self.connectors or ()):
-            from harness_magic.core.connectors.spark_server import spark_confinement_report
+            from harness_magic.core.execution.connectors.spark_server import spark_confinement_report
 
             state, report = spark_confinement_report()
             head = f"local Spark server (connectors with 'master'): {state}:"
@@ -766,8 +766,8 @@ _NOT_HOLDING = ("unavailable", "not ")
 
 
 def sandbox_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """layer, state (on/off), detail for each entry of :func:`~harness_magic.core.sandbox.probe_confinement`."""
-    from harness_magic.core.sandbox import confinement_gap
+    """layer, state (on/off), detail for each entry of :func:`~harness_magic.core.execution.sandbox.probe_confinement`."""
+    from harness_magic.core.execution.sandbox import confinement_gap
 
     rows = []
     for layer, value in report.items():

@@ -15,7 +15,7 @@ the static final form (:func:`harness_magic.core.export.render_answer_html`),
 which is also what a saved notebook carries.
 
 Every string from the model or the data is escaped, and model Markdown goes
-through :func:`harness_magic.core.safe_markdown.markdown_to_html` (sanitized,
+through :func:`harness_magic.core.text.safe_markdown.markdown_to_html` (sanitized,
 only ``data:`` images), before it becomes the value of an HTML widget. In the terminal, model and data text goes through
 :func:`strip_control` (control bytes shown as escapes, never driving the terminal).
 """
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness_magic.core import export
-from harness_magic.core.events import (
+from harness_magic.core.transcript.events import (
     ApprovalStep,
     AssistantMessage,
     EngineProgress,
@@ -47,7 +47,7 @@ from harness_magic.core.events import (
     TurnStarted,
 )
 from harness_magic.core.export import RunRecord, ToolRecord
-from harness_magic.core.scrub import escape_control
+from harness_magic.core.transcript.scrub import escape_control
 
 __all__ = ["WidgetRunView", "TerminalRenderer", "status_text", "strip_control", "strip_tree", "STREAM_FLUSH_S", "TICK_S",
            "TERMINAL_RESULT_LINES", "TERMINAL_HEADER_WAIT_S"]
@@ -69,7 +69,7 @@ _e = html.escape
 
 def strip_control(text: Any) -> str:
     """``text`` safe for a terminal: control characters other than newline and tab (ESC, OSC, CR, ...)
-    shown as visible escapes (:func:`~harness_magic.core.scrub.escape_control`); CRLF line ends become LF."""
+    shown as visible escapes (:func:`~harness_magic.core.transcript.scrub.escape_control`); CRLF line ends become LF."""
     return escape_control(str(text).replace("\r\n", "\n"))
 
 
@@ -617,7 +617,7 @@ class TerminalRenderer:
     def _print_tool(self, tool: ToolRecord) -> None:
         from rich.text import Text
 
-        from harness_magic.core.snapshot_view import snapshot_rich
+        from harness_magic.core.text.snapshot_view import snapshot_rich
 
         c = self.console
         style = "red" if tool.is_error else "dim"

@@ -19,7 +19,7 @@ the value's class provides:
   usual checks (or reports why it cannot).
 
 This module only recognises them; the values themselves live with their
-connector (see :mod:`harness_magic.core.connectors.lazy`).
+connector (see :mod:`harness_magic.core.execution.connectors.lazy`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@
 * :mod:`.embed` — litellm embeddings or a deterministic offline embedder;
 * :mod:`.glossary` — terms/metrics/tables/owners from YAML, with link expansion;
 * :mod:`.citations` — source ids, the per-run ledger, the answer check, rendering;
-* :mod:`.connectors` — the ``docs`` and ``glossary`` connector types.
+
+The ``docs`` and ``glossary`` connector types (the tools over this plane) live with the other
+connectors in :mod:`harness_magic.core.execution.connectors.docs`.
 """
 
 from harness_magic.core.knowledge.citations import (
@@ -16,12 +18,6 @@ from harness_magic.core.knowledge.citations import (
     citations_markdown,
     parse_citations,
     sources_from_log,
-)
-from harness_magic.core.knowledge.connectors import (
-    DocsConnector,
-    GlossaryConnector,
-    docs_connector,
-    glossary_connector,
 )
 from harness_magic.core.knowledge.embed import HashingEmbedder, LiteLLMEmbedder, make_embedder
 from harness_magic.core.knowledge.glossary import Glossary, GlossaryError, load_glossary
@@ -34,10 +30,6 @@ __all__ = [
     "citations_markdown",
     "parse_citations",
     "sources_from_log",
-    "DocsConnector",
-    "GlossaryConnector",
-    "docs_connector",
-    "glossary_connector",
     "HashingEmbedder",
     "LiteLLMEmbedder",
     "make_embedder",

@@ -186,7 +186,7 @@ def check_answer(text: str, sources: dict[str, Source]) -> list[Finding]:
 
 
 def _anchor(index: int) -> str:
-    from harness_magic.core.safe_markdown import snippet_anchor
+    from harness_magic.core.text.safe_markdown import snippet_anchor
 
     return snippet_anchor(index)
 
@@ -196,7 +196,7 @@ def _numbered(text: str) -> dict[str, int]:
 
 
 def _sources_markdown(numbers: dict[str, int], sources: dict[str, Source]) -> str:
-    from harness_magic.core.safe_markdown import escape_markdown_html
+    from harness_magic.core.text.safe_markdown import escape_markdown_html
 
     lines = ["", "", "**Sources**", ""]
     for sid, number in numbers.items():
@@ -222,7 +222,7 @@ def _linked_body(text: str, numbers: dict[str, int], *, links: bool) -> str | No
     or a cited id and leads anywhere but that citation's own anchor."""
     import secrets
 
-    from harness_magic.core.safe_markdown import escape_markdown_html, markdown_links, text_runs
+    from harness_magic.core.text.safe_markdown import escape_markdown_html, markdown_links, text_runs
 
     escaped = escape_markdown_html(text, links=links)
     nonce = secrets.token_hex(6)
@@ -272,7 +272,7 @@ def _linked_body(text: str, numbers: dict[str, int], *, links: bool) -> str | No
 
 def citations_markdown(text: str, sources: dict[str, Source]) -> str:
     """Model Markdown ``text`` for the ``.md`` export: raw HTML and images made literal
-    (:func:`~harness_magic.core.safe_markdown.escape_markdown_html`), each citation in running text linked to
+    (:func:`~harness_magic.core.text.safe_markdown.escape_markdown_html`), each citation in running text linked to
     its own entry of a "Sources" list that quotes the snippet.
 
     A citation links to its own snippet and nowhere else: a model link whose text holds a citation turns every
@@ -280,7 +280,7 @@ def citations_markdown(text: str, sources: dict[str, Source]) -> str:
     parsed again and, should a link that shows a citation lead anywhere but that citation's entry, the answer is
     written with no links at all. Titles and snippets are document text: raw HTML and link syntax are escaped.
     """
-    from harness_magic.core.safe_markdown import escape_markdown_html
+    from harness_magic.core.text.safe_markdown import escape_markdown_html
 
     numbers = _numbered(text)
     if not numbers:
@@ -313,9 +313,9 @@ def citations_html(text: str, sources: dict[str, Source]) -> str:
     Citations are linked while the Markdown is parsed (running text only: not in code, link titles, URLs or
     image text; a model link whose text holds a citation loses its link and shows its URL as text), and the
     sanitiser then sees the final HTML, Sources list included
-    (:func:`~harness_magic.core.safe_markdown.markdown_to_html`). Ids, titles and snippets are escaped.
+    (:func:`~harness_magic.core.text.safe_markdown.markdown_to_html`). Ids, titles and snippets are escaped.
     """
-    from harness_magic.core.safe_markdown import CitationLink, markdown_to_html
+    from harness_magic.core.text.safe_markdown import CitationLink, markdown_to_html
 
     numbers = _numbered(text)
     if not numbers:

@@ -14,7 +14,7 @@ Wire protocol, on the child's stdin and stdout:
 * reply: one JSON line, ``{"lines": [[number, text, heading], ...], "note": str}`` or
   ``{"error": str, "kind": "unreadable" | "too_long" | "memory"}``.
 
-The child applies, in this order (layers of :mod:`harness_magic.core.sandbox.confinement`): an
+The child applies, in this order (layers of :mod:`harness_magic.core.confinement.layers`): an
 allowlisted environment and its own session (set by the parent), ``PR_SET_PDEATHSIG``, rlimits
 (CPU seconds, address space, no file writes, few descriptors), ``no_new_privs``, Landlock (read
 only the Python install, write nothing) and seccomp (no exec, fork, sockets). Landlock and
@@ -144,7 +144,7 @@ class ExtractionWorker:
             self._kill(proc)
 
     def _start(self) -> subprocess.Popen[bytes]:
-        from harness_magic.core.sandbox.confinement import clean_environment
+        from harness_magic.core.confinement.layers import clean_environment
 
         cpu = int(self.limits.refresh_budget_s + self.limits.extract_timeout_s) + 2
         argv = [sys.executable, "-I", "-B", str(Path(__file__).resolve()), str(os.getpid()), str(cpu),
@@ -295,7 +295,7 @@ class _Died(Exception):
 
 def _confine(parent: int, cpu_seconds: int, memory_bytes: int) -> dict[str, str]:
     """Apply the child's layers (see the module docstring); returns each layer's outcome."""
-    confinement = _load_sibling("confinement", Path(__file__).resolve().parents[1] / "sandbox" / "confinement.py")
+    confinement = _load_sibling("confinement", Path(__file__).resolve().parents[1] / "confinement" / "layers.py")
     layers: dict[str, str] = {}
     confinement.apply_pdeathsig(parent)
     layers["pdeathsig"] = "ok"

@@ -18,7 +18,7 @@ blobs, read back with ``numpy.frombuffer``: decoding runs no code) and
 What the index guarantees (``tests/test_knowledge_attacks.py`` tries each):
 
 * **Reads stay under the roots.** Every file is opened with the files connector's
-  :func:`~harness_magic.core.connectors._safe_open.open_beneath` (``openat2`` with
+  :func:`~harness_magic.core.confinement.safe_open.open_beneath` (``openat2`` with
   ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS``): no symbolic link is followed, so a file
   swapped for a link between the walk and the read is refused, and a file with more
   than one hard link is refused unless ``allow_hardlinks`` (a hard link can name any
@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from harness_magic.core.connectors._safe_open import HardLinkRefused, LinkRefused, open_beneath
+from harness_magic.core.confinement.safe_open import HardLinkRefused, LinkRefused, open_beneath
 from harness_magic.core.knowledge.extract import (
     CONFINED_SUFFIXES,
     SUFFIXES,

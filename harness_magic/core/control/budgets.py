@@ -1,0 +1,217 @@
+"""Run budgets: turns, tokens, cost, wall time and tool calls.
+
+A :class:`Budgets` value is plain data. :meth:`Budgets.install` turns it into
+a :class:`BudgetGuard` on a harness, which
+
+* runs before every provider call (a harness *check*) and ends the run with a
+  budget status when a limit is reached — the loop then answers any pending
+  tool use, writes ``run_end`` and returns a :class:`~harness_magic.core.agent.loop.RunResult`
+  whose ``status`` names the budget;
+* refuses further tool calls of the current turn once the tool-call or wall
+  time budget is spent (a *tool guard*), so a turn asking for ten calls cannot
+  overrun a budget of three. Refused calls get an error result, so the
+  transcript stays consistent.
+
+Limits are checked between steps: a single long tool call is not cut short
+by the wall-time budget (the interpreter's own time limit bounds it).
+
+Token and cost budgets count subagent usage too when the loop reports it
+(``run.child_usage``). A subagent started during a run gets at most what is
+left of every budget installed on its parent (:func:`child_budgets`), and its
+tool calls are added to the parent run's count.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from harness_magic.core.transcript.messages import Usage
+
+__all__ = [
+    "Budgets",
+    "BudgetGuard",
+    "BUDGET_STATUSES",
+    "BUDGET_STATUS",
+    "BUDGET_WARNING_FRACTION",
+    "run_usage",
+    "child_budgets",
+    "installed_budgets",
+]
+
+_INSTALLED: "weakref.WeakKeyDictionary[Any, list[BudgetGuard]]" = weakref.WeakKeyDictionary()
+"""Budget guards per harness, so a subagent tool can find its parent's limits."""
+
+BUDGET_STATUS = {
+    "max_turns": "max_turns_exceeded",
+    "max_tokens": "budget_tokens",
+    "max_cost_usd": "budget_cost",
+    "max_wall_s": "budget_wall_time",
+    "max_tool_calls": "budget_tool_calls",
+}
+"""The :class:`~harness_magic.core.agent.loop.RunResult` status each budget ends a run with."""
+BUDGET_STATUSES = tuple(v for k, v in BUDGET_STATUS.items() if k != "max_turns")
+"""Statuses added by budgets (``max_turns_exceeded`` belongs to the loop already)."""
+BUDGET_WARNING_FRACTION = 0.8
+"""Share of a budget after which the progress tracker tells the model to wrap up."""
+
+
+def run_usage(run: Any) -> Usage:
+    """Usage of ``run`` including what its subagents reported."""
+    usage = run.usage
+    child = getattr(run, "child_usage", None)
+    return usage + child if child is not None else usage
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """Per-run limits; ``None`` means unlimited.
+
+    A run stops before the provider call that would start once ``used >= limit``
+    (for tool calls: once a call past the limit was refused).
+    """
+
+    max_turns: int | None = None
+    """Provider calls per run (the harness's own ``max_turns`` applies as well)."""
+    max_tokens: int | None = None
+    """Total tokens (input, cached included, plus output) per run, subagents included."""
+    max_cost_usd: float | None = None
+    """USD per run from litellm's price table, subagents included (unknown models cost 0)."""
+    max_wall_s: float | None = None
+    """Seconds since the run started, checked between steps."""
+    max_tool_calls: int | None = None
+    """Tool calls dispatched per run. Calls past it are refused with an error result;
+    the model still gets a turn to answer, and the run stops if it calls a tool again."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"{f.name} must be a number or None, got {value!r}")
+            if f.name in ("max_turns", "max_tokens", "max_tool_calls") and not isinstance(value, int):
+                raise TypeError(f"{f.name} must be an integer or None, got {value!r}")
+            if value <= 0:
+                raise ValueError(f"{f.name} must be positive or None, got {value!r}")
+
+    @property
+    def active(self) -> dict[str, float]:
+        """The limits that are set, by field name."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+    def merged(self, **overrides: Any) -> "Budgets":
+        """A copy with the given limits replaced (``None`` values are ignored)."""
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+    def used(self, run: Any) -> dict[str, float]:
+        """What ``run`` has used against each budget field."""
+        usage = run_usage(run)
+        return {
+            "max_turns": run.turn,
+            "max_tokens": usage.total_tokens,
+            "max_cost_usd": usage.cost,
+            "max_wall_s": run.elapsed_s,
+            "max_tool_calls": run.tool_calls,
+        }
+
+    def fractions(self, used: dict[str, float]) -> dict[str, float]:
+        """Share of each active budget used (``used`` as from :meth:`used`)."""
+        return {name: used[name] / limit for name, limit in self.active.items() if name in used}
+
+    def exceeded(self, run: Any) -> tuple[str, str] | None:
+        """``(status, reason)`` for the first budget ``run`` has spent, else None."""
+        used = self.used(run)
+        for name, limit in self.active.items():
+            # Tool calls past the limit are refused by the guard; the model keeps the turn
+            # after its last allowed call to answer, and the run stops only if it calls again.
+            spent = used[name] > limit if name == "max_tool_calls" else used[name] >= limit
+            if spent:
+                return BUDGET_STATUS[name], _reason(name, used[name], limit)
+        return None
+
+    def install(self, harness: Any) -> "BudgetGuard":
+        """Enforce these budgets on every run of ``harness``; returns the guard."""
+        guard = BudgetGuard(self)
+        harness.add_check(guard.check)
+        harness.add_tool_guard(guard.tool_guard)
+        _INSTALLED.setdefault(harness, []).append(guard)
+        return guard
+
+
+def installed_budgets(harness: Any) -> list[Budgets]:
+    """The budgets of every :class:`BudgetGuard` installed on ``harness`` (their current values)."""
+    return [guard.budgets for guard in _INSTALLED.get(harness, [])]
+
+
+def child_budgets(harness: Any, run: Any, *, reserve_tool_calls: int = 1) -> "tuple[Budgets, str | None]":
+    """What is left of ``harness``'s budgets for a child started now in ``run``.
+
+    Returns ``(budgets, None)``, or ``(Budgets(), reason)`` when a budget is
+    already spent. ``reserve_tool_calls`` counts the call starting the child
+    (not yet in ``run.tool_calls``). Turns are left to the caller (the
+    harness's own ``max_turns`` bounds them).
+    """
+    limits: dict[str, float] = {}
+    if run is None:
+        return Budgets(), None
+    for budgets in installed_budgets(harness):
+        used = budgets.used(run)
+        used["max_tool_calls"] += reserve_tool_calls
+        for name, limit in budgets.active.items():
+            if name == "max_turns":
+                continue
+            left = limit - used[name]
+            if left < 1 if name == "max_tool_calls" else left <= 0:
+                return Budgets(), _reason(name, used[name], limit)
+            limits[name] = min(limits.get(name, left), left)
+    for name in ("max_tokens", "max_tool_calls"):
+        if name in limits:
+            limits[name] = max(1, int(limits[name]))
+    return Budgets(**limits), None
+
+
+def _reason(name: str, used: float, limit: float) -> str:
+    what = {
+        "max_turns": "turn limit reached",
+        "max_tokens": "token budget exhausted",
+        "max_cost_usd": "cost budget exhausted",
+        "max_wall_s": "wall-time budget exhausted",
+        "max_tool_calls": "tool-call budget exhausted",
+    }[name]
+    if name == "max_cost_usd":
+        return f"{what}: ${used:.4f} used of {name}=${limit:g}"
+    if name == "max_wall_s":
+        return f"{what}: {used:.1f}s elapsed of {name}={limit:g}s"
+    return f"{what}: {used:g} used of {name}={limit:g}"
+
+
+class BudgetGuard:
+    """Budgets installed on a harness; swap :attr:`budgets` to change them per run."""
+
+    def __init__(self, budgets: Budgets) -> None:
+        self.budgets = budgets
+        self._run: Any | None = None
+
+    def check(self, run: Any) -> None:
+        """Harness check: stop ``run`` with a budget status when a budget is spent."""
+        from harness_magic.core.agent.loop import _Stop
+
+        self._run = run
+        hit = self.budgets.exceeded(run)
+        if hit is not None:
+            raise _Stop(*hit)
+
+    def tool_guard(self, spec: Any, use: Any) -> str | None:
+        """Tool guard: refuse calls once the tool-call or wall-time budget is spent."""
+        run = self._run
+        if run is None:
+            return None
+        limit = self.budgets.max_tool_calls
+        if limit is not None and run.tool_calls >= limit:
+            return f"Not run: {_reason('max_tool_calls', run.tool_calls, limit)}. Give your answer now."
+        wall = self.budgets.max_wall_s
+        if wall is not None and run.elapsed_s >= wall:
+            return f"Not run: {_reason('max_wall_s', run.elapsed_s, wall)}. Give your answer now."
+        return None

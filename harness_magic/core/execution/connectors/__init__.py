@@ -1,0 +1,54 @@
+"""Connectors: tools disclosed progressively, with safety classes and approvals.
+
+See :mod:`.registry` for the model-facing protocol (catalogue,
+``load_connectors``, ``<connector>__<tool>`` names) and :mod:`.approval` for
+the approver callback the notebook implements. Built-ins: :func:`files_connector`,
+:func:`duckdb_connector`, :func:`sql_connector`, :func:`spark_connector` (their engines are imported on first use).
+"""
+
+from harness_magic.core.execution.connectors.approval import (
+    ApprovalDecision,
+    ApprovalPolicy,
+    ApprovalRequest,
+    Approver,
+)
+from harness_magic.core.execution.connectors.classify import Classification, classify_sql
+from harness_magic.core.execution.connectors.config import connectors_from_config
+from harness_magic.core.execution.connectors.duckdb_connector import duckdb_connector
+from harness_magic.core.execution.connectors.files import files_connector
+from harness_magic.core.execution.connectors.registry import (
+    LOAD_TOOL_NAME,
+    Connector,
+    ConnectorRegistry,
+    ConnectorResult,
+    InstalledConnectors,
+    ToolContext,
+    tool_from_function,
+)
+from harness_magic.core.execution.connectors.report import connectors_report, format_report
+from harness_magic.core.execution.connectors.spark_connector import spark_connector
+from harness_magic.core.execution.connectors.sql import sql_connector
+
+__all__ = [
+    "ApprovalDecision",
+    "ApprovalPolicy",
+    "ApprovalRequest",
+    "Approver",
+    "Classification",
+    "classify_sql",
+    "Connector",
+    "ConnectorRegistry",
+    "ConnectorResult",
+    "InstalledConnectors",
+    "ToolContext",
+    "tool_from_function",
+    "LOAD_TOOL_NAME",
+    "files_connector",
+    "duckdb_connector",
+    "sql_connector",
+    "spark_connector",
+    "connectors_from_config",
+    "connectors_report",
+    "format_report",
+]
+

@@ -1,0 +1,149 @@
+"""Approval policy for tools whose safety class is not ``read``.
+
+Every tool declares a safety class (``read``, ``write``, ``destructive``,
+``external``). ``read`` tools run freely. Anything else passes an
+:class:`ApprovalPolicy` first, whose rule per class is one of:
+
+``allow``
+    run without asking.
+``deny``
+    never run; the model gets an error result saying so.
+``ask``
+    call the :data:`Approver` with an :class:`ApprovalRequest`; it returns
+    True (run) or False (deny), or an :class:`ApprovalDecision` carrying a
+    reason. With no approver configured, ``ask`` denies.
+
+The approver protocol (what the notebook implements with an approve/deny
+widget, and tests with a plain function)::
+
+    def approver(request: ApprovalRequest) -> bool | ApprovalDecision: ...
+
+It is called synchronously on the thread running the agent, before the tool
+runs, and blocks until it answers. An approver that raises denies the call
+(the exception text becomes the reason). Denied calls never reach the tool:
+a denied SQL write leaves the database unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Mapping
+
+from harness_magic.core.execution.tools import SAFETY_CLASSES
+
+__all__ = [
+    "ApprovalRequest",
+    "ApprovalDecision",
+    "ApprovalPolicy",
+    "Approver",
+    "POLICY_RULES",
+    "DEFAULT_RULES",
+]
+
+PolicyRule = Literal["ask", "allow", "deny"]
+POLICY_RULES: tuple[str, ...] = ("ask", "allow", "deny")
+DEFAULT_RULES: dict[str, str] = {"write": "ask", "destructive": "ask", "external": "ask"}
+"""Out of the box every non-read call asks; with no approver that means denied."""
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """What an approver is asked to decide on."""
+
+    tool: str
+    """Full tool name, e.g. ``sql__execute``."""
+    connector: str | None
+    """Connector owning the tool (None for built-in tools)."""
+    safety: str
+    """Effective safety class of this call (a classifier may raise it above the tool's)."""
+    arguments: dict[str, Any]
+    """The model's arguments, as received."""
+    summary: str = ""
+    """One human-readable line: e.g. the SQL statement and its classification."""
+    tool_use_id: str | None = None
+    """Id of the tool use in the transcript (to place the control next to it)."""
+
+
+@dataclass(frozen=True)
+class ApprovalDecision:
+    """An approver's answer with an optional reason shown to the model."""
+
+    approved: bool
+    reason: str = ""
+
+
+Approver = Callable[[ApprovalRequest], "bool | ApprovalDecision"]
+"""``approver(request) -> bool | ApprovalDecision``; see the module docstring."""
+
+
+@dataclass
+class ApprovalPolicy:
+    """Rules per safety class (and optional per-tool overrides) plus an approver.
+
+    ``ApprovalPolicy()`` asks for every non-read call; ``ApprovalPolicy.allow_all()``
+    and ``ApprovalPolicy.deny_all()`` are the two extremes.
+    """
+
+    rules: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_RULES))
+    """Rule per non-read safety class: ``ask``, ``allow`` or ``deny``."""
+    tools: dict[str, str] = field(default_factory=dict)
+    """Per-tool overrides by full tool name (win over ``rules``)."""
+    approver: Approver | None = None
+    """Called for ``ask``; None means ``ask`` denies."""
+
+    def __post_init__(self) -> None:
+        rules = dict(DEFAULT_RULES)
+        rules.update(self.rules)
+        self.rules = rules
+        for where, mapping in (("rules", self.rules), ("tools", self.tools)):
+            for key, rule in mapping.items():
+                if rule not in POLICY_RULES:
+                    raise ValueError(f"approval {where}[{key!r}] = {rule!r} is invalid; allowed: {', '.join(POLICY_RULES)}")
+        for key in self.rules:
+            if key not in SAFETY_CLASSES or key == "read":
+                raise ValueError(f"approval rules name {key!r}; allowed keys: write, destructive, external")
+
+    @classmethod
+    def allow_all(cls) -> "ApprovalPolicy":
+        return cls(rules={k: "allow" for k in DEFAULT_RULES})
+
+    @classmethod
+    def deny_all(cls) -> "ApprovalPolicy":
+        return cls(rules={k: "deny" for k in DEFAULT_RULES})
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any] | str | None, approver: Approver | None = None) -> "ApprovalPolicy":
+        """``"ask"``/``"allow"``/``"deny"`` for every class, or a mapping of class -> rule."""
+        if config is None:
+            return cls(approver=approver)
+        if isinstance(config, str):
+            if config not in POLICY_RULES:
+                raise ValueError(f"approval policy {config!r} is invalid; allowed: {', '.join(POLICY_RULES)}")
+            return cls(rules={k: config for k in DEFAULT_RULES}, approver=approver)
+        return cls(rules=dict(config), approver=approver)
+
+    def rule_for(self, tool: str, safety: str) -> str:
+        if tool in self.tools:
+            return self.tools[tool]
+        if safety == "read":
+            return "allow"
+        return self.rules.get(safety, "ask")
+
+    def decide(self, request: ApprovalRequest) -> ApprovalDecision:
+        """Approve or deny ``request``; never raises."""
+        rule = self.rule_for(request.tool, request.safety)
+        if rule == "allow":
+            return ApprovalDecision(True, "allowed by policy")
+        if rule == "deny":
+            return ApprovalDecision(False, f"the approval policy denies {request.safety} calls")
+        if self.approver is None:
+            return ApprovalDecision(False, "it needs approval and no approver is configured")
+        try:
+            answer = self.approver(request)
+        except Exception as exc:  # a broken approver must not run the tool
+            return ApprovalDecision(False, f"the approver failed ({type(exc).__name__}: {exc})")
+        if isinstance(answer, ApprovalDecision):
+            return answer
+        if isinstance(answer, bool):
+            return ApprovalDecision(answer, "approved by the user" if answer else "the user denied it")
+        return ApprovalDecision(False, f"the approver returned {answer!r} instead of True/False")

@@ -1,0 +1,174 @@
+"""The clean launcher: a pre-warmed Python that forks sandbox workers on request.
+
+Started by the kernel as ``python -m harness_magic.core.execution.sandbox.launcher FD``
+(a fresh interpreter with an allowlisted environment and an empty working
+directory, never a fork of the kernel). It imports numpy, pandas, pyarrow and
+matplotlib once, then serves requests on the SOCK_SEQPACKET socket ``FD``:
+
+``{"op": "spawn", "config": {...}}`` + two or three descriptors (request read
+end, reply write end, result socket) -> forks a worker (:func:`worker.run_worker`),
+replies ``{"pid"}``.
+``{"op": "reap", "pid": N, "wait": S}`` -> waits up to S s for that worker, replies
+its exit status.
+
+Every reply echoes the request's ``"id"`` (the kernel matches replies to requests
+by it, see :mod:`.launcher_client`); a request that cannot be served (malformed,
+oversized, unknown op, wrong descriptors) gets ``{"id", "error"}`` and its
+descriptors are closed: the launcher keeps serving.
+
+When the kernel goes away the socket reaches EOF: the launcher kills every
+worker's process group and exits. Workers also hold ``PR_SET_PDEATHSIG``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+__all__ = ["main", "MAX_CONTROL_BYTES"]
+
+MAX_CONTROL_BYTES = 1 << 16
+"""Control messages carry paths and limits only."""
+
+MAX_REAP_WAIT_S = 10.0
+"""A reap waits at most this long: the launcher serves every session and must answer the next request."""
+
+
+def _parse(data: bytes, flags: int) -> dict:
+    """The request in ``data``, or ``{"error": why}`` (its reply then has no id: the kernel's protocol error)."""
+    if flags & socket.MSG_TRUNC:
+        return {"error": f"request over {MAX_CONTROL_BYTES} bytes"}
+    try:
+        message = json.loads(data)
+    except ValueError:
+        return {"error": "request is not JSON"}
+    if not isinstance(message, dict):
+        return {"error": "request is not a JSON object"}
+    if type(message.get("id")) is not int:
+        return {"error": "request has no integer id"}
+    return message
+
+
+def _warm_up() -> None:
+    """Import and exercise the data stack once so forked workers start warm."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import collections, csv, datetime, decimal, fractions, hashlib, itertools, math, random  # noqa: E401,F401
+    import re, statistics, string, textwrap, zoneinfo  # noqa: E401,F401
+
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.ipc  # noqa: F401
+
+    from harness_magic.core import interpreter  # noqa: F401
+    from harness_magic.core.confinement import layers as confinement  # noqa: F401
+    from harness_magic.core.execution.sandbox import worker  # noqa: F401
+
+    confinement.probe_seccomp_library()  # loads libseccomp before any worker is confined
+    frame = pd.DataFrame({"a": np.arange(5), "b": list("abcde"), "t": pd.date_range("2024-01-01", periods=5)})
+    frame.groupby("b")["a"].sum().describe()
+    repr(frame)
+    pa.Table.from_pandas(frame).to_pandas()
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [3, 4])
+    ax.set_title("warm")
+    fig.savefig(io.BytesIO(), format="png")
+    plt.close("all")
+
+
+def _describe(status: int) -> dict:
+    if os.WIFSIGNALED(status):
+        return {"status": None, "signal": os.WTERMSIG(status)}
+    return {"status": os.WEXITSTATUS(status), "signal": None}
+
+
+def _reap(pid: int, wait_s: float) -> dict:
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return {"status": None, "signal": None}
+        if done:
+            return _describe(status)
+        if time.monotonic() > deadline:
+            return {"status": None, "signal": None, "running": True}
+        time.sleep(0.005)
+
+
+def main(control_fd: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sock = socket.socket(fileno=control_fd)
+    _warm_up()
+    from harness_magic.core.execution.sandbox.worker import run_worker
+
+    sock.send(json.dumps({"op": "ready", "pid": os.getpid()}).encode())
+    children: set[int] = set()
+    exited: dict[int, dict] = {}
+    try:
+        while True:
+            data, fds, flags, _addr = socket.recv_fds(sock, MAX_CONTROL_BYTES, 3)
+            if not data:
+                break
+            message = _parse(data, flags)
+            op = message.get("op")
+            if op == "spawn" and len(fds) in (2, 3) and isinstance(message.get("config"), dict):
+                pid = os.fork()
+                if pid == 0:
+                    try:
+                        sock.close()
+                        config = dict(message["config"], launcher_pid=os.getppid())
+                        run_worker(fds[0], fds[1], config, fds[2] if len(fds) == 3 else None)
+                    finally:
+                        os._exit(1)
+                for fd in fds:
+                    os.close(fd)
+                children.add(pid)
+                reply = {"pid": pid}
+            elif op == "reap" and type(message.get("pid")) is int and isinstance(message.get("wait", 2.0), (int, float)):
+                pid, wait = message["pid"], float(message.get("wait", 2.0))
+                if pid in exited:
+                    reply = exited.pop(pid)
+                elif pid in children:
+                    reply = _reap(pid, wait if 0.0 <= wait <= MAX_REAP_WAIT_S else MAX_REAP_WAIT_S)
+                    if not reply.get("running"):
+                        children.discard(pid)
+                else:
+                    reply = {"status": None, "signal": None}
+            else:
+                for fd in fds:
+                    os.close(fd)
+                reply = {"error": message.get("error") or f"bad request {op!r} with {len(fds)} descriptors"}
+            reply["id"] = message.get("id")
+            # Opportunistically collect workers that died without anyone asking.
+            for pid in list(children):
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    children.discard(pid)
+                    exited[pid] = _describe(status)
+            while len(exited) > 256:
+                exited.pop(next(iter(exited)))
+            sock.send(json.dumps(reply).encode())
+    except (ConnectionError, OSError, EOFError):
+        pass
+    finally:
+        for pid in children:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))

@@ -1,0 +1,252 @@
+"""Events the loop emits. Logging, widgets and terminal output subscribe.
+
+Every event is a small frozen dataclass with a ``kind`` literal. Events carry
+harness types only, never provider objects or raw cached payloads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Union
+
+from harness_magic.core.transcript.messages import Message, ToolResultBlock, ToolUseBlock, Usage
+
+__all__ = [
+    "RunStarted",
+    "TurnStarted",
+    "TextDelta",
+    "AssistantMessage",
+    "ToolCallStarted",
+    "ToolCallFinished",
+    "ToolOutputDelta",
+    "SandboxStep",
+    "ApprovalStep",
+    "ReminderAdded",
+    "TurnFinished",
+    "RunFinished",
+    "SubagentEvent",
+    "Notice",
+    "ContextCompacted",
+    "VerificationChecked",
+    "EngineProgress",
+    "Event",
+    "EventHandler",
+]
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    run_id: str
+    model: str
+    max_turns: int
+    prompt: str
+    run_file: str | None
+    kind: Literal["run_started"] = "run_started"
+
+
+@dataclass(frozen=True)
+class TurnStarted:
+    turn: int
+    """1-based provider turn within the run."""
+    max_turns: int
+    kind: Literal["turn_started"] = "turn_started"
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """A piece of model text as it streams in."""
+
+    turn: int
+    text: str
+    kind: Literal["text_delta"] = "text_delta"
+
+
+@dataclass(frozen=True)
+class AssistantMessage:
+    """The model's complete message for a turn (after streaming)."""
+
+    turn: int
+    message: Message
+    usage: Usage
+    kind: Literal["assistant_message"] = "assistant_message"
+
+
+@dataclass(frozen=True)
+class ToolCallStarted:
+    turn: int
+    tool_use: ToolUseBlock
+    kind: Literal["tool_call_started"] = "tool_call_started"
+
+
+@dataclass(frozen=True)
+class ToolCallFinished:
+    turn: int
+    tool_use: ToolUseBlock
+    result: ToolResultBlock
+    duration_s: float
+    handles: tuple[str, ...] = ()
+    """Cache handles the call created."""
+    artifacts: tuple[dict[str, Any], ...] = ()
+    """Display-only extras such as PNG charts; never sent to the model."""
+    snapshots: tuple[dict[str, Any], ...] = ()
+    """Snapshots of ``handles``, in the same order, for rendering."""
+    approval_wait_s: float = 0.0
+    """Seconds of ``duration_s`` spent waiting for the user's approval (the tool's own time is the rest)."""
+    display_text: str | None = None
+    """What people read of the result when it differs from ``result.content`` (model-only notes left out, see
+    :attr:`~harness_magic.core.execution.tools.ToolOutput.display_text`); None: the result itself. Never sent to the model."""
+    kind: Literal["tool_call_finished"] = "tool_call_finished"
+
+
+@dataclass(frozen=True)
+class ToolOutputDelta:
+    """Text a running tool call printed (stdout and stderr), as it arrives; bounded by the backend.
+
+    Display only: the call's :class:`ToolCallFinished` result holds the full output.
+    """
+
+    turn: int
+    tool_use_id: str
+    text: str
+    kind: Literal["tool_output_delta"] = "tool_output_delta"
+
+
+@dataclass(frozen=True)
+class SandboxStep:
+    """The sandbox is being started, forked or restarted during a tool call (``duration_s`` None), or was (with its time)."""
+
+    action: Literal["start", "restart", "fork"]
+    """``start``: the first use in the session (launcher and worker); ``fork``: this cell's fresh worker
+    (one per run, forked at its first interpreter call); ``restart``: a new worker after one was lost."""
+    duration_s: float | None = None
+    tool_use_id: str | None = None
+    kind: Literal["sandbox_step"] = "sandbox_step"
+
+
+@dataclass(frozen=True)
+class ApprovalStep:
+    """The user is being asked to approve a tool call (``wait_s`` None), or has answered (with the wait).
+
+    Emitted only when the policy really asks (an ``ask`` rule with an approver),
+    around the approver's call; the wait is not the tool's time.
+    """
+
+    tool: str
+    """Full tool name, e.g. ``sql__execute``."""
+    tool_use_id: str | None = None
+    wait_s: float | None = None
+    """Seconds the approver took; None while it is still asking."""
+    approved: bool | None = None
+    """The answer (None while asking)."""
+    kind: Literal["approval_step"] = "approval_step"
+
+
+@dataclass(frozen=True)
+class ReminderAdded:
+    """A suffix reminder appended before a provider call."""
+
+    turn: int
+    text: str
+    kind: Literal["reminder_added"] = "reminder_added"
+
+
+@dataclass(frozen=True)
+class TurnFinished:
+    turn: int
+    usage: Usage
+    """Usage of this turn's provider call."""
+    total_usage: Usage
+    """Usage summed over the run so far."""
+    elapsed_s: float
+    kind: Literal["turn_finished"] = "turn_finished"
+
+
+@dataclass(frozen=True)
+class RunFinished:
+    result: Any
+    """The :class:`~harness_magic.core.agent.loop.RunResult`."""
+    kind: Literal["run_finished"] = "run_finished"
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something the user should see that is not part of the transcript."""
+
+    text: str
+    level: Literal["info", "warning", "error"] = "info"
+    kind: Literal["notice"] = "notice"
+
+
+@dataclass(frozen=True)
+class ContextCompacted:
+    """The history was compacted to fit the model's input window before a request."""
+
+    turn: int
+    stage: str
+    """``tool_results`` (older results cut to their handle line) or ``summary`` (older turns summarised)."""
+    tokens_before: int
+    tokens_after: int
+    limit: int
+    """The model's input-token limit."""
+    results_compacted: int = 0
+    messages_summarised: int = 0
+    kind: Literal["context_compacted"] = "context_compacted"
+
+
+@dataclass(frozen=True)
+class EngineProgress:
+    """How far an engine query has got (e.g. DuckDB's ``query_progress``), for the live status line."""
+
+    engine: str
+    """Connector or engine name (``duckdb``)."""
+    percent: float | None
+    """0-100, or None when the engine cannot tell."""
+    done: bool = False
+    """True on the last report of a query (finished, failed or interrupted)."""
+    kind: Literal["engine_progress"] = "engine_progress"
+
+
+@dataclass(frozen=True)
+class VerificationChecked:
+    """Outcome of the user's after-tool checks on one tool call's result handles."""
+
+    turn: int | None
+    tool_use_id: str
+    tool: str
+    passed: bool
+    """False when any check failed (the model got an error result)."""
+    checks: tuple[dict[str, Any], ...] = ()
+    """``{"rule", "handle", "ok", "detail"}`` per check that applied."""
+    kind: Literal["verification_checked"] = "verification_checked"
+
+
+@dataclass(frozen=True)
+class SubagentEvent:
+    """An event from a subagent's run, wrapped with its parent tool call."""
+
+    parent_tool_use_id: str
+    event: Any
+    depth: int = 1
+    kind: Literal["subagent_event"] = "subagent_event"
+
+
+Event = Union[
+    RunStarted,
+    TurnStarted,
+    TextDelta,
+    AssistantMessage,
+    ToolCallStarted,
+    ToolCallFinished,
+    ToolOutputDelta,
+    SandboxStep,
+    ApprovalStep,
+    ReminderAdded,
+    TurnFinished,
+    RunFinished,
+    Notice,
+    ContextCompacted,
+    SubagentEvent,
+    VerificationChecked,
+    EngineProgress,
+]
+EventHandler = Callable[[Event], None]
