@@ -12,7 +12,7 @@ Model ids (use them anywhere a model name goes, e.g. ``%%agent -m ...``):
 ``replay/<run.jsonl>``
     Plays back the assistant turns recorded in a run log, usage included.
 
-Both models speak the transport protocol of :mod:`harness_magic.core.providers.provider`
+Both models speak the transport protocol of :mod:`harness_magic.core.providers.transport`
 (OpenAI-style response dicts), so rendering and normalisation are exercised
 exactly as with a real provider. Token counts of scripted turns are estimates
 (characters / 4); cached tokens estimate the prompt prefix shared with the
@@ -21,12 +21,13 @@ previous request, which is what a provider's prompt cache would serve.
 
 from __future__ import annotations
 
-import copy
 import importlib.resources
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
+
+from harness_magic.core.providers.errors import ProviderError
 
 __all__ = [
     "ScriptedTurn",
@@ -135,8 +136,6 @@ class ScriptedModel:
         return len(self.turns) - self.position
 
     def _respond(self, payload: dict[str, Any], on_text: Callable[[str], None] | None) -> dict[str, Any]:
-        from harness_magic.core.providers.provider import ProviderError
-
         if self.position >= len(self.turns):
             raise ProviderError(
                 f"{self.name}: no scripted turn left (all {len(self.turns)} used); "
@@ -205,7 +204,6 @@ class ReplayModel:
 
     def _respond(self, on_text: Callable[[str], None] | None) -> dict[str, Any]:
         from harness_magic.core.transcript.messages import ToolUseBlock, message_from_dict
-        from harness_magic.core.providers.provider import ProviderError
 
         if self.position >= len(self.responses):
             raise ProviderError(f"replay/{self.path}: the recording has no turn {self.position + 1}")

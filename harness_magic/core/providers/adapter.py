@@ -1,0 +1,350 @@
+"""The adapters: render a request, call the transport, retry transient failures, normalise the reply.
+
+:class:`ProviderAdapter` (sync) and :class:`AsyncProviderAdapter` share one
+contract: ``complete(system, messages, tools, on_text)`` returns a
+:class:`~harness_magic.core.providers.response.ProviderResponse` or raises
+:class:`~harness_magic.core.providers.errors.ProviderError` after at most
+``max_retries`` retries with exponential backoff. Adapters never mutate the
+messages they are given; they re-render only the messages that changed since
+the previous request (renderings are shared read-only), decide prompt-cache
+markers (``prompt_caching``), know the model's input limit, and estimate
+token counts (litellm's counter for real models, characters / 4 otherwise).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import time
+from typing import Any, Callable, Sequence
+
+from harness_magic.core.providers.errors import ProviderError
+from harness_magic.core.providers.offline import is_offline_model, offline_transport
+from harness_magic.core.providers.payload import assemble_payload, render_message, render_tool, thaw
+from harness_magic.core.providers.response import ProviderResponse, normalise_response
+from harness_magic.core.providers.transport import LiteLLMTransport, TextCallback, import_litellm
+from harness_magic.core.transcript.messages import Message
+
+__all__ = [
+    "ProviderAdapter",
+    "AsyncProviderAdapter",
+    "transport_for_model",
+    "PROMPT_CACHING_MODES",
+    "DEFAULT_MAX_RETRIES",
+    "DEFAULT_BACKOFF_S",
+    "CHARS_PER_TOKEN_ESTIMATE",
+]
+
+DEFAULT_MAX_RETRIES = 3
+"""Transient provider failures are retried this many times before surfacing."""
+DEFAULT_BACKOFF_S = 0.5
+"""First retry delay; doubles each retry (0.5, 1, 2 s)."""
+CHARS_PER_TOKEN_ESTIMATE = 4
+"""Token estimate where litellm has no tokenizer for the model (offline models)."""
+PROMPT_CACHING_MODES = ("auto", "on", "off")
+"""``auto``: cache markers only where litellm says the model supports prompt caching."""
+
+
+def transport_for_model(model: str, **options: Any) -> Any:
+    """The transport a model id needs: offline ids get offline models, others :class:`LiteLLMTransport` (``options``)."""
+    if is_offline_model(model):
+        return offline_transport(model)
+    return LiteLLMTransport(**options)
+
+
+class _RenderMemo:
+    """The last rendering: messages, their flat wire form, and offsets (message i starts at offsets[i])."""
+
+    __slots__ = ("messages", "flat", "offsets", "tokens")
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.flat: list[dict[str, Any]] = []
+        self.offsets: list[int] = [0]
+        self.tokens: list[int] = [0]
+        """Cumulative token estimate: ``tokens[i]`` for ``messages[:i]``."""
+
+
+def _common_length(old: list[Message], new: Sequence[Message]) -> int:
+    n = min(len(old), len(new))
+    if old[:n] == list(new[:n]):  # C-level loop; identical objects compare by identity first
+        return n
+    index = 0
+    while index < n and old[index] is new[index]:
+        index += 1
+    return index
+
+
+class _AdapterBase:
+    def __init__(
+        self,
+        model: str,
+        *,
+        transport: Any | None = None,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        stream: bool = True,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        backoff_s: float = DEFAULT_BACKOFF_S,
+        cache_markers: bool | None = None,
+        prompt_caching: str = "auto",
+        context_window: int | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(model, str) or not model.strip():
+            raise ValueError(f"model must be a non-empty string, got {model!r}")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries!r}")
+        if prompt_caching not in PROMPT_CACHING_MODES:
+            raise ValueError(f"prompt_caching {prompt_caching!r} is not valid; allowed: {', '.join(PROMPT_CACHING_MODES)}")
+        if context_window is not None and (not isinstance(context_window, int) or context_window < 1):
+            raise ValueError(f"context_window must be a positive number of tokens or None, got {context_window!r}")
+        self.model = model
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        if cache_markers is not None:  # the older boolean switch: True = "on", False = "off"
+            prompt_caching = "on" if cache_markers else "off"
+        self.prompt_caching = prompt_caching
+        """``auto`` (markers where litellm's model info says the model caches prompts), ``on`` or ``off``."""
+        self.context_window = context_window
+        """Input-token limit override; None asks litellm's model info (offline models: no limit)."""
+        self.api_base = api_base
+        self.transport = transport or transport_for_model(
+            model, api_base=api_base, api_key=api_key, stream=stream, extra=extra
+        )
+        self.last_payload: dict[str, Any] | None = None
+        """The most recent rendered payload (for inspection and benchmarks)."""
+        self._caching_resolved: bool | None = None
+        self._limit_resolved: int | None | bool = False
+        self._memo = _RenderMemo()
+        self._tool_memo: dict[int, tuple[Any, dict[str, Any]]] = {}
+        self._prefix_tokens: dict[tuple[Any, ...], int] = {}
+
+    def fresh(self) -> "_AdapterBase":
+        """A new adapter with the same settings and a fresh offline transport state."""
+        clone = copy.copy(self)
+        if hasattr(self.transport, "fresh"):
+            clone.transport = self.transport.fresh()
+        clone.last_payload = None
+        clone._memo = _RenderMemo()
+        return clone
+
+    def rewind(self) -> bool:
+        """Restart an offline model's script or recording from its first turn; False for real providers."""
+        rewind = getattr(self.transport, "rewind", None)
+        if rewind is None:
+            return False
+        rewind()
+        return True
+
+    # -- capabilities -------------------------------------------------------------------------
+
+    @property
+    def cache_markers(self) -> bool:
+        """Whether requests carry ``cache_control`` markers (resolved once from :attr:`prompt_caching`)."""
+        if self.prompt_caching != "auto":
+            return self.prompt_caching == "on"
+        if self._caching_resolved is None:
+            self._caching_resolved = self._model_supports_caching()
+        return self._caching_resolved
+
+    @cache_markers.setter
+    def cache_markers(self, value: bool) -> None:
+        self.prompt_caching = "on" if value else "off"
+
+    def _model_supports_caching(self) -> bool:
+        declared = getattr(self.transport, "supports_prompt_caching", None)
+        if declared is not None:
+            return bool(declared)
+        if is_offline_model(self.model):
+            return True  # offline models emulate a prefix cache
+        try:
+            from litellm.utils import supports_prompt_caching
+
+            import_litellm()
+            return bool(supports_prompt_caching(model=self.model))
+        except Exception:  # unknown model or provider: send no markers
+            return False
+
+    @property
+    def max_input_tokens(self) -> int | None:
+        """The model's input-token limit: :attr:`context_window`, else litellm's model info, else None."""
+        if self.context_window is not None:
+            return self.context_window
+        if self._limit_resolved is False:
+            self._limit_resolved = self._lookup_limit()
+        return self._limit_resolved  # type: ignore[return-value]
+
+    def _lookup_limit(self) -> int | None:
+        declared = getattr(self.transport, "max_input_tokens", None)
+        if declared is not None:
+            return int(declared)
+        if is_offline_model(self.model):
+            return None
+        try:
+            info = import_litellm().get_model_info(self.model)
+        except Exception:  # not in litellm's map: no known limit
+            return None
+        limit = info.get("max_input_tokens") or info.get("max_tokens")
+        return int(limit) if limit else None
+
+    # -- rendering ----------------------------------------------------------------------------
+
+    def _tools(self, tools: Sequence[Any]) -> list[dict[str, Any]]:
+        out = []
+        for tool in tools:
+            key = (tool.name, tool.description, id(tool.parameters))
+            memo = self._tool_memo.get(id(tool))
+            if memo is None or memo[0] != key:
+                memo = self._tool_memo[id(tool)] = (key, render_tool(tool))
+            out.append(memo[1])
+        return out
+
+    def _flat(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
+        """The flat wire form of ``messages``, re-rendering only what changed since the last call."""
+        parts = self.cache_markers
+        if getattr(self, "_memo_parts", parts) != parts:  # the mode changed: nothing rendered is reusable
+            self._memo = _RenderMemo()
+        self._memo_parts = parts
+        memo = self._memo
+        keep = _common_length(memo.messages, messages)
+        del memo.messages[keep:], memo.offsets[keep + 1 :], memo.tokens[keep + 1 :]
+        del memo.flat[memo.offsets[keep] :]
+        for message in messages[keep:]:
+            rendered = render_message(message, parts)
+            memo.messages.append(message)
+            memo.flat.extend(rendered)
+            memo.offsets.append(len(memo.flat))
+            memo.tokens.append(memo.tokens[-1] + self._message_tokens(message, rendered))
+        return memo.flat
+
+    def render(self, system: str, messages: Sequence[Message], tools: Sequence[Any]) -> dict[str, Any]:
+        """The request payload; message renderings are shared read-only with earlier requests."""
+        parts = self.cache_markers
+        return assemble_payload(self.model, system, self._flat(messages), self._tools(tools), parts)
+
+    # -- token estimates ----------------------------------------------------------------------
+
+    def _counter(self) -> Callable[[list[dict[str, Any]]], int]:
+        """litellm's token counter for this model (real models), else characters / 4."""
+        if not is_offline_model(self.model):
+            try:
+                litellm = import_litellm()
+
+                def count(items: list[dict[str, Any]]) -> int:
+                    return int(litellm.token_counter(model=self.model, messages=thaw(items)))
+
+                count(  # probe once: an unknown model falls back to the estimate
+                    [{"role": "user", "content": "probe"}])
+                return count
+            except Exception:
+                pass
+        return lambda items: len(json.dumps(items, ensure_ascii=False)) // CHARS_PER_TOKEN_ESTIMATE + 1
+
+    def _message_tokens(self, message: Message, rendered: Sequence[dict[str, Any]]) -> int:
+        memo = message.__dict__.get("_wire")
+        key = ("tokens", self.model)
+        if memo is not None and key in memo:
+            return memo[key]
+        if getattr(self, "_count", None) is None:
+            self._count = self._counter()
+        try:
+            tokens = self._count(list(rendered))
+        except Exception:
+            tokens = len(json.dumps(thaw(list(rendered)), ensure_ascii=False)) // CHARS_PER_TOKEN_ESTIMATE + 1
+        if memo is not None:
+            memo[key] = tokens
+        return tokens
+
+    def estimate_tokens(self, system: str, messages: Sequence[Message], tools: Sequence[Any]) -> int:
+        """Estimated input tokens of the request for ``messages`` (memoised per message)."""
+        self._flat(messages)
+        key = (system, tuple((t.name, t.description, id(t.parameters)) for t in tools))
+        prefix = self._prefix_tokens.get(key)
+        if prefix is None:
+            if getattr(self, "_count", None) is None:
+                self._count = self._counter()
+            prefix = self._count([{"role": "system", "content": system}])
+            if tools:
+                prefix += len(json.dumps(thaw(self._tools(tools)))) // CHARS_PER_TOKEN_ESTIMATE + 1
+            self._prefix_tokens = {key: prefix}
+        return prefix + self._memo.tokens[-1]
+
+    def estimate_messages_tokens(self, system: str, messages: Sequence[Message], tools: Sequence[Any]) -> int:
+        """Like :meth:`estimate_tokens` for any message list, without touching the incremental rendering."""
+        parts = self.cache_markers
+        total = self.estimate_tokens(system, [], tools) if not self._memo.messages else None
+        if total is None:
+            total = self.estimate_tokens(system, self._memo.messages, tools) - self._memo.tokens[-1]
+        for message in messages:
+            total += self._message_tokens(message, render_message(message, parts))
+        return total
+
+    def estimate_text_tokens(self, text: str) -> int:
+        """Estimated tokens of one user prompt."""
+        if getattr(self, "_count", None) is None:
+            self._count = self._counter()
+        return self._count([{"role": "user", "content": text}])
+
+    def _prepare(self, system: str, messages: Sequence[Message], tools: Sequence[Any]) -> dict[str, Any]:
+        """Render the request and keep it as :attr:`last_payload`."""
+        self.last_payload = self.render(system, messages, tools)
+        return self.last_payload
+
+    def _retry_delay(self, exc: ProviderError, attempt: int) -> float:
+        """Backoff before retry ``attempt + 1``; re-raises ``exc`` when it is final."""
+        if exc.retryable and attempt < self.max_retries:
+            return self.backoff_s * (2**attempt)
+        if attempt:
+            raise ProviderError(f"{exc} (after {attempt + 1} attempts)", status_code=exc.status_code,
+                                request_sent=exc.request_sent) from exc
+        raise exc
+
+
+class ProviderAdapter(_AdapterBase):
+    """Synchronous adapter: ``complete(system, messages, tools) -> ProviderResponse``."""
+
+    def __init__(self, model: str, *, sleep: Callable[[float], None] = time.sleep, **options: Any) -> None:
+        super().__init__(model, **options)
+        self._sleep = sleep
+
+    def complete(
+        self,
+        system: str,
+        messages: Sequence[Message],
+        tools: Sequence[Any],
+        on_text: TextCallback | None = None,
+    ) -> ProviderResponse:
+        payload = self._prepare(system, messages, tools)
+        attempt = 0
+        while True:
+            try:
+                return normalise_response(self.transport.complete(payload, on_text))
+            except ProviderError as exc:
+                self._sleep(self._retry_delay(exc, attempt))
+                attempt += 1
+
+
+class AsyncProviderAdapter(_AdapterBase):
+    """Asynchronous adapter: ``await complete(...)``; same contract as the sync one."""
+
+    def __init__(self, model: str, *, sleep: Callable[[float], Any] = asyncio.sleep, **options: Any) -> None:
+        super().__init__(model, **options)
+        self._sleep = sleep
+
+    async def complete(
+        self,
+        system: str,
+        messages: Sequence[Message],
+        tools: Sequence[Any],
+        on_text: TextCallback | None = None,
+    ) -> ProviderResponse:
+        payload = self._prepare(system, messages, tools)
+        attempt = 0
+        while True:
+            try:
+                return normalise_response(await self.transport.acomplete(payload, on_text))
+            except ProviderError as exc:
+                await self._sleep(self._retry_delay(exc, attempt))
+                attempt += 1
