@@ -197,28 +197,28 @@ def test_a_spill_file_is_decoded_from_the_bytes_its_digest_was_checked_on(tmp_pa
     """One read: the digest is checked on the very buffer that is decoded, and a file changing size is refused."""
     import pytest
 
-    from harness_magic.core.cache import spill
+    from harness_magic.core.cache import digest
     from harness_magic.core.cache.spill import SpillIntegrityError, read_value, write_value
 
     frame = pd.DataFrame({"x": np.arange(float(rows))})
     record = write_value(frame, tmp_path / "f")
     assert record.format == "arrow" and record.algorithm == "sha256-stripes"
     forged = write_value(pd.DataFrame({"x": -np.arange(float(rows))}), tmp_path / "g").path.read_bytes()
-    real_fill = spill._fill_and_digest
+    real_fill = digest._fill_and_digest
 
     def swap_after_check(*args):  # another process replaces the file right after its digest was computed
-        digest = real_fill(*args)
+        checked = real_fill(*args)
         record.path.write_bytes(forged)
-        return digest
+        return checked
 
-    monkeypatch.setattr(spill, "_fill_and_digest", swap_after_check)
+    monkeypatch.setattr(digest, "_fill_and_digest", swap_after_check)
     pd.testing.assert_frame_equal(read_value(record), frame, check_exact=True)
     monkeypatch.undo()
     with pytest.raises(SpillIntegrityError):  # and the forged file itself is refused
         read_value(record)
     record = write_value(frame, tmp_path / "h")
 
-    real_fstat = spill.os.fstat
+    real_fstat = digest.os.fstat
 
     class Shrunk:  # the size seen when the read starts is not the size of the file: it changed meanwhile
         def __init__(self, fd):
@@ -227,7 +227,7 @@ def test_a_spill_file_is_decoded_from_the_bytes_its_digest_was_checked_on(tmp_pa
         def __getattr__(self, name):
             return self._stat.st_size - 1 if name == "st_size" else getattr(self._stat, name)
 
-    monkeypatch.setattr(spill.os, "fstat", Shrunk)
+    monkeypatch.setattr(digest.os, "fstat", Shrunk)
     with pytest.raises(SpillIntegrityError, match="changed size while it was read"):
         read_value(record)
 
@@ -237,24 +237,24 @@ def test_the_striped_digest_is_its_definition_whatever_the_threads(tmp_path, mon
     """SHA-256 over the tag, the size and each 4 MiB stripe's SHA-256; sequential, threaded and file forms agree."""
     import hashlib
 
-    from harness_magic.core.cache import spill
+    from harness_magic.core.cache import digest
 
     data = np.random.default_rng(size_stripes).integers(0, 256, size_stripes, dtype=np.uint8).tobytes()
-    stripes = [data[i:i + spill.DIGEST_STRIPE_BYTES] for i in range(0, len(data), spill.DIGEST_STRIPE_BYTES)]
+    stripes = [data[i:i + digest.DIGEST_STRIPE_BYTES] for i in range(0, len(data), digest.DIGEST_STRIPE_BYTES)]
     top = hashlib.sha256(b"harness_magic sha256-stripes 4MiB\x00" + len(data).to_bytes(8, "big"))
     for stripe in stripes:
         top.update(hashlib.sha256(stripe).digest())
     expected = top.hexdigest()
     path = tmp_path / "blob"
     path.write_bytes(data)
-    hasher = spill.new_hasher("sha256-stripes")
+    hasher = digest.new_hasher("sha256-stripes")
     for i in range(0, len(data), 1_000_003):  # fed in pieces that straddle stripe edges
         hasher.update(data[i:i + 1_000_003])
     assert hasher.hexdigest() == expected
-    monkeypatch.setattr(spill, "HASH_PARALLEL_MIN_BYTES", 1)  # every size on as many threads as it has stripes
-    assert spill._buffer_digest(data) == spill.file_digest(path) == expected
-    monkeypatch.setattr(spill, "HASH_THREADS_MAX", 1)
-    assert spill._buffer_digest(data) == spill.file_digest(path) == expected
+    monkeypatch.setattr(digest, "HASH_PARALLEL_MIN_BYTES", 1)  # every size on as many threads as it has stripes
+    assert digest.buffer_digest(data) == digest.file_digest(path) == expected
+    monkeypatch.setattr(digest, "HASH_THREADS_MAX", 1)
+    assert digest.buffer_digest(data) == digest.file_digest(path) == expected
 
 
 @pytest.mark.parametrize("change", ["grown", "truncated"])

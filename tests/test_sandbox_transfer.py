@@ -318,7 +318,8 @@ def test_worker_results_arrive_as_sealed_memory_files(sandbox) -> None:
 
 def test_float_columns_cross_without_a_scan_or_copy_and_keep_every_nan_bit(tmp_path) -> None:
     """Floats are handed to Arrow as they are: no NaN->null bitmap, same buffer, NaN payloads and -0.0 kept."""
-    from harness_magic.core.cache.spill import _prepare_frame, frame_to_table, read_value, write_value
+    from harness_magic.core.cache.frames import prepare_frame
+    from harness_magic.core.cache.spill import frame_to_table, read_value, write_value
 
     payload = np.array([0x7FF8_0000_DEAD_BEEF, 0xFFF8_0000_0000_0001], dtype="<u8").view("<f8")
     f64 = np.concatenate([payload, [-0.0, np.inf, -np.inf, 1.5, np.nan]])
@@ -331,7 +332,7 @@ def test_float_columns_cross_without_a_scan_or_copy_and_keep_every_nan_bit(tmp_p
         chunk = table.column(position).chunk(0)
         assert chunk.null_count == 0 and chunk.buffers()[0] is None  # no validity bitmap was computed
     assert table.column(0).chunk(0).buffers()[1].address == frame["x"].to_numpy().ctypes.data  # no copy
-    flat, _ = _prepare_frame(frame)
+    flat, _ = prepare_frame(frame)
     assert table.schema.pandas_metadata == pa.Table.from_pandas(flat, preserve_index=None).schema.pandas_metadata
 
     def bits(df):
