@@ -28,11 +28,11 @@ Contract:
   stays in memory until retired. A spill file that was deleted or
   corrupted raises :class:`SpillReadError` naming the handle when the value is
   needed; the other handles keep working.
-* **Files.** Spill files live in ``spill_dir`` (default: a fresh temporary
+* **Files.** Spill files live in ``spill_dir`` (:mod:`.spill_dir`; default: a fresh temporary
   directory per cache) and are removed by :meth:`retire`, :meth:`clear` and
   :meth:`close` (also when the cache is garbage-collected or the process exits).
 * **Checkpoints.** :meth:`save` writes every value, snapshot and provenance to
-  a directory; :meth:`load` rebuilds a cache from it, lazily (values stay on
+  a directory (manifest format and its checks: :mod:`.checkpoint`); :meth:`load` rebuilds a cache from it, lazily (values stay on
   disk until used). An engine handle (a lazy DuckDB relation) is saved as its
   definition only (connector name and query: no rows, no engine state);
   :meth:`load` re-binds it through a ``rebind`` callable (the connector's
@@ -45,10 +45,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-import json
 import os
-import shutil
-import tempfile
 import threading
 import warnings
 import weakref
@@ -59,7 +56,17 @@ from pathlib import Path
 from typing import Any
 
 from harness_magic.core.cache.boundary import boundary_copy
-from harness_magic.core.cache.engine_value import DEFINITION_MAX_CHARS, checkpoint_definition, engine_of
+from harness_magic.core.cache.checkpoint import (
+    CHECKPOINT_MANIFEST,
+    CHECKPOINT_VERSION,
+    READABLE_CHECKPOINT_VERSIONS,
+    digest_algorithm,
+    link_or_copy,
+    read_manifest,
+    validated_rows,
+    write_manifest,
+)
+from harness_magic.core.cache.engine_value import checkpoint_definition, engine_of
 from harness_magic.core.cache.errors import (
     CheckpointError,
     CheckpointWarning,
@@ -67,21 +74,18 @@ from harness_magic.core.cache.errors import (
     SpillWarning,
     UnknownHandleError,
 )
-from harness_magic.core.cache.names import resolve_handle_name, sanitize_identifier
+from harness_magic.core.cache.names import resolve_handle_name
 from harness_magic.core.cache.sizing import estimate_nbytes
 from harness_magic.core.cache.snapshot import make_snapshot
 from harness_magic.core.cache.spill import (
-    DIGEST_ALGORITHMS,
-    DIGEST_SIZE,
-    SPILL_FORMATS,
     SpillIntegrityError,
     SpillRecord,
     SpillUnsupported,
-    format_for_path,
     read_value,
     release_freed_memory,
     write_value,
 )
+from harness_magic.core.cache.spill_dir import SpillDir, check_private_directory
 
 __all__ = [
     "SessionCache",
@@ -97,22 +101,6 @@ DEFAULT_HOT_COUNT = 10
 """Handles kept in memory: enough for a working set of derivations, small enough to bound memory."""
 DEFAULT_MEMORY_BUDGET_BYTES = 2 * 1024**3
 """In-memory bytes the hot set may hold: comfortable on a laptop kernel next to the user's own data."""
-CHECKPOINT_MANIFEST = "manifest.json"
-"""File in a checkpoint directory listing handles, formats, snapshots and provenance."""
-CHECKPOINT_VERSION = 4
-"""Bumped when the manifest layout changes; :meth:`SessionCache.load` refuses versions outside
-:data:`READABLE_CHECKPOINT_VERSIONS`.
-
-Version 2: no pickle format, JSON metadata in every file, a BLAKE2b digest per file (``"blake2b"``).
-Version 3: a SHA-256 digest per file (``"sha256"``), hashed 2.5x faster on CPUs with SHA extensions.
-Version 4: striped SHA-256 digests (``"sha256-stripes"``, checked on parallel threads while the file is
-read); frames are Arrow IPC files. A row carried over from an older checkpoint keeps its digest."""
-READABLE_CHECKPOINT_VERSIONS = (2, 3, 4)
-"""Versions :meth:`SessionCache.load` reads: each row is checked by the digest it names (``"blake2b"`` in
-version 2, ``"sha256"`` in version 3)."""
-MANIFEST_MAX_BYTES = 64 * 1024**2
-"""A manifest larger than this is refused: snapshots are small, so it is not a real checkpoint."""
-_DIGEST_CHARS = frozenset("0123456789abcdef")
 
 _VERSIONS = itertools.count(1)
 """Process-wide serial for value versions (with the pid, unique across caches and forks)."""
@@ -173,70 +161,6 @@ class HandleInfo:
         return asdict(self)
 
 
-class _SpillDir:
-    """The directory and files a cache owns; cleanup runs at close, GC or exit."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.requested = path
-        self.path: Path | None = None
-        self.created = False
-        self.files: set[Path] = set()
-
-    def ensure(self) -> Path:
-        if self.path is None:
-            if self.requested is None:
-                self.path, self.created = Path(tempfile.mkdtemp(prefix="harness_magic_cache_")), True
-            else:
-                check_private_directory(self.requested)
-                self.path = self.requested
-        return self.path
-
-    def forget(self, path: Path) -> None:
-        self.files.discard(path)
-        path.unlink(missing_ok=True)
-
-    def cleanup(self) -> None:
-        for path in list(self.files):
-            try:
-                self.forget(path)
-            except OSError:
-                pass
-        if self.created and self.path is not None:
-            shutil.rmtree(self.path, ignore_errors=True)
-            self.path, self.created = None, False
-
-
-def check_private_directory(path: Path) -> None:
-    """Create ``path`` with mode 0700, or accept an existing one only if it is private.
-
-    An existing directory must be a real directory (not a link), owned by the
-    current user, and not writable by group or others: files another local
-    user can plant there would otherwise be read back as cached values.
-    Raises ``PermissionError`` naming the directory and what is wrong.
-    """
-    try:
-        os.mkdir(path, 0o700)
-        return
-    except FileExistsError:
-        pass
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.mkdir(path, 0o700)
-        return
-    info = os.lstat(path)
-    import stat
-
-    if not stat.S_ISDIR(info.st_mode):
-        raise PermissionError(f"spill_dir {str(path)!r} is not a plain directory (a link or a file); "
-                              "use a directory you own with mode 0700, or leave spill_dir unset")
-    if info.st_uid != os.geteuid():
-        raise PermissionError(f"spill_dir {str(path)!r} is owned by uid {info.st_uid}, not by you "
-                              f"(uid {os.geteuid()}); use a directory you own with mode 0700, or leave spill_dir unset")
-    if info.st_mode & 0o022:
-        raise PermissionError(f"spill_dir {str(path)!r} is writable by group or others "
-                              f"(mode {stat.S_IMODE(info.st_mode):o}); chmod it to 0700, or leave spill_dir unset")
-
-
 class SessionCache:
     """Named values the agent works with (see the module docstring for the contract)."""
 
@@ -255,7 +179,7 @@ class SessionCache:
         self.memory_budget_bytes = memory_budget_bytes
         self._entries: dict[str, _Entry] = {}
         self._recency: OrderedDict[str, None] = OrderedDict()  # least recent first
-        self._dir = _SpillDir(Path(spill_dir) if spill_dir is not None else None)
+        self._dir = SpillDir(Path(spill_dir) if spill_dir is not None else None)
         if spill_dir is not None and os.path.lexists(spill_dir):
             check_private_directory(Path(spill_dir))  # refuse a foreign or shared directory now
         self._serial = 0
@@ -462,16 +386,8 @@ class SessionCache:
                 })
             if failures:
                 raise CheckpointError(f"checkpoint to {root} failed for: {'; '.join(failures)}")
-            manifest = {
-                "kind": "harness_magic.session_cache", "version": CHECKPOINT_VERSION,
-                "hot_count": self.hot_count, "memory_budget_bytes": self.memory_budget_bytes,
-                "recency": list(self._recency), "entries": rows,
-            }
-            path = root / CHECKPOINT_MANIFEST
-            tmp = root / f"{CHECKPOINT_MANIFEST}.tmp"
-            tmp.write_text(json.dumps(manifest, indent=1, allow_nan=False), encoding="utf-8")
-            os.replace(tmp, path)
-            return path
+            return write_manifest(root, hot_count=self.hot_count, memory_budget_bytes=self.memory_budget_bytes,
+                                  recency=list(self._recency), rows=rows)
 
     @classmethod
     def load(
@@ -500,8 +416,8 @@ class SessionCache:
         :attr:`not_restored` and one :class:`CheckpointWarning`; the rest loads.
         """
         root = Path(directory)
-        manifest = _read_manifest(root)
-        rows = _validated_rows(root, manifest)
+        manifest = read_manifest(root)
+        rows = validated_rows(root, manifest)
         engine_rows = [row for row in rows if "engine" in row]
         rows = [row for row in rows if "engine" not in row]
         cache = cls(
@@ -513,9 +429,9 @@ class SessionCache:
         for row in rows:
             source = root / row["file"]
             target = Path(f"{cache._new_stem(row['name'])}{source.suffix}")
-            _link_or_copy(source, target)
+            link_or_copy(source, target)
             cache._dir.files.add(target)
-            algorithm = _digest_algorithm(row)
+            algorithm = digest_algorithm(row)
             record = SpillRecord(target, row["format"], row[algorithm], algorithm)
             cache._entries[row["name"]] = _Entry(row["name"], _ABSENT, row["snapshot"], row["size_bytes"],
                                                  row["turn"], row["tool"], record=record, version=_new_version())
@@ -650,7 +566,7 @@ class SessionCache:
             if target.exists() and target.resolve() == entry.record.path.resolve():
                 return entry.record if target == entry.record.path else \
                     replace(entry.record, path=target)
-            _link_or_copy(entry.record.path, target)
+            link_or_copy(entry.record.path, target)
             return replace(entry.record, path=target)
         for stale in root.glob(f"{entry.name}.*"):
             if stale.name != CHECKPOINT_MANIFEST:
@@ -679,123 +595,3 @@ def _copy_snapshot(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def _read_manifest(root: Path) -> dict[str, Any]:
-    path = root / CHECKPOINT_MANIFEST
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as handle:
-            data = handle.read(MANIFEST_MAX_BYTES + 1)
-        if len(data) > MANIFEST_MAX_BYTES:
-            raise ValueError(f"over {MANIFEST_MAX_BYTES} bytes")
-        manifest = json.loads(data.decode("utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"no readable checkpoint manifest in {root}: {exc}") from exc
-    if not isinstance(manifest, dict) or manifest.get("kind") != "harness_magic.session_cache" \
-            or manifest.get("version") not in READABLE_CHECKPOINT_VERSIONS \
-            or not isinstance(manifest.get("entries"), list):
-        *rest, last = (str(v) for v in READABLE_CHECKPOINT_VERSIONS)
-        versions = f"{', '.join(rest)} or {last}" if rest else last
-        raise CheckpointError(f"{path} is not a version {versions} cache checkpoint")
-    for key in ("hot_count", "memory_budget_bytes"):
-        if type(manifest.get(key)) is not int or manifest[key] < 0:
-            raise CheckpointError(f"{path}: {key} must be a non-negative integer, got {manifest.get(key)!r}")
-    return manifest
-
-
-def _digest_algorithm(row: dict[str, Any]) -> str:
-    """The digest a manifest row carries: the first of :data:`DIGEST_ALGORITHMS` it names (striped SHA-256 first)."""
-    return next((algorithm for algorithm in DIGEST_ALGORITHMS if algorithm in row), DIGEST_ALGORITHMS[0])
-
-
-def _validated_rows(root: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every manifest entry checked before any file is touched: an error names the first bad entry.
-
-    Names must be valid handles; files plain basenames of regular files (no
-    links) inside ``root`` whose suffix matches a known format; each with a
-    striped SHA-256 (version 3: SHA-256; version 2: BLAKE2b) digest. Snapshots must be JSON objects.
-    """
-    import stat
-
-    rows, seen = [], set()
-    for position, row in enumerate(manifest["entries"]):
-        label = f"entry {position}"
-        if not isinstance(row, dict):
-            raise CheckpointError(f"checkpoint {root}: {label} is not an object")
-        name = row.get("name")
-        if not isinstance(name, str) or sanitize_identifier(name) != name or name in seen:
-            raise CheckpointError(f"checkpoint {root}: {label} has name {name!r}, which is not a valid, unique "
-                                  "handle (letters, digits and _ only)", handle=str(name))
-        label = f"handle {name!r}"
-        if "engine" in row:
-            rows.append(_validated_engine_row(root, row, label))
-            seen.add(name)
-            continue
-        file = row.get("file")
-        if not isinstance(file, str) or not file or os.path.basename(file) != file or file in (".", "..") \
-                or "\x00" in file or os.sep in file:
-            raise CheckpointError(f"checkpoint {root}: {label} names file {file!r}; only plain file names inside "
-                                  "the checkpoint directory are allowed", handle=name)
-        fmt = row.get("format")
-        if fmt not in SPILL_FORMATS:
-            raise CheckpointError(f"checkpoint {root}: {label} has format {fmt!r}; allowed: {', '.join(SPILL_FORMATS)}"
-                                  " (pickle files are never read)", handle=name)
-        try:
-            if format_for_path(Path(file)) != fmt:
-                raise ValueError
-        except ValueError:
-            raise CheckpointError(f"checkpoint {root}: {label}: file {file!r} does not match format {fmt}",
-                                  handle=name) from None
-        digest = row.get(_digest_algorithm(row))
-        if not isinstance(digest, str) or len(digest) != 2 * DIGEST_SIZE or not set(digest) <= _DIGEST_CHARS:
-            raise CheckpointError(f"checkpoint {root}: {label} lacks a digest ({' or '.join(DIGEST_ALGORITHMS)}: "
-                                  f"{2 * DIGEST_SIZE} hex characters)", handle=name)
-        try:
-            info = os.lstat(root / file)
-        except OSError:
-            raise CheckpointError(f"checkpoint {root} lacks the file of {label} ({file})", handle=name) from None
-        if not stat.S_ISREG(info.st_mode):
-            raise CheckpointError(f"checkpoint {root}: the file of {label} ({file}) is a link or not a plain file",
-                                  handle=name)
-        if not isinstance(row.get("snapshot"), dict) or type(row.get("size_bytes")) is not int:
-            raise CheckpointError(f"checkpoint {root}: {label} has a malformed snapshot or size", handle=name)
-        for key in ("turn", "tool"):
-            if row.get(key) is not None and type(row[key]) is not (int if key == "turn" else str):
-                raise CheckpointError(f"checkpoint {root}: {label} has a malformed {key}", handle=name)
-        seen.add(name)
-        rows.append(row)
-    return rows
-
-
-_ENGINE_ROW_KEYS = frozenset({"name", "engine", "definition", "snapshot", "size_bytes", "turn", "tool"})
-
-
-def _validated_engine_row(root: Path, row: dict[str, Any], label: str) -> dict[str, Any]:
-    """An engine handle's manifest entry: a definition of short strings and nothing else (no file, no code)."""
-    extra = set(row) - _ENGINE_ROW_KEYS
-    if extra:
-        raise CheckpointError(f"checkpoint {root}: {label} is an engine handle with unexpected fields "
-                              f"{sorted(extra)!r}", handle=row["name"])
-    engine, definition = row.get("engine"), row.get("definition")
-    if not isinstance(engine, str) or sanitize_identifier(engine) != engine:
-        raise CheckpointError(f"checkpoint {root}: {label} names engine {engine!r}; an identifier is required",
-                              handle=row["name"])
-    if not isinstance(definition, dict) or not definition or not all(
-            isinstance(k, str) and isinstance(v, str) and len(v) <= DEFINITION_MAX_CHARS
-            for k, v in definition.items()):
-        raise CheckpointError(f"checkpoint {root}: {label} has a malformed definition (an object of strings up to "
-                              f"{DEFINITION_MAX_CHARS:,} characters is required)", handle=row["name"])
-    if not isinstance(row.get("snapshot"), dict) or type(row.get("size_bytes")) is not int:
-        raise CheckpointError(f"checkpoint {root}: {label} has a malformed snapshot or size", handle=row["name"])
-    for key in ("turn", "tool"):
-        if row.get(key) is not None and type(row[key]) is not (int if key == "turn" else str):
-            raise CheckpointError(f"checkpoint {root}: {label} has a malformed {key}", handle=row["name"])
-    return row
-
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    """Hard-link ``source`` to ``target`` (O(1); files are never modified), else copy it."""
-    target.unlink(missing_ok=True)
-    try:
-        os.link(source, target, follow_symlinks=False)
-    except OSError:
-        shutil.copyfile(source, target, follow_symlinks=False)
