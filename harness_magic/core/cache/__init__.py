@@ -7,8 +7,12 @@ Modules, one job each:
 * :mod:`.sizing` — fast memory estimates for the byte budget.
 * :mod:`.boundary` — copies handed out that cannot change the cache.
 * :mod:`.codec` — tagged JSON: the code-free encoding of Python objects read back.
-* :mod:`.spill` — exact on-disk formats (Parquet, Arrow IPC, ``.npy``, tagged JSON), digests.
-* :mod:`.session` — :class:`SessionCache`: hot set, spill, hydrate, checkpoints.
+* :mod:`.frames` — frames and series as Arrow tables, exactly (the frame codec).
+* :mod:`.digest` — striped SHA-256 digests; files read once and checked on those bytes.
+* :mod:`.spill` — exact on-disk formats (Arrow IPC, Parquet, ``.npy``, tagged JSON) of one value.
+* :mod:`.spill_dir` — the private directory a cache owns, removed at cleanup.
+* :mod:`.checkpoint` — the checkpoint manifest: versions, validation, writing.
+* :mod:`.session` — :class:`SessionCache`: handles, hot set, spill, hydrate, save/load.
 * :mod:`.errors` — the exception hierarchy and :class:`SpillWarning`.
 """
 
