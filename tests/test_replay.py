@@ -103,7 +103,7 @@ def test_retry_from_a_checkpoint_reuses_the_prefix_and_calls_the_model_from_ther
     log = harness.run_file
     # Same session (the cache still holds `sales`); a different model from turn 4 on.
     alternative = ScriptedModel([{"tool_calls": [call(GROWTH)]}, {"text": "North grew fastest (+50%), South flat."}])
-    harness._adapter = ProviderAdapter("scripted-b", transport=alternative)
+    harness.adapter = ProviderAdapter("scripted-b", transport=alternative)
     retry = retry_from(log, 4, harness)
     assert retry.status == "completed" and retry.turns == 2
     assert list(retry.messages[:7]) == checkpoint_messages(log, 4)

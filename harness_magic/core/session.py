@@ -200,7 +200,7 @@ class AgentSession:
         if existing is not None:
             if self._subagent_options == options or not options:
                 return existing  # already on (the notebook enables subagents by default)
-            self.harness._tools = [t for t in self.harness._tools if t.name != SUBAGENT_TOOL_NAME]
+            self.harness.remove_tool(SUBAGENT_TOOL_NAME)
         self._subagent_options = dict(options)
         options.setdefault("backend", self._tool_backend)  # shared where the backend has no workers to give
         if "tools_factory" not in options:
@@ -320,14 +320,9 @@ class AgentSession:
         if log is None:
             raise ValueError("no run to retry yet: pass the path of a run log")
         harness = self.harness
-        previous_adapter = harness._adapter
-        if model is not None:
-            harness._adapter = self.adapter_for(model)
-        try:
+        with harness.overriding(adapter=self.adapter_for(model) if model is not None else None):
             self._fresh_worker()
             result = retry_from(log, from_turn, harness, session_id=self.session_id)
-        finally:
-            harness._adapter = previous_adapter
         self.runs.append(result)
         return result
 
@@ -351,21 +346,17 @@ class AgentSession:
         ``budgets`` replaces the configured budgets for this run only.
         """
         harness = self.harness
-        previous_adapter, previous_turns = harness._adapter, harness._max_turns
+        if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
+            raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
+        adapter = self.adapter_for(model) if model is not None else None
         previous_budgets = self.budget_guard.budgets
         if budgets is not None:
             self._set_budgets(budgets)
-        if model is not None:
-            harness._adapter = self.adapter_for(model)
-        if max_turns is not None:
-            if not isinstance(max_turns, int) or max_turns < 1:
-                raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
-            harness._max_turns = max_turns
         try:
-            self._fresh_worker()
-            result = harness.ask_result(prompt, session_id=self.session_id)
+            with harness.overriding(adapter=adapter, max_turns=max_turns):
+                self._fresh_worker()
+                result = harness.ask_result(prompt, session_id=self.session_id)
         finally:
-            harness._adapter, harness._max_turns = previous_adapter, previous_turns
             self._set_budgets(previous_budgets)
         self.runs.append(result)
         return result
@@ -426,9 +417,9 @@ class AgentSession:
                 self.enable_subagents(**self._subagent_options)
             notes.append("the agent's tools were rebuilt around the same conversation")
         else:
-            self.harness._adapter = self.adapter_for(config.model)
-            self.harness._max_turns = config.max_turns
-            self.harness._run_dir = config.run_dir
+            self.harness.adapter = self.adapter_for(config.model)
+            self.harness.max_turns = config.max_turns
+            self.harness.run_dir = config.run_dir
             self._set_budgets(config.budgets())
         return notes
 
@@ -515,4 +506,4 @@ def _sandbox_step(harness: Any, action: str, duration_s: float | None) -> None:
 
     run = harness.current_run
     use = run.current_tool_use if run is not None else None
-    harness._emit(SandboxStep(action=action, duration_s=duration_s, tool_use_id=use.id if use else None))
+    harness.emit(SandboxStep(action=action, duration_s=duration_s, tool_use_id=use.id if use else None))

@@ -27,6 +27,7 @@ import weakref
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from harness_magic.core.agent.result import StopRun
 from harness_magic.core.transcript.messages import Usage
 
 __all__ = [
@@ -196,12 +197,10 @@ class BudgetGuard:
 
     def check(self, run: Any) -> None:
         """Harness check: stop ``run`` with a budget status when a budget is spent."""
-        from harness_magic.core.agent.loop import _Stop
-
         self._run = run
         hit = self.budgets.exceeded(run)
         if hit is not None:
-            raise _Stop(*hit)
+            raise StopRun(*hit)
 
     def tool_guard(self, spec: Any, use: Any) -> str | None:
         """Tool guard: refuse calls once the tool-call or wall-time budget is spent."""

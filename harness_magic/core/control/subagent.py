@@ -220,7 +220,7 @@ def make_subagent_tool(
             system_prompt if system_prompt is not None else parent.system + SUBAGENT_SYSTEM_SUFFIX,
             tools,
             max_turns=budget,
-            run_dir=run_dir or parent._run_dir,
+            run_dir=run_dir or parent.run_dir,
             cache=child_cache,
             log_extra={
                 "parent_run_id": getattr(run, "run_id", None),
@@ -236,7 +236,7 @@ def make_subagent_tool(
             limits.install(child)
         if connectors is not None:
             connectors.install(child)
-        child.subscribe(lambda event: parent._emit(SubagentEvent(parent_tool_use_id=use_id, event=event, depth=1)))
+        child.subscribe(lambda event: parent.emit(SubagentEvent(parent_tool_use_id=use_id, event=event, depth=1)))
         result = child.run_result(task, session_id=getattr(run, "session_id", None))
         if run is not None:  # the child's calls count against the parent's tool-call budget
             run.tool_calls += sum(len(m.tool_results) for m in result.messages)

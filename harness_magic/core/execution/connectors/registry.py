@@ -491,7 +491,7 @@ class InstalledConnectors:
             run.logger.write("event", event="connector_loaded", connector=connector_name,
                              tools=[s.name for s in specs], turn=run.turn,
                              tool_use_id=getattr(run.current_tool_use, "id", None))
-        self.harness._emit(Notice(text=f"Loaded connector {connector_name}: {', '.join(s.name for s in specs)}"))
+        self.harness.emit(Notice(text=f"Loaded connector {connector_name}: {', '.join(s.name for s in specs)}"))
         lines = [f"Loaded connector {connector_name!r}; these tools are available from your next step:"]
         for spec in specs:
             marker = "" if spec.safety == "read" else f" [{spec.safety}: needs approval]"
@@ -522,12 +522,12 @@ class InstalledConnectors:
         policy = self.registry.approval
         asks = policy.approver is not None and policy.rule_for(spec.name, safety) == "ask"
         if asks:  # the status line says so while the user decides
-            self.harness._emit(ApprovalStep(tool=spec.name, tool_use_id=use.id))
+            self.harness.emit(ApprovalStep(tool=spec.name, tool_use_id=use.id))
         asked = time.monotonic()
         decision: ApprovalDecision = policy.decide(request)
         waited = time.monotonic() - asked
         if asks:
-            self.harness._emit(ApprovalStep(tool=spec.name, tool_use_id=use.id, wait_s=waited,
+            self.harness.emit(ApprovalStep(tool=spec.name, tool_use_id=use.id, wait_s=waited,
                                             approved=decision.approved))
         run = getattr(self.harness, "current_run", None)
         if run is not None:
@@ -539,7 +539,7 @@ class InstalledConnectors:
                              turn=run.turn, wait_s=round(waited, 6))
         if decision.approved:
             return None
-        self.harness._emit(Notice(text=f"Denied {spec.name} ({safety}): {decision.reason}", level="warning"))
+        self.harness.emit(Notice(text=f"Denied {spec.name} ({safety}): {decision.reason}", level="warning"))
         return (f"Not run: {spec.name} is a {safety} call and was denied ({decision.reason}). "
                 "Nothing was executed or changed.")
 
