@@ -337,3 +337,102 @@ def test_handles_made_by_a_tool_record_the_turn_and_tool(tmp_path):
     assert result.handles == ("sales_orders",)
     (info,) = harness.cache.metadata()
     assert (info["name"], info["turn"], info["tool"]) == ("sales_orders", 1, "fetch_orders")
+
+
+# -- the harness's public surface for code outside the loop ----------------------------------
+
+
+def offline(replies):
+    from harness_magic import ProviderAdapter
+
+    return ProviderAdapter("offline/t", transport=ScriptedModel(replies))
+
+
+def test_a_check_raising_stop_run_ends_the_run_with_its_status_and_answers_open_tool_uses(tmp_path):
+    from harness_magic.core.agent.loop import StopRun
+    from harness_magic.core.transcript.log import read_log
+
+    harness = make_harness(offline([{"tool_calls": [{"name": "echo", "arguments": {"text": "x"}}]},
+                                    {"text": "never reached"}]), tmp_path)
+
+    def stop_after_first_turn(run):
+        if run.turn >= 1:
+            raise StopRun("budget_custom", "custom budget spent")
+
+    harness.add_check(stop_after_first_turn)
+    result = harness.run_result("go")
+    assert (result.status, result.error, result.turns) == ("budget_custom", "custom budget spent", 1)
+    assert_pairing(list(result.messages))
+    assert read_log(result.run_file)[-1]["status"] == "budget_custom"
+    assert harness.checks == (stop_after_first_turn,)
+
+
+def test_overriding_runs_with_another_adapter_turn_limit_and_log_fields_then_restores_them(tmp_path):
+    from harness_magic.core.transcript.log import read_log
+
+    own = offline([{"text": "own"}])
+    other = offline([{"tool_calls": [{"name": "echo", "arguments": {"text": "x"}}]}, {"text": "unused"}])
+    harness = make_harness(own, tmp_path, max_turns=5, log_extra={"origin": "test"})
+    with harness.overriding(adapter=other, max_turns=1, log_extra={"retry": {"from_turn": 2}}):
+        assert (harness.adapter, harness.max_turns) == (other, 1)
+        result = harness.run_result("go")
+    assert result.status == "max_turns_exceeded" and result.turns == 1
+    start = read_log(result.run_file)[0]
+    assert (start["max_turns"], start["origin"], start["retry"]) == (1, "test", {"from_turn": 2})
+    assert (harness.adapter, harness.max_turns, dict(harness.log_extra)) == (own, 5, {"origin": "test"})
+    assert harness.run_result("again").text == "own"
+
+
+def test_overriding_restores_the_harness_when_the_block_raises(tmp_path):
+    own = offline([])
+    harness = make_harness(own, tmp_path, max_turns=4)
+    with pytest.raises(RuntimeError, match="boom"):
+        with harness.overriding(adapter=offline([]), max_turns=2, log_extra={"x": 1}):
+            raise RuntimeError("boom")
+    assert (harness.adapter, harness.max_turns, dict(harness.log_extra)) == (own, 4, {})
+
+
+def test_a_bad_turn_limit_is_refused_naming_it(tmp_path):
+    harness = make_harness(offline([]), tmp_path, max_turns=3)
+    with pytest.raises(ValueError, match="max_turns must be at least 1, got 0"):
+        with harness.overriding(max_turns=0):
+            pass
+    with pytest.raises(ValueError, match="max_turns must be at least 1, got -2"):
+        harness.max_turns = -2
+    assert harness.max_turns == 3
+
+
+def test_emit_reaches_every_subscriber_and_a_failing_one_only_warns(tmp_path):
+    from harness_magic.core.transcript.events import Notice
+
+    harness = make_harness(offline([]), tmp_path)
+    seen = []
+
+    def broken(event):
+        raise RuntimeError("renderer bug")
+
+    harness.subscribe(broken)
+    harness.subscribe(seen.append)
+    with pytest.warns(RuntimeWarning, match="renderer bug"):
+        harness.emit(Notice(text="hello"))
+    assert [e.text for e in seen] == ["hello"]
+
+
+def test_remove_tool_keeps_the_others_in_order_and_names_a_missing_tool(tmp_path):
+    harness = make_harness(offline([]), tmp_path, tools=[echo_tool("a"), echo_tool("b"), echo_tool("c")])
+    harness.remove_tool("b")
+    assert [t.name for t in harness.tools] == ["a", "c"]
+    with pytest.raises(ValueError, match="no tool named 'b'; tools: a, c"):
+        harness.remove_tool("b")
+
+
+def test_current_turn_is_set_only_while_a_run_is_in_progress(tmp_path):
+    turns = []
+    probe = ToolSpec(name="probe", description="", parameters=EMPTY, handler=lambda: turns.append(harness.current_turn))
+    harness = make_harness(offline([{"tool_calls": [{"name": "probe", "arguments": {}}]},
+                                    {"tool_calls": [{"name": "probe", "arguments": {}}]}, {"text": "done"}]),
+                           tmp_path, tools=[probe])
+    assert harness.current_turn is None and harness.current_run is None
+    assert harness.run_result("go").status == "completed"
+    assert turns == [1, 2]
+    assert harness.current_turn is None and harness.current_run is None
