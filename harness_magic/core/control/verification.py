@@ -210,7 +210,7 @@ class Verifier:
         checks = [asdict(o) for o in outcomes]
         if hasattr(harness, "log_event"):
             harness.log_event("verification", tool_use_id="", tool=FINAL_ANSWER, passed=not failed, checks=checks)
-        emit = getattr(harness, "_emit", None)
+        emit = getattr(harness, "emit", None)
         if emit is None:
             return
         emit(VerificationChecked(turn=event.turn, tool_use_id="", tool=FINAL_ANSWER, passed=not failed,
@@ -275,7 +275,7 @@ class Verifier:
         if hasattr(harness, "log_event"):
             harness.log_event("verification", tool_use_id=tool_use_id, tool=tool, passed=passed,
                               checks=list(checks))
-        emit = getattr(harness, "_emit", None)
+        emit = getattr(harness, "emit", None)
         if emit is None:
             return
         emit(VerificationChecked(turn=turn, tool_use_id=tool_use_id, tool=tool, passed=passed, checks=checks))

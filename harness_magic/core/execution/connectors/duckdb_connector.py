@@ -697,7 +697,7 @@ def lazy_rebinder(connectors: Any) -> Callable[[str, dict[str, str], Any], LazyR
 
 def _progress_reporter(context: ToolContext, engine: str) -> Progress | None:
     """Progress callback emitting :class:`EngineProgress` events on the tool's harness, if it has one."""
-    emit = getattr(context.harness, "_emit", None)
+    emit = getattr(context.harness, "emit", None)
     if emit is None:
         return None
     from harness_magic.core.transcript.events import EngineProgress
