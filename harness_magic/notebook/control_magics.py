@@ -32,8 +32,8 @@
     Model, api_base, sandbox, budgets, connectors, the session's handles and
     the session's running cost.
 
-Registered by :func:`register_control_magics` from the extension's
-``load_extension``; shares the session and live view of ``AgentMagics``.
+Registered by the extension (:func:`harness_magic.notebook.extension.magics_classes`);
+shares the session and live view of ``AgentMagics`` through its public surface.
 """
 
 from __future__ import annotations
@@ -45,37 +45,12 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-__all__ = ["ControlMagics", "register_control_magics", "agent_code_text", "call_code_text"]
+from harness_magic.notebook.arguments import validate_model
+from harness_magic.notebook.code_text import agent_code_text, call_code_text
+from harness_magic.notebook.live import settle, show_live
+from harness_magic.notebook.tables import pairs_html
 
-
-def call_code_text(record: Any, tool: Any) -> str | None:
-    """One call's block as :func:`agent_code_text` writes it (None for a call with no code or SQL)."""
-    from harness_magic.core.export import tool_call_source
-
-    source = tool_call_source(tool)
-    if source is None:
-        return None
-    language, text = source
-    k = next((i for i, t in enumerate(record.tools, 1) if t is tool), 0)
-    name = tool.name if tool.name.isidentifier() else repr(tool.name)  # a model-sent name cannot end the comment
-    head = f"# agent run {record.run_id}, turn {tool.turn}: {name}"
-    if language == "python":
-        return f"{head}\n{text.rstrip()}"
-    if language == "sql":
-        return f"{head} (SQL)\nsql_turn{tool.turn}_{k} = {text!r}"
-    return f"{head} read {text!r}"
-
-
-def agent_code_text(record: Any, turn: int | None = None) -> str:
-    """The code of ``record``'s interpreter calls and its SQL (as Python strings), one block per call.
-
-    Each block starts with a comment naming the run, turn and tool; SQL is
-    written as ``sql_turnN_K = '...'`` (``repr``, so any quoting in it stays a
-    string), file reads as a comment naming the path. ``""`` when there is none.
-    """
-    blocks = [call_code_text(record, tool) for tool in record.tools if turn is None or tool.turn == turn]
-    blocks = [b for b in blocks if b is not None]
-    return "\n\n".join(blocks) + ("\n" if blocks else "")
+__all__ = ["ControlMagics", "agent_code_text", "call_code_text"]
 
 
 def _log_path(path: str) -> str:
@@ -95,17 +70,13 @@ class ControlMagics(Magics):
 
     def _handler(self) -> tuple[Any, Any]:
         """(event handler or None, live display handle or None): the same one-output live view as ``%%agent``."""
-        from harness_magic.notebook.magics import _show_live
-
-        handler, widget = self._agent._live_renderer()
-        return handler, (_show_live(widget) if widget is not None else None)
+        handler, widget = self._agent.live_renderer()
+        return handler, (show_live(widget) if widget is not None else None)
 
     @staticmethod
     def _settle(handler: Any, live: Any, result: Any) -> None:
-        from harness_magic.notebook.magics import _settle
-
         if live is not None:
-            _settle(live, handler, settled=result is not None)
+            settle(live, handler, settled=result is not None)
 
     @no_var_expand
     @magic_arguments()
@@ -121,7 +92,7 @@ class ControlMagics(Magics):
         log = _log_path(args.log)
         session = self._agent.session
         handler, live = self._handler()
-        recorder = getattr(self._agent, "_recorder", None)
+        recorder = self._agent.recorder
         sinks = [s for s in (recorder, handler) if s is not None]
         options: dict[str, Any] = {}
         if args.live_tools:
@@ -157,9 +128,7 @@ class ControlMagics(Magics):
             raise UsageError("%agent_retry: no run yet in this session; pass --log PATH")
         model = args.model if args.model is not None else self._agent.model
         if args.model is not None:
-            from harness_magic.notebook.magics import _validate_model
-
-            model = _validate_model(args.model)
+            model = validate_model(args.model)
         handler, live = self._handler()
         unsubscribe = session.subscribe(handler) if handler is not None else None
         result = None
@@ -201,7 +170,7 @@ class ControlMagics(Magics):
         each by line and character, unless ``--escaped``.
         """
         args = parse_argstring(self.agent_code, line)
-        records = list(self._agent._recorder.records) if self._agent._recorder is not None else []
+        records = self._agent.records
         if not records:
             raise UsageError("%agent_code: no run yet in this session: run an %%agent cell first")
         if args.run is not None:
@@ -247,7 +216,7 @@ class ControlMagics(Magics):
                   "wall s": budgets.max_wall_s, "tool calls": budgets.max_tool_calls}
         installed = session.connectors
         connectors = installed.registry.names() if installed is not None else []
-        records = agent._recorder.records if agent._recorder is not None else []
+        records = agent.records
         cost = sum(r.usage.cost for r in records if r.usage is not None)
         tokens = sum(r.usage.total_tokens for r in records if r.usage is not None)
         handles = session.cache.names()
@@ -260,7 +229,7 @@ class ControlMagics(Magics):
             ("handles", f"{len(handles)}: " + ", ".join(handles) if handles else "(none)"),
             ("session", f"{len(records)} run{'s' if len(records) != 1 else ''} · {tokens:,} tokens · ${cost:.4f}"),
         ]
-        agent._show(_rows_html(rows), "\n".join(f"{k:<11} {v}" for k, v in rows))
+        agent.show(pairs_html(rows), "\n".join(f"{k:<11} {v}" for k, v in rows))
 
     @no_var_expand
     @magic_arguments()
@@ -282,17 +251,3 @@ class ControlMagics(Magics):
             logs = logs + known[-needed:] if logs else known[-2:]
         return diff_runs(logs[0], logs[1])
 
-
-def _rows_html(rows: list[tuple[str, Any]]) -> str:
-    import html
-
-    body = "".join(f'<tr><th style="text-align:left;padding:1px 8px">{html.escape(k)}</th>'
-                   f'<td style="text-align:left;padding:1px 8px">{html.escape(str(v))}</td></tr>' for k, v in rows)
-    return f'<table class="agent-status-table">{body}</table>'
-
-
-def register_control_magics(shell: Any, agent_magics: Any) -> ControlMagics:
-    """Register the replay/retry/diff magics next to ``agent_magics``."""
-    magics = ControlMagics(shell, agent_magics)
-    shell.register_magics(magics)
-    return magics

@@ -13,7 +13,7 @@
     get them from ``docs__search``; glossary terms matching QUERY too.
 
 Glue only: the work is :class:`~harness_magic.core.knowledge.DocsConnector`'s.
-Registered by :func:`register_docs_magics` from the extension's ``load_extension``.
+Registered by the extension (:func:`harness_magic.notebook.extension.magics_classes`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-__all__ = ["DocsMagics", "DocsView", "register_docs_magics"]
+__all__ = ["DocsMagics", "DocsView"]
 
 FILES_SHOWN = 50
 """Files listed per connector; the count says how many more there are."""
@@ -171,9 +171,3 @@ class DocsMagics(Magics):
                                 [[f"[{m.source_id}]", m.kind, m.definition] for m in matches]))
         return view
 
-
-def register_docs_magics(shell: Any, agent_magics: Any) -> DocsMagics:
-    """Register ``%agent_docs`` next to ``agent_magics``."""
-    magics = DocsMagics(shell, agent_magics)
-    shell.register_magics(magics)
-    return magics

@@ -18,7 +18,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-__all__ = ["EvalMagics", "EvalView", "register_eval_magics"]
+__all__ = ["EvalMagics", "EvalView"]
 
 
 class EvalView:
@@ -168,9 +168,3 @@ class EvalMagics(Magics):
             view.save(args.out)
         return view
 
-
-def register_eval_magics(shell: Any, agent_magics: Any) -> EvalMagics:
-    """Register ``%agent_eval`` next to ``agent_magics``."""
-    magics = EvalMagics(shell, agent_magics)
-    shell.register_magics(magics)
-    return magics

@@ -1,0 +1,587 @@
+"""``%%agent`` and the value/export/sandbox line magics: IPython glue over :class:`~harness_magic.core.session.AgentSession`.
+
+Magics (``%load_ext harness_magic``):
+
+``%%agent [-m M] [--new] [--reset] [--in NAME[=HANDLE] ...] [--out HANDLE[=NAME] ...] [--max-turns N]
+[--max-tokens N] [--max-cost USD] [--max-wall S] [--max-tool-calls N]``
+    Ask the agent; the cell body is the prompt, verbatim. The cell's value is
+    the :class:`~harness_magic.core.agent.loop.RunResult`, shown as the final output
+    (a budget stop shows its status, e.g. ``budget_cost``, and the reason).
+``%agent_vars [HANDLE]``
+    Every cached handle, or one handle's snapshot.
+``%agent_push NAME [HANDLE]`` / ``%agent_pull HANDLE [NAME]``
+    Copy a value into the agent's cache / out of it. Nothing else crosses.
+``%agent_export PATH [--run RUN_ID | --all]``
+    Write runs as ``.jsonl`` (the log), ``.html`` (self-contained) or ``.md``.
+``%agent_sandbox``
+    The interpreter's sandbox mode and which confinement layers hold here.
+
+Connector tools that are not read-only ask before they run: the cell shows the
+request and an ``Approve ...? [y/N]`` prompt (see :mod:`.approval`).
+
+Settings are traitlets on :class:`AgentMagics` (``%config AgentMagics.model =
+"..."`` or ``c.AgentMagics.model`` in a config file), mapped onto a plain
+:class:`~harness_magic.core.session.AgentConfig`. Bad input raises a one-line
+:class:`UsageError` (the checks are :mod:`.arguments`'). The other magics
+classes (:mod:`.control_magics`, :mod:`.docs_magics`, :mod:`.eval_magics`) drive
+this one's session through its public surface: :attr:`~AgentMagics.session`,
+:attr:`~AgentMagics.records`, :meth:`~AgentMagics.live_renderer`, :meth:`~AgentMagics.show`.
+"""
+
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, observe, validate
+
+from harness_magic.core.execution.interpreter import DEFAULT_MATERIALIZE_MAX_BYTES, DEFAULT_MATERIALIZE_MAX_ROWS
+from harness_magic.core.transcript.scrub import escape_control
+from harness_magic.notebook.arguments import (
+    BUDGET_FLAGS,
+    BUDGET_SETTINGS,
+    CHECKED_SETTINGS,
+    DEFAULT_MODEL,
+    OFFLINE_PREFIXES,
+    cap_arg,
+    check_handle,
+    check_setting,
+    split_pair,
+    validate_model,
+)
+from harness_magic.notebook.live import live_renderer, settle, show_live
+from harness_magic.notebook.tables import (
+    SANDBOX_COLUMNS,
+    export_rows_html,
+    handle_rows,
+    rows_text,
+    sandbox_rows,
+    table_html,
+    table_text,
+)
+from harness_magic.notebook.values import copy_value, describe
+
+__all__ = ["AgentMagics"]
+
+_SESSION_TRAITS = ("api_base", "sandbox", "hot_count", "memory_budget", "spill_dir", "run_dir", "stream",
+                   "planner", "reminders", "connectors", "prompt_caching", "context_window", "max_turns")
+"""Settings of the session: a change is applied at the next use, keeping the conversation and the cache."""
+_ABSENT = object()
+"""No notebook variable of that name yet (``None`` is a value)."""
+
+
+@magics_class
+class AgentMagics(Magics):
+    """The agent magics and their settings."""
+
+    model = Unicode(DEFAULT_MODEL, help="Model id: any litellm id, or offline/<name>, scripted/<file.json>, "
+                    "replay/<run.jsonl>.").tag(config=True)
+    api_base = Unicode(None, allow_none=True, help="Base URL of an OpenAI-compatible server (e.g. a local "
+                       "model); None uses the provider's default.").tag(config=True)
+    max_turns = Integer(25, help="Provider calls one %%agent cell may make.").tag(config=True)
+    sandbox = Unicode("worker", help="Interpreter backend: 'worker' (confined subprocess), 'inprocess' "
+                      "(no security boundary; for development) or 'unconfined' (the worker subprocess even "
+                      "where the OS cannot confine it fully; warns what is missing).").tag(config=True)
+    hot_count = Integer(10, help="Handles kept in memory before older ones spill to disk.").tag(config=True)
+    memory_budget = Integer(None, allow_none=True, help="Bytes of cached values kept in memory before "
+                            "spilling; None: count only.").tag(config=True)
+    spill_dir = Unicode(None, allow_none=True, help="Directory for spilled handles; None: a temporary "
+                        "directory.").tag(config=True)
+    run_dir = Unicode("runs", help="Directory for the JSONL run logs.").tag(config=True)
+    stream = Bool(True, help="Stream model text as it arrives.").tag(config=True)
+    live = Unicode("auto", help="Live view: 'auto', 'widgets', 'rich' or 'off'.").tag(config=True)
+    max_tokens = Integer(None, allow_none=True, help="Token budget per run, subagents included; None: "
+                         "unlimited. A run that spends it ends with status 'budget_tokens'.").tag(config=True)
+    max_cost_usd = Float(None, allow_none=True, help="Cost budget per run in USD (litellm prices), subagents "
+                         "included; None: unlimited. Status 'budget_cost'.").tag(config=True)
+    max_wall_s = Float(None, allow_none=True, help="Wall-time budget per run in seconds, checked between "
+                       "steps; None: unlimited. Status 'budget_wall_time'.").tag(config=True)
+    max_tool_calls = Integer(None, allow_none=True, help="Tool calls per run; None: unlimited. Status "
+                             "'budget_tool_calls'.").tag(config=True)
+    planner = Bool(True, help="Offer the agent the 'plan' tool.").tag(config=True)
+    reminders = Bool(True, help="Remind the model when it makes no progress, and warn it on its last turn.",
+                     ).tag(config=True)
+    prompt_caching = Unicode("auto", help="Prompt-cache markers: 'auto' (only where litellm says the model "
+                             "caches prompts), 'on' (a custom gateway that caches) or 'off' (a gateway that "
+                             "rejects unknown fields).").tag(config=True)
+    context_window = Integer(None, allow_none=True, help="Input-token limit of the model; None: litellm's model "
+                             "information. Over it, older turns are compacted before a request.").tag(config=True)
+    subagents = Bool(True, help="Offer the agent the 'subagent' tool (delegation to an isolated subagent).",
+                     ).tag(config=True)
+    materialize_max_bytes = Integer(DEFAULT_MATERIALIZE_MAX_BYTES, help="Bytes (Arrow) a lazy engine handle "
+                                    "may bring into the kernel when agent code names it or %agent_pull copies "
+                                    "it; over it the agent is told to aggregate in the engine first."
+                                    ).tag(config=True)
+    materialize_max_rows = Integer(DEFAULT_MATERIALIZE_MAX_ROWS, help="Rows a lazy engine handle may bring into "
+                                   "the kernel when agent code names it or %agent_pull copies it; over it the "
+                                   "agent is told to aggregate in the engine first.").tag(config=True)
+    connectors = List(Dict(), default_value=[], help="Connectors of every new session, as for "
+                      "harness_magic.core.execution.connectors.connectors_from_config, e.g. "
+                      "[{'type': 'files', 'roots': ['data']}].").tag(config=True)
+
+    # -- validation -------------------------------------------------------------------------
+
+    @validate("model")
+    def _valid_model(self, proposal: Any) -> str:
+        try:
+            return validate_model(proposal["value"])
+        except UsageError as exc:
+            raise TraitError(str(exc)) from None
+
+    def update_config(self, config: Any) -> None:
+        """``%config`` entry point: a rejected value is kept out and reported as a one-line UsageError.
+
+        The shell keeps a copy of every ``%config`` line; a rejected value is
+        dropped from it too, so ``%reload_ext`` does not trip over it. Setting
+        the model (even to the same id, as when a notebook's first cell runs
+        again) restarts a scripted or replay model.
+        """
+        section = config.get("AgentMagics", {}) if hasattr(config, "get") else {}
+        try:
+            super().update_config(config)
+        except TraitError as exc:
+            import sys
+
+            self._rejected.update(dict(section))
+            events = getattr(self.shell, "events", None)
+            if events is not None and self._prune_rejected not in events.callbacks["post_run_cell"]:
+                events.register("post_run_cell", self._prune_rejected)  # after the shell merged it too
+            print(f"UsageError: {exc}", file=sys.stderr)
+            return
+        if "model" in section and self._session is not None:
+            self._session.rewind_offline_models(self.model)
+
+    def _prune_rejected(self, *args: Any) -> None:
+        """Drop values ``%config`` rejected from the shell's copy of the configuration."""
+        section = getattr(getattr(self.shell, "config", None), "AgentMagics", None)
+        for key, value in self._rejected.items():
+            if section is not None and key in section and section[key] == value:
+                section.pop(key)
+        self._rejected.clear()
+        self.shell.events.unregister("post_run_cell", self._prune_rejected)
+
+    @validate(*CHECKED_SETTINGS)
+    def _valid_setting(self, proposal: Any) -> Any:
+        try:
+            return check_setting(proposal["trait"].name, proposal["value"])
+        except ValueError as exc:
+            raise TraitError(str(exc)) from None
+
+    @observe(*_SESSION_TRAITS)
+    def _settings_changed(self, change: Any) -> None:
+        self._stale = True
+        if change["name"] == "connectors":
+            self._connectors_dirty = True
+
+    @observe(*BUDGET_SETTINGS, "materialize_max_bytes", "materialize_max_rows")
+    def _budget_changed(self, change: Any) -> None:
+        if getattr(self, "_session", None) is not None:
+            setattr(self._session.config, change["name"], change["new"])
+
+    @observe("subagents")
+    def _on_subagents(self, change: Any) -> None:
+        if getattr(self, "_session", None) is not None and change["new"] and \
+                self._session._subagent_options is None:
+            self._session.enable_subagents()
+
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+        super().__init__(shell=shell, **kwargs)
+        self._session: Any = None
+        self._recorder: Any = None
+        self._stale = False
+        self._connectors_dirty = False
+        self._rejected: dict[str, Any] = {}
+
+    # -- session ----------------------------------------------------------------------------
+
+    def _config(self) -> Any:
+        """The core settings these traits ask for."""
+        from harness_magic.core.session import AgentConfig
+
+        return AgentConfig(
+            model=self.model, api_base=self.api_base, max_turns=self.max_turns, sandbox=self.sandbox,
+            run_dir=self.run_dir, hot_count=self.hot_count, memory_budget_bytes=self.memory_budget,
+            spill_dir=self.spill_dir, stream=self.stream, max_tokens=self.max_tokens,
+            max_cost_usd=self.max_cost_usd, max_wall_s=self.max_wall_s, max_tool_calls=self.max_tool_calls,
+            planner=self.planner, reminders=self.reminders, prompt_caching=self.prompt_caching,
+            context_window=self.context_window, materialize_max_bytes=self.materialize_max_bytes,
+            materialize_max_rows=self.materialize_max_rows,
+        )
+
+    @property
+    def session(self) -> Any:
+        """The agent session, created on first use; a settings change is applied to it in place
+        (conversation, cache and offline models' places are kept)."""
+        if self._session is not None and self._stale:
+            self._stale = False
+            connectors = None
+            if self._connectors_dirty:
+                connectors = self._configured_connectors(self._session.default_approver)
+                self._connectors_dirty = False
+            for note in self._session.reconfigure(self._config(), connectors=connectors):
+                print(f"agent settings changed: {note}; conversation and cache kept")
+        if self._session is None:
+            from harness_magic.core.export import RunRecorder
+            from harness_magic.core.session import AgentSession
+
+            from harness_magic.notebook.approval import StdinApprover
+
+            approver = StdinApprover()
+            connectors = self._configured_connectors(approver)
+            self._session = AgentSession(self._config(), connectors=connectors, subagents=self.subagents)
+            self._session.default_approver = approver
+            self._recorder = RunRecorder()
+            self._session.subscribe(self._recorder)
+            self._stale = self._connectors_dirty = False
+        return self._session
+
+    def _configured_connectors(self, approver: Any) -> Any:
+        """The registry for :attr:`connectors` (asking through ``approver``), or None when there are none."""
+        if not self.connectors:
+            return None
+        from harness_magic.core.execution.connectors import ApprovalPolicy, connectors_from_config
+
+        try:
+            return connectors_from_config(self.connectors, approval=ApprovalPolicy(approver=approver))
+        except (KeyError, TypeError, ValueError, OSError) as exc:
+            raise UsageError(f"AgentMagics.connectors: {type(exc).__name__}: {exc}") from None
+
+    def record_for(self, result: Any) -> Any:
+        """The run record a result belongs to (a bare one for foreign results); its usage includes subagents."""
+        from harness_magic.core.export import RunRecord
+
+        usage = getattr(result, "total_usage", result.usage)
+        if self._recorder is not None and result.run_id:
+            found = self._recorder.find(result.run_id)
+            if found is not None:
+                found.usage = usage
+                return found
+        return RunRecord(run_id=result.run_id, model=result.model, run_file=result.run_file,
+                         turn=result.turns, usage=usage, elapsed_s=result.elapsed_s, result=result)
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+        if getattr(self, "_code_clipboard", None) is not None:  # see harness_magic.notebook.clipboard
+            self._code_clipboard.close()
+            self._code_clipboard = None
+
+    def _in_kernel(self) -> bool:
+        return getattr(self.shell, "kernel", None) is not None
+
+    def live_renderer(self) -> tuple[Any, Any]:
+        """(event handler or None, widget to display or None) for a run now, as :attr:`live` asks."""
+        return live_renderer(self.live, self._in_kernel(), self)
+
+    @property
+    def recorder(self) -> Any:
+        """The :class:`~harness_magic.core.export.RunRecorder` folding this session's runs (None before it)."""
+        return self._recorder
+
+    @property
+    def records(self) -> list[Any]:
+        """The run records of this session, oldest first (empty before the session)."""
+        return list(self._recorder.records) if self._recorder is not None else []
+
+    # -- %%agent ----------------------------------------------------------------------------
+
+    @no_var_expand
+    @magic_arguments()
+    @argument("-m", "--model", default=None, help="Model for this cell (default: AgentMagics.model).")
+    @argument("--new", action="store_true", help="Start a fresh conversation (the cache is kept).")
+    @argument("--reset", action="store_true", help="Clear the conversation and the cache first.")
+    @argument("--in", dest="inputs", action="append", default=[], metavar="NAME[=HANDLE]",
+              help="Copy notebook variable NAME into the cache as HANDLE (default NAME). Repeatable.")
+    @argument("--out", dest="outputs", action="append", default=[], metavar="HANDLE[=NAME]",
+              help="After the run, copy handle HANDLE into the notebook as NAME (default HANDLE). Repeatable.")
+    @argument("--max-turns", type=int, default=None, help="Turn limit for this cell.")
+    @argument("--max-tokens", type=int, default=None, metavar="N",
+              help="Token budget for this cell (default: AgentMagics.max_tokens).")
+    @argument("--max-cost", type=float, default=None, metavar="USD",
+              help="Cost budget in USD for this cell (default: AgentMagics.max_cost_usd).")
+    @argument("--max-wall", type=float, default=None, metavar="S",
+              help="Wall-time budget in seconds for this cell (default: AgentMagics.max_wall_s).")
+    @argument("--max-tool-calls", type=int, default=None, metavar="N",
+              help="Tool-call budget for this cell (default: AgentMagics.max_tool_calls).")
+    @cell_magic
+    def agent(self, line: str, cell: str) -> Any:
+        """Ask the data agent; the cell body is the prompt.
+
+        Successive cells continue one conversation over one session cache.
+        The agent's code runs in its own interpreter: it sees only cached
+        handles, never this notebook's variables.
+        """
+        args = parse_argstring(self.agent, line)
+        prompt = (cell or "").strip("\n")
+        if not prompt.strip():
+            raise UsageError("%%agent needs a prompt: write it in the cell body below the %%agent line")
+        if args.new and args.reset:
+            raise UsageError("use --new or --reset, not both (--reset already starts a new conversation)")
+        model = validate_model(args.model) if args.model is not None else self.model
+        if args.max_turns is not None and args.max_turns < 1:
+            raise UsageError(f"--max-turns must be at least 1, got {args.max_turns}")
+        limits = {"max_tokens": args.max_tokens, "max_cost_usd": args.max_cost, "max_wall_s": args.max_wall,
+                  "max_tool_calls": args.max_tool_calls}
+        for field_name, flag in zip(limits, BUDGET_FLAGS):
+            if limits[field_name] is not None and not limits[field_name] > 0:
+                raise UsageError(f"{flag} must be positive, got {limits[field_name]:g}")
+        inputs = [self._input_pair(spec) for spec in args.inputs]
+        outputs = []
+        for spec in args.outputs:
+            handle, name = split_pair(spec, "--out")
+            outputs.append((check_handle(handle, "handle"), check_handle(name, "variable name")))
+
+        if not model.startswith(OFFLINE_PREFIXES):  # a model litellm cannot route fails here, before any request
+            from harness_magic.core.providers.provider import ModelRouteError, check_model_route
+
+            try:
+                check_model_route(model)
+            except ModelRouteError as exc:
+                raise UsageError(str(exc)) from None
+        session = self.session
+        if args.reset:
+            session.reset()
+        elif args.new:
+            session.new_conversation()
+        notes = [self._push(value, handle) for value, handle in inputs]
+        if notes:
+            prompt += "\n\n(Inputs copied from the notebook into the cache: " + "; ".join(notes) + ".)"
+
+        handler, widget = self.live_renderer()
+        unsubscribe = session.subscribe(handler) if handler is not None else None
+        live = show_live(widget) if widget is not None else None
+        result = None
+        from harness_magic.core.agent.loop import PromptTooLarge
+
+        try:
+            result = session.ask(prompt, model=model, max_turns=args.max_turns,
+                                 budgets=session.config.budgets().merged(**limits))
+        except PromptTooLarge as exc:
+            raise UsageError(str(exc)) from None
+        finally:
+            if unsubscribe is not None:
+                unsubscribe()
+            if live is not None:
+                settle(live, handler, settled=result is not None)
+
+        missing = [h for h, _ in outputs if h not in session.cache]
+        for handle, name in outputs:
+            if handle in session.cache:
+                print(f"--out: {self._bind(handle, name)}")
+        if missing:
+            self._show_result(result)
+            raise UsageError(f"--out: no handle {', '.join(map(repr, missing))} after the run; "
+                             f"handles: {', '.join(session.cache.names()) or '(none)'}")
+        return result
+
+    def _show_result(self, result: Any) -> None:
+        """Display the final form now (before an error ends the cell and the value is not shown)."""
+        from IPython.display import display
+
+        display(result)
+
+    def _input_pair(self, spec: str) -> tuple[Any, str]:
+        name, handle = split_pair(spec, "--in")
+        check_handle(name, "variable name")
+        check_handle(handle, "handle")
+        if name not in self.shell.user_ns:
+            raise UsageError(f"--in: no variable {name!r} in the notebook")
+        return self.shell.user_ns[name], handle
+
+    def _push(self, value: Any, handle: str) -> str:
+        """Copy ``value`` into the cache as ``handle`` (replacing an older value of that handle)."""
+        cache = self.session.cache
+        if handle in cache:
+            cache.retire(handle)
+        actual = cache.put(handle, copy_value(value))
+        snap = cache.snapshot(actual)
+        shape = snap.get("shape")
+        described = snap.get("type", type(value).__name__)
+        if isinstance(shape, (list, tuple)):
+            described += " " + "×".join(str(s) for s in shape)
+        return f"`{actual}` ({described})"
+
+    # -- line magics ------------------------------------------------------------------------
+
+    @no_var_expand
+    @magic_arguments()
+    @argument("handle", nargs="?", default=None, help="Show this handle's snapshot instead of the list.")
+    @line_magic
+    def agent_vars(self, line: str) -> None:
+        """List the agent's cached handles (name, type, shape, size, where, run, turn, tool), or one handle as a table."""
+        args = parse_argstring(self.agent_vars, line)
+        cache = self.session.cache
+        from harness_magic.core import export
+
+        if args.handle is not None:
+            check_handle(args.handle, "handle")
+            if args.handle not in cache:
+                raise UsageError(f"no handle {args.handle!r}; handles: {', '.join(cache.names()) or '(none)'}")
+            snap = cache.snapshot(args.handle)
+            from harness_magic.core.text.snapshot_view import snapshot_rich, snapshot_text
+
+            if self._in_kernel():
+                self.show(export.render_snapshot_html(args.handle, snap), snapshot_text(args.handle, snap))
+            else:
+                from rich.console import Console
+
+                from harness_magic.notebook.render import strip_tree
+
+                Console(highlight=False).print(snapshot_rich(args.handle, strip_tree(snap)))
+            return
+        rows = handle_rows(cache, self._handle_runs())
+        if not rows:
+            self.show("<i>The agent's cache is empty.</i>", "The agent's cache is empty.")
+            return
+        self.show(export_rows_html(rows), rows_text(rows))
+
+    @no_var_expand
+    @magic_arguments()
+    @argument("name", help="Notebook variable to copy into the agent's cache.")
+    @argument("handle", nargs="?", default=None, help="Handle to store it under (default: NAME).")
+    @line_magic
+    def agent_push(self, line: str) -> None:
+        """Copy a notebook variable into the agent's cache."""
+        args = parse_argstring(self.agent_push, line)
+        value, handle = self._input_pair(f"{args.name}={args.handle or args.name}")
+        note = self._push(value, handle)
+        print(f"pushed {args.name} → {note}")
+
+    @no_var_expand
+    @magic_arguments()
+    @argument("handle", help="Cached handle to copy out.")
+    @argument("name", nargs="?", default=None, help="Notebook variable to bind (default: HANDLE).")
+    @argument("--max-bytes", default=None, metavar="BYTES",
+              help="For a lazy engine handle: bring in at most this many bytes (default: materialize_max_bytes).")
+    @argument("--max-rows", default=None, metavar="ROWS",
+              help="For a lazy engine handle: bring in at most this many rows (default: materialize_max_rows).")
+    @line_magic
+    def agent_pull(self, line: str) -> None:
+        """Copy a cached handle into a notebook variable (a lazy engine handle is brought in within a row and
+        byte cap)."""
+        args = parse_argstring(self.agent_pull, line)
+        handle = check_handle(args.handle, "handle")
+        name = check_handle(args.name or handle, "variable name")
+        max_bytes = None if args.max_bytes is None else cap_arg(args.max_bytes, "--max-bytes", "bytes")
+        max_rows = None if args.max_rows is None else cap_arg(args.max_rows, "--max-rows", "rows")
+        cache = self.session.cache
+        if handle not in cache:
+            raise UsageError(f"no handle {handle!r}; handles: {', '.join(cache.names()) or '(none)'}")
+        print(f"pulled {self._bind(handle, name, max_bytes=max_bytes, max_rows=max_rows)}")
+
+    def _bind(self, handle: str, name: str, *, max_bytes: int | None = None, max_rows: int | None = None) -> str:
+        """Copy ``handle`` into the notebook as ``name``; warns (stderr) when that replaces a value of
+        another type. Returns ``"HANDLE → NAME (type shape)"`` for the confirmation line.
+
+        A lazy engine handle is materialised under ``max_bytes`` and ``max_rows`` (defaults
+        :attr:`materialize_max_bytes`, :attr:`materialize_max_rows`); over either, a UsageError names the cap
+        and the flag to raise it."""
+        import sys
+
+        from harness_magic.core.execution.interpreter import materialize_inputs
+
+        try:
+            value = materialize_inputs(self.session.cache, [handle], max_bytes or self.materialize_max_bytes,
+                                       max_rows or self.materialize_max_rows)[handle]
+        except Exception as exc:
+            if type(exc).__name__ == "MaterializeLimitError":
+                flag = "--max-rows" if getattr(exc, "limit", "bytes") == "rows" else "--max-bytes"
+                raise UsageError(f"{exc} To bring it in anyway: %agent_pull {handle} {name} {flag} N") from None
+            raise
+        value = copy_value(value)
+        described = describe(value)
+        old = self.shell.user_ns.get(name, _ABSENT)
+        if old is not _ABSENT and type(old) is not type(value) and not name.startswith("_"):
+            print(f"warning: replacing notebook variable {name!r} (a {describe(old)}) with the agent's "
+                  f"{handle!r} (a {described})", file=sys.stderr)
+        self.shell.user_ns[name] = value
+        return f"{handle} → {name} ({described})"
+
+    @no_var_expand
+    @magic_arguments()
+    @argument("path", help="Target file: .jsonl (log), .html (self-contained transcript) or .md.")
+    @argument("--run", default=None, metavar="RUN_ID", help="Export this run (default: the latest).")
+    @argument("--all", action="store_true", help="Export every run of this session.")
+    @line_magic
+    def agent_export(self, line: str) -> None:
+        """Write runs of this session to a file."""
+        from harness_magic.core import export
+
+        args = parse_argstring(self.agent_export, line)
+        if args.run and args.all:
+            raise UsageError("use --run RUN_ID or --all, not both")
+        suffix = Path(args.path).suffix.lower()
+        if suffix not in export.EXPORT_FORMATS:
+            raise UsageError(f"cannot export to {args.path!r}: use one of {', '.join(export.EXPORT_FORMATS)}")
+        records = [r for r in self.records if r.result is not None]
+        if not records:
+            raise UsageError("no runs to export yet: run an %%agent cell first")
+        if args.run:
+            chosen = [r for r in records if r.run_id == args.run]
+            if not chosen:
+                raise UsageError(f"no run {args.run!r}; runs: {', '.join(str(r.run_id) for r in records)}")
+        elif args.all:
+            chosen = records
+        else:
+            chosen = records[-1:]
+        try:
+            path = export.export_runs(chosen, args.path)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"export failed: {exc}") from None
+        what = f"{len(chosen)} runs" if len(chosen) > 1 else f"run {chosen[0].run_id}"
+        print(f"exported {what} to {path}")
+
+    @no_var_expand
+    @magic_arguments()
+    @line_magic
+    def agent_sandbox(self, line: str) -> None:
+        """Show the sandbox mode and each confinement layer the worker gets on this machine."""
+        parse_argstring(self.agent_sandbox, line)
+        from harness_magic.core.execution.sandbox import probe_confinement
+
+        rows = sandbox_rows(probe_confinement())
+        if self.sandbox == "inprocess":
+            head = ("sandbox: inprocess — the agent's code runs inside this kernel: this is NOT a security "
+                    "boundary. The worker sandbox (AgentMagics.sandbox = 'worker') would have these layers:")
+        elif self.sandbox == "unconfined":
+            head = ("sandbox: unconfined — the agent's code runs in a subprocess with whichever of these layers "
+                    "hold, even where they do not confine it (AgentMagics.sandbox = 'worker' refuses then):")
+        else:
+            head = "sandbox: worker — the agent's code runs in a confined subprocess with these layers:"
+        self.show(f"<p>{html.escape(head)}</p>" + table_html(rows, SANDBOX_COLUMNS),
+                   head + "\n" + table_text(rows, SANDBOX_COLUMNS))
+        if any(isinstance(c, dict) and c.get("type") == "spark" and c.get("master") for c in self.connectors or ()):
+            from harness_magic.core.execution.connectors.spark_server import spark_confinement_report
+
+            state, report = spark_confinement_report()
+            head = f"local Spark server (connectors with 'master'): {state}:"
+            rows = sandbox_rows(report)
+            self.show(f"<p>{html.escape(head)}</p>" + table_html(rows, SANDBOX_COLUMNS),
+                       head + "\n" + table_text(rows, SANDBOX_COLUMNS))
+
+    # -- display ----------------------------------------------------------------------------
+
+    def _handle_runs(self) -> dict[str, str]:
+        """handle -> id of the run whose tool call made it (from this session's run records)."""
+        runs: dict[str, str] = {}
+        for record in self.records:
+            for tool in record.tools:
+                for handle in tool.handles:
+                    runs[handle] = record.run_id or ""
+        return runs
+
+    def show(self, html_text: str, plain: str) -> None:
+        """Display a table or note: HTML (with its plain text) in a kernel, control-safe text in a terminal."""
+        if self._in_kernel():
+            from IPython.display import display
+
+            display({"text/html": html_text, "text/plain": plain}, raw=True)
+        else:
+            print(escape_control(plain))  # handle names are safe; data values and model text may not be
+

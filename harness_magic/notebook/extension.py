@@ -1,0 +1,136 @@
+"""The extension: ``%load_ext harness_magic`` and ``%unload_ext harness_magic``.
+
+One list drives both directions (:func:`magics_classes`): :func:`load_extension`
+registers an instance of each class and the final-output formatter for
+``RunResult``; :func:`unload_extension` removes exactly what it registered
+(magics still owned by these instances, registry entries, configurables,
+formatters) and closes the session.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.core.magic import Magics
+from traitlets import TraitError
+
+from harness_magic.notebook.agent_magics import AgentMagics
+
+__all__ = ["load_extension", "unload_extension", "magics_classes", "agent_session"]
+
+_RESULT_TYPE = ("harness_magic.core.agent.result", "RunResult")
+"""Module and class name of ``RunResult``, the cell value the final form is registered for (by name: loading
+stays cheap)."""
+_LOADED: dict[int, list[Magics]] = {}
+"""Shell id -> the Magics instances the extension registered there, in :func:`magics_classes` order."""
+
+
+def magics_classes() -> tuple[type[Magics], ...]:
+    """Every Magics class the extension registers, :class:`AgentMagics` first (the others drive it).
+
+    One list drives both directions: :func:`load_extension` registers an
+    instance of each, :func:`unload_extension` removes exactly what each
+    instance registered.
+    """
+    from harness_magic.notebook.control_magics import ControlMagics  # %agent_replay/_retry/_diff/_status/...
+    from harness_magic.notebook.docs_magics import DocsMagics  # %agent_docs
+    from harness_magic.notebook.eval_magics import EvalMagics  # %agent_eval
+
+    return (AgentMagics, ControlMagics, DocsMagics, EvalMagics)
+
+
+def _formatters(shell: Any) -> dict[str, Any]:
+    formatters = shell.display_formatter.formatters
+    return {m: formatters[m] for m in ("text/html", "text/markdown") if m in formatters}
+
+
+def _make_magics(shell: Any) -> AgentMagics:
+    """The magics with the shell's ``AgentMagics`` settings; a bad one is dropped and reported in one line."""
+    config = getattr(shell, "config", None)
+    saved = config.pop("AgentMagics", None) if config is not None and "AgentMagics" in config else None
+    try:
+        magics = AgentMagics(shell=shell, parent=shell)
+    finally:
+        if saved is not None:
+            config["AgentMagics"] = saved
+    if saved:
+        import sys
+
+        for key, value in list(saved.items()):
+            try:
+                if not magics.has_trait(key):
+                    raise TraitError(f"no setting named {key!r}; settings: {', '.join(sorted(magics.class_own_traits(config=True)))}")
+                setattr(magics, key, value)
+            except TraitError as exc:
+                saved.pop(key, None)
+                print(f"UsageError: AgentMagics.{key} = {value!r} ignored: {str(exc).splitlines()[0]}", file=sys.stderr)
+    return magics
+
+
+def load_extension(shell: Any) -> None:
+    """Register an instance of each of :func:`magics_classes` and the final-output formatter for RunResult."""
+    if id(shell) in _LOADED:
+        return
+    magics = _make_magics(shell)
+    registered: list[Magics] = []
+    for cls in magics_classes():
+        instance = magics if cls is AgentMagics else cls(shell, magics)
+        shell.register_magics(instance)
+        registered.append(instance)
+    if magics not in shell.configurables:  # register_magics already lists it: %config would run twice
+        shell.configurables.append(magics)
+    from harness_magic.core import export
+
+    def as_html(result: Any) -> str:
+        return export.render_answer_html(magics.record_for(result), copy_buttons=True)
+
+    # Only sanitized HTML is registered: a text/markdown entry would carry the model's raw text,
+    # which a front end renders as trusted Markdown (its raw HTML and remote images included).
+    formatters = _formatters(shell)
+    if "text/html" in formatters:
+        formatters["text/html"].for_type_by_name(*_RESULT_TYPE, as_html)
+    _LOADED[id(shell)] = registered
+
+
+def unload_extension(shell: Any) -> None:
+    """Undo :func:`load_extension`: every magic each instance registered, configurables, formatters, session."""
+    registered = _LOADED.pop(id(shell), None)
+    if registered is None:
+        return
+    manager = shell.magics_manager
+    for instance in registered:
+        for kind, names in instance.magics.items():
+            table = manager.magics.get(kind, {})
+            for name, method in names.items():
+                if table.get(name) == method:  # still ours: a later extension may have taken the name
+                    del table[name]
+        if manager.registry.get(type(instance).__name__) is instance:
+            del manager.registry[type(instance).__name__]
+    shell.configurables[:] = [c for c in shell.configurables if not any(c is i for i in registered)]
+    for formatter in _formatters(shell).values():
+        formatter.deferred_printers.pop(_RESULT_TYPE, None)
+        for cls in list(formatter.type_printers):
+            if (cls.__module__, cls.__name__) == _RESULT_TYPE:
+                formatter.type_printers.pop(cls)
+    registered[0].close()
+
+
+def agent_session(shell: Any = None) -> Any:
+    """The :class:`~harness_magic.core.session.AgentSession` behind ``%%agent`` in ``shell``.
+
+    ``shell`` defaults to the running IPython. Use it to add connectors or
+    subagents from a cell (after any ``%config AgentMagics.*`` change, which
+    starts a new session)::
+
+        from harness_magic.notebook.magics import agent_session
+        agent_session().add_connector(files_connector(["data"]))
+        agent_session().enable_subagents()
+    """
+    if shell is None:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    registered = _LOADED.get(id(shell))
+    if registered is None:
+        raise RuntimeError("harness_magic is not loaded here: run %load_ext harness_magic first")
+    return registered[0].session
