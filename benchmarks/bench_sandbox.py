@@ -285,9 +285,9 @@ class _WriteCounter:
     """Counts the bytes of the input files the sandbox writes (wraps its ``write_input``)."""
 
     def __init__(self) -> None:
-        import harness_magic.core.execution.sandbox.backend as backend
+        import harness_magic.core.execution.sandbox.exports as exports
 
-        self.backend, self.real, self.bytes = backend, backend.write_input, 0
+        self.backend, self.real, self.bytes = exports, exports.write_input, 0
 
     def __enter__(self) -> "_WriteCounter":
         def counted(name, value, directory, tag):

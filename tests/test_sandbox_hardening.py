@@ -159,9 +159,12 @@ def test_memory_held_only_through_descriptors_counts_against_the_limit(hoard):
 
 
 @needs("memory_cgroup")
-def test_the_memory_cgroup_alone_holds_the_limit_between_watchdog_samples():
+def test_the_memory_cgroup_alone_holds_the_limit_between_watchdog_samples(monkeypatch):
+    from harness_magic.core.execution.sandbox.watchdog import ReplyWatch
+
     with sandbox_with(timeout=20.0, rss_limit=256 * MiB) as sandbox:
-        sandbox._over_memory = lambda *args, **kwargs: None  # blind the watchdog: only the OS is left
+        # blind the watchdog: only the OS is left
+        monkeypatch.setattr(ReplyWatch, "over_memory", lambda *args, **kwargs: None)
         assert sandbox.layers["memory_cgroup"].startswith("cgroup v")
         result = run(sandbox, "import numpy as np\nm = np.memmap('burst.bin', dtype='uint8', mode='w+', "
                               "shape=(2**30,))\nm[:] = 1\nblob = b'x' * 2**30")
