@@ -35,6 +35,7 @@ from harness_magic.core.execution.connectors.docs import docs_connector
 from harness_magic.core.knowledge.extract import ExtractionLimits, ExtractionTimeout
 from harness_magic.core.knowledge.extract_worker import ExtractionWorker
 from harness_magic.core.knowledge.index import DocIndex
+from harness_magic.core.knowledge.tree import DocTree
 from harness_magic.core.agent.loop import Harness
 from harness_magic.core.providers.offline import ScriptedModel
 from harness_magic.core.providers.provider import ProviderAdapter
@@ -274,16 +275,16 @@ def test_a_file_swapped_for_a_symlink_between_walk_and_read_is_not_followed(tmp_
     (root / "policy.md").write_text("# Policy\n\nA harmless policy.\n")
     secret = tmp_path / "secret.md"
     secret.write_text(f"# Vault\n\n{SECRET}\n")
-    walk = DocIndex._walk
+    walk = DocTree.walk
 
-    def walk_then_swap(self, report):
-        for item in walk(self, report):
+    def walk_then_swap(self, skipped):
+        for item in walk(self, skipped):
             if item[0] == "docs/policy.md":  # the walk saw a regular file; swap it before the read
                 (root / "policy.md").unlink()
                 (root / "policy.md").symlink_to(secret)
             yield item
 
-    monkeypatch.setattr(DocIndex, "_walk", walk_then_swap)
+    monkeypatch.setattr(DocTree, "walk", walk_then_swap)
     connector = docs_connector([root], index_path=tmp_path / "i.sqlite")
     assert connector.report.added == ["docs/ok.md"]
     assert "docs/policy.md: became a symbolic link (links are not followed)" in connector.report.skipped

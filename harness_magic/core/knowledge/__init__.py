@@ -3,6 +3,9 @@
 * :mod:`.extract` — text from Markdown, text, HTML and PDF, split into heading chunks;
 * :mod:`.index` — one SQLite file per connector: FTS5 BM25, incremental by content hash,
   optional vectors fused by reciprocal rank;
+* :mod:`.tree` — the files under the docs roots, walked and read without following links;
+* :mod:`.index_file` — the index's SQLite file, opened only when it is ours;
+* :mod:`.ranking` — hits, reciprocal-rank fusion, snippets, doc ids;
 * :mod:`.embed` — litellm embeddings or a deterministic offline embedder;
 * :mod:`.glossary` — terms/metrics/tables/owners from YAML, with link expansion;
 * :mod:`.citations` — source ids, the per-run ledger, the answer check, rendering;

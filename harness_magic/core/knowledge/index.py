@@ -15,6 +15,11 @@ With an embedder (see :mod:`.embed`) every chunk also gets a vector (float32
 blobs, read back with ``numpy.frombuffer``: decoding runs no code) and
 :meth:`DocIndex.search` fuses keyword and vector rankings by reciprocal rank.
 
+Its parts: :mod:`.tree` walks and reads the files beneath the roots,
+:mod:`.index_file` opens the SQLite file only when it is ours, :mod:`.ranking`
+holds hits, fusion and snippets; this module keeps the schema, refresh and the
+retrievers, and re-exports the public names those modules took over.
+
 What the index guarantees (``tests/test_knowledge_attacks.py`` tries each):
 
 * **Reads stay under the roots.** Every file is opened with the files connector's
@@ -43,18 +48,15 @@ import hashlib
 import json
 import os
 import re
-import sqlite3
-import stat as stat_module
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
-from harness_magic.core.confinement.safe_open import HardLinkRefused, LinkRefused, open_beneath
+from harness_magic.core.confinement.safe_open import HardLinkRefused, LinkRefused
 from harness_magic.core.knowledge.extract import (
     CONFINED_SUFFIXES,
-    SUFFIXES,
     Chunk,
     ExtractionError,
     ExtractionLimits,
@@ -63,49 +65,34 @@ from harness_magic.core.knowledge.extract import (
     extract_lines,
 )
 from harness_magic.core.knowledge.extract_worker import ExtractionWorker, WorkerError
+from harness_magic.core.knowledge.index_file import INDEX_FILE_SUFFIXES, open_owned  # noqa: F401 - re-exported
+from harness_magic.core.knowledge.ranking import (  # noqa: F401 - SNIPPET_* re-exported
+    RRF_K,
+    SNIPPET_PREFIX,
+    SNIPPET_TOKENS,
+    Hit,
+    fuse,
+    lead,
+    normalize_doc_id,
+    snippet,
+)
+from harness_magic.core.knowledge.tree import FILE_MAX_BYTES, HARDLINK_REASON, MAX_FILES, DocRoot, DocTree
 
 __all__ = ["DocIndex", "IndexReport", "Hit", "FILE_MAX_BYTES", "MAX_FILES", "QUERY_MAX_TOKENS", "RRF_K",
            "fts_query", "ExtractionLimits"]
 
-FILE_MAX_BYTES = 20 * 1024 * 1024
-"""Larger files are skipped (and reported): business docs are small; a 1 GB log is not a doc."""
-MAX_FILES = 50_000
-"""Files indexed per connector; the walk stops here so a mis-pointed root cannot run away."""
 QUERY_MAX_TOKENS = 64
 """Query words kept; the rest are dropped (a pasted page is not a query)."""
-RRF_K = 60
-"""Reciprocal-rank-fusion constant from Cormack et al. (2009): 1 / (k + rank)."""
 CANDIDATES = 50
 """Hits taken from each retriever before fusion."""
 TITLE_WEIGHT = 3.0
 """BM25 weight of the heading trail relative to the body (1.0)."""
 DF_CACHE_TERMS = 100_000
 """Query terms whose chunk counts are memoised (cleared when the index changes)."""
-SNIPPET_TOKENS = 32
-"""Words in a hit's snippet."""
-SNIPPET_PREFIX = 5
-"""Letters compared when finding query words in a snippet (a poor man's stemmer, for display only)."""
 SCHEMA_VERSION = 1
-INDEX_FILE_SUFFIXES = ("", "-wal", "-shm", "-journal")
-"""The SQLite files of one index: each must be ours before the index is opened."""
+"""Bumped when the tables change: an index of another version is refused (delete the file to rebuild)."""
 
 _TOKEN_RE = re.compile(r"\w+", re.UNICODE)
-_HARDLINK_REASON = "a hard link can name any file on the disk; allow_hardlinks=True indexes such files"
-
-
-def _not_ours(path: str) -> str | None:
-    """Why the index file ``path`` cannot be trusted, or None (also when it does not exist)."""
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    if not stat_module.S_ISREG(info.st_mode):
-        return "is not a plain file (a link or another kind)"
-    if info.st_uid != os.geteuid():
-        return f"is owned by uid {info.st_uid}, not by you (uid {os.geteuid()})"
-    if info.st_mode & 0o022:
-        return f"is writable by group or others (mode {stat_module.S_IMODE(info.st_mode):o})"
-    return None
 
 
 def fts_query(text: str) -> str:
@@ -160,26 +147,6 @@ class IndexReport:
         return "; ".join(parts)
 
 
-@dataclass(frozen=True)
-class Hit:
-    """One search result."""
-
-    chunk: Chunk
-    score: float
-    """Higher is better: -bm25 for keyword search, the fused RRF score for hybrid search."""
-    snippet: str
-
-    @property
-    def source_id(self) -> str:
-        return self.chunk.source_id
-
-
-@dataclass(frozen=True)
-class _Root:
-    path: Path
-    prefix: str
-
-
 class DocIndex:
     """Chunks of the files under ``roots`` in the SQLite file ``db_path``.
 
@@ -190,32 +157,18 @@ class DocIndex:
     def __init__(self, roots: Sequence[str | os.PathLike], db_path: str | os.PathLike, *,
                  embedder: Any | None = None, limits: ExtractionLimits | None = None,
                  allow_hardlinks: bool = False) -> None:
-        if isinstance(roots, (str, os.PathLike)):
-            roots = [roots]
-        if not roots:
-            raise ValueError("the docs connector needs at least one root directory")
-        self.roots: list[_Root] = []
-        prefixes: dict[str, str] = {}
-        for raw in roots:
-            path = Path(raw).expanduser().resolve()
-            if not path.is_dir():
-                raise ValueError(f"docs root {str(raw)!r} is not a directory")
-            prefix = path.name or "root"
-            if prefix in prefixes:
-                raise ValueError(f"docs roots {prefixes[prefix]!r} and {str(raw)!r} share the name {prefix!r}; "
-                                 "source ids start with the root's name, so give them different names")
-            prefixes[prefix] = str(raw)
-            self.roots.append(_Root(path, prefix))
-        self._by_prefix = {root.prefix: root for root in self.roots}
+        self.tree = DocTree(roots, allow_hardlinks=allow_hardlinks)
+        """The files under the roots, walked and read beneath them (:mod:`.tree`)."""
+        self.roots: list[DocRoot] = self.tree.roots
+        self.allow_hardlinks = self.tree.allow_hardlinks
         self.limits = limits or ExtractionLimits()
-        self.allow_hardlinks = bool(allow_hardlinks)
         self.db_path = Path(db_path)
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
         self.embedder = embedder
-        self.notes: list[str] = []
-        """Said once, in the first refresh's report: e.g. an index file that was not ours, moved aside."""
         self._lock = threading.RLock()
-        self._db = self._open_owned()
+        self._db, notes = open_owned(self.db_path)
+        self.notes: list[str] = notes
+        """Said once, in the first refresh's report: e.g. an index file that was not ours, moved aside."""
         self._create()
         self._prune()
         self._vectors: tuple[list[int], Any] | None = None
@@ -249,45 +202,6 @@ class DocIndex:
             raise ValueError(f"index {str(self.db_path)!r} has schema {version}, expected {SCHEMA_VERSION}; "
                              "delete the file to rebuild it")
 
-    def _open_owned(self) -> sqlite3.Connection:
-        """A connection to ``db_path`` after making sure every file of the index is ours.
-
-        An index file another user owns or may write could carry chunks for files that do not
-        exist (planted to rank first and be cited), or a ``-wal`` that rewrites ours on open.
-        Such files are moved aside (``<name>.untrusted-<time>``) and the index is rebuilt; when
-        they cannot be moved, the index is refused naming the file.
-        """
-        path = str(self.db_path)
-        problems = [(path + suffix, why) for suffix in INDEX_FILE_SUFFIXES
-                    if (why := _not_ours(path + suffix)) is not None]
-        if problems:
-            stamp = time.strftime("%Y%m%dT%H%M%S")
-            for suffix in INDEX_FILE_SUFFIXES:
-                name = path + suffix
-                if not os.path.lexists(name):
-                    continue
-                aside = f"{path}.untrusted-{stamp}{suffix}"
-                try:
-                    os.rename(name, aside)
-                except OSError as exc:
-                    raise ValueError(f"index {name!r} {problems[0][1]}, so it is not used; moving it aside failed "
-                                     f"({exc.strerror or exc}): pass an index_path in a directory you own") from None
-            self.notes.append(f"index {problems[0][0]!r} {problems[0][1]}: not trusted, moved aside to "
-                              f"{path}.untrusted-{stamp}{problems[0][0][len(path):]!s} and rebuilt")
-        try:  # created by us, readable by us only; SQLite gives its -wal and -shm the same mode
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
-        except FileExistsError:
-            pass
-        db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")  # the index is a rebuildable cache: no fsync per file
-        for suffix in INDEX_FILE_SUFFIXES:  # a file planted between the check and the open
-            why = _not_ours(path + suffix)
-            if why is not None:
-                db.close()
-                raise ValueError(f"index {path + suffix!r} {why} (it appeared while the index was opened): "
-                                 "pass an index_path in a directory only you can write")
-        return db
 
     def _prune(self) -> None:
         """Drop chunks, full-text rows and vectors whose file row is gone."""
@@ -305,84 +219,10 @@ class DocIndex:
 
     # -- indexing -------------------------------------------------------------------------
 
-    def _walk(self, report: IndexReport) -> Iterable[tuple[str, _Root, str, os.stat_result]]:
-        """(id path, root, path under the root, lstat) of every indexable file, sorted.
-
-        Links are never followed: a symbolic link is skipped (and reported), so is a file with
-        more than one hard link unless ``allow_hardlinks``. The read opens the file again
-        beneath its root without following links (:meth:`_read`), so what changes after the
-        walk cannot lead it elsewhere.
-        """
-        count = 0
-        for root in self.roots:
-            stack = [(root.path, "")]
-            while stack:
-                directory, rel_dir = stack.pop()
-                try:
-                    entries = sorted(os.scandir(directory), key=lambda e: e.name, reverse=True)
-                except OSError as exc:
-                    report.skipped.append(f"{root.prefix}/{rel_dir}: {exc.strerror or exc}")
-                    continue
-                files = []
-                for entry in entries:
-                    if entry.name.startswith("."):
-                        continue
-                    rel = f"{rel_dir}{entry.name}"
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append((Path(entry.path), rel + "/"))
-                    elif Path(entry.name).suffix.lower() in SUFFIXES:
-                        files.append((rel, entry))
-                for rel, entry in sorted(files):
-                    doc_path = f"{root.prefix}/{rel}"
-                    try:
-                        info = entry.stat(follow_symlinks=False)
-                        if entry.is_symlink():
-                            target = Path(entry.path).resolve()
-                            where = ("links outside its root" if not target.is_relative_to(root.path)
-                                     else "a symbolic link (links are not followed; the file it names is "
-                                          "indexed under its own path)")
-                            report.skipped.append(f"{doc_path}: {where}")
-                            continue
-                    except OSError as exc:
-                        report.skipped.append(f"{doc_path}: {exc.strerror or exc}")
-                        continue
-                    if not stat_module.S_ISREG(info.st_mode):
-                        continue
-                    if info.st_nlink > 1 and not self.allow_hardlinks:
-                        report.skipped.append(f"{doc_path}: has {info.st_nlink} hard links ({_HARDLINK_REASON})")
-                        continue
-                    count += 1
-                    if count > MAX_FILES:
-                        report.skipped.append(f"{doc_path}: more than {MAX_FILES} files under the roots")
-                        return
-                    yield doc_path, root, rel, info
-
-    def _open(self, root: _Root, rel: str) -> int:
-        """A descriptor of ``rel`` opened beneath ``root`` without following links (see ``_safe_open``)."""
-        return open_beneath(str(root.path), rel, allow_hardlinks=self.allow_hardlinks)
-
-    def _read(self, root: _Root, rel: str) -> tuple[bytes, os.stat_result]:
-        """(bytes up to FILE_MAX_BYTES + 1, fstat) of one file, opened safely; OSError (LinkRefused...) otherwise."""
-        fd = self._open(root, rel)
-        with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            return handle.read(FILE_MAX_BYTES + 1), info
-
     def servable(self, doc_path: str) -> bool:
-        """Whether ``doc_path`` names a regular file that opens beneath its root the safe way now.
-
-        Every chunk served (search hits, :meth:`get`, :meth:`file_chunks`) passes this first:
-        one ``openat2`` and ``fstat``, a few microseconds.
-        """
-        prefix, _, rel = doc_path.partition("/")
-        root = self._by_prefix.get(prefix)
-        if root is None or not rel:
-            return False
-        try:
-            os.close(self._open(root, rel))
-        except OSError:
-            return False
-        return True
+        """Whether ``doc_path`` names a regular file that opens beneath its root the safe way now
+        (:meth:`.tree.DocTree.servable`): every chunk served passes this first."""
+        return self.tree.servable(doc_path)
 
     def refresh(self) -> IndexReport:
         """Bring the index up to date with the files; returns what changed.
@@ -403,7 +243,7 @@ class DocIndex:
             seen: set[str] = set()
             walked: set[str] = set()
             spent = 0.0
-            for doc_path, root, rel, stat in self._walk(report):
+            for doc_path, root, rel, stat in self.tree.walk(report.skipped):
                 walked.add(doc_path)
                 if stat.st_size > FILE_MAX_BYTES:
                     report.skipped.append(f"{doc_path}: {stat.st_size} bytes, over the {FILE_MAX_BYTES} limit")
@@ -424,12 +264,12 @@ class DocIndex:
                         seen.add(doc_path)  # its last indexed text stays searchable meanwhile
                     continue
                 try:
-                    data, stat = self._read(root, rel)
+                    data, stat = self.tree.read(root, rel)
                 except LinkRefused:
                     report.skipped.append(f"{doc_path}: became a symbolic link (links are not followed)")
                     continue
                 except HardLinkRefused as exc:
-                    report.skipped.append(f"{doc_path}: {exc.strerror} ({_HARDLINK_REASON})")
+                    report.skipped.append(f"{doc_path}: {exc.strerror} ({HARDLINK_REASON})")
                     continue
                 except OSError as exc:
                     report.skipped.append(f"{doc_path}: {exc.strerror or exc}")
@@ -716,7 +556,7 @@ class DocIndex:
             row = rows.get(ids[i])
             if row is not None:
                 chunk = self._chunk(row)
-                hits.append(Hit(chunk, float(scores[i]), _lead(chunk.text)))
+                hits.append(Hit(chunk, float(scores[i]), lead(chunk.text)))
         return hits
 
     def search(self, query: str, k: int = 5) -> list[Hit]:
@@ -725,48 +565,3 @@ class DocIndex:
             return self.keyword(query, k)
         return fuse([self.keyword(query, CANDIDATES), self.vector(query, CANDIDATES)], k)
 
-
-def fuse(rankings: Sequence[Sequence[Hit]], k: int) -> list[Hit]:
-    """Reciprocal-rank fusion: score = sum over rankings of 1 / (RRF_K + rank); keyword snippets win."""
-    scores: dict[str, float] = {}
-    first: dict[str, Hit] = {}
-    for ranking in rankings:
-        for rank, hit in enumerate(ranking, 1):
-            scores[hit.source_id] = scores.get(hit.source_id, 0.0) + 1.0 / (RRF_K + rank)
-            first.setdefault(hit.source_id, hit)
-    order = sorted(scores, key=lambda sid: (-scores[sid], sid))[:k]
-    return [Hit(first[sid].chunk, round(scores[sid], 6), first[sid].snippet) for sid in order]
-
-
-def snippet(text: str, terms: Sequence[str], size: int = SNIPPET_TOKENS) -> str:
-    """The ``size``-word window of ``text`` holding the most query terms (matched on their first
-    SNIPPET_PREFIX letters, so "refunded" finds "refunds"), with "…" where text was cut."""
-    words = text.split()
-    if len(words) <= size:
-        return " ".join(words)
-    keys = {t[:SNIPPET_PREFIX] for t in terms if t}
-    marks = [1 if w.lower().strip(".,;:()[]`*#\"'")[:SNIPPET_PREFIX] in keys else 0 for w in words]
-    best, best_at, window = -1, 0, sum(marks[:size])
-    for start in range(0, len(words) - size + 1):
-        if start:
-            window += marks[start + size - 1] - marks[start - 1]
-        if window > best:
-            best, best_at = window, start
-    head = "… " if best_at else ""
-    tail = " …" if best_at + size < len(words) else ""
-    return head + " ".join(words[best_at : best_at + size]) + tail
-
-
-def _lead(text: str, limit: int = 240) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def normalize_doc_id(source_id: str) -> str:
-    """``"[doc:a/b.md#s]"`` / ``"doc:a/b.md#s"`` / ``"a/b.md#s"`` -> ``"a/b.md#s"``."""
-    text = source_id.strip()
-    if text.startswith("[") and text.endswith("]"):
-        text = text[1:-1].strip()
-    if text.startswith("doc:"):
-        text = text[4:]
-    return text
