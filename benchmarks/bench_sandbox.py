@@ -229,7 +229,8 @@ def sealed_trip(frame: pd.DataFrame, parts: int) -> dict[str, float]:
     """
     from harness_magic.core.cache.spill import frame_to_table
     from harness_magic.core.execution.sandbox.sealed import write_sealed
-    from harness_magic.core.execution.sandbox.transfer import _arrow_to, read_sealed_result
+    from harness_magic.core.execution.sandbox.transfer import read_sealed_result
+    from harness_magic.core.execution.sandbox.transfer_codec import arrow_writer
 
     stages: dict[str, float] = {}
     gc.collect()
@@ -237,7 +238,7 @@ def sealed_trip(frame: pd.DataFrame, parts: int) -> dict[str, float]:
     table = frame_to_table(frame)
     stages["worker: encode (frame -> Arrow table, zero-copy)"] = time.perf_counter() - start
     start = time.perf_counter()
-    write, size = _arrow_to(table)
+    write, size = arrow_writer(table)
     stages["worker: size the IPC file (metadata only)"] = time.perf_counter() - start
     start = time.perf_counter()
     fds = write_sealed(write, size, parts)

@@ -26,7 +26,8 @@ from harness_magic.core.execution.sandbox import SandboxedInterpreter, probe_con
 from harness_magic.core.execution.sandbox.protocol import ProtocolError
 from harness_magic.core.execution.sandbox.sealed import STRIPE_MAX_PARTS, STRIPE_MIN_PART_BYTES, map_sealed, stripe_count, \
     write_sealed
-from harness_magic.core.execution.sandbox.transfer import _arrow_to, _npy_to, read_result, read_sealed_result, receive_sealed
+from harness_magic.core.execution.sandbox.transfer import read_result, read_sealed_result, receive_sealed
+from harness_magic.core.execution.sandbox.transfer_codec import arrow_writer, npy_writer
 
 from value_matrix import assert_identical
 
@@ -118,7 +119,7 @@ def _frame_ipc(rows: int = 20_000) -> tuple[pd.DataFrame, bytes]:
     frame = pd.DataFrame({"a": np.arange(rows, dtype=float), "b": np.arange(rows) % 7})
     from harness_magic.core.cache.spill import frame_to_table
 
-    write, size = _arrow_to(frame_to_table(frame))
+    write, size = arrow_writer(frame_to_table(frame))
     chunks: list[bytes] = []
 
     class Sink(io.RawIOBase):
@@ -225,7 +226,7 @@ def test_npy_writer_announces_its_exact_size_and_keeps_memory_order() -> None:
     for array in (np.arange(12.0).reshape(3, 4), np.asfortranarray(np.arange(12).reshape(3, 4)),
                   np.arange(40)[::3], np.array(2.5), np.zeros((0, 3)),
                   np.arange(6).astype("datetime64[s]"), np.zeros(3, dtype=[("x", "<i4"), ("y", "<f8")])):
-        write, size = _npy_to(array)
+        write, size = npy_writer(array)
         fds = write_sealed(write, size, 3)
         try:
             back = read_sealed_result({"kind": "npy"}, fds, 2**30)

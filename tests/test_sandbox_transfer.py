@@ -229,18 +229,18 @@ def test_what_one_call_does_to_an_input_never_reaches_the_next_call_in_the_same_
 
 
 def test_the_worker_reuses_an_input_table_only_for_the_same_file_and_drops_the_others(tmp_path) -> None:
-    from harness_magic.core.execution.sandbox import transfer
+    from harness_magic.core.execution.sandbox import transfer, transfer_worker
 
     first = transfer.write_input("a", pd.DataFrame({"x": np.arange(5.0)}), str(tmp_path), "v1")
     second = transfer.write_input("b", pd.DataFrame({"y": np.arange(3)}), str(tmp_path), "v2")
     transfer.keep_input_tables([])
     try:
-        one = transfer._input_table(first, str(tmp_path))
-        assert transfer._input_table(first, str(tmp_path)) is one
-        transfer._input_table(second, str(tmp_path))
+        one = transfer_worker._input_table(first, str(tmp_path))
+        assert transfer_worker._input_table(first, str(tmp_path)) is one
+        transfer_worker._input_table(second, str(tmp_path))
         transfer.keep_input_tables([second])
-        assert list(transfer._INPUT_TABLES) == [(second["file"],)]
-        assert transfer._input_table(first, str(tmp_path)) is not one  # mapped again after it was dropped
+        assert list(transfer_worker._INPUT_TABLES) == [(second["file"],)]
+        assert transfer_worker._input_table(first, str(tmp_path)) is not one  # mapped again after it was dropped
         path = tmp_path / first["file"]  # a file that is not the one mapped (another inode) is mapped afresh
         (tmp_path / "other").mkdir()
         replacement = transfer.write_input("a", pd.DataFrame({"x": -np.arange(5.0)}), str(tmp_path / "other"), "v9")

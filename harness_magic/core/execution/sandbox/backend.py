@@ -39,8 +39,8 @@ from harness_magic.core.execution.sandbox.launcher_client import (
 )
 from harness_magic.core.execution.sandbox.protocol import ProtocolError, send_frame
 from harness_magic.core.execution.sandbox.scratch import remove_quietly, remove_result_files
-from harness_magic.core.execution.sandbox.transfer import RESULT_MAX_BYTES, TransferRefused, read_result, \
-    receive_sealed
+from harness_magic.core.execution.sandbox.transfer_codec import RESULT_MAX_BYTES, TransferRefused
+from harness_magic.core.execution.sandbox.transfer_kernel import read_result, receive_sealed
 from harness_magic.core.execution.sandbox.watchdog import (
     STREAM_MAX_CHARS,  # noqa: F401 - re-exported for callers of the former home
     STREAM_RELAY_INTERVAL_S,  # noqa: F401 - re-exported for callers of the former home

@@ -23,7 +23,8 @@ import threading
 from typing import Any
 
 from harness_magic.core.execution.sandbox.scratch import remove_quietly
-from harness_magic.core.execution.sandbox.transfer import input_files, write_input
+from harness_magic.core.execution.sandbox.transfer_codec import input_files
+from harness_magic.core.execution.sandbox.transfer_kernel import write_input
 
 __all__ = ["InputExports"]
 
@@ -48,7 +49,7 @@ class InputExports:
 
         ``versions`` (handle -> value token) lists every live handle: exports
         of tokens not in it are removed first. Without ``versions`` every input
-        is written for this call only. Raises :class:`.transfer.TransferRefused`
+        is written for this call only. Raises :class:`.transfer_codec.TransferRefused`
         when a value cannot cross (files written so far for this call are removed).
         """
         descs: dict[str, Any] = {}
@@ -86,7 +87,7 @@ class InputExports:
 
         Called by siblings (subagents) with the value they hold under the same
         token, i.e. the same value. Raises ``RuntimeError`` once closed,
-        :class:`.transfer.TransferRefused` when the value cannot cross.
+        :class:`.transfer_codec.TransferRefused` when the value cannot cross.
         """
         with self.lock:
             if self.closed:

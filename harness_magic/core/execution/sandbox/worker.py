@@ -26,8 +26,8 @@ from harness_magic.core.cache.names import resolve_handle_name
 from harness_magic.core.confinement import layers as confinement
 from harness_magic.core.execution.sandbox import checks
 from harness_magic.core.execution.sandbox.protocol import recv_frame, send_frame
-from harness_magic.core.execution.sandbox.transfer import (
-    TransferRefused,
+from harness_magic.core.execution.sandbox.transfer_codec import TransferRefused
+from harness_magic.core.execution.sandbox.transfer_worker import (
     keep_input_tables,
     read_input,
     set_result_channel,
