@@ -1,0 +1,80 @@
+"""Every ``AgentMagics`` setting with a rule refuses a bad value in one line naming it, and keeps the old value.
+
+The rules are :func:`harness_magic.notebook.arguments.check_setting`; ``AgentMagics``
+applies them through one ``@validate``. These tests set traits on a real
+``AgentMagics`` (as ``%config`` does); test_magics and test_magics_integration
+go through a kernel's ``%config`` for a few of them.
+"""
+
+from __future__ import annotations
+
+import pytest
+from traitlets import TraitError
+
+from harness_magic.notebook.agent_magics import AgentMagics
+from harness_magic.notebook.arguments import CHECKED_SETTINGS, MAX_CAP, check_setting
+from harness_magic.notebook.live import live_renderer
+
+BAD = [
+    ("sandbox", "chroot", "sandbox 'chroot' is not valid; allowed: worker, inprocess, unconfined"),
+    ("live", "sometimes", "live 'sometimes' is not valid; allowed: auto, widgets, rich, off"),
+    ("prompt_caching", "maybe", "prompt_caching 'maybe' is not valid; allowed: auto, on, off"),
+    ("max_turns", 0, "max_turns must be at least 1, got 0"),
+    ("hot_count", -3, "hot_count must be at least 1, got -3"),
+    ("materialize_max_bytes", 0, f"materialize_max_bytes must be a number of bytes from 1 to {MAX_CAP:,}, got 0"),
+    ("materialize_max_rows", MAX_CAP + 1, f"materialize_max_rows must be a number of rows from 1 to {MAX_CAP:,}"),
+    ("memory_budget", -1, "memory_budget must be a number of bytes >= 0, got -1"),
+    ("max_tokens", 0, "max_tokens must be positive or None, got 0"),
+    ("max_cost_usd", -0.5, "max_cost_usd must be positive or None, got -0.5"),
+    ("max_wall_s", 0.0, "max_wall_s must be positive or None, got 0.0"),
+    ("max_tool_calls", -2, "max_tool_calls must be positive or None, got -2"),
+    ("connectors", [{"type": "ftp"}], "connector {'type': 'ftp'} needs a 'type' of files, duckdb, sql"),
+    ("context_window", 0, "context_window must be a positive number of tokens or None, got 0"),
+]
+GOOD = [("sandbox", "inprocess"), ("live", "off"), ("prompt_caching", "on"), ("max_turns", 1), ("hot_count", 2),
+        ("materialize_max_bytes", MAX_CAP), ("materialize_max_rows", 1), ("memory_budget", 0),
+        ("max_tokens", 10), ("max_cost_usd", 0.01), ("max_wall_s", None), ("max_tool_calls", 1),
+        ("connectors", [{"type": "files", "roots": ["data"]}]), ("context_window", None)]
+
+
+def test_every_checked_setting_is_a_configurable_trait_and_has_a_bad_value_case() -> None:
+    traits = AgentMagics.class_own_traits(config=True)
+    assert set(CHECKED_SETTINGS) <= set(traits), "a rule for a setting that does not exist would never run"
+    assert {name for name, _, _ in BAD} == set(CHECKED_SETTINGS)
+    assert {name for name, _ in GOOD} == set(CHECKED_SETTINGS)
+
+
+@pytest.mark.parametrize("name, value, message", BAD, ids=[case[0] for case in BAD])
+def test_a_bad_setting_is_refused_naming_it_and_the_old_value_stays(name: str, value: object, message: str) -> None:
+    magics = AgentMagics(shell=None)
+    before = getattr(magics, name)
+    with pytest.raises(TraitError) as refused:
+        setattr(magics, name, value)
+    assert message in str(refused.value)
+    assert "\n" not in str(refused.value), "one line"
+    assert getattr(magics, name) == before
+
+
+@pytest.mark.parametrize("name, value", GOOD, ids=[case[0] for case in GOOD])
+def test_a_good_setting_is_kept_as_given(name: str, value: object) -> None:
+    magics = AgentMagics(shell=None)
+    setattr(magics, name, value)
+    assert getattr(magics, name) == value
+
+
+def test_a_setting_without_a_rule_is_a_developer_error_naming_it() -> None:
+    with pytest.raises(ValueError, match="no check for setting 'colour'"):
+        check_setting("colour", "blue")
+
+
+def test_an_unknown_live_mode_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match="live mode 'loud' is not valid"):
+        live_renderer("loud", in_kernel=False, owner=None)
+
+
+def test_live_off_gives_no_view_and_auto_in_a_terminal_gives_the_rich_renderer() -> None:
+    from harness_magic.notebook.render import TerminalRenderer
+
+    assert live_renderer("off", in_kernel=True, owner=None) == (None, None)
+    handler, widget = live_renderer("auto", in_kernel=False, owner=None)
+    assert isinstance(handler, TerminalRenderer) and widget is None
