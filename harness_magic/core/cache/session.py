@@ -59,6 +59,7 @@ from harness_magic.core.cache.boundary import boundary_copy
 from harness_magic.core.cache.checkpoint import (
     CHECKPOINT_MANIFEST,
     CHECKPOINT_VERSION,
+    MANIFEST_MAX_BYTES,
     READABLE_CHECKPOINT_VERSIONS,
     digest_algorithm,
     link_or_copy,
