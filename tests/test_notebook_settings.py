@@ -78,3 +78,22 @@ def test_live_off_gives_no_view_and_auto_in_a_terminal_gives_the_rich_renderer()
     assert live_renderer("off", in_kernel=True, owner=None) == (None, None)
     handler, widget = live_renderer("auto", in_kernel=False, owner=None)
     assert isinstance(handler, TerminalRenderer) and widget is None
+
+
+def test_turning_subagents_on_adds_the_tool_to_the_live_session_once(tmp_path) -> None:
+    from harness_magic.core.control.subagent import SUBAGENT_TOOL_NAME
+
+    magics = AgentMagics(shell=None, sandbox="inprocess", subagents=False, run_dir=str(tmp_path / "runs"),
+                         model="offline/quickstart")
+    try:
+        def subagent_tools() -> int:
+            return sum(tool.name == SUBAGENT_TOOL_NAME for tool in magics.session.harness.tools)
+
+        assert subagent_tools() == 0
+        magics.subagents = True
+        assert subagent_tools() == 1
+        magics.subagents = False
+        magics.subagents = True  # already on: the same tool, not a second one
+        assert subagent_tools() == 1
+    finally:
+        magics.close()

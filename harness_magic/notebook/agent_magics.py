@@ -185,9 +185,8 @@ class AgentMagics(Magics):
 
     @observe("subagents")
     def _on_subagents(self, change: Any) -> None:
-        if getattr(self, "_session", None) is not None and change["new"] and \
-                self._session._subagent_options is None:
-            self._session.enable_subagents()
+        if getattr(self, "_session", None) is not None and change["new"]:
+            self._session.enable_subagents()  # already on: keeps its tool and options
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness_magic.core import export
-from harness_magic.core.export import RunRecord, ToolRecord
+from harness_magic.core.export.record import RunRecord, ToolRecord, clip
 from harness_magic.core.transcript.events import (
     AssistantMessage,
     EngineProgress,
@@ -213,7 +213,7 @@ class TerminalRenderer:
             if isinstance(inner, ToolCallStarted):
                 c.print(Text(strip_control(f"  ↳ subagent calls {inner.tool_use.name}"), style="dim"))
             elif isinstance(inner, AssistantMessage) and inner.message.text:
-                c.print(Text("  ↳ subagent: " + export._clip(strip_control(inner.message.text), 200), style="dim"))
+                c.print(Text("  ↳ subagent: " + clip(strip_control(inner.message.text), 200), style="dim"))
         elif isinstance(event, AssistantMessage):
             text = strip_control(event.message.text).strip()
             if text:
