@@ -235,7 +235,7 @@ def test_a_count_past_the_budget_is_skipped_not_estimated(dataset, monkeypatch):
     root, frame = dataset
     import importlib
 
-    module = importlib.import_module("harness_magic.core.execution.connectors.duckdb_connector")
+    module = importlib.import_module("harness_magic.core.execution.connectors.duckdb_engine")
     monkeypatch.setattr(module, "COUNT_BUDGET_S", 0.05)
     engine = DuckDBEngine({"events": str(root)})
     cache = SessionCache()
@@ -254,7 +254,7 @@ def test_the_plan_is_read_as_text_inside_a_notebook_kernel(monkeypatch):
     """Under Jupyter DuckDB's ``explain()`` displays HTML and returns "": the engine must ask for text."""
     import importlib
 
-    module = importlib.import_module("harness_magic.core.execution.connectors.duckdb_connector")
+    module = importlib.import_module("harness_magic.core.execution.connectors.duckdb_engine")
     monkeypatch.setattr(importlib.import_module("_duckdb"), "__jupyter__", True, raising=False)
     monkeypatch.setattr(importlib.import_module("duckdb._relation"), "_display_html",
                         lambda *a, **k: pytest.fail("a query plan was displayed in the cell"))
@@ -344,7 +344,7 @@ def test_snapshot_strategy_follows_the_plan(dataset):
     """Aggregating plans are computed whole into an engine table; others are read up to ONE_PASS_MAX_ROWS + 1."""
     import importlib
 
-    module = importlib.import_module("harness_magic.core.execution.connectors.duckdb_connector")
+    module = importlib.import_module("harness_magic.core.execution.connectors.duckdb_engine")
     root, frame = dataset
     engine = DuckDBEngine({"events": str(root)})
     con = engine.connect(SessionCache(), "events")

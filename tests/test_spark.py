@@ -513,7 +513,7 @@ def test_a_checkpoint_rebinds_spark_handles_and_refuses_crafted_queries(tmp_path
 def test_a_small_result_is_counted_by_its_head_job_and_a_large_one_by_count(spark, monkeypatch):
     import importlib
 
-    module = importlib.import_module("harness_magic.core.execution.connectors.spark_connector")
+    module = importlib.import_module("harness_magic.core.execution.connectors.spark_engine")
     engine = spark().engine
     counted = []
     real_count = SparkEngine._count
@@ -593,7 +593,7 @@ def test_creating_and_pulling_a_small_result_runs_one_spark_job(spark, monkeypat
 def test_a_result_too_big_to_keep_is_pulled_by_one_spark_job(spark, monkeypatch):
     import importlib
 
-    module = importlib.import_module("harness_magic.core.execution.connectors.spark_connector")
+    module = importlib.import_module("harness_magic.core.execution.connectors.spark_engine")
     engine = spark().engine
     monkeypatch.setattr(module, "ONE_PASS_ROWS", 100)
     relation = engine.lazy(None, "SELECT id, amount FROM sales WHERE amount > 10")

@@ -35,7 +35,7 @@ from harness_magic.core.providers.provider import ProviderAdapter  # noqa: E402
 from harness_magic.core.session import AgentConfig, AgentSession  # noqa: E402
 from harness_magic.core.execution.tools import ToolError  # noqa: E402
 
-connector_mod = importlib.import_module("harness_magic.core.execution.connectors.spark_connector")
+engine_mod = importlib.import_module("harness_magic.core.execution.connectors.spark_engine")
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
 REGIONS = ["north", "south", "east", "west"]
@@ -213,7 +213,7 @@ def test_a_fetched_query_that_runs_a_script_is_refused_too(tmp_path, spark):
 def test_without_the_plan_check_the_script_reaches_the_server(tmp_path, spark, monkeypatch):
     """Control: the refusals above come from the plan check, not from something else on the way."""
     marker = tmp_path / "touched"
-    monkeypatch.setattr(connector_mod, "check_read", lambda plan, views, tool: None)
+    monkeypatch.setattr(engine_mod, "check_read", lambda plan, views, tool: None)
     engine = spark().engine
     try:
         engine.query(None, SCRIPTS[0].format(m=marker))
@@ -373,7 +373,7 @@ ATTACKS = 12
 @pytest.mark.parametrize("index", range(ATTACKS))
 def test_sql_on_raw_files_is_off_even_without_the_plan_check(tmp_path, lake, spark, monkeypatch, index):
     sql = file_attacks(lake)[index]
-    monkeypatch.setattr(connector_mod, "check_read", lambda plan, views, tool: None)
+    monkeypatch.setattr(engine_mod, "check_read", lambda plan, views, tool: None)
     block, session = ask_query(tmp_path, spark(), sql, lazy=False)
     assert block.is_error and "TABLE_OR_VIEW_NOT_FOUND" in block.content, block.content
     assert SECRET not in block.content and session.cache.names() == []
@@ -423,7 +423,7 @@ def test_read_files_does_not_exist_in_this_spark(tmp_path, lake, spark):
 
 def test_a_session_without_the_long_metadata_setting_refuses_file_view_reads(tmp_path, spark, monkeypatch):
     """Spark cuts locations short by default, which would make two paths look alike: refused, never guessed."""
-    monkeypatch.setattr(connector_mod, "PINNED_CONF", {"spark.sql.runSQLOnFiles": "false"})
+    monkeypatch.setattr(engine_mod, "PINNED_CONF", {"spark.sql.runSQLOnFiles": "false"})
     built = spark()
     built.engine.spark.conf.set("spark.sql.maxMetadataStringLength", "20")
     with pytest.raises(ToolError, match="reads file"):
