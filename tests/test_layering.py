@@ -147,3 +147,14 @@ def test_every_old_module_path_still_imports_as_the_same_module(old):
 
     module = importlib.import_module(old)
     assert module is importlib.import_module(MOVED[old])
+
+
+def test_the_result_formatter_is_registered_under_runresults_real_path():
+    """The notebook registers its final-output formatter by module and class name (loading stays cheap): a move of
+    ``RunResult`` must fail here, not leave cells showing a repr."""
+    from harness_magic import RunResult
+    from harness_magic.notebook import extension
+
+    module, name = extension._RESULT_TYPE
+    assert getattr(importlib.import_module(module), name) is RunResult
+    assert (RunResult.__module__, RunResult.__name__) == extension._RESULT_TYPE
