@@ -607,3 +607,15 @@ def test_agent_status_names_model_sandbox_budgets_connectors_handles_and_cost(ke
     assert "kept" in lines["handles"] and lines["session"].endswith(tuple("0123456789")) and "$" in lines["session"]
     assert "<table" in cell.data("text/html")[0]
     kernel.run("%config AgentMagics.max_cost_usd = None")
+
+
+def test_agent_status_lists_configured_connectors(kernel: Kernel, tmp_path) -> None:
+    """Once any connector was configured, %agent_status crashed ('list' object is not callable)."""
+    kernel.run(f'%config AgentMagics.connectors = [{{"type": "files", "name": "shared", "roots": [{str(tmp_path)!r}]}}]')
+    try:
+        cell = kernel.run("%agent_status")
+        assert cell.ok, cell.outputs
+        lines = dict(line.split(None, 1) for line in cell.data("text/plain")[0].splitlines())
+        assert "shared" in lines["connectors"]
+    finally:
+        kernel.run("%config AgentMagics.connectors = []")

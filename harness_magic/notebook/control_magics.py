@@ -215,7 +215,7 @@ class ControlMagics(Magics):
         limits = {"turns": agent.max_turns, "tokens": budgets.max_tokens, "cost USD": budgets.max_cost_usd,
                   "wall s": budgets.max_wall_s, "tool calls": budgets.max_tool_calls}
         installed = session.connectors
-        connectors = installed.registry.names() if installed is not None else []
+        connectors = installed.registry.names if installed is not None else []
         records = agent.records
         cost = sum(r.usage.cost for r in records if r.usage is not None)
         tokens = sum(r.usage.total_tokens for r in records if r.usage is not None)
