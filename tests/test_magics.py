@@ -601,8 +601,9 @@ def test_agent_status_names_model_sandbox_budgets_connectors_handles_and_cost(ke
     cell = kernel.run("%agent_status")
     assert cell.ok, cell.outputs
     text = cell.data("text/plain")[0]
-    lines = dict(line.split(None, 1) for line in text.splitlines())
+    lines = {line[:11].strip(): line[11:].strip() for line in text.splitlines()}  # labels are padded to 11
     assert lines["model"] == "offline/quickstart" and lines["sandbox"] == "worker"
+    assert lines["last run"] == f"model {model.split()[1]} (chosen with -m)"  # not the configured model
     assert "cost USD 2.5" in lines["budgets"] and "tokens ∞" in lines["budgets"]
     assert "kept" in lines["handles"] and lines["session"].endswith(tuple("0123456789")) and "$" in lines["session"]
     assert "<table" in cell.data("text/html")[0]

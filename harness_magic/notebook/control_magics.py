@@ -220,8 +220,10 @@ class ControlMagics(Magics):
         cost = sum(r.usage.cost for r in records if r.usage is not None)
         tokens = sum(r.usage.total_tokens for r in records if r.usage is not None)
         handles = session.cache.names()
+        last_model = records[-1].model if records else None
         rows = [
             ("model", agent.model),
+            *([("last run", f"model {last_model} (chosen with -m)")] if last_model not in (None, agent.model) else []),
             ("api_base", agent.api_base or "(provider default)"),
             ("sandbox", agent.sandbox),
             ("budgets", ", ".join(f"{k} {'∞' if v is None else v}" for k, v in limits.items())),
