@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from harness_magic.core.cache.codec import Unencodable, encode_tagged
-from harness_magic.core.cache.spill import SpillUnsupported, frame_to_table, table_to_frame
+from harness_magic.core.cache.frames import SpillUnsupported, frame_to_table, table_to_frame
 from harness_magic.core.execution.sandbox.protocol import JSON_VALUE_MAX_BYTES, ProtocolError
 
 __all__ = [

@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from harness_magic.core.cache.codec import TaggedError, decode_tagged
-from harness_magic.core.cache.spill import register_pandas_arrow_types
+from harness_magic.core.cache.frames import register_pandas_arrow_types
 from harness_magic.core.execution.sandbox.protocol import ProtocolError, RemoteObject
 from harness_magic.core.execution.sandbox.sealed import STRIPE_MAX_PARTS, map_sealed, part_layout, stripe_count, \
     usable_cpus, write_striped

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from harness_magic.core.cache.codec import decode_tagged
-from harness_magic.core.cache.spill import register_pandas_arrow_types
+from harness_magic.core.cache.frames import register_pandas_arrow_types
 from harness_magic.core.execution.sandbox.protocol import ProtocolError, safe_repr
 from harness_magic.core.execution.sandbox.sealed import join_mapped, stripe_count, usable_cpus, write_sealed
 from harness_magic.core.execution.sandbox.transfer_codec import RESULT_MAX_BYTES, TransferRefused, arrow_writer, \

@@ -146,18 +146,13 @@ def _apply_layers(config: dict[str, Any], req_fd: int, resp_fd: int, result_fd: 
                               file_size=limits["file_size"], open_files=limits["open_files"])
     status["rlimits"] = True
     read_paths = confinement.python_read_paths() + [config["input_dir"]]
-    if "netns" in wanted:
-        try:
-            confinement.apply_netns()
-            status["netns"] = True
-        except OSError as exc:
-            status["netns"] = f"unavailable: {exc}"
-    if "ipcns" in wanted:
-        try:
-            confinement.apply_ipcns()
-            status["ipcns"] = True
-        except OSError as exc:
-            status["ipcns"] = f"unavailable: {exc}"
+    for layer, apply in (("netns", confinement.apply_netns), ("ipcns", confinement.apply_ipcns)):
+        if layer in wanted:
+            try:
+                apply()
+                status[layer] = True
+            except OSError as exc:
+                status[layer] = f"unavailable: {exc}"
     if "drop_root" in wanted:
         try:
             status["drop_root"] = confinement.apply_drop_root(
