@@ -57,8 +57,6 @@ from harness_magic.core.cache.digest import (
     DIGEST_ALGORITHMS,
     DIGEST_SIZE,
     DIGEST_STRIPE_BYTES,
-    HASH_PARALLEL_MIN_BYTES,
-    HASH_THREADS_MAX,
     SpillIntegrityError,
     buffer_digest,
     file_digest,
@@ -67,7 +65,6 @@ from harness_magic.core.cache.digest import (
     striped_digest,
 )
 from harness_magic.core.cache.frames import (
-    SPILL_THREADED_CELLS,
     SpillUnsupported,
     frame_to_table,
     prepare_frame,
