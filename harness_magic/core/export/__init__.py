@@ -88,6 +88,3 @@ __all__ = [
     "EXPORT_FORMATS",
     "RESULT_PREVIEW_CHARS",
 ]
-
-_clip = clip
-"""Older name of :func:`clip`, still read by the notebook's terminal view."""
