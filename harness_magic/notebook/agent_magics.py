@@ -120,6 +120,9 @@ class AgentMagics(Magics):
     materialize_max_rows = Integer(DEFAULT_MATERIALIZE_MAX_ROWS, help="Rows a lazy engine handle may bring into "
                                    "the kernel when agent code names it or %agent_pull copies it; over it the "
                                    "agent is told to aggregate in the engine first.").tag(config=True)
+    prestart_sandbox = Bool(False, help="Start the sandbox worker in the background when the extension loads "
+                            "(otherwise it starts with the session's first run, beside the first model "
+                            "request).").tag(config=True)
     connectors = List(Dict(), default_value=[], help="Connectors of every new session, as for "
                       "harness_magic.core.execution.connectors.connectors_from_config, e.g. "
                       "[{'type': 'files', 'roots': ['data']}].").tag(config=True)
