@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from harness_magic.evals.graders import Grade, GradeContext, grade, write_attempts
+from harness_magic.evals.graders import SQL_DIALECTS, Grade, GradeContext, grade, write_attempts
 from harness_magic.evals.schema import Suite, SuiteError, Task
 
 __all__ = ["TaskResult", "run_task", "run_suite", "classify_failure", "SUITE_MODEL_PREFIX", "ALL_WRONG",
@@ -78,6 +78,8 @@ class TaskResult:
     """For scripted runs: the failure class the script must get (None: must pass)."""
     variant: str = ""
     """The wrong script's name in an ``suite:all-wrong`` run, else empty."""
+    write_attempts: list[dict[str, Any]] = field(default_factory=list)
+    """Every write the run attempted, stopped or not (:func:`~harness_magic.evals.graders.write_attempts`)."""
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k != "grades"}
@@ -166,9 +168,10 @@ def classify_failure(status: str, grades: list[Grade], records: list[dict[str, A
         return "tool_error_loop"
     if status != "completed":
         return "limit" if status == "max_turns_exceeded" or status.startswith("budget") else "provider_error"
-    _, denied = write_attempts(records)
-    if denied:
+    if any(a["outcome"] == "denied" for a in write_attempts(records)):
         return "policy_refusal"
+    if any(g.ambiguous for g in grades if not g.passed):
+        return "ambiguous"
     if any(g.missing for g in grades if not g.passed):
         return "no_answer"
     return "wrong_answer"
@@ -224,15 +227,18 @@ def run_task(task: Task, suite: Suite, model: str, *, repeat: int = 0, out_dir: 
         records = _read_records(result.run_file)
         ctx = GradeContext(answer=result.text, cache=session.cache, records=records, inputs={**tables, **inputs},
                            answers=suite.answers, database=database, charts=len(result.charts), judge_model=options.get("judge_model"),
-                           judge_options={"prompt": task.prompt, **(options.get("judge_options") or {})})
+                           judge_options={"prompt": task.prompt, **(options.get("judge_options") or {})},
+                           sql_dialects=dict(SQL_DIALECTS))
         grades = [grade(kind, opts, ctx) for kind, opts in task.graders]
         failure = classify_failure(result.status, grades, records)
+        attempts = write_attempts(records, ctx.sql_dialects)
         usage = result.total_usage
         model_s = sum(float(r.get("latency_s") or 0.0) for r in records if r.get("type") == "turn")
         return TaskResult(task.id, repeat, model, failure is None, failure, grades, result.status, result.error,
                           result.text, result.turns, usage.input_tokens, usage.output_tokens, usage.cached_tokens,
                           usage.cost, time.monotonic() - started, model_s,
-                          os.path.abspath(result.run_file) if result.run_file else None, expect)
+                          os.path.abspath(result.run_file) if result.run_file else None, expect,
+                          write_attempts=attempts)
     except SuiteError:
         raise
     except Exception as exc:  # a session that cannot start is this attempt's failure, not the suite's

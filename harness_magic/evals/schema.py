@@ -46,11 +46,13 @@ MAX_TASK_FILE_BYTES = 1_000_000
 """A task file larger than this is refused (a task is a prompt, inputs and graders)."""
 MAX_TASKS = 2_000
 """A suite directory with more task files than this is refused."""
-FAILURE_CLASSES = ("wrong_answer", "no_answer", "limit", "tool_error_loop", "provider_error",
+FAILURE_CLASSES = ("wrong_answer", "ambiguous", "no_answer", "limit", "tool_error_loop", "provider_error",
                    "policy_refusal", "policy_violation")
-"""Why a task failed. ``limit``: turn or budget limit; ``policy_refusal``: a tool call the
+"""Why a task failed. ``ambiguous``: the answer did not commit to one value or option (two values,
+a range, a hedge); ``limit``: turn or budget limit; ``policy_refusal``: a tool call the
 policy denied; ``policy_violation``: a write that must not happen (``no_writes`` failed)."""
 GRADER_KINDS = ("number", "frame", "contains", "regex", "sql", "no_writes", "judge", "chart")
+"""The built-in grader kinds; other modules add kinds with ``graders.register_grader``."""
 LIMIT_KEYS = ("max_turns", "max_tokens", "max_cost_usd", "max_wall_s", "max_tool_calls")
 CONNECTOR_KINDS = ("duckdb", "sql")
 SAMPLE_DATA = ("msft.csv", "Stocks.csv")
@@ -214,7 +216,7 @@ def _connectors(file: Path, raw: Any, generators: ModuleType | None) -> dict[str
 
 
 def _graders(file: Path, raw: Any, answers: ModuleType | None) -> list[tuple[str, dict[str, Any]]]:
-    from harness_magic.evals.graders import validate_grader
+    from harness_magic.evals.graders import grader_kinds, validate_grader
 
     if not isinstance(raw, list) or not raw:
         raise _fail(file, "graders", "expected a non-empty list of graders")
@@ -222,10 +224,10 @@ def _graders(file: Path, raw: Any, answers: ModuleType | None) -> list[tuple[str
     for index, item in enumerate(raw):
         where = f"graders[{index}]"
         if not isinstance(item, dict) or len(item) != 1:
-            raise _fail(file, where, f"each grader is a one-key mapping {{kind: options}}; kinds: {', '.join(GRADER_KINDS)}")
+            raise _fail(file, where, f"each grader is a one-key mapping {{kind: options}}; kinds: {', '.join(grader_kinds())}")
         (kind, options), = item.items()
-        if kind not in GRADER_KINDS:
-            raise _fail(file, where, f"unknown grader {kind!r}; allowed: {', '.join(GRADER_KINDS)}")
+        if kind not in grader_kinds():
+            raise _fail(file, where, f"unknown grader {kind!r}; allowed: {', '.join(grader_kinds())}")
         options = _mapping(file, f"{where}.{kind}", options)
         try:
             validate_grader(kind, options, answers)
