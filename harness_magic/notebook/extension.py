@@ -90,6 +90,29 @@ def load_extension(shell: Any) -> None:
     if "text/html" in formatters:
         formatters["text/html"].for_type_by_name(*_RESULT_TYPE, as_html)
     _LOADED[id(shell)] = registered
+    magics.observe(_prestart_when_asked, names="prestart_sandbox")  # %config ... = True after loading
+    if magics.prestart_sandbox:
+        _prestart_sandbox(magics)
+
+
+def _prestart_when_asked(change: Any) -> None:
+    if change["new"]:
+        _prestart_sandbox(change["owner"])
+
+
+def _prestart_sandbox(magics: AgentMagics) -> None:
+    """``AgentMagics.prestart_sandbox``: start the sandbox's launcher on a background thread (imports included),
+    so loading stays cheap; a failure surfaces at the first tool call. Nothing for the in-process backend."""
+    if magics.sandbox == "inprocess":
+        return
+    import threading
+
+    def warm() -> None:
+        from harness_magic.core.execution.sandbox.launcher_client import LauncherClient
+
+        LauncherClient.warm()
+
+    threading.Thread(target=warm, name="harness-sandbox-prestart", daemon=True).start()
 
 
 def unload_extension(shell: Any) -> None:
@@ -97,6 +120,7 @@ def unload_extension(shell: Any) -> None:
     registered = _LOADED.pop(id(shell), None)
     if registered is None:
         return
+    registered[0].unobserve(_prestart_when_asked, names="prestart_sandbox")
     manager = shell.magics_manager
     for instance in registered:
         for kind, names in instance.magics.items():

@@ -131,6 +131,8 @@ class LauncherClient:
 
     _shared: LauncherClient | None = None
     _shared_lock = threading.Lock()
+    _warm_failure: SandboxUnavailableError | None = None
+    """Why the latest :meth:`warm` start failed, kept for the next :meth:`shared` call to raise (once)."""
 
     def __init__(self, command: Sequence[str] | None = None) -> None:
         sweep_stale_roots(_shm_root())
@@ -206,8 +208,13 @@ class LauncherClient:
         """The kernel's launcher: the current one while it serves, else a newly started one.
 
         One that exited is retired (reaped) first; one retired stays retired.
+        A :meth:`warm` start that failed is raised here, once: its error, as a
+        start here would have raised it. A :meth:`warm` start under way is waited for.
         """
         with cls._shared_lock:
+            failure, cls._warm_failure = cls._warm_failure, None
+            if failure is not None:
+                raise failure
             current = cls._shared
             if current is None or not current.alive():
                 if current is not None and current.broken is None:
@@ -215,6 +222,20 @@ class LauncherClient:
                 cls._shared = cls()
                 atexit.register(cls._shared.close)
             return cls._shared
+
+    @classmethod
+    def warm(cls) -> None:
+        """Start the kernel's launcher now unless one serves (for a background thread, ahead of use).
+
+        Nothing is raised here: a failed start is kept and raised by the next
+        :meth:`shared` call, so it surfaces where the sandbox is used, with the
+        message a start there would have given. Concurrent calls start one launcher.
+        """
+        try:
+            cls.shared()
+        except SandboxUnavailableError as exc:
+            with cls._shared_lock:
+                cls._warm_failure = exc
 
     def alive(self) -> bool:
         """Whether this launcher still serves requests (not retired, process running)."""
