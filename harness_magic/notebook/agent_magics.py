@@ -6,11 +6,16 @@ Magics (``%load_ext harness_magic``):
 [--max-tokens N] [--max-cost USD] [--max-wall S] [--max-tool-calls N]``
     Ask the agent; the cell body is the prompt, verbatim. The cell's value is
     the :class:`~harness_magic.core.agent.loop.RunResult`, shown as the final output
-    (a budget stop shows its status, e.g. ``budget_cost``, and the reason).
+    (a budget stop shows its status, e.g. ``budget_cost``, and the reason). A
+    run that ends in error raises :class:`~.errors.AgentRunError` after its
+    output is shown (``raise_on_error``), so Run All stops there. A cell naming
+    an offline model with ``-m`` plays it from its start each time it runs.
 ``%agent_vars [HANDLE]``
     Every cached handle, or one handle's snapshot.
-``%agent_push NAME [HANDLE]`` / ``%agent_pull HANDLE [NAME]``
-    Copy a value into the agent's cache / out of it. Nothing else crosses.
+``%agent_push NAME [HANDLE]`` / ``%agent_pull HANDLE [NAME] [--force]``
+    Copy a value into the agent's cache / out of it. Nothing else crosses, and
+    nothing is replaced silently: a pull (or ``--out``) onto a notebook
+    variable is refused without ``--force`` (see :mod:`.bindings`).
 ``%agent_export PATH [--run RUN_ID | --all]``
     Write runs as ``.jsonl`` (the log), ``.html`` (self-contained) or ``.md``.
 ``%agent_sandbox``
@@ -54,6 +59,8 @@ from harness_magic.notebook.arguments import (
     split_pair,
     validate_model,
 )
+from harness_magic.notebook.bindings import Bindings, pulled_value, push_value
+from harness_magic.notebook.errors import AgentRunError
 from harness_magic.notebook.live import live_renderer, settle, show_live
 from harness_magic.notebook.tables import (
     SANDBOX_COLUMNS,
@@ -64,15 +71,13 @@ from harness_magic.notebook.tables import (
     table_html,
     table_text,
 )
-from harness_magic.notebook.values import copy_value, describe
+from harness_magic.notebook.values import describe
 
 __all__ = ["AgentMagics"]
 
 _SESSION_TRAITS = ("api_base", "sandbox", "hot_count", "memory_budget", "spill_dir", "run_dir", "stream",
                    "planner", "reminders", "connectors", "prompt_caching", "context_window", "max_turns")
 """Settings of the session: a change is applied at the next use, keeping the conversation and the cache."""
-_ABSENT = object()
-"""No notebook variable of that name yet (``None`` is a value)."""
 
 
 @magics_class
@@ -123,6 +128,9 @@ class AgentMagics(Magics):
     prestart_sandbox = Bool(False, help="Start the sandbox worker in the background when the extension loads "
                             "(otherwise it starts with the session's first run, beside the first model "
                             "request).").tag(config=True)
+    raise_on_error = Bool(True, help="A %%agent run that ends in error (not an interrupt, budget or turn limit) "
+                          "raises AgentRunError after its output is shown, so Run All stops there; False: the "
+                          "cell passes and its value is the failed RunResult.").tag(config=True)
     connectors = List(Dict(), default_value=[], help="Connectors of every new session, as for "
                       "harness_magic.core.execution.connectors.connectors_from_config, e.g. "
                       "[{'type': 'files', 'roots': ['data']}].").tag(config=True)
@@ -198,6 +206,8 @@ class AgentMagics(Magics):
         self._stale = False
         self._connectors_dirty = False
         self._rejected: dict[str, Any] = {}
+        self.bindings = Bindings(lambda: self.shell.user_ns)
+        """The notebook variables ``--out``/``%agent_pull`` bound (they may be bound again without --force)."""
 
     # -- session ----------------------------------------------------------------------------
 
@@ -302,6 +312,7 @@ class AgentMagics(Magics):
               help="Copy notebook variable NAME into the cache as HANDLE (default NAME). Repeatable.")
     @argument("--out", dest="outputs", action="append", default=[], metavar="HANDLE[=NAME]",
               help="After the run, copy handle HANDLE into the notebook as NAME (default HANDLE). Repeatable.")
+    @argument("--force", action="store_true", help="With --out: replace notebook variables of those names.")
     @argument("--max-turns", type=int, default=None, help="Turn limit for this cell.")
     @argument("--max-tokens", type=int, default=None, metavar="N",
               help="Token budget for this cell (default: AgentMagics.max_tokens).")
@@ -351,6 +362,8 @@ class AgentMagics(Magics):
             session.reset()
         elif args.new:
             session.new_conversation()
+        if args.model is not None and model.startswith(OFFLINE_PREFIXES):
+            session.rewind_offline_models(model)  # this cell plays its script from the start (Run All twice)
         notes = [self._push(value, handle) for value, handle in inputs]
         if notes:
             prompt += "\n\n(Inputs copied from the notebook into the cache: " + "; ".join(notes) + ".)"
@@ -372,7 +385,17 @@ class AgentMagics(Magics):
             if live is not None:
                 settle(live, handler, settled=result is not None)
 
+        if result.status == "error" and self.raise_on_error:
+            self._show_result(result)
+            raise AgentRunError(result)
         missing = [h for h, _ in outputs if h not in session.cache]
+        if not args.force:
+            try:
+                self.bindings.refuse([(h, n) for h, n in outputs if h not in missing], "--out",
+                                     "add --force to the %%agent line to replace (nothing was bound)")
+            except UsageError:
+                self._show_result(result)
+                raise
         for handle, name in outputs:
             if handle in session.cache:
                 print(f"--out: {self._bind(handle, name)}")
@@ -398,16 +421,7 @@ class AgentMagics(Magics):
 
     def _push(self, value: Any, handle: str) -> str:
         """Copy ``value`` into the cache as ``handle`` (replacing an older value of that handle)."""
-        cache = self.session.cache
-        if handle in cache:
-            cache.retire(handle)
-        actual = cache.put(handle, copy_value(value))
-        snap = cache.snapshot(actual)
-        shape = snap.get("shape")
-        described = snap.get("type", type(value).__name__)
-        if isinstance(shape, (list, tuple)):
-            described += " " + "×".join(str(s) for s in shape)
-        return f"`{actual}` ({described})"
+        return push_value(self.session.cache, value, handle)
 
     # -- line magics ------------------------------------------------------------------------
 
@@ -459,6 +473,7 @@ class AgentMagics(Magics):
     @magic_arguments()
     @argument("handle", help="Cached handle to copy out.")
     @argument("name", nargs="?", default=None, help="Notebook variable to bind (default: HANDLE).")
+    @argument("--force", action="store_true", help="Replace a notebook variable of that name.")
     @argument("--max-bytes", default=None, metavar="BYTES",
               help="For a lazy engine handle: bring in at most this many bytes (default: materialize_max_bytes).")
     @argument("--max-rows", default=None, metavar="ROWS",
@@ -475,35 +490,18 @@ class AgentMagics(Magics):
         cache = self.session.cache
         if handle not in cache:
             raise UsageError(f"no handle {handle!r}; handles: {', '.join(cache.names()) or '(none)'}")
+        if not args.force:
+            self.bindings.refuse([(handle, name)], "%agent_pull",
+                                 f"%agent_pull {handle} {name} --force replaces it; %agent_pull {handle} NAME binds another name")
         print(f"pulled {self._bind(handle, name, max_bytes=max_bytes, max_rows=max_rows)}")
 
     def _bind(self, handle: str, name: str, *, max_bytes: int | None = None, max_rows: int | None = None) -> str:
-        """Copy ``handle`` into the notebook as ``name``; warns (stderr) when that replaces a value of
-        another type. Returns ``"HANDLE → NAME (type shape)"`` for the confirmation line.
-
-        A lazy engine handle is materialised under ``max_bytes`` and ``max_rows`` (defaults
-        :attr:`materialize_max_bytes`, :attr:`materialize_max_rows`); over either, a UsageError names the cap
-        and the flag to raise it."""
-        import sys
-
-        from harness_magic.core.execution.interpreter import materialize_inputs
-
-        try:
-            value = materialize_inputs(self.session.cache, [handle], max_bytes or self.materialize_max_bytes,
-                                       max_rows or self.materialize_max_rows)[handle]
-        except Exception as exc:
-            if type(exc).__name__ == "MaterializeLimitError":
-                flag = "--max-rows" if getattr(exc, "limit", "bytes") == "rows" else "--max-bytes"
-                raise UsageError(f"{exc} To bring it in anyway: %agent_pull {handle} {name} {flag} N") from None
-            raise
-        value = copy_value(value)
-        described = describe(value)
-        old = self.shell.user_ns.get(name, _ABSENT)
-        if old is not _ABSENT and type(old) is not type(value) and not name.startswith("_"):
-            print(f"warning: replacing notebook variable {name!r} (a {describe(old)}) with the agent's "
-                  f"{handle!r} (a {described})", file=sys.stderr)
-        self.shell.user_ns[name] = value
-        return f"{handle} → {name} ({described})"
+        """Copy ``handle`` into the notebook as ``name`` (the caller refused a replacement already); returns
+        ``"HANDLE → NAME (type shape)"``. Caps default to :attr:`materialize_max_bytes`/``_rows``."""
+        value = pulled_value(self.session.cache, handle, name, max_bytes or self.materialize_max_bytes,
+                             max_rows or self.materialize_max_rows)
+        self.bindings.bind(name, value)
+        return f"{handle} → {name} ({describe(value)})"
 
     @no_var_expand
     @magic_arguments()

@@ -21,16 +21,21 @@
 
 ``%agent_code [--run ID] [--turn N] [--escaped]``
     Put the code of the agent's interpreter calls (and its SQL, as strings)
-    into the next cell (``set_next_input``), ready to run in the notebook
-    against ``%agent_pull``-ed values. Default: the latest run, every turn.
+    into the next cell (``set_next_input``), runnable there as is: its first
+    lines ``%agent_pull`` the handles the code reads, and ``save`` in the
+    notebook stores into the agent's cache as the agent's does
+    (:func:`harness_magic.notebook.bindings.save`). Default: the latest run
+    that has code (the cell's first line says which run was taken), every turn.
     Code holding hidden characters (bidi controls, zero-width and other
     invisible characters, ESC and other control characters) is refused,
     naming each by line and character; ``--escaped`` puts it in with each
     written as a visible escape (:func:`harness_magic.core.text.hidden_chars.hand_over`,
     the policy the "copy code" button follows too).
 ``%agent_status``
-    Model, api_base, sandbox, budgets, connectors, the session's handles and
-    the session's running cost.
+    Model (and the last run: its status, its reason if it failed, its model
+    where that is not the configured one), api_base, sandbox, budgets,
+    connectors, subagents, the session's handles and its running cost
+    (:mod:`.status`).
 
 Registered by the extension (:func:`harness_magic.notebook.extension.magics_classes`);
 shares the session and live view of ``AgentMagics`` through its public surface.
@@ -46,8 +51,9 @@ from IPython.core.magic import Magics, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from harness_magic.notebook.arguments import validate_model
-from harness_magic.notebook.code_text import agent_code_text, call_code_text
+from harness_magic.notebook.code_text import agent_code_text, call_code_text, code_cell_text, handles_read
 from harness_magic.notebook.live import settle, show_live
+from harness_magic.notebook.status import LABEL_WIDTH, status_rows
 from harness_magic.notebook.tables import pairs_html
 
 __all__ = ["ControlMagics", "agent_code_text", "call_code_text"]
@@ -177,16 +183,23 @@ class ControlMagics(Magics):
             chosen = [r for r in records if r.run_id == args.run]
             if not chosen:
                 raise UsageError(f"%agent_code: no run {args.run!r}; runs: {', '.join(str(r.run_id) for r in records)}")
-            record = chosen[0]
+            record, how = chosen[0], "--run"
         else:
-            record = records[-1]
+            with_code = [r for r in records if agent_code_text(r)]
+            if not with_code:
+                raise UsageError(f"%agent_code: no run of this session ran interpreter code or SQL "
+                                 f"(runs: {', '.join(str(r.run_id) for r in records)})")
+            record = with_code[-1]
+            how = "the latest run" if record is records[-1] else \
+                f"the latest with code; the {len(records) - records.index(record) - 1} run(s) after it have none"
         turns = sorted({t.turn for t in record.tools})
         if args.turn is not None and args.turn not in turns:
             raise UsageError(f"%agent_code: run {record.run_id} has no tool calls in turn {args.turn}; "
                              f"turns with calls: {', '.join(map(str, turns)) or '(none)'}")
-        text = agent_code_text(record, args.turn)
-        if not text:
+        body = agent_code_text(record, args.turn)
+        if not body:
             raise UsageError(f"%agent_code: run {record.run_id} ran no interpreter code or SQL")
+        text = self._code_cell(record, body, how, args.turn)
         from harness_magic.core.text.hidden_chars import hand_over
 
         handed = hand_over(text, escaped=args.escaped)
@@ -198,40 +211,33 @@ class ControlMagics(Magics):
                 f"(lines of the cell it would fill):\n{handed.report()}\n"
                 f"%agent_code {line.strip()} --escaped puts it in with each written as a visible escape.")
         self.shell.set_next_input(handed.text, replace=False)
-        calls = text.count("# agent run ")
+        calls = body.count("# agent run ")
         escaped = f", {len(handed.findings)} hidden characters written as escapes" if handed.findings else ""
-        print(f"put {calls} call{'s' if calls != 1 else ''} of run {record.run_id} into the next cell{escaped}; "
-              "%agent_pull the handles it reads first")
+        print(f"put {calls} call{'s' if calls != 1 else ''} of run {record.run_id} ({how}) into the next "
+              f"cell{escaped}")
+
+    def _code_cell(self, record: Any, body: str, how: str, turn: int | None) -> str:
+        """The cell for ``body``: pulls of the handles it reads first (a note for each that would refuse to
+        replace a notebook variable), and the import of ``save`` where the notebook's is not the agent's."""
+        from harness_magic.notebook.bindings import SAVE_NAME, save
+
+        records = self._agent.records
+        later = {h for r in records[records.index(record) + 1:] for t in r.tools for h in t.handles}
+        reads = handles_read(record, later, set(self._agent.session.cache.names()), turn)
+        for handle in reads:
+            taken = self._agent.bindings.conflict(handle)
+            if taken is not None:
+                print(f"note: the cell's %agent_pull {handle} will refuse to replace notebook variable {taken}: "
+                      f"add --force to that line to replace it")
+        return code_cell_text(body, record.run_id, how, reads, self.shell.user_ns.get(SAVE_NAME) is not save)
 
     @line_magic
     def agent_status(self, line: str) -> None:
         """Model, api_base, sandbox, budgets, connectors, handles and the session's cost so far."""
         if line.strip():
             raise UsageError(f"%agent_status takes no arguments, got {line.strip()!r}")
-        agent = self._agent
-        session = agent.session
-        config = session.config
-        budgets = config.budgets()
-        limits = {"turns": agent.max_turns, "tokens": budgets.max_tokens, "cost USD": budgets.max_cost_usd,
-                  "wall s": budgets.max_wall_s, "tool calls": budgets.max_tool_calls}
-        installed = session.connectors
-        connectors = installed.registry.names if installed is not None else []
-        records = agent.records
-        cost = sum(r.usage.cost for r in records if r.usage is not None)
-        tokens = sum(r.usage.total_tokens for r in records if r.usage is not None)
-        handles = session.cache.names()
-        last_model = records[-1].model if records else None
-        rows = [
-            ("model", agent.model),
-            *([("last run", f"model {last_model} (chosen with -m)")] if last_model not in (None, agent.model) else []),
-            ("api_base", agent.api_base or "(provider default)"),
-            ("sandbox", agent.sandbox),
-            ("budgets", ", ".join(f"{k} {'∞' if v is None else v}" for k, v in limits.items())),
-            ("connectors", ", ".join(connectors) or "(none)"),
-            ("handles", f"{len(handles)}: " + ", ".join(handles) if handles else "(none)"),
-            ("session", f"{len(records)} run{'s' if len(records) != 1 else ''} · {tokens:,} tokens · ${cost:.4f}"),
-        ]
-        agent.show(pairs_html(rows), "\n".join(f"{k:<11} {v}" for k, v in rows))
+        rows = status_rows(self._agent)
+        self._agent.show(pairs_html(rows), "\n".join(f"{k:<{LABEL_WIDTH}} {v}" for k, v in rows))
 
     @no_var_expand
     @magic_arguments()

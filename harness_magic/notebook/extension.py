@@ -90,6 +90,10 @@ def load_extension(shell: Any) -> None:
     if "text/html" in formatters:
         formatters["text/html"].for_type_by_name(*_RESULT_TYPE, as_html)
     _LOADED[id(shell)] = registered
+    from harness_magic.notebook.bindings import SAVE_NAME, save
+
+    if SAVE_NAME not in shell.user_ns:  # the agent's save, for %agent_code cells; a notebook's own is kept
+        shell.push({SAVE_NAME: save}, interactive=False)
     magics.observe(_prestart_when_asked, names="prestart_sandbox")  # %config ... = True after loading
     if magics.prestart_sandbox:
         _prestart_sandbox(magics)
@@ -136,6 +140,11 @@ def unload_extension(shell: Any) -> None:
         for cls in list(formatter.type_printers):
             if (cls.__module__, cls.__name__) == _RESULT_TYPE:
                 formatter.type_printers.pop(cls)
+    from harness_magic.notebook.bindings import SAVE_NAME, save
+
+    if shell.user_ns.get(SAVE_NAME) is save:
+        del shell.user_ns[SAVE_NAME]
+        shell.user_ns_hidden.pop(SAVE_NAME, None)
     registered[0].close()
 
 

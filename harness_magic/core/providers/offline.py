@@ -8,7 +8,9 @@ Model ids (use them anywhere a model name goes, e.g. ``%%agent -m ...``):
 ``scripted/<path.json>``
     A scripted model from a JSON file: ``{"turns": [{"text": ..., "tool_calls":
     [{"name": ..., "arguments": {...}}]}, ...]}``. Turns are consumed in order
-    across the whole session, so one script can drive several cells.
+    across the session, so a script set as ``AgentMagics.model`` can drive
+    several cells; ``%%agent --new``/``--reset``, setting the model again, or a
+    cell naming it with ``-m`` start it over (the notebook layer rewinds it).
 ``replay/<run.jsonl>``
     Plays back the assistant turns recorded in a run log, usage included.
 
@@ -138,8 +140,9 @@ class ScriptedModel:
     def _respond(self, payload: dict[str, Any], on_text: Callable[[str], None] | None) -> dict[str, Any]:
         if self.position >= len(self.turns):
             raise ProviderError(
-                f"{self.name}: no scripted turn left (all {len(self.turns)} used); "
-                "add turns to the script or start a new session"
+                f"{self.name}: no scripted turn left (all {len(self.turns)} used); add turns to the script, "
+                "or start it over: %%agent --new (or --reset, which clears the cache too), or name it with "
+                "-m in the cell (each run of such a cell plays it from its start)"
             )
         turn = self.turns[self.position]
         self.position += 1
