@@ -9,6 +9,11 @@ Contract of :func:`make_snapshot`:
 * **Valid JSON.** ``json.dumps(snapshot, allow_nan=False)`` always succeeds:
   NaN, NA and NaT become ``null``, infinities the strings ``"inf"``/``"-inf"``,
   timestamps ISO strings, anything else a truncated ``str()``.
+* **Dates read as dates.** The timestamps shown together (one column's sample,
+  one index level's head) are written as ``2023-01-01`` when every one is a
+  naive midnight, else as ``2023-01-01 09:30`` with only as much of the seconds
+  and fraction as any of them needs (and the UTC offset when aware). Only the
+  text changes: the cached value keeps its exact timestamps.
 * **Bounded.** ``len(json.dumps(snapshot))`` (ASCII-escaped, so an upper bound
   on the UTF-8 size too) never exceeds :data:`SNAPSHOT_MAX_BYTES`, however many
   columns the frame has or however long its cells are: when a snapshot is too
@@ -130,7 +135,7 @@ def _describe(value: Any, lim: _Limits) -> dict[str, Any]:
         return _ndarray(value, lim)
     if isinstance(value, pd.api.extensions.ExtensionArray):
         return {"type": "extension_array", "array_type": type(value).__name__, "dtype": str(value.dtype),
-                "shape": [len(value)], "sample": [_cell(v, lim.cell_chars) for v in value[: lim.array_values]]}
+                "shape": [len(value)], "sample": _cells(list(value[: lim.array_values]), lim.cell_chars)}
     if isinstance(value, str):
         return _string(value, lim)
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -140,10 +145,10 @@ def _describe(value: Any, lim: _Limits) -> dict[str, Any]:
         return _mapping(value, lim)
     if isinstance(value, (list, tuple, set, frozenset)):
         head = list(itertools.islice(iter(value), lim.rows))
-        return {"type": type(value).__name__, "length": len(value), "head": [_cell(v, lim.cell_chars) for v in head]}
+        return {"type": type(value).__name__, "length": len(value), "head": _cells(head, lim.cell_chars)}
     if value is None or isinstance(value, (bool, int, float, complex, decimal.Decimal, np.generic,
                                            _dt.date, _dt.time, _dt.timedelta)):
-        return {"type": _type_name(value), "value": _cell(value, lim.cell_chars)}
+        return {"type": _type_name(value), "value": _cells([value], lim.cell_chars)[0]}
     return {"type": _type_name(value), "repr": _short(_safe_repr(value, lim.str_head), lim.str_head)}
 
 
@@ -183,7 +188,7 @@ def _frame(df: Any, lim: _Limits) -> dict[str, Any]:
     sub = df.iloc[: lim.rows]  # a row slice is a view: cheap whatever the width
     if n_cols > lim.sample_columns:
         sub = sub.iloc[:, : lim.sample_columns]
-    columns = [[_cell(v, lim.cell_chars) for v in _column_head(sub, j)] for j in range(sub.shape[1])]
+    columns = [_cells(_column_head(sub, j), lim.cell_chars) for j in range(sub.shape[1])]
     rows = [list(r) for r in zip(*columns)] if columns else [[] for _ in range(len(sub))]
     sample_keys = keys[: sub.shape[1]]
     if len(set(sample_keys)) == len(sample_keys):
@@ -225,7 +230,7 @@ def _series(s: Any, lim: _Limits) -> dict[str, Any]:
     if isinstance(s.dtype, pd.CategoricalDtype):
         snap["categories"] = _categories(s.dtype, lim)
     snap["index"] = _index(s.index, lim)
-    snap["sample"] = [_cell(v, lim.cell_chars) for v in s.iloc[: lim.rows].tolist()]
+    snap["sample"] = _cells(s.iloc[: lim.rows].tolist(), lim.cell_chars)
     return snap
 
 
@@ -246,14 +251,19 @@ def _index(idx: Any, lim: _Limits) -> dict[str, Any]:
     freq = getattr(idx, "freq", None)  # stored attribute: O(1), never inferred
     if freq is not None and not isinstance(idx, pd.PeriodIndex):
         info["freq"] = freq.freqstr
-    info["head"] = [_cell(v, lim.cell_chars) for v in idx[: lim.rows].tolist()]
+    head = idx[: lim.rows].tolist()
+    if isinstance(idx, pd.MultiIndex):  # formatted level by level, so each level's dates read alike
+        levels = [_cells(list(level), lim.cell_chars) for level in zip(*head)] if head else []
+        info["head"] = [list(row) for row in zip(*levels)] if levels else [[] for _ in head]
+    else:
+        info["head"] = _cells(head, lim.cell_chars)
     return info
 
 
 def _categories(dtype: Any, lim: _Limits) -> dict[str, Any]:
     cats = dtype.categories
     return {"count": len(cats), "ordered": bool(dtype.ordered),
-            "head": [_cell(v, lim.cell_chars) for v in cats[: lim.rows].tolist()]}
+            "head": _cells(cats[: lim.rows].tolist(), lim.cell_chars)}
 
 
 def _is_plain_columns(columns: Any, listed: list[Any] | None = None) -> bool:
@@ -278,7 +288,7 @@ def _ndarray(arr: Any, lim: _Limits) -> dict[str, Any]:
         snap["value"] = _cell(arr[()], lim.cell_chars)
     else:
         first = arr.flat[: lim.array_values]  # copies only these elements
-        snap["first_values"] = [_cell(v, lim.cell_chars) for v in first.tolist()]
+        snap["first_values"] = _cells(first.tolist(), lim.cell_chars)
     return snap
 
 
@@ -332,6 +342,57 @@ def _label_key(label: Any, chars: int) -> str:
     return _short(label if isinstance(label, str) else _safe_repr(label, chars), chars)
 
 
+def _cells(values: list[Any], chars: int) -> list[Any]:
+    """Values shown together (a column's sample, an index level's head) as bounded JSON; timestamps compact."""
+    stamps = _timestamps(values)
+    if stamps is None:
+        return [_cell(v, chars) for v in values]
+    return _stamp_texts(stamps)
+
+
+def _timestamps(values: list[Any]) -> list[Any] | None:
+    """``values`` as datetimes (None for missing), or None unless every present value is a timestamp."""
+    import numpy as np
+    import pandas as pd
+
+    out: list[Any] = []
+    for value in values:
+        if value is None or value is pd.NaT:
+            out.append(None)
+            continue
+        if isinstance(value, np.datetime64):
+            if np.isnat(value):
+                out.append(None)
+                continue
+            try:
+                value = pd.Timestamp(value)
+            except (ValueError, OverflowError):  # outside pandas' range: the generic text says it exactly
+                return None
+        if not isinstance(value, _dt.datetime) or not _dt.MINYEAR <= value.year <= _dt.MAXYEAR:
+            return None  # (a non-nanosecond pandas Timestamp can lie past year 9999: its str() says it)
+        out.append(value)
+    return out if any(v is not None for v in out) else None
+
+
+def _stamp_texts(stamps: list[Any]) -> list[str | None]:
+    """Dates for naive midnights, else ``date time`` to the finest unit any of them needs (offset when aware)."""
+    present = [s for s in stamps if s is not None]
+    nanos = [int(getattr(s, "nanosecond", 0)) for s in present]
+    if all(s.tzinfo is None and s.time() == _dt.time() for s in present) and not any(nanos):
+        return [None if s is None else s.date().isoformat() for s in stamps]
+    if any(nanos):
+        spec = "nanoseconds"
+    elif any(s.microsecond % 1000 for s in present):
+        spec = "microseconds"
+    elif any(s.microsecond for s in present):
+        spec = "milliseconds"
+    elif any(s.second for s in present):
+        spec = "seconds"
+    else:
+        spec = "minutes"
+    return [None if s is None else s.isoformat(sep=" ", timespec=spec) for s in stamps]
+
+
 def _cell(value: Any, chars: int) -> Any:
     """One value as bounded, strictly valid JSON."""
     import numpy as np
@@ -355,9 +416,14 @@ def _cell(value: Any, chars: int) -> Any:
         return bool(value)
     if value is pd.NA or value is pd.NaT:
         return None
-    if isinstance(value, (np.datetime64, np.timedelta64)):
+    if isinstance(value, (np.datetime64, _dt.datetime)):
+        stamps = _timestamps([value])  # None: NaT, or outside pandas' range
+        if stamps is not None:
+            return _stamp_texts(stamps)[0]
+        return None if isinstance(value, np.datetime64) and np.isnat(value) else _short(str(value), chars)
+    if isinstance(value, np.timedelta64):
         return None if np.isnat(value) else str(value)
-    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+    if isinstance(value, (_dt.date, _dt.time)):
         return value.isoformat()
     if isinstance(value, (list, tuple)):
         return [_cell(v, chars) for v in value[:8]]

@@ -46,6 +46,7 @@ class SnapshotTable:
     header_rows: list[list[str]] = field(default_factory=list)
     """Column labels, one row per column level; repeats of the previous label blanked."""
     column_level_names: list[str] = field(default_factory=list)
+    """The column axis's name per level (``df.columns.name``/``names``; blank where unnamed)."""
     dtypes: list[str] = field(default_factory=list)
     """dtype per shown column (empty when unknown)."""
     rows: list[tuple[list[str], list[str]]] = field(default_factory=list)
@@ -56,6 +57,22 @@ class SnapshotTable:
     """``+N more rows``, ``+N more columns``, truncation."""
     text: str | None = None
     """For values that are not tables: a short description (a string's head, a dict's keys)."""
+
+    @property
+    def names_columns(self) -> bool:
+        """The column axis is named: as pandas prints it, each header row's corner holds its level's name
+        and the index names get a row of their own under the header."""
+        return any(self.column_level_names)
+
+    def corner(self, level: int, n_index: int) -> list[str]:
+        """The cells left of header row ``level``: a level name (named columns) or the index names (last row)."""
+        last = level == len(self.header_rows) - 1
+        if self.names_columns:
+            name = self.column_level_names[level] if level < len(self.column_level_names) else ""
+            return [""] * (n_index - 1) + [name]
+        if last:
+            return [self.index_names[k] if k < len(self.index_names) else "" for k in range(n_index)]
+        return [""] * n_index
 
 
 def format_number(value: Any, decimals: int | None = None) -> str:
@@ -265,21 +282,20 @@ def snapshot_html(name: str, snapshot: dict[str, Any]) -> str:
                      'font-variant-numeric:tabular-nums;margin:4px 0">')
         n_index = max(len(table.index_names), 1)
         head = []
-        level_names = table.column_level_names
         for level, row in enumerate(table.header_rows):
             last = level == len(table.header_rows) - 1
-            corner_cells = []
-            for k in range(n_index):
-                if last:
-                    text = table.index_names[k] if k < len(table.index_names) else ""
-                else:
-                    text = level_names[level] if k == n_index - 1 and level < len(level_names) else ""
-                corner_cells.append(f'<th style="{_CELL};text-align:left">{_e(text)}</th>')
+            corner_cells = "".join(f'<th class="agent-axis-name" style="{_CELL};text-align:left">{_e(text)}</th>'
+                                   for text in table.corner(level, n_index))
             cells = "".join(
                 f'<th style="{_CELL};text-align:{"right" if table.numeric[j] and last else "left"}">{_e(c)}</th>'
                 for j, c in enumerate(row)
             )
-            head.append(f"<tr>{''.join(corner_cells)}{cells}</tr>")
+            head.append(f"<tr>{corner_cells}{cells}</tr>")
+        if table.names_columns and any(table.index_names):
+            names = "".join(f'<th style="{_CELL};text-align:left">{_e(n)}</th>' for n in
+                            table.index_names + [""] * (n_index - len(table.index_names)))
+            blanks = "".join(f'<th style="{_CELL}"></th>' for _ in table.numeric)
+            head.append(f'<tr class="agent-index-names">{names}{blanks}</tr>')
         if table.dtypes and any(table.dtypes):
             corner = "".join(f'<th style="{_CELL}"></th>' for _ in range(n_index))
             dts = "".join(f'<td class="agent-dtype" style="{_CELL};{_MUTED};text-align:{"right" if table.numeric[j] else "left"}">'
@@ -312,10 +328,15 @@ def snapshot_rich(name: str, snapshot: dict[str, Any]) -> Any:
     grid = Table(show_edge=False, header_style="bold", pad_edge=False)
     n_index = max(len(table.index_names), 1)
     headers = [" / ".join(h for h in col if h) for col in zip(*table.header_rows)] if table.header_rows else []
+    corner = [" / ".join(n for n in col if n) for col in zip(*(table.corner(level, n_index)
+                                                             for level in range(len(table.header_rows))))]
     for k in range(n_index):
-        grid.add_column(Text(table.index_names[k] if k < len(table.index_names) else ""), style="bold")
+        grid.add_column(Text(corner[k] if k < len(corner) else ""), style="bold")
     for j, header in enumerate(headers):
         grid.add_column(Text(header), justify="right" if table.numeric[j] else "left")
+    if table.names_columns and any(table.index_names):
+        grid.add_row(*[Text(n, style="bold") for n in table.index_names],
+                     *[Text("")] * (n_index - len(table.index_names) + len(headers)))
     if table.dtypes and any(table.dtypes):
         grid.add_row(*[Text("") for _ in range(n_index)], *[Text(d, style="dim") for d in table.dtypes])
     for index_cells, cells in table.rows:
@@ -337,10 +358,9 @@ def snapshot_text(name: str, snapshot: dict[str, Any]) -> str:
         n_index = max(len(table.index_names), 1)
         grid: list[list[str]] = []
         for level, row in enumerate(table.header_rows):
-            last = level == len(table.header_rows) - 1
-            corner = [(table.index_names[k] if k < len(table.index_names) else "") if last else ""
-                      for k in range(n_index)]
-            grid.append(corner + row)
+            grid.append(table.corner(level, n_index) + row)
+        if table.names_columns and any(table.index_names):
+            grid.append(table.index_names + [""] * (n_index - len(table.index_names)))
         if table.dtypes and any(table.dtypes):
             grid.append([""] * n_index + table.dtypes)
         for index_cells, cells in table.rows:
