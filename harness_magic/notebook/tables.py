@@ -70,21 +70,37 @@ def _size(nbytes: Any) -> str:
     return ""
 
 
+def _numeric(rows: list[dict[str, Any]], column: str) -> bool:
+    """A column of numbers (blanks allowed, at least one number): right-aligned; text reads from the left."""
+    values = [r[column] for r in rows if r[column] != ""]
+    return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
 def table_html(rows: list[dict[str, Any]], columns: tuple[str, ...], css_class: str = "agent-table") -> str:
-    """An HTML table of ``columns`` of ``rows``, every cell escaped."""
-    head = "".join(f'<th style="text-align:left;padding:1px 8px">{c}</th>' for c in columns)
+    """An HTML table of ``columns`` of ``rows``, every cell escaped; text left-aligned, numbers right-aligned.
+
+    The alignment is explicit on every cell: JupyterLab's stylesheet right-aligns table cells otherwise.
+    """
+    align = {c: "right" if _numeric(rows, c) else "left" for c in columns}
+    head = "".join(f'<th style="text-align:{align[c]};padding:1px 8px">{html.escape(c)}</th>' for c in columns)
     body = "".join(
-        "<tr>" + "".join(f'<td style="padding:1px 8px">{html.escape(str(r[c]))}</td>' for c in columns) + "</tr>"
+        "<tr>" + "".join(f'<td style="text-align:{align[c]};padding:1px 8px">{html.escape(str(r[c]))}</td>'
+                         for c in columns) + "</tr>"
         for r in rows
     )
     return f'<table class="{css_class}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
 def table_text(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
-    """The same table as aligned plain text (a header line, then one line per row)."""
+    """The same table as aligned plain text (a header line, then one line per row); numbers right-aligned."""
     widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in columns}
-    lines = ["  ".join(c.ljust(widths[c]) for c in columns)]
-    lines += ["  ".join(str(r[c]).ljust(widths[c]) for c in columns).rstrip() for r in rows]
+    right = {c: _numeric(rows, c) for c in columns}
+
+    def cell(text: str, c: str) -> str:
+        return text.rjust(widths[c]) if right[c] else text.ljust(widths[c])
+
+    lines = ["  ".join(cell(c, c) for c in columns).rstrip()]
+    lines += ["  ".join(cell(str(r[c]), c) for c in columns).rstrip() for r in rows]
     return "\n".join(lines)
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "render_code_html",
     "render_markdown_safe",
     "model_saw_html",
+    "reminder_html",
     "printed_html",
     "copy_button_html",
 ]
@@ -98,6 +99,26 @@ def _source_html(tool: ToolRecord) -> str:
 def model_saw_html(text: str, label: str = "what the model saw") -> str:
     """The exact text the model received, collapsed behind one click."""
     return (f'<details class="agent-model-saw" style="{_MUTED}"><summary>{_e(label)}</summary>'
+            f'<pre class="agent-model-text" style="{_PRE}">{_e(text)}</pre></details>')
+
+
+_REMINDER_TAG = re.compile(r"^\s*\[harness[^\]\n]*\]\s*")
+"""The tag the harness puts before its reminder text (``[harness reminder]``), dropped from the summary line."""
+REMINDER_SUMMARY_CHARS = 90
+"""Characters of a reminder shown on its folded line: enough for its first clause."""
+REMINDER_EXPLANATION = ("The harness added this note to the model's next request (it nudges on stalled "
+                        "progress, failing or repeated calls, the last turn and budgets); neither you nor "
+                        "the model wrote it.")
+
+
+def reminder_html(text: str) -> str:
+    """A harness reminder, folded: its summary line says what it is and starts the note; opened, one line
+    explains where it came from above the exact text the model received."""
+    notes = [_REMINDER_TAG.sub("", line).strip() for line in text.splitlines()]
+    gist = clip(" · ".join(n for n in notes if n), REMINDER_SUMMARY_CHARS)
+    return (f'<details class="agent-model-saw agent-reminder" style="{_MUTED}">'
+            f"<summary>harness note to the model: {_e(gist)}</summary>"
+            f'<div class="agent-reminder-why">{_e(REMINDER_EXPLANATION)}</div>'
             f'<pre class="agent-model-text" style="{_PRE}">{_e(text)}</pre></details>')
 
 
@@ -190,7 +211,7 @@ def render_run_html(record: RunRecord, *, nested: bool = False, open_tools: bool
                 continue
             parts.append(f'<div class="agent-text">{_cited_html(item[1], record)}</div>')
         elif item[0] == "reminder":
-            parts.append(model_saw_html(item[1], "what the model saw: harness reminder"))
+            parts.append(reminder_html(item[1]))
         elif item[0] == "notice":  # as the live view shows it: the level is named only when it is not info
             level = "" if item[1] == "info" else f"{_e(item[1])}: "
             parts.append(f'<div class="agent-notice" style="{_MUTED}">{level}{_e(item[2])}</div>')
