@@ -1,8 +1,9 @@
-"""Command line: ``python -m harness_magic.evals run|report|compare|list``.
+"""Command line: ``python -m harness_magic.evals run|report|compare|list|import``.
 
 Exit status: 0 success; 1 ``run`` had an attempt that did not do what was
 expected (a failed task, or with ``suite:`` models a script that did not get
-its declared class) or ``compare`` found B worse; 2 a usage or file error.
+its declared class), ``compare`` found B worse, or ``import`` skipped a question
+or an input line; 2 a usage or file error (or ``import`` wrote no task).
 """
 
 from __future__ import annotations
@@ -56,7 +57,40 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--min-time-delta", type=float, default=1.0)
     listing = sub.add_parser("list", help="list the tasks of a suite")
     listing.add_argument("suite")
+    importing = sub.add_parser("import", help="write a suite from a public benchmark's published files")
+    benchmarks = importing.add_subparsers(dest="benchmark", required=True)
+    dabench = benchmarks.add_parser("dabench", help="InfiAgent-DABench: questions JSONL, labels JSONL, tables folder")
+    dabench.add_argument("questions")
+    dabench.add_argument("labels")
+    dabench.add_argument("tables")
+    dabench.add_argument("--out", required=True, help="the suite folder to write (new or empty)")
+    dabstep = benchmarks.add_parser("dabstep", help="DABstep-style tasks JSONL and its context folder")
+    dabstep.add_argument("tasks")
+    dabstep.add_argument("context")
+    dabstep.add_argument("--out", required=True, help="the suite folder to write (new or empty)")
     return parser
+
+
+def _import(args: argparse.Namespace) -> int:
+    from harness_magic.evals.importers import BenchmarkImportError
+
+    try:
+        if args.benchmark == "dabench":
+            from harness_magic.evals.importers.dabench import import_dabench
+
+            report = import_dabench(args.questions, args.labels, args.tables, args.out)
+        else:
+            from harness_magic.evals.importers.dabstep import import_dabstep
+
+            report = import_dabstep(args.tasks, args.context, args.out)
+    except BenchmarkImportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(report.lines()))
+    if not report.imported:
+        print("error: no task was written", file=sys.stderr)
+        return 2
+    return 1 if report.skipped or report.problems else 0
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -99,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
+        if args.command == "import":
+            return _import(args)
         if args.command == "list":
             suite = load_suite(args.suite)
             for task in suite.tasks:

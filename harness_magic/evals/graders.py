@@ -520,3 +520,5 @@ def grade(kind: str, options: dict[str, Any], ctx: GradeContext) -> Grade:
 
 
 # Grader kinds defined in other modules register themselves by being imported here:
+from harness_magic.evals import dabench as _dabench  # noqa: E402,F401  registers 'dabench'
+from harness_magic.evals import dabstep as _dabstep  # noqa: E402,F401  registers 'dabstep'
