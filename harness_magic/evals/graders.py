@@ -47,18 +47,17 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
 
+from harness_magic.evals.answer_parse import (MAX_ANSWER_CHARS, Committed, NumberReading, committed_answer,
+                                              hedge_in, is_cancelled, named_mentions, read_number, sentence_of)
+
 __all__ = ["Grade", "GradeContext", "grade", "validate_grader", "parse_answer_number", "GRADERS", "register_grader",
            "grader_kinds", "write_attempts", "MAX_ANSWER_CHARS", "MAX_SQL_ROWS"]
 
-MAX_ANSWER_CHARS = 200_000
-"""Graders look at most at this many characters of an answer (bounds regex work)."""
 MAX_DETAIL_CHARS = 600
 """A grade's detail is cut to this many characters (it is shown in reports, one line per grade)."""
 MAX_SQL_ROWS = 10_000
 """An ``sql`` grader query returning more rows than this fails (expected results are small)."""
 WRITE_SAFETY = ("write", "destructive", "external")
-_NUMBER = re.compile(r"(?<![\w.])[-\u2212+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w])")
-_ANSWER_LINE = re.compile(r"ANSWER\s*:\s*(.+)", re.IGNORECASE)
 
 
 @dataclass
@@ -93,29 +92,28 @@ class GradeContext:
     """Connector name -> SQL dialect of its database (see :data:`SQL_DIALECTS`)."""
 
 
-def _to_float(text: str) -> float:
-    return float(text.replace(",", "").replace("\u2212", "-"))
+def answer_number(answer: str, pattern: str | None = None) -> NumberReading:
+    """The one number an answer commits to (:func:`~harness_magic.evals.answer_parse.read_number`).
 
-
-def parse_answer_number(answer: str, pattern: str | None = None) -> tuple[float | None, str]:
-    """The number an answer gives, or (None, why not)."""
+    With ``pattern`` the number is read from the pattern's first group (else its match) in the
+    whole answer; otherwise from the committed answer (the ``ANSWER:`` value, else the text).
+    """
     answer = answer[:MAX_ANSWER_CHARS]
     if pattern:
         match = re.search(pattern, answer)
         if not match:
-            return None, f"pattern {pattern!r} not found in the answer"
-        found = _NUMBER.search(match.group(1) if match.groups() else match.group(0))
-        return (_to_float(found.group(0)), "") if found else (None, f"no number in {match.group(0)!r}")
-    lines = _ANSWER_LINE.findall(answer)
-    if lines:
-        found = _NUMBER.search(lines[-1])
-        return (_to_float(found.group(0)), "") if found else (None, f"no number on the ANSWER line {lines[-1]!r}")
-    numbers = _NUMBER.findall(answer)
-    if len(numbers) == 1:
-        return _to_float(numbers[0]), ""
-    if not numbers:
-        return None, "no number in the answer"
-    return None, f"no ANSWER: line and {len(numbers)} numbers in the answer (ambiguous)"
+            return NumberReading(None, f"pattern {pattern!r} not found in the answer", missing=True)
+        return read_number(match.group(1) if match.groups() else match.group(0))
+    committed = committed_answer(answer)
+    if committed.problem:
+        return NumberReading(None, committed.problem, ambiguous=True)
+    return read_number(committed.text, prose=committed.source == "text")
+
+
+def parse_answer_number(answer: str, pattern: str | None = None) -> tuple[float | None, str]:
+    """The number an answer commits to, or (None, why not); see :func:`answer_number`."""
+    reading = answer_number(answer, pattern)
+    return reading.value, reading.detail
 
 
 def _expected(options: dict[str, Any], ctx: GradeContext) -> Any:
@@ -170,9 +168,10 @@ def grade_number(options: dict[str, Any], ctx: GradeContext) -> Grade:
         if got is None:
             return Grade("number", False, f"handle {options['handle']!r} holds {why}")
     else:
-        got, why = parse_answer_number(ctx.answer, options.get("pattern"))
-        if got is None:
-            return Grade("number", False, why, missing=True)
+        reading = answer_number(ctx.answer, options.get("pattern"))
+        if reading.value is None:
+            return Grade("number", False, reading.detail, missing=reading.missing, ambiguous=reading.ambiguous)
+        got = reading.value
     abs_tol, rel_tol = float(options.get("abs_tol", 0.0)), float(options.get("rel_tol", 1e-9))
     ok = not math.isnan(got) and _close(got, want, abs_tol, rel_tol)
     return Grade("number", ok, f"got {got!r}, expected {want!r} (abs_tol={abs_tol}, rel_tol={rel_tol})")
@@ -222,32 +221,114 @@ def grade_frame(options: dict[str, Any], ctx: GradeContext) -> Grade:
     return Grade("frame", True, f"{len(got)} rows x {len(got.columns)} columns match")
 
 
+def _committed(kind: str, ctx: GradeContext) -> tuple[Committed | None, Grade | None]:
+    """The committed answer, or the failed grade when there is none to grade."""
+    committed = committed_answer(ctx.answer)
+    if committed.problem:
+        return None, Grade(kind, False, committed.problem, ambiguous=True)
+    if not committed.text.strip():
+        return None, Grade(kind, False, "empty answer", missing=True)
+    return committed, None
+
+
+def _hedged(committed: Committed, mentions: list[re.Match[str]]) -> str | None:
+    """Why the sentence of one of ``mentions`` is hedged, or None."""
+    text = committed.text
+    for match in mentions:
+        hedge = hedge_in(sentence_of(text, match.start(), match.end()), strict=committed.source == "answer_line")
+        if hedge:
+            return f"hedged ({hedge!r}) in {sentence_of(text, match.start(), match.end()).strip()[:160]!r}"
+    return None
+
+
 def grade_contains(options: dict[str, Any], ctx: GradeContext) -> Grade:
-    answer = ctx.answer[:MAX_ANSWER_CHARS]
-    if not answer.strip():
-        return Grade("contains", False, "empty answer", missing=True)
+    committed, failed = _committed("contains", ctx)
+    if failed:
+        return failed
+    text = committed.text
     wanted = options.get("text") or []
     wanted = [wanted] if isinstance(wanted, str) else list(wanted)
     if "expected" in options:
         wanted.append(str(_expected(options, ctx)))
     absent = list(options.get("absent") or [])
-    fold = (lambda s: s) if options.get("case_sensitive") else str.casefold
-    hay = fold(answer)
-    missing = [w for w in wanted if fold(w) not in hay]
-    present = [a for a in absent if fold(a) in hay]
-    if missing or present:
-        parts = ([f"missing {missing}"] if missing else []) + ([f"must not contain {present}"] if present else [])
-        return Grade("contains", False, "; ".join(parts))
+    flags = 0 if options.get("case_sensitive") else re.IGNORECASE
+    missing, negated, found = [], [], []
+    for item in wanted:
+        named, cancelled = named_mentions(text, re.compile(re.escape(item), flags))
+        found.extend(named)
+        if not named:
+            (negated if cancelled else missing).append(item)
+    present = [a for a in absent if named_mentions(text, re.compile(re.escape(a), flags))[0]]
+    hedge = _hedged(committed, found)
+    if hedge and not missing and not negated:
+        return Grade("contains", False, hedge, ambiguous=True)
+    if missing or negated or present:
+        parts = (([f"missing {missing}"] if missing else []) + ([f"only negated or compared away: {negated}"] if negated
+                 else []) + ([f"must not contain {present}"] if present else []))
+        return Grade("contains", False, "; ".join(parts) + f" in the committed answer {text[:160]!r}")
     return Grade("contains", True, f"contains {wanted}" + (f", none of {absent}" if absent else ""))
 
 
 def grade_regex(options: dict[str, Any], ctx: GradeContext) -> Grade:
-    answer = ctx.answer[:MAX_ANSWER_CHARS]
-    if not answer.strip():
-        return Grade("regex", False, "empty answer", missing=True)
+    committed, failed = _committed("regex", ctx)
+    if failed:
+        return failed
     flags = re.IGNORECASE if options.get("ignore_case") else 0
-    ok = re.search(options["pattern"], answer, flags) is not None
-    return Grade("regex", ok, f"pattern {options['pattern']!r} {'found' if ok else 'not found'}")
+    named, cancelled = named_mentions(committed.text, re.compile(options["pattern"], flags))
+    if not named:
+        why = "only negated matches" if cancelled else "not found"
+        return Grade("regex", False, f"pattern {options['pattern']!r} {why} in the committed answer "
+                                     f"{committed.text[:160]!r}")
+    hedge = _hedged(committed, named)
+    if hedge:
+        return Grade("regex", False, hedge, ambiguous=True)
+    return Grade("regex", True, f"pattern {options['pattern']!r} found: {named[0].group(0)[:80]!r}")
+
+
+def _option_mentions(text: str, choices: list[str], flags: int) -> list[tuple[str, re.Match[str]]]:
+    """(option, match) for each whole-word mention; a mention inside a longer option's mention is dropped."""
+    found = []
+    for choice in choices:
+        pattern = re.compile(rf"(?<!\w){re.escape(choice)}(?!\w)", flags)
+        found.extend((choice, m) for m in pattern.finditer(text))
+    found.sort(key=lambda cm: (cm[1].start(), -(cm[1].end() - cm[1].start())))
+    kept: list[tuple[str, re.Match[str]]] = []
+    for choice, match in found:
+        if not kept or match.start() >= kept[-1][1].end():
+            kept.append((choice, match))
+    return kept
+
+
+def grade_choice(options: dict[str, Any], ctx: GradeContext) -> Grade:
+    committed, failed = _committed("choice", ctx)
+    if failed:
+        return failed
+    text = committed.text
+    choices = [str(c) for c in options["options"]]
+    want = options["expected"] if options["expected"] in choices else str(_expected(options, ctx))
+    if want not in choices:
+        return Grade("choice", False, f"expected {want!r} is not one of the options {choices}")
+    flags = 0 if options.get("case_sensitive") else re.IGNORECASE
+    named: dict[str, list[re.Match[str]]] = {}
+    cancelled: list[str] = []
+    for choice, match in _option_mentions(text, choices, flags):
+        if is_cancelled(text, match.start(), match.end()):
+            cancelled.append(choice)
+        else:
+            named.setdefault(choice, []).append(match)
+    if len(named) > 1:
+        return Grade("choice", False, f"names {len(named)} options ({', '.join(named)}) in {text[:160]!r}: one, please",
+                     ambiguous=True)
+    if not named:
+        if cancelled:
+            return Grade("choice", False, f"only negated or compared-away options ({', '.join(dict.fromkeys(cancelled))}) "
+                                          f"in {text[:160]!r}")
+        return Grade("choice", False, f"names none of the options {choices} in {text[:160]!r}", missing=True)
+    (choice, mentions), = named.items()
+    hedge = _hedged(committed, mentions)
+    if hedge:
+        return Grade("choice", False, hedge, ambiguous=True)
+    return Grade("choice", choice == want, f"names {choice!r}" + ("" if choice == want else f", expected {want!r}"))
 
 
 def _rows(rows: Any) -> list[tuple[Any, ...]]:
@@ -413,6 +494,7 @@ Validator = Callable[[dict[str, Any], "ModuleType | None"], None]
 GRADERS: dict[str, GraderFn] = {
     "number": grade_number, "frame": grade_frame, "contains": grade_contains, "regex": grade_regex,
     "sql": grade_sql, "no_writes": grade_no_writes, "judge": grade_judge, "chart": grade_chart,
+    "choice": grade_choice,
 }
 """Grader kind -> function; task files name these kinds. Add kinds with :func:`register_grader`."""
 _VALIDATORS: dict[str, Validator] = {}
@@ -442,6 +524,7 @@ _OPTIONS: dict[str, tuple[set[str], set[str]]] = {  # kind -> (required, optiona
     "number": ({"expected"}, {"abs_tol", "rel_tol", "handle", "pattern"}),
     "frame": ({"handle", "expected"}, {"ignore_row_order", "ignore_column_order", "rtol", "atol", "check_dtype"}),
     "contains": (set(), {"text", "expected", "absent", "case_sensitive"}),
+    "choice": ({"options", "expected"}, {"case_sensitive"}),
     "regex": ({"pattern"}, {"ignore_case"}),
     "sql": ({"query", "expected"}, {"on", "ignore_row_order"}),
     "no_writes": (set(), {"attempts"}),
@@ -489,6 +572,17 @@ def validate_grader(kind: str, options: dict[str, Any], answers: ModuleType | No
         raise ValueError(f"expected must be records (a list of mappings) or a function name, got {expected!r}")
     elif kind == "sql" and "expected" in options and not isinstance(expected, list):
         raise ValueError(f"expected must be a list of rows or a function name, got {expected!r}")
+    if kind == "choice":
+        choices = options["options"]
+        if (not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) and c.strip() for c in choices)
+                or len(set(choices)) != len(choices)):
+            raise ValueError(f"options must be a list of at least 2 distinct non-empty strings, got {choices!r}")
+        if not isinstance(expected, str):
+            raise ValueError(f"expected must be one of the options or a function in answers.py, got {expected!r}")
+        if expected not in choices and (answers is None or expected.startswith("_")
+                                        or not callable(getattr(answers, expected, None))):
+            raise ValueError(f"expected {expected!r} is neither one of the options {choices} nor a function in "
+                             "the suite's answers.py")
     if kind == "contains" and "text" not in options and "expected" not in options:
         raise ValueError("give 'text' (string or list) and/or 'expected' (a function in answers.py)")
     if kind == "contains" and "text" in options:
