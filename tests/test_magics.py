@@ -340,17 +340,18 @@ def test_push_and_pull_copy_at_the_boundary(kernel: Kernel) -> None:
     assert kernel.value("shared") == {"rows": [1, 2]}
 
 
-def test_pull_warns_before_replacing_a_variable_of_another_type_and_says_what_it_did(kernel: Kernel) -> None:
+def test_pull_onto_a_variable_of_another_type_is_refused_until_force(kernel: Kernel) -> None:
     kernel.run("%agent_vars")
     kernel.run("numbers = [1, 2, 3]\nimport pandas as _pd\nframe = _pd.DataFrame({'a': [1]})")
     kernel.run("%agent_push frame as_frame")
-    pull = kernel.run("%agent_pull as_frame numbers")
-    assert pull.ok
-    assert "warning: replacing notebook variable 'numbers' (a list of 3)" in pull.stderr
-    assert "pulled as_frame → numbers (DataFrame 1×1)" in pull.stdout
+    refused = usage_error(kernel.run("%agent_pull as_frame numbers"))
+    assert "'numbers' (list of 3)" in refused and "--force" in refused
+    assert kernel.value("numbers") == [1, 2, 3]
+    pull = kernel.run("%agent_pull as_frame numbers --force")
+    assert pull.ok and "pulled as_frame → numbers (DataFrame 1×1)" in pull.stdout
     assert kernel.value("type(numbers).__name__") == "DataFrame"
-    same_type = kernel.run("%agent_pull as_frame numbers")
-    assert same_type.ok and not same_type.stderr
+    again = kernel.run("%agent_pull as_frame numbers")
+    assert again.ok and not again.stderr, "a variable the last pull bound is pulled again without --force"
 
 
 def test_agent_vars_lists_every_handle_and_shows_one_snapshot(kernel: Kernel) -> None:
@@ -483,16 +484,17 @@ def test_interrupt_mid_tool_stops_the_run_cleanly_and_the_next_cell_works(kernel
     assert kernel.value("_.run_file") and Path(kernel.cwd, kernel.value("_.run_file")).exists()
     after = kernel.run("print(6 * 7)")
     assert after.ok and after.stdout.strip() == "42"
-    again = kernel.run(f"%%agent {model}\nStill there?")
+    again = kernel.run(f"%%agent {script(kernel, answer('Back after the interrupt.'))}\nStill there?")
     assert again.ok and kernel.value("_.status") == "completed"
 
 
-def test_missing_api_key_shows_a_clear_message(kernel: Kernel) -> None:
+def test_missing_api_key_shows_a_clear_message_and_fails_the_cell(kernel: Kernel) -> None:
     cell = kernel.run("%%agent --reset -m openai/gpt-4o-mini\nHello?")
-    assert cell.ok, cell.outputs
-    html = cell.result["text/html"]
+    assert cell.reply["status"] == "error" and [e["ename"] for e in cell.errors] == ["AgentRunError"]
+    html = cell.data("text/html")[0]
     assert "OPENAI_API_KEY" in html and "offline/quickstart" in html
-    assert kernel.value("_.status") == "error"
+    assert len(cell.errors[0]["traceback"]) == 1, "one line, no Python traceback"
+    assert kernel.value("__import__('sys').last_value.result.status") == "error"
     again = kernel.run(f"%%agent {script(kernel, answer('fine'))}\nOffline then.")
     assert again.ok and kernel.value("_.status") == "completed"
 
@@ -571,7 +573,8 @@ def test_agent_code_puts_the_runs_interpreter_code_into_the_next_cell(kernel: Ke
     payloads = [p for p in cell.reply.get("payload", []) if p.get("source") == "set_next_input"]
     assert len(payloads) == 1
     text = payloads[0]["text"]
-    assert text.startswith(f"# agent run {run_id}, turn 2: python_interpreter\n") and "x = 6 * 7" not in text
+    assert text.startswith(f"# run {run_id} (the latest run): ") and "x = 6 * 7" not in text
+    assert f"\n# agent run {run_id}, turn 2: python_interpreter\n" in text
     compile(text, "<next cell>", "exec")
     everything = kernel.run(f"%agent_code --run {run_id}")
     text = [p for p in everything.reply["payload"] if p.get("source") == "set_next_input"][0]["text"]
@@ -603,7 +606,8 @@ def test_agent_status_names_model_sandbox_budgets_connectors_handles_and_cost(ke
     text = cell.data("text/plain")[0]
     lines = {line[:11].strip(): line[11:].strip() for line in text.splitlines()}  # labels are padded to 11
     assert lines["model"] == "offline/quickstart" and lines["sandbox"] == "worker"
-    assert lines["last run"] == f"model {model.split()[1]} (chosen with -m)"  # not the configured model
+    run_id = kernel.value("_.run_id")
+    assert lines["last run"] == f"run {run_id} · completed · model {model.split()[1]} (not the configured one)"
     assert "cost USD 2.5" in lines["budgets"] and "tokens ∞" in lines["budgets"]
     assert "kept" in lines["handles"] and lines["session"].endswith(tuple("0123456789")) and "$" in lines["session"]
     assert "<table" in cell.data("text/html")[0]
