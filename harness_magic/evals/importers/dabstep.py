@@ -88,7 +88,7 @@ def _documents_and_frames(names: list[str], context: Path, suite: Path, cache: d
         if kind == "document":
             documents.append((name, value))
         else:
-            inputs[handle_name(name, taken)] = {"file": value}
+            inputs[handle_name(name, taken)] = {"file": value, "from": name}
     if sum(len(text) for _, text in documents) > MAX_DOCUMENT_CHARS:
         return {}, [], f"context documents hold more than {MAX_DOCUMENT_CHARS} characters together"
     return inputs, documents, ""
@@ -145,7 +145,7 @@ def _string(record: dict[str, Any], key: str, limit: int, *, required: bool = Tr
     value = record.get(key)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and key == "answer":
         value = str(value)
-    if value is None and not required:
+    if not required and (value is None or value == ""):
         return "", ""
     if not isinstance(value, str) or not value.strip():
         return "", f"{key} must be a non-empty string, got {value!r}"[:200]
@@ -217,7 +217,7 @@ def import_dabstep(tasks: str | os.PathLike[str], context: str | os.PathLike[str
             report.skipped.append((str(raw_id), f"{label}: the grader does not tell its scripts apart "
                                                 f"({', '.join(failed)} not as expected)"))
             continue
-        frames = ", ".join(f"`{h}` (from {Path(spec['file']).name})" for h, spec in inputs.items())
+        frames = ", ".join(f"`{h}` (from {spec.pop('from')})" for h, spec in inputs.items())
         docs = "".join(f"\n\nContext document {name}:\n<<<\n{text.strip()}\n>>>" for name, text in documents)
         prompt = (f"{question}\n\n" + (f"Guidelines: {guidelines}\n\n" if guidelines else "")
                   + (f"Data loaded as DataFrames: {frames}." if frames else "No tables come with this task.")
