@@ -13,6 +13,11 @@ B is *worse* than A (exit status 1) when any of these holds:
   ``time_tolerance`` (50 %) *and* by more than ``min_time_delta_s`` (1 s) —
   wall time on a shared machine is noisy, hence the wide margin.
 * **coverage**: a task A has is missing from B.
+
+Beside the gate, the comparison shows the harness's own metrics for A and B
+(:mod:`.metrics`: completion, verification, clarification, write prevention, time
+to a correct answer, grounding, the failure taxonomy) and, for imported
+benchmarks, the benchmark's own accuracy figures. They inform; they do not gate.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Any
 
 from harness_magic.evals.stats import mcnemar_one_sided
 
-__all__ = ["GateOptions", "Comparison", "compare_results", "format_comparison"]
+__all__ = ["GateOptions", "Comparison", "compare_results", "format_comparison", "benchmark_lines"]
 
 
 @dataclass
@@ -55,6 +60,12 @@ class Comparison:
     wall_b: float = 0.0
     missing_in_b: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
+    metrics_a: dict[str, Any] = field(default_factory=dict)
+    """:func:`~harness_magic.evals.metrics.harness_metrics` of A."""
+    metrics_b: dict[str, Any] = field(default_factory=dict)
+    benchmark_a: list[tuple[str, str]] = field(default_factory=list)
+    """(figure, value) of the benchmark's own accuracy figures for A (imported suites)."""
+    benchmark_b: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def worse(self) -> bool:
@@ -65,7 +76,30 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
+def benchmark_lines(results: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(figure, value) rows of the benchmark accuracy figures (DABench, DABstep) found in ``results``."""
+    from harness_magic.evals import dabench, dabstep
+
+    rows: list[tuple[str, str]] = []
+    figures = dabench.benchmark_figures(results)
+    if figures:
+        for label, key in (("DABench accuracy by question", "by_question"),
+                           ("DABench accuracy proportional by sub-question", "proportional"),
+                           ("DABench accuracy by sub-question", "by_sub_question")):
+            rows.append((label, "n/a" if figures[key] is None else f"{figures[key]:.2%}"))
+        rows += [(f"DABench concept {name}", f"{rate:.2%} ({ok}/{n})")
+                 for name, (rate, ok, n) in figures["by_concept"].items()]
+    figures = dabstep.benchmark_figures(results)
+    if figures:
+        rate, ok, n = figures["accuracy"]
+        rows.append(("DABstep accuracy", f"{rate:.2%} ({ok}/{n})"))
+        rows += [(f"DABstep {level}", f"{r:.2%} ({k}/{t})") for level, (r, k, t) in figures["by_level"].items()]
+    return rows
+
+
 def compare_results(a: dict[str, Any], b: dict[str, Any], options: GateOptions | None = None) -> Comparison:
+    from harness_magic.evals.metrics import harness_metrics
+
     options = options or GateOptions()
     index_a = {(r["task_id"], r["repeat"], r.get("variant", "")): r for r in a["results"]}
     index_b = {(r["task_id"], r["repeat"], r.get("variant", "")): r for r in b["results"]}
@@ -91,6 +125,8 @@ def compare_results(a: dict[str, Any], b: dict[str, Any], options: GateOptions |
         if not rb["passed"] and rb.get("failure"):
             row["b_failures"].append(rb["failure"])
     out.rows = list(per_task.values())
+    out.metrics_a, out.metrics_b = harness_metrics(a), harness_metrics(b)
+    out.benchmark_a, out.benchmark_b = benchmark_lines(a["results"]), benchmark_lines(b["results"])
     out.p_value = mcnemar_one_sided(out.b_worse_pairs, out.b_better_pairs)
     n = len(pairs)
     out.pass_rate_a = _mean([float(index_a[k]["passed"]) for k in pairs])
@@ -132,6 +168,20 @@ def format_comparison(comp: Comparison, name_a: str = "A", name_b: str = "B") ->
                  f"improved {comp.b_better_pairs}; one-sided exact McNemar p={comp.p_value:.4g}")
     lines.append(f"cost/attempt ${comp.cost_a:.4f} -> ${comp.cost_b:.4f}; wall/attempt {comp.wall_a:.2f} s -> "
                  f"{comp.wall_b:.2f} s")
+    if comp.metrics_a and comp.metrics_b:
+        from harness_magic.evals.metrics import metric_lines
+
+        lines.append("")
+        lines.append(f"{'metric':<58} {name_a[:26]:<26} {name_b[:26]}")
+        for (metric, va), (_, vb) in zip(metric_lines(comp.metrics_a), metric_lines(comp.metrics_b)):
+            lines.append(f"{metric:<58} {va:<26} {vb}")
+        counts = [(kind, comp.metrics_a["taxonomy"][kind]["count"], comp.metrics_b["taxonomy"][kind]["count"])
+                  for kind in comp.metrics_a["taxonomy"]]
+        lines.append("failure taxonomy (attempts): " + ", ".join(f"{k} {x} -> {y}" for k, x, y in counts if x or y)
+                     if any(x or y for _, x, y in counts) else "failure taxonomy: no failed attempt on either side")
+    bench_b = dict(comp.benchmark_b)
+    for figure, va in comp.benchmark_a:
+        lines.append(f"{figure:<58} {va:<26} {bench_b.get(figure, 'n/a')}")
     if comp.worse:
         lines.append("GATE: FAIL — B is worse than A:")
         lines.extend(f"  - {reason}" for reason in comp.reasons)

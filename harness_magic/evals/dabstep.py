@@ -36,7 +36,7 @@ from difflib import SequenceMatcher
 from types import ModuleType
 from typing import Any, Iterable
 
-from harness_magic.evals.dabench import BenchmarkGrade
+from harness_magic.evals import dabench  # BenchmarkGrade, read at call time (the modules import each other via graders)
 from harness_magic.evals.graders import MAX_ANSWER_CHARS, Grade, GradeContext, register_grader
 
 __all__ = ["answers_match", "committed_answer", "grade_dabstep", "validate_dabstep", "benchmark_figures",
@@ -137,9 +137,9 @@ def grade_dabstep(options: dict[str, Any], ctx: GradeContext) -> Grade:
     facts = {"name": "dabstep", "id": options.get("id"), "level": options.get("level"), "correct": False,
              "answered": got is not None}
     if got is None:
-        return BenchmarkGrade("dabstep", False, why, missing=not several, ambiguous=several, benchmark=facts)
+        return dabench.BenchmarkGrade("dabstep", False, why, missing=not several, ambiguous=several, benchmark=facts)
     facts["correct"] = ok = answers_match(got, expected)
-    return BenchmarkGrade("dabstep", ok, f"got {got[:200]!r}, expected {expected[:200]!r} (DABstep's comparison)",
+    return dabench.BenchmarkGrade("dabstep", ok, f"got {got[:200]!r}, expected {expected[:200]!r} (DABstep's comparison)",
                           benchmark=facts)
 
 

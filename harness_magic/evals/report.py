@@ -1,8 +1,11 @@
 """``report results.json``: one self-contained HTML file (no scripts, no external assets).
 
-Shows the pass rate with a 95 % Wilson interval, pass^k over repeats, failure
-classes, cost / tokens / time per task, and two inline SVG plots (pass rate per
-task, wall time per task). Every value from the results file is HTML-escaped.
+Shows the pass rate with a 95 % Wilson interval, pass^k over repeats, the
+harness's own metrics (:mod:`.metrics`) and the failure taxonomy with one example
+each linked to its run log, a benchmark's own accuracy figures when the suite was
+imported (:mod:`.dabench`, :mod:`.dabstep`), attempted writes, failure classes,
+cost / tokens / time per task, and two inline SVG plots (pass rate per task, wall
+time per task). Every value from the results file is HTML-escaped.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from urllib.parse import quote
 
 from harness_magic.evals.stats import pass_hat_k, wilson_interval
 
-__all__ = ["render_report", "summarise"]
+__all__ = ["render_report", "summarise", "benchmark_sections"]
 
 
 def summarise(data: dict[str, Any]) -> dict[str, Any]:
@@ -67,6 +70,72 @@ def _log_link(run_file: str, base: str | None) -> str:
     return f'<a href="{html.escape(href)}">{html.escape(os.path.basename(run_file))}</a>'
 
 
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2%}"
+
+
+def benchmark_sections(results: list[dict[str, Any]]) -> str:
+    """HTML: the accuracy figures as the benchmark's authors report them (empty when no benchmark grades)."""
+    from harness_magic.evals import dabench, dabstep
+
+    e = html.escape
+    out = []
+    figures = dabench.benchmark_figures(results)
+    if figures:
+        rows = "".join(f"<tr><td>{e(label)}</td><td>{_pct(figures[key])}</td></tr>" for label, key in (
+            ("Accuracy by Question", "by_question"), ("Accuracy Proportional by Sub-Question", "proportional"),
+            ("Accuracy by Sub-Question", "by_sub_question"),
+            ("Accuracy for Questions with >= 2 Concepts", "two_or_more_concepts")))
+        concepts = "".join(f"<tr><td>{e(name)}</td><td>{rate:.2%}</td><td>{ok}/{n}</td></tr>"
+                           for name, (rate, ok, n) in figures["by_concept"].items())
+        counts = "".join(f"<tr><td>{n} concept(s)</td><td>{rate:.2%}</td><td>{ok}/{total}</td></tr>"
+                         for n, (rate, ok, total) in figures["by_concept_count"].items())
+        left_out = figures["questions"] - figures["answered"]
+        out.append(f"<h2>InfiAgent-DABench accuracy</h2><p>{figures['answered']} of {figures['questions']} "
+                   f"question attempts answered; as in the benchmark's evaluation, the {left_out} with an empty "
+                   f"response are left out of these denominators (by question over all attempts: "
+                   f"{_pct(figures['by_question_all'])}).</p><table><tr><th>figure</th><th>value</th></tr>{rows}"
+                   f"</table><h3>By concept</h3><table><tr><th>concept</th><th>accuracy</th><th>questions</th></tr>"
+                   f"{concepts}</table><h3>By number of concepts</h3><table><tr><th>concepts</th><th>accuracy</th>"
+                   f"<th>questions</th></tr>{counts}</table>")
+    figures = dabstep.benchmark_figures(results)
+    if figures:
+        rate, ok, n = figures["accuracy"]
+        levels = "".join(f"<tr><td>{e(level)}</td><td>{r:.2%}</td><td>{k}/{t}</td></tr>"
+                         for level, (r, k, t) in figures["by_level"].items())
+        out.append(f"<h2>DABstep accuracy</h2><p>Accuracy {rate:.2%} ({ok}/{n} tasks; {figures['answered']} "
+                   f"answered; no answer counts as wrong, as on the leaderboard).</p><table><tr><th>level</th>"
+                   f"<th>accuracy</th><th>tasks</th></tr>{levels}</table>")
+    return "".join(out)
+
+
+def _metrics_section(data: dict[str, Any], base: str | None) -> str:
+    from harness_magic.evals.metrics import harness_metrics, metric_lines
+
+    e = html.escape
+    metrics = harness_metrics(data)
+    rows = "".join(f"<tr><td>{e(name)}</td><td>{e(value)}</td></tr>" for name, value in metric_lines(metrics))
+    taxonomy = []
+    for kind, row in metrics["taxonomy"].items():
+        ex = row["example"]
+        example = "" if ex is None else (
+            f"{e(ex['task_id'])} r{ex['repeat']}{e(' ' + ex['variant'] if ex['variant'] else '')}: "
+            f"{e(ex['detail'][:200])} {_log_link(ex['run_file'] or '', base)}")
+        taxonomy.append(f"<tr><td>{e(kind)}</td><td>{row['count']}</td><td class=grades>{example}</td></tr>")
+    writes = []
+    for r in data["results"]:
+        for a in r.get("write_attempts") or []:
+            if isinstance(a, dict):
+                writes.append(f"<tr><td>{e(r['task_id'])} r{r['repeat']}</td><td>{e(str(a.get('outcome')))}</td>"
+                              f"<td>{e(str(a.get('tool')))}</td><td class=grades>{e(str(a.get('statement'))[:200])}"
+                              f"</td><td class=log>{_log_link(r.get('run_file') or '', base)}</td></tr>")
+    write_table = ("<h2>Attempted writes</h2><table><tr><th>attempt</th><th>outcome</th><th>tool</th>"
+                   f"<th>statement</th><th>run log</th></tr>{''.join(writes)}</table>") if writes else ""
+    return (f"<h2>Harness metrics</h2><table><tr><th>metric</th><th>value</th></tr>{rows}</table>"
+            f"<h2>Failure taxonomy</h2><table><tr><th>kind</th><th>attempts</th><th>example (run log)</th></tr>"
+            f"{''.join(taxonomy)}</table>{write_table}")
+
+
 def render_report(data: dict[str, Any], title: str | None = None, base: str | None = None) -> str:
     """The HTML report of a results document (see :func:`~.stats.load_results`).
 
@@ -113,6 +182,7 @@ tr.pass td:first-child{{color:#2e7d32}}td.grades,td.log{{font-size:11px;color:#5
 <p>{e(pass_k)} &middot; repeats {e(str(data.get('repeat', 1)))} &middot; jobs {e(str(data.get('jobs', 1)))}
 &middot; total cost ${s['cost']:.4f} &middot; tokens {s['tokens']} (cached {s['cached_tokens']})
 &middot; summed wall {s['wall_s']:.1f} s, run wall {float(data.get('wall_s', 0.0)):.1f} s &middot; {e(str(data.get('created', '')))}</p>
+{_metrics_section(data, base)}{benchmark_sections(data["results"])}
 <h2>Failure classes</h2><table><tr><th>class</th><th>attempts</th></tr>{failures}</table>
 <h2>Plots</h2>{rate_plot}<br>{time_plot}
 <h2>Tasks</h2><table><tr><th>task</th><th>passed</th><th>failure classes</th><th>turns</th><th>tokens</th>
