@@ -166,8 +166,9 @@ def test_agent_code_refuses_each_hidden_class_naming_line_and_character(kernel: 
         cell = kernel.run(f"%agent_code --turn {turn}")
         assert _next_cell(cell) == [], f"{kind}: the next cell must not be filled"
         assert not cell.errors and "UsageError: %agent_code: nothing put into the next cell" in cell.stderr
-        # Line 1 of the cell is the header comment, so the agent's line 2 is the cell's line 3.
-        assert f"line 3, column 12: {HOSTILE[kind][1]}" in cell.stderr, (kind, cell.stderr)
+        # Line 1 of the cell names the run, line 2 is blank, line 3 is the call's header comment, so the
+        # agent's line 2 is the cell's line 5.
+        assert f"line 5, column 12: {HOSTILE[kind][1]}" in cell.stderr, (kind, cell.stderr)
         assert "--escaped" in cell.stderr
 
 
@@ -198,7 +199,9 @@ def test_agent_code_passes_clean_code_unchanged(kernel: Kernel, hostile_run) -> 
     run_id, kinds = hostile_run
     cell = kernel.run(f"%agent_code --turn {len(kinds) + 1}")
     assert cell.ok, cell.outputs
-    assert _next_cell(cell) == [f"# agent run {run_id}, turn {len(kinds) + 1}: python_interpreter\n{CLEAN.rstrip()}\n"]
+    [text] = _next_cell(cell)
+    assert text.startswith(f"# run {run_id} (the latest run): ")
+    assert text.endswith(f"\n\n# agent run {run_id}, turn {len(kinds) + 1}: python_interpreter\n{CLEAN.rstrip()}\n")
 
 
 def test_the_transcript_shows_hidden_characters_and_has_no_copy_button_for_them(kernel: Kernel, hostile_run) -> None:
