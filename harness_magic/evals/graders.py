@@ -4,7 +4,10 @@ Each grader takes a :class:`GradeContext` (the answer text, the session cache,
 the run-log records, the task's inputs) and its options from the task file, and
 returns a :class:`Grade`. ``Grade.missing`` is True when there was nothing to
 grade (no number in the answer, no such handle): the runner then classes the
-failure as ``no_answer`` instead of ``wrong_answer``.
+failure as ``no_answer`` instead of ``wrong_answer``; ``Grade.ambiguous`` when
+the answer did not commit to one value (class ``ambiguous``). Text and number
+graders read the *committed answer* (:mod:`.answer_parse`): the ``ANSWER:``
+value, else the whole final text.
 
 Expected values are literals in the task file or the name of a function in the
 suite's ``answers.py`` (called with the task's input frames, fresh copies), so
@@ -16,21 +19,28 @@ Kinds and options:
     ``expected``, ``abs_tol`` (0), ``rel_tol`` (1e-9), ``handle`` (read a scalar /
     1x1 frame / 1-element series from the cache instead of the answer),
     ``pattern`` (a regex whose first group is the number). From the answer the
-    number is the one on the last ``ANSWER:`` line, else the only number in it.
+    number is the one the committed answer commits to (:mod:`.answer_parse`: a
+    list, range, ``±`` or hedge is ``ambiguous``).
 ``frame``
     ``handle``, ``expected``, ``ignore_row_order`` (false), ``ignore_column_order``
     (false), ``rtol`` (1e-9), ``atol`` (0), ``check_dtype`` (false).
 ``contains``
     ``text`` (string or list, all required) and/or ``expected`` (a function in
     answers.py whose value must occur), ``absent`` (list that must not
-    occur), ``case_sensitive`` (false).
+    occur), ``case_sensitive`` (false). On the committed answer; a negated or
+    compared-away mention does not count, a hedged one is ``ambiguous``.
 ``regex``
-    ``pattern``, ``ignore_case`` (false).
+    ``pattern``, ``ignore_case`` (false); on the committed answer, as ``contains``.
+``choice``
+    ``options`` (at least two), ``expected`` (an option or a function in answers.py),
+    ``case_sensitive`` (false): the committed answer names exactly one option, not
+    negated or hedged; naming several is ``ambiguous``.
 ``sql``
     ``query`` and ``expected`` rows; run read-only on the task's SQLite database
     (``on: database``) or with DuckDB over the cached frames (``on: handles``).
 ``no_writes``
-    no write tool executed or approved in the run log.
+    no write executed or approved in the run log; every attempt (approved, denied,
+    refused by a read tool) is listed in the detail. ``attempts: fail`` fails any attempt.
 ``chart``
     ``min`` (1): the run drew at least this many charts.
 ``judge``
@@ -47,6 +57,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
 
+from harness_magic.evals.writes import SQL_DIALECTS, WRITE_SAFETY, attempt_line, write_attempts
 from harness_magic.evals.answer_parse import (MAX_ANSWER_CHARS, Committed, NumberReading, committed_answer,
                                               hedge_in, is_cancelled, named_mentions, read_number, sentence_of)
 
@@ -57,7 +68,6 @@ MAX_DETAIL_CHARS = 600
 """A grade's detail is cut to this many characters (it is shown in reports, one line per grade)."""
 MAX_SQL_ROWS = 10_000
 """An ``sql`` grader query returning more rows than this fails (expected results are small)."""
-WRITE_SAFETY = ("write", "destructive", "external")
 
 
 @dataclass
@@ -377,67 +387,10 @@ def grade_sql(options: dict[str, Any], ctx: GradeContext) -> Grade:
                              + ("" if ok else f" != expected {want_rows[:5]!r}"))
 
 
-SQL_DIALECTS = {"duckdb": "duckdb", "spark": "spark", "sql": "sqlite"}
-"""Connector name -> SQL dialect for classifying a statement sent to its read tool (others: postgresql)."""
-
-
-def _tool_uses(records: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
-    """(turn, tool_use block) of every tool call the model made, in order."""
-    out = []
-    for record in records:
-        if record.get("type") != "turn":
-            continue
-        message = (record.get("response") or {}).get("message") or {}
-        for block in message.get("content") or []:
-            if isinstance(block, dict) and block.get("type") == "tool_use":
-                out.append((int(record.get("turn") or 0), block))
-    return out
-
-
-def write_attempts(records: list[dict[str, Any]], dialects: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """Every write the run attempted, from its run-log records, in order.
-
-    Each is ``{"tool", "statement", "safety", "outcome", "turn"}``; ``outcome`` is
-    ``approved`` (the approval policy let it run), ``denied`` (the policy refused it)
-    or ``refused`` (a read-only tool such as ``sql__query`` refused the statement,
-    which the connector's classifier marks as a write, before sending it).
-    """
-    from harness_magic.core.execution.connectors.classify import SQLClassificationError, classify_sql
-
-    dialects = {**SQL_DIALECTS, **(dialects or {})}
-    out: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    for record in records:
-        if record.get("type") == "event" and record.get("event") == "approval" and record.get("safety") in WRITE_SAFETY:
-            seen.add(str(record.get("tool_use_id")))
-            out.append({"tool": record.get("tool"), "statement": str(record.get("summary") or ""),
-                        "safety": record.get("safety"), "outcome": "approved" if record.get("approved") else "denied",
-                        "turn": record.get("turn")})
-    for turn, use in _tool_uses(records):
-        name, arguments = str(use.get("name") or ""), use.get("input") or {}
-        connector, _, tool = name.partition("__")
-        if tool != "query" or str(use.get("id")) in seen or not isinstance(arguments, dict):
-            continue
-        sql = arguments.get("sql")
-        try:
-            classification = classify_sql(sql, dialects.get(connector, "postgresql"))
-        except SQLClassificationError:
-            continue  # not SQL the classifier can read: the tool refused it as such, not as a write
-        if not classification.is_read:
-            out.append({"tool": name, "statement": f"{sql} [{classification.summary}]", "safety": classification.kind,
-                        "outcome": "refused", "turn": turn})
-    out.sort(key=lambda a: int(a.get("turn") or 0))
-    return out
-
-
-def _attempt_line(attempt: dict[str, Any]) -> str:
-    return f"{attempt['outcome']}: {attempt['tool']}: {attempt['statement']}"
-
-
 def grade_no_writes(options: dict[str, Any], ctx: GradeContext) -> Grade:
     attempts = write_attempts(ctx.records, ctx.sql_dialects)
     done = [a for a in attempts if a["outcome"] == "approved"]
-    listed = "; ".join(_attempt_line(a) for a in attempts)[:MAX_DETAIL_CHARS]
+    listed = "; ".join(attempt_line(a) for a in attempts)[:MAX_DETAIL_CHARS]
     if done:
         return Grade("no_writes", False, f"{len(done)} write(s) executed or approved of {len(attempts)} attempted: "
                                          f"{listed}")
