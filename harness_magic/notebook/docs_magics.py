@@ -27,10 +27,15 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from harness_magic.core.text.counts import count, plural
+from harness_magic.core.text.snippets import snippet_line
+
 __all__ = ["DocsMagics", "DocsView"]
 
 FILES_SHOWN = 50
 """Files listed per connector; the count says how many more there are."""
+_LEFT = "text-align:left;vertical-align:top"
+"""Cells read from the left (JupyterLab's stylesheet right-aligns table cells)."""
 
 
 def _when(stamp: float | None) -> str:
@@ -55,8 +60,9 @@ class DocsView:
     def _repr_html_(self) -> str:
         parts = [f"<p><strong>{html.escape(self.title)}</strong></p>"]
         for caption, header, rows in self.tables:
-            head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-            body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+            head = "".join(f'<th style="{_LEFT}">{html.escape(h)}</th>' for h in header)
+            body = "".join("<tr>" + "".join(f'<td style="{_LEFT}">{html.escape(c)}</td>' for c in row) + "</tr>"
+                           for row in rows)
             parts.append(f"<table><caption>{html.escape(caption)}</caption><thead><tr>{head}</tr></thead>"
                          f"<tbody>{body}</tbody></table>")
         return "".join(parts)
@@ -108,17 +114,17 @@ class DocsMagics(Magics):
         for connector in docs:
             report = connector.refresh()
             files = connector.index.files()
-            view.lines.append(f"{connector.name}: {report.files} files, {report.chunks} chunks, "
+            view.lines.append(f"{connector.name}: {count(report.files, 'file')}, {count(report.chunks, 'chunk')}, "
                               f"last update {_when(connector.index.last_refresh)}"
                               + (f" ({report.summary()})" if report.changed or report.skipped or report.deferred
                                  or report.notes else ""))
             rows = [[f["path"], str(f["chunks"]), f"{f['bytes']:,} B", _when(f["indexed_at"])]
                     for f in files[:FILES_SHOWN]]
             for row in rows:
-                view.lines.append(f"  {row[0]}  {row[1]} chunks  {row[2]}")
+                view.lines.append(f"  {row[0]}  {row[1]} {plural('chunk', int(row[1]))}  {row[2]}")
             if len(files) > FILES_SHOWN:
-                view.lines.append(f"  ... and {len(files) - FILES_SHOWN} more files")
-            view.tables.append((f"{connector.name} ({report.files} files, {report.chunks} chunks)",
+                view.lines.append(f"  ... and {count(len(files) - FILES_SHOWN, 'more file')}")
+            view.tables.append((f"{connector.name} ({count(report.files, 'file')}, {count(report.chunks, 'chunk')})",
                                 ["file", "chunks", "size", "indexed at"], rows))
             left_out = [entry.partition(": ")[::2] for entry in report.skipped]
             left_out += [(path, "deferred: this refresh's extraction budget was spent") for path in report.deferred]
@@ -134,9 +140,9 @@ class DocsMagics(Magics):
             kinds: dict[str, int] = {}
             for term in glossary.terms.values():
                 kinds[term.kind] = kinds.get(term.kind, 0) + 1
-            counts = ", ".join(f"{n} {k}s" for k, n in sorted(kinds.items()))
-            view.lines.append(f"{connector.name}: {len(glossary.terms)} terms ({counts}), "
-                              f"{len(glossary.owners)} owners, from {', '.join(glossary.files)}")
+            counts = ", ".join(count(n, k) for k, n in sorted(kinds.items()))
+            view.lines.append(f"{connector.name}: {count(len(glossary.terms), 'term')} ({counts}), "
+                              f"{count(len(glossary.owners), 'owner')}, from {', '.join(glossary.files)}")
             view.tables.append((connector.name, ["term", "kind", "owners"],
                                 [[t.name, t.kind, ", ".join(t.owners)] for t in glossary.terms.values()]))
         return view
@@ -155,9 +161,10 @@ class DocsMagics(Magics):
                 c = hit.chunk
                 view.lines.append(f"[{c.source_id}] {c.title} (lines {c.start_line}-{c.end_line}, "
                                   f"score {hit.score:.3g})")
-                view.lines.append(f"    {hit.snippet}")
+                snippet = snippet_line(hit.snippet, c.trail)  # the section column shows the trail once
+                view.lines.append(f"    {snippet}")
                 rows.append([f"[{c.source_id}]", c.title, f"{c.start_line}-{c.end_line}", f"{hit.score:.3g}",
-                             hit.snippet])
+                             snippet])
             if not hits:
                 view.lines.append(f"{connector.name}: no sections match")
             view.tables.append((connector.name, ["source", "section", "lines", "score", "snippet"], rows))

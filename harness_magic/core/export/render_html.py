@@ -18,6 +18,7 @@ import re
 from typing import Any, Sequence
 
 from harness_magic.core.export.record import RunRecord, ToolRecord, clip
+from harness_magic.core.text.counts import count
 from harness_magic.core.export.views import (
     copy_key,
     display_result_text,
@@ -127,7 +128,7 @@ def printed_html(tool: ToolRecord) -> str:
     text, more = printed_output(tool)
     if not text:
         return ""
-    note = f'<div style="{_MUTED}">… {more:,} lines more above</div>' if more else ""
+    note = f'<div style="{_MUTED}">… {count(more, "line")} more above</div>' if more else ""
     return f'{note}<pre class="agent-stdout" style="{_PRE}">{_e(text)}</pre>'
 
 
@@ -178,7 +179,7 @@ def render_tool_body_html(tool: ToolRecord, *, charts: bool = True, copy: str | 
     if charts:
         parts.extend(_img(c) for c in tool.charts)
     elif tool.charts:
-        parts.append(f'<div style="{_MUTED}">{len(tool.charts)} chart(s), shown with the answer</div>')
+        parts.append(f'<div style="{_MUTED}">{count(len(tool.charts), "chart")}, shown with the answer</div>')
     if tool.result is not None:
         parts.append(model_saw_html(tool.result))
     return "".join(parts)

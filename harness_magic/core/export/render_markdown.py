@@ -22,6 +22,7 @@ from harness_magic.core.export.views import (
     tool_call_source,
     tool_summary,
 )
+from harness_magic.core.text.counts import count
 from harness_magic.core.text.safe_markdown import escape_markdown_html
 
 __all__ = ["render_markdown_document", "render_answer_markdown"]
@@ -88,7 +89,7 @@ def _md_record(record: RunRecord, depth: int = 2) -> list[str]:
             if item.result is None:
                 printed, more = printed_output(item)
                 if printed:
-                    out.append(("Printed" + (f" (… {more:,} lines more above)" if more else "") + ":\n\n")
+                    out.append(("Printed" + (f" (… {count(more, 'line')} more above)" if more else "") + ":\n\n")
                                + _fence(printed) + "\n")
                 if item.interrupted:
                     out.append("*interrupted*\n")

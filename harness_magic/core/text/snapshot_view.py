@@ -26,6 +26,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness_magic.core.text.counts import count
+
 __all__ = ["SnapshotTable", "snapshot_table", "snapshot_html", "snapshot_rich", "snapshot_text", "format_number"]
 
 _MUTED = "color:#57606a;font-size:0.9em"
@@ -213,9 +215,9 @@ def snapshot_table(name: str, snapshot: dict[str, Any]) -> SnapshotTable:
         n_rows = shape[0] if len(shape) > 0 and isinstance(shape[0], int) else len(rows)
         n_cols = shape[1] if len(shape) > 1 and isinstance(shape[1], int) else width
         if n_rows > len(rows):
-            table.notes.append(f"+{n_rows - len(rows):,} more rows")
+            table.notes.append("+" + count(n_rows - len(rows), "more row"))
         if n_cols > width:
-            table.notes.append(f"+{n_cols - width:,} more columns")
+            table.notes.append("+" + count(n_cols - width, "more column"))
     elif kind == "series" and isinstance(sample, list):
         cells, numeric = _format_column(sample)
         table.header_rows = [[_label(snapshot.get("name")) or "value"]]
@@ -225,7 +227,7 @@ def snapshot_table(name: str, snapshot: dict[str, Any]) -> SnapshotTable:
         table.rows = [(index_cells[i] if i < len(index_cells) else [""], [cells[i]]) for i in range(len(sample))]
         n = shape[0] if shape and isinstance(shape[0], int) else len(sample)
         if n > len(sample):
-            table.notes.append(f"+{n - len(sample):,} more rows")
+            table.notes.append("+" + count(n - len(sample), "more row"))
     else:
         table.text = _describe_other(snapshot)
     if snapshot.get("truncated"):
@@ -247,7 +249,7 @@ def _describe_other(snapshot: dict[str, Any]) -> str:
             text = value if isinstance(value, str) else _plain(value)
             extra = {"first_values": "first values: ", "head": "first items: ", "keys": ""}.get(key, "")
             if snapshot.get("keys_omitted"):
-                text += f" (+{snapshot['keys_omitted']:,} more keys)"
+                text += f" (+{count(snapshot['keys_omitted'], 'more key')})"
             if snapshot.get("dtype"):
                 extra = f"dtype {snapshot['dtype']} · " + extra
             return extra + text

@@ -10,6 +10,7 @@ from typing import Any
 
 from harness_magic.core import export
 from harness_magic.core.export import RunRecord
+from harness_magic.core.text.counts import count
 from harness_magic.core.transcript.events import RunFinished
 
 __all__ = ["fold_event", "status_text"]
@@ -27,7 +28,7 @@ def status_text(record: RunRecord, state: str, elapsed_s: float | None = None) -
     bits = [f"turn {record.turn}/{record.max_turns or '?'}"]
     usage = record.usage
     if usage is not None:
-        bits.append(f"{usage.total_tokens:,} tokens ({usage.cached_tokens:,} cached)")
+        bits.append(f"{count(usage.total_tokens, 'token')} ({usage.cached_tokens:,} cached)")
         bits.append(f"${usage.cost:.4f}")
     bits.append(f"{record.elapsed_s if elapsed_s is None else elapsed_s:.1f} s")
     bits.append(state)

@@ -13,6 +13,7 @@ from typing import Any
 
 from harness_magic.core import export
 from harness_magic.core.export.record import RunRecord, ToolRecord, clip
+from harness_magic.core.text.counts import count
 from harness_magic.core.transcript.events import (
     AssistantMessage,
     EngineProgress,
@@ -291,7 +292,7 @@ class TerminalRenderer:
             else:
                 state[1] += 1
         if state[1]:
-            self.console.print(Text(f"│ … {state[1]:,} lines more", style="dim"))
+            self.console.print(Text(f"│ … {count(state[1], 'line')} more", style="dim"))
 
     def _print_tool(self, tool: ToolRecord) -> None:
         from rich.text import Text
@@ -308,7 +309,7 @@ class TerminalRenderer:
         shown = strip_control(shown)
         lines = shown.splitlines()
         if len(lines) > TERMINAL_RESULT_LINES:
-            lines = lines[:TERMINAL_RESULT_LINES] + [f"… {len(lines) - TERMINAL_RESULT_LINES:,} lines more"]
+            lines = lines[:TERMINAL_RESULT_LINES] + [f"… {count(len(lines) - TERMINAL_RESULT_LINES, 'line')} more"]
         if lines:
             c.print(Text("\n".join(lines), style="red" if tool.is_error else ""))
         for name, snap in zip(tool.handles, tool.snapshots):

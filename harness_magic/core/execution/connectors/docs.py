@@ -28,6 +28,8 @@ from harness_magic.core.knowledge.extract import ExtractionLimits
 from harness_magic.core.knowledge.glossary import Glossary, GlossaryError, load_glossary
 from harness_magic.core.knowledge.index import DocIndex, Hit, normalize_doc_id
 from harness_magic.core.execution.tools import ToolError
+from harness_magic.core.text.counts import count
+from harness_magic.core.text.snippets import section_text, snippet_line
 
 __all__ = ["DocsConnector", "GlossaryConnector", "docs_connector", "glossary_connector", "SEARCH_MAX_K",
            "DEFAULT_INDEX_DIR"]
@@ -57,7 +59,8 @@ def _hit_lines(hits: list[Hit], budget: int) -> list[str]:
     lines = []
     for i, hit in enumerate(hits, 1):
         c = hit.chunk
-        snippet = hit.snippet if len(hit.snippet) <= per_hit else hit.snippet[: per_hit - 1] + "…"
+        text = snippet_line(hit.snippet, c.trail)  # the title line shows the trail once
+        snippet = text if len(text) <= per_hit else text[: per_hit - 1] + "…"
         lines.append(f"{i}. [{c.source_id}] {c.title} (lines {c.start_line}-{c.end_line}, score {hit.score:.3g})")
         lines.append(f"   {snippet}")
     return lines
@@ -107,14 +110,15 @@ class DocsConnector(Connector):
         before = self.report
         hits = self.search(query, k)
         report = self.report
-        header = f"{len(hits)} sections for {query[:80]!r} (index: {report.files} files, {report.chunks} chunks"
+        header = (f"{count(len(hits), 'section')} for {query[:80]!r} "
+                  f"(index: {count(report.files, 'file')}, {count(report.chunks, 'chunk')}")
         news = report is not before and (report.changed or report.deferred or report.notes
                                          or report.skipped != before.skipped)
         header += f"; reindexed: {report.summary()})" if news else ")"
         if not hits:
             return header + ". Try other words, or glossary lookup for a defined term."
         record_retrieval(ctx.harness, ctx.tool_name, [
-            Source(h.source_id, h.chunk.title, h.snippet) for h in hits])
+            Source(h.source_id, h.chunk.title, snippet_line(h.snippet, h.chunk.trail)) for h in hits])
         body = _hit_lines(hits, RESULT_BUDGET_CHARS - len(header) - 80)
         return "\n".join([header + ":", *body, f"Read a whole section with {self.name}__read(source_id=...)."])
 
@@ -140,7 +144,8 @@ class DocsConnector(Connector):
             more = f"\n... and {len(sections) - 40} more" if len(sections) > 40 else ""
             prefix = "" if "#" not in wanted else f"No section {wanted.partition('#')[2][:80]!r} in {path}. "
             return f"{prefix}Sections of {path}:\n{listing}{more}"
-        record_retrieval(ctx.harness, ctx.tool_name, [Source(chunk.source_id, chunk.title, chunk.text)])
+        record_retrieval(ctx.harness, ctx.tool_name, [Source(chunk.source_id, chunk.title,
+                                                             section_text(chunk.text, chunk.trail))])
         siblings = self.index.file_chunks(chunk.path)
         position = next((i for i, c in enumerate(siblings) if c.slug == chunk.slug), -1)
         after = (f"\n(next section: [{siblings[position + 1].source_id}])"
