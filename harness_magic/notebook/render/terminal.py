@@ -61,6 +61,39 @@ class _HeldHeader:
     """The call's sandbox step was announced: the header waits for its end, however long."""
 
 
+IMAGE_SOURCE_CHARS = 80
+"""Characters of a (non-``data:``) image address printed in place of the image."""
+
+
+def _image_placeholder(token: Any) -> list[Any]:
+    """Inline tokens that stand where an image was: ``[image: alt — address]`` in italics."""
+    from markdown_it.token import Token
+
+    alt = " ".join("".join(child.content for child in (token.children or [])).split()) or "image"
+    src = str(token.attrGet("src") or "").strip()
+    where = "" if not src or src.lower().startswith("data:") else f" — {clip(src, IMAGE_SOURCE_CHARS)}"
+    label = Token("text", "", 0)
+    label.content = f"[image: {alt}{where}]"
+    return [Token("em_open", "em", 1), label, Token("em_close", "em", -1)]
+
+
+def terminal_markdown(text: str) -> Any:
+    """``text`` as a rich Markdown renderable whose images print as text in their place.
+
+    A terminal shows no image, and rich's own placeholder moves the alt text to the
+    front of its paragraph; here each image becomes ``[image: alt — address]`` where it stood
+    (no request is made: the address is only printed).
+    """
+    from rich.markdown import Markdown
+
+    markdown = Markdown(text)
+    for block in markdown.parsed:
+        if block.type == "inline" and block.children:
+            block.children = [part for child in block.children
+                              for part in (_image_placeholder(child) if child.type == "image" else [child])]
+    return markdown
+
+
 class TerminalRenderer:
     """Event handler that prints a run with rich (terminal IPython, scripts).
 
@@ -198,7 +231,6 @@ class TerminalRenderer:
 
     def _print_event(self, event: Any) -> None:
         """Print one event (the lock is held, any waiting header printed)."""
-        from rich.markdown import Markdown
         from rich.panel import Panel
         from rich.syntax import Syntax
         from rich.text import Text
@@ -218,7 +250,7 @@ class TerminalRenderer:
         elif isinstance(event, AssistantMessage):
             text = strip_control(event.message.text).strip()
             if text:
-                c.print(Markdown(text))
+                c.print(terminal_markdown(text))
                 if not event.message.tool_uses:
                     self.printed_final = True
         elif isinstance(event, ToolCallStarted):
@@ -259,7 +291,7 @@ class TerminalRenderer:
             if result.status != "completed":
                 c.print(Text(f"{result.status}: {strip_control(result.error or '')}", style="bold red"))
             elif result.text and not self.printed_final:
-                c.print(Markdown(strip_control(result.text)))
+                c.print(terminal_markdown(strip_control(result.text)))
                 self.printed_final = True
             for i, chart in enumerate(result.charts, 1):
                 c.print(Text(f"chart {i} of {len(result.charts)}: {_png_size(chart)} PNG — "
