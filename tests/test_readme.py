@@ -368,3 +368,4 @@ def test_local_server_recipe_works_without_a_key(tmp_path: Path) -> None:
     served = re.search(r"-m openai/(\S+)", cells[1]).group(1)
     assert [r["model"] for r in server.requests] == [served]
     assert "West grew fastest." in json.dumps(cell.result)
+    assert "placeholder key" in json.dumps(cell.messages, default=str), "the notebook says a placeholder key was sent"
