@@ -6,6 +6,7 @@ The notebook layer is glue over this class: it maps its traitlets onto an
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -27,7 +28,7 @@ from harness_magic.core.agent.prompts import DEFAULT_SYSTEM_PROMPT
 from harness_magic.core.providers.provider import ProviderAdapter
 from harness_magic.core.execution.tools import ToolSpec
 
-__all__ = ["AgentConfig", "AgentSession", "SessionBackend", "SANDBOX_MODES", "DEFAULT_MODEL"]
+__all__ = ["AgentConfig", "AgentSession", "SessionBackend", "BackendStart", "SANDBOX_MODES", "DEFAULT_MODEL"]
 
 DEFAULT_MODEL = "openai/gpt-4o-mini"
 """A cheap, capable default; needs OPENAI_API_KEY. Offline ids need no key."""
@@ -108,6 +109,31 @@ _HARNESS_FIELDS = ("planner", "reminders", "system_prompt")
 """Settings that shape the tool list or prompt: changing one rebuilds the loop around the same history."""
 
 
+KERNEL_DATA_STACK = ("pandas", "pyarrow")
+"""Imported beside a background start: the kernel reads and describes the first result with them (~0.7 s cold),
+which the first tool call would otherwise pay."""
+
+
+def _import_data_stack() -> None:
+    import importlib
+
+    for name in KERNEL_DATA_STACK:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # the call that needs it raises it where it is used
+
+
+def start_backend(config: AgentConfig) -> InterpreterBackend:
+    """:func:`make_backend` with the kernel's data stack imported alongside (both done when it returns)."""
+    imports = threading.Thread(target=_import_data_stack, name="harness-data-stack-import", daemon=True)
+    imports.start()
+    try:
+        return make_backend(config)
+    finally:
+        imports.join()
+
+
 def make_backend(config: AgentConfig) -> InterpreterBackend:
     """The interpreter backend a config asks for."""
     if config.sandbox == "inprocess":
@@ -115,6 +141,69 @@ def make_backend(config: AgentConfig) -> InterpreterBackend:
     from harness_magic.core.execution.sandbox import SandboxedInterpreter
 
     return SandboxedInterpreter(allow_unconfined=config.allow_unconfined or config.sandbox == "unconfined")
+
+
+class BackendStart:
+    """An interpreter backend being made on a background thread (``make()``), handed over once.
+
+    :meth:`result` waits for it and returns the backend, or raises what
+    ``make`` raised, the same exception, once (the caller then holds the
+    backend, or tries again on its own). An interrupt while waiting leaves the
+    start under way. :meth:`cancel` closes what the start made, or has the
+    start close it when it finishes, and waits for that: no worker outlives a
+    cancelled start, even when the wait is interrupted.
+    """
+
+    def __init__(self, make: Callable[[], InterpreterBackend]) -> None:
+        self._make = make
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._backend: InterpreterBackend | None = None
+        self._error: BaseException | None = None
+        self._cancelled = False
+        self._thread = threading.Thread(target=self._run, name="harness-sandbox-start", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            backend = self._make()
+        except BaseException as exc:  # kept for the first call that needs the backend
+            self._error = exc
+        else:
+            with self._lock:
+                cancelled = self._cancelled
+                if not cancelled:
+                    self._backend = backend
+            if cancelled:
+                backend.close()
+        finally:
+            self._done.set()
+
+    @property
+    def done(self) -> bool:
+        """Whether the start has finished (made the backend or failed)."""
+        return self._done.is_set()
+
+    def result(self) -> InterpreterBackend:
+        """Wait for the start; the backend, or the start's exception (raised by this call only)."""
+        self._done.wait()
+        with self._lock:
+            backend, self._backend = self._backend, None
+            error, self._error = self._error, None
+        if error is not None:
+            raise error
+        if backend is None:
+            raise RuntimeError("this sandbox start was cancelled or already handed over")
+        return backend
+
+    def cancel(self) -> None:
+        """Stop caring about the start: wait for it to finish and close what it made (nothing is left running)."""
+        with self._lock:
+            self._cancelled = True
+            backend, self._backend = self._backend, None
+        if backend is not None:
+            backend.close()
+        self._thread.join()  # a start still under way saw the flag and closes its backend itself
 
 
 def make_cache(config: AgentConfig) -> SessionCache:
@@ -151,6 +240,8 @@ class AgentSession:
                                 "(a backend without workers or exports declares so and keeps no-op methods, "
                                 "as InProcessInterpreter does)")
         self._backend = backend
+        self._start: BackendStart | None = None
+        """The backend being started in the background (:meth:`prestart`), until a call takes it over."""
         self._fork_pending = False
         """The worker was retired when this run began; its first interpreter call forks the new one."""
         self._adapters: dict[str, Any] = {}
@@ -211,22 +302,59 @@ class AgentSession:
 
     @property
     def backend(self) -> InterpreterBackend:
-        """The interpreter backend, started on first use."""
+        """The interpreter backend, started on first use (or taken over from :meth:`prestart`, waiting for it)."""
         if self._backend is None:
-            self._backend = make_backend(self.config)
+            if self._start is not None:
+                start = self._start
+                try:
+                    self._backend = start.result()  # an interrupt here leaves the start under way, still ours
+                finally:
+                    if start.done:
+                        self._start = None  # handed over, or failed: its error is raised this once
+            else:
+                self._backend = make_backend(self.config)
         return self._backend
+
+    def prestart(self) -> bool:
+        """Start the interpreter backend on a background thread now; whether a start began.
+
+        Nothing begins when the backend runs or is starting already, or for the
+        in-process backend (nothing to start). The first call that needs the
+        backend waits only for what is left of the start (shown as the ``start``
+        step only when it waits); a start that failed raises its error there,
+        once, as a start at that call would have. Each run begins with this, so
+        the sandbox starts while the model prepares its first answer.
+        """
+        if self._backend is not None or self._start is not None or self.config.sandbox == "inprocess":
+            return False
+        config = self.config
+        self._start = BackendStart(lambda: start_backend(config))
+        return True
+
+    @property
+    def sandbox_starting(self) -> bool:
+        """Whether a background start (:meth:`prestart`) is under way (not finished yet)."""
+        return self._start is not None and not self._start.done
+
+    def _cancel_start(self) -> None:
+        start, self._start = self._start, None
+        if start is not None:
+            start.cancel()
 
     def _started_backend(self, harness: Any) -> Any:
         """:attr:`backend`, its worker running; starting it is a visible step with its time.
 
         ``start``: the session's first use (launcher, data stack imports and the
-        first worker); ``fork``: the fresh worker of this cell (see
+        first worker), or what is left of a background start (:meth:`prestart`),
+        its time being this call's wait; none when that start is done; ``fork``: the fresh worker of this cell (see
         :meth:`_fresh_worker`); ``restart``: a worker after the previous one was
         lost. Each emits :class:`~harness_magic.core.transcript.events.SandboxStep` before
         (no time) and after (with its time), for the tool call in progress.
         """
         if harness is None or self.config.sandbox == "inprocess":
             return self.backend
+        if self._backend is None and self._start is not None and self._start.done:
+            return self.backend  # started in the background before this call needed it: no wait to show
         if self._backend is None:
             action, start = "start", lambda: self.backend
         else:
@@ -322,6 +450,7 @@ class AgentSession:
         harness = self.harness
         with harness.overriding(adapter=self.adapter_for(model) if model is not None else None):
             self._fresh_worker()
+            self.prestart()
             result = retry_from(log, from_turn, harness, session_id=self.session_id)
         self.runs.append(result)
         return result
@@ -355,6 +484,7 @@ class AgentSession:
         try:
             with harness.overriding(adapter=adapter, max_turns=max_turns):
                 self._fresh_worker()
+                self.prestart()  # beside the first model request
                 result = harness.ask_result(prompt, session_id=self.session_id)
         finally:
             self._set_budgets(previous_budgets)
@@ -397,8 +527,10 @@ class AgentSession:
 
             self._adapters = {m: a for m, a in self._adapters.items() if is_offline_model(m)}
             notes.append("provider settings changed: new adapters for real models")
-        if changed & set(_BACKEND_FIELDS) and self._backend is not None:
-            self._backend.close()
+        if changed & set(_BACKEND_FIELDS) and (self._backend is not None or self._start is not None):
+            self._cancel_start()
+            if self._backend is not None:
+                self._backend.close()
             self._backend = None
             notes.append("sandbox changed: the interpreter worker restarts at the next tool call (cache kept)")
         for name in ("hot_count", "memory_budget_bytes"):
@@ -424,6 +556,8 @@ class AgentSession:
         return notes
 
     def close(self) -> None:
+        """Close the backend (a start under way is waited for and closed: no worker is left) and the cache."""
+        self._cancel_start()
         if self._backend is not None:
             self._backend.close()
         self.cache.close()
