@@ -494,7 +494,7 @@ def validate_grader(kind: str, options: dict[str, Any], answers: ModuleType | No
     if kind not in _OPTIONS:
         raise ValueError(f"unknown grader {kind!r}; allowed: {', '.join(grader_kinds())}")
     required, optional = _OPTIONS[kind]
-    unknown = sorted(set(options) - required - optional)
+    unknown = sorted(k if isinstance(k, str) else repr(k) for k in set(options) - required - optional)  # `on:` is True in YAML
     if unknown:
         raise ValueError(f"unknown option(s) {', '.join(unknown)}; allowed: {', '.join(sorted(required | optional))}")
     missing = sorted(required - set(options))

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness_magic.evals.graders import SQL_DIALECTS, Grade, GradeContext, grade, write_attempts
-from harness_magic.evals.schema import Suite, SuiteError, Task
+from harness_magic.evals.schema import DATABASE_SUFFIXES, Suite, SuiteError, Task, suite_path
 
 __all__ = ["TaskResult", "run_task", "run_suite", "classify_failure", "SUITE_MODEL_PREFIX", "ALL_WRONG",
            "TOOL_ERROR_LOOP", "MAX_LOG_BYTES", "MAX_JOBS", "DEFAULT_LIMITS", "load_inputs"]
@@ -113,12 +113,29 @@ def load_inputs(task: Task, suite: Suite) -> dict[str, Any]:
 
             out[handle] = pd.read_csv(cbook.get_sample_data(spec["sample"], asfileobj=False), comment="#")
         else:
-            path = suite.path / spec["file"]
-            if path.stat().st_size > MAX_INPUT_FILE_BYTES:
-                raise SuiteError(f"{task.path}: inputs.{handle}.file: {spec['file']!r} is larger than "
-                                 f"{MAX_INPUT_FILE_BYTES} bytes")
+            path = _source(task, suite, f"inputs.{handle}.file", spec["file"], suffixes=(".csv", ".parquet"))
             out[handle] = pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
     return out
+
+
+def _source(task: Task, suite: Suite, where: str, rel: str, **kwargs: Any) -> Path:
+    """A suite file named by the task, checked again now (it may have changed since loading) and size-capped."""
+    path = suite_path(task.path, where, suite.path, rel, **kwargs)
+    if not kwargs.get("directory") and path.stat().st_size > MAX_INPUT_FILE_BYTES:
+        raise SuiteError(f"{task.path}: {where}: {rel!r} is larger than {MAX_INPUT_FILE_BYTES} bytes")
+    return path
+
+
+def _sqlite_tables(path: Path) -> dict[str, Any]:
+    import pandas as pd
+
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                           "AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+        return {name: pd.read_sql_query(f'SELECT * FROM "{name}"', con) for name in names}
+    finally:
+        con.close()
 
 
 def _build_database(task: Task, suite: Suite, directory: Path) -> tuple[str | None, dict[str, Any]]:
@@ -126,10 +143,14 @@ def _build_database(task: Task, suite: Suite, directory: Path) -> tuple[str | No
     spec = task.connectors.get("sql")
     if spec is None:
         return None, {}
+    path = directory / "task.sqlite"
+    if "file" in spec:  # a copy: an approved write must not change the suite's file
+        shutil.copyfile(_source(task, suite, "connectors.sql.file", spec["file"], suffixes=DATABASE_SUFFIXES["sql"]),
+                        path)
+        return str(path), _sqlite_tables(path)
     tables = getattr(suite.generators, spec["database"])(int(spec.get("seed", 0)))
     if not isinstance(tables, dict):
         raise SuiteError(f"{task.path}: connectors.sql.database: {spec['database']!r} must return a dict of frames")
-    path = directory / "task.sqlite"
     con = sqlite3.connect(path)
     try:
         for name, frame in tables.items():
@@ -138,6 +159,37 @@ def _build_database(task: Task, suite: Suite, directory: Path) -> tuple[str | No
     finally:
         con.close()
     return str(path), {name: frame.copy() for name, frame in tables.items()}
+
+
+def _duckdb_tables(task: Task, suite: Suite, directory: Path) -> tuple[dict[str, str], dict[str, Any]]:
+    """The tables of the task's DuckDB database file as Parquet files (view name -> path) and as frames.
+
+    The file is opened read-only and its tables exported once per attempt; the agent queries them
+    through the duckdb connector's read-only file views, never the database file itself.
+    """
+    spec = task.connectors.get("duckdb") or {}
+    if "file" not in spec:
+        return {}, {}
+    import duckdb
+
+    source = _source(task, suite, "connectors.duckdb.file", spec["file"], suffixes=DATABASE_SUFFIXES["duckdb"])
+    out_dir = directory / "duckdb"
+    out_dir.mkdir()
+    views: dict[str, str] = {}
+    frames: dict[str, Any] = {}
+    con = duckdb.connect(str(source), read_only=True)
+    try:
+        names = [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables "
+                                           "WHERE table_schema = 'main' ORDER BY 1").fetchall()]
+        for name in names:
+            relation = con.table(name)
+            frames[name] = relation.df()
+            target = out_dir / f"{len(views)}.parquet"
+            relation.write_parquet(str(target))
+            views[name] = str(target)
+    finally:
+        con.close()
+    return views, frames
 
 
 def _read_records(run_file: str | None) -> list[dict[str, Any]]:
@@ -177,7 +229,8 @@ def classify_failure(status: str, grades: list[Grade], records: list[dict[str, A
     return "wrong_answer"
 
 
-def _session(task: Task, suite: Suite, model: str, options: dict[str, Any], run_dir: Path, database: str | None) -> Any:
+def _session(task: Task, suite: Suite, model: str, options: dict[str, Any], run_dir: Path, database: str | None,
+             duckdb_views: dict[str, str]) -> Any:
     from harness_magic.core.providers.offline import ScriptedModel
     from harness_magic.core.providers.provider import ProviderAdapter
     from harness_magic.core.session import AgentConfig, AgentSession
@@ -195,7 +248,13 @@ def _session(task: Task, suite: Suite, model: str, options: dict[str, Any], run_
     if "duckdb" in task.connectors:
         from harness_magic.core.execution.connectors import duckdb_connector
 
-        session.add_connector(duckdb_connector())
+        session.add_connector(duckdb_connector(duckdb_views or None))
+    if "files" in task.connectors:
+        from harness_magic.core.execution.connectors import files_connector
+
+        roots = [_source(task, suite, f"connectors.files.roots[{i}]", root, directory=True)
+                 for i, root in enumerate(task.connectors["files"]["roots"])]
+        session.add_connector(files_connector([str(r) for r in roots]))
     if database is not None:
         from harness_magic.core.execution.connectors import ApprovalPolicy, sql_connector
 
@@ -220,7 +279,9 @@ def run_task(task: Task, suite: Suite, model: str, *, repeat: int = 0, out_dir: 
     try:
         inputs = load_inputs(task, suite)
         database, tables = _build_database(task, suite, scratch)
-        session = _session(task, suite, model, options, run_dir, database)
+        duckdb_views, duckdb_frames = _duckdb_tables(task, suite, scratch)
+        tables = {**duckdb_frames, **tables}
+        session = _session(task, suite, model, options, run_dir, database, duckdb_views)
         for handle, frame in inputs.items():
             session.cache.put(handle, frame.copy())
         result = session.ask(task.prompt)

@@ -12,8 +12,10 @@ holds one task::
       prices: {file: datasets/prices.csv}     # a CSV shipped with the suite
       msft: {sample: msft.csv}                # matplotlib's bundled sample data
     connectors:                      # optional
-      duckdb: {}                     # SQL over the cached frames
-      sql: {database: shop, approval: allow}  # a SQLite file built from a generator
+      duckdb: {}                     # SQL over the cached frames ({file: data/x.duckdb}: and that database's tables)
+      sql: {database: shop, approval: allow}  # a SQLite file built from a generator, or
+      # sql: {file: data/shop.sqlite}          # a SQLite file of the suite (each attempt works on a copy)
+      files: {roots: [data/tables]}  # the files connector over directories of the suite
     limits: {max_turns: 6, max_tokens: 20000, max_cost_usd: 0.5, max_wall_s: 120, max_tool_calls: 10}
     graders:                         # all must pass
       - number: {expected: total_revenue, abs_tol: 0.01}
@@ -39,7 +41,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["Task", "Suite", "ScriptSpec", "SuiteError", "load_suite", "load_task", "FAILURE_CLASSES",
+__all__ = ["Task", "Suite", "ScriptSpec", "SuiteError", "load_suite", "load_task", "suite_path", "FAILURE_CLASSES",
            "GRADER_KINDS", "builtin_suite_path", "MAX_TASK_FILE_BYTES"]
 
 MAX_TASK_FILE_BYTES = 1_000_000
@@ -54,7 +56,7 @@ policy denied; ``policy_violation``: a write that must not happen (``no_writes``
 GRADER_KINDS = ("number", "frame", "contains", "regex", "sql", "no_writes", "judge", "chart")
 """The built-in grader kinds; other modules add kinds with ``graders.register_grader``."""
 LIMIT_KEYS = ("max_turns", "max_tokens", "max_cost_usd", "max_wall_s", "max_tool_calls")
-CONNECTOR_KINDS = ("duckdb", "sql")
+CONNECTOR_KINDS = ("duckdb", "sql", "files")
 SAMPLE_DATA = ("msft.csv", "Stocks.csv")
 """Real datasets an installed package ships (matplotlib's sample data), usable as ``{sample: NAME}``."""
 TASK_KEYS = {"id", "prompt", "description", "tags", "inputs", "connectors", "limits", "graders", "scripts"}
@@ -191,26 +193,70 @@ def _inputs(file: Path, raw: Any, suite_dir: Path, generators: ModuleType | None
             if not isinstance(spec.get("seed"), int) or isinstance(spec.get("seed"), bool):
                 raise _fail(file, f"{where}.seed", f"a generator needs an integer seed, got {spec.get('seed')!r}")
         else:
-            rel = spec["file"]
-            target = (suite_dir / str(rel)).resolve()
-            if not isinstance(rel, str) or not target.is_relative_to(suite_dir.resolve()) or not target.is_file():
-                raise _fail(file, f"{where}.file", f"{rel!r} is not a file inside the suite directory {suite_dir}")
-            if target.suffix not in (".csv", ".parquet"):
-                raise _fail(file, f"{where}.file", f"{rel!r}: allowed formats are .csv and .parquet")
+            suite_path(file, f"{where}.file", suite_dir, spec["file"], suffixes=(".csv", ".parquet"))
         out[handle] = dict(spec)
     return out
 
 
-def _connectors(file: Path, raw: Any, generators: ModuleType | None) -> dict[str, dict[str, Any]]:
+DATABASE_SUFFIXES = {"sql": (".sqlite", ".sqlite3", ".db"), "duckdb": (".duckdb", ".ddb")}
+"""Database files a task may name (``connectors.sql.file``, ``connectors.duckdb.file``)."""
+
+
+def suite_path(file: Path, where: str, suite_dir: Path, rel: Any, *, directory: bool = False,
+               suffixes: tuple[str, ...] = ()) -> Path:
+    """The real path of ``rel`` inside ``suite_dir``; SuiteError naming ``file`` and ``where`` when it is not
+    a relative path, escapes the suite (``..``, a symbolic link out), is missing, or has another suffix."""
+    kind = "directory" if directory else "file"
+    if not isinstance(rel, str) or not rel.strip():
+        raise _fail(file, where, f"expected a {kind} path relative to the suite directory, got {rel!r}")
+    if Path(rel).is_absolute():
+        raise _fail(file, where, f"{rel!r} is absolute; name a {kind} by its path relative to the suite directory "
+                                 f"{suite_dir}")
+    base = suite_dir.resolve()
+    try:
+        target = (base / rel).resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise _fail(file, where, f"{rel!r}: no such {kind} in the suite directory {suite_dir}") from None
+    if not target.is_relative_to(base):
+        raise _fail(file, where, f"{rel!r} resolves to {target}, outside the suite directory {suite_dir} "
+                                 "(through '..' or a symbolic link); suite sources must live inside the suite")
+    if (target.is_dir() if directory else target.is_file()) is False:
+        raise _fail(file, where, f"{rel!r} is not a {kind}")
+    if suffixes and target.suffix.lower() not in suffixes:
+        raise _fail(file, where, f"{rel!r}: allowed formats are {', '.join(suffixes)}")
+    return target
+
+
+def _connectors(file: Path, raw: Any, suite_dir: Path, generators: ModuleType | None) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for kind, spec in _mapping(file, "connectors", raw, allowed=set(CONNECTOR_KINDS)).items():
+        where = f"connectors.{kind}"
         if kind == "duckdb":
-            out[kind] = _mapping(file, "connectors.duckdb", spec, allowed=set())
+            spec = _mapping(file, where, spec, allowed={"file"})
+            if "file" in spec:
+                suite_path(file, f"{where}.file", suite_dir, spec["file"], suffixes=DATABASE_SUFFIXES["duckdb"])
+            out[kind] = dict(spec)
+        elif kind == "files":
+            spec = _mapping(file, where, spec, allowed={"roots"})
+            roots = spec.get("roots")
+            if not isinstance(roots, list) or not roots:
+                raise _fail(file, f"{where}.roots", f"expected a non-empty list of directories, got {roots!r}")
+            for index, root in enumerate(roots):
+                suite_path(file, f"{where}.roots[{index}]", suite_dir, root, directory=True)
+            out[kind] = dict(spec)
         else:
-            spec = _mapping(file, "connectors.sql", spec, allowed={"database", "seed", "approval", "allow_writes"})
-            _check_name(file, "connectors.sql.database", generators, "generators", spec.get("database"))
+            spec = _mapping(file, where, spec, allowed={"database", "file", "seed", "approval", "allow_writes"})
+            if ("database" in spec) == ("file" in spec):
+                raise _fail(file, where, "give exactly one of 'database' (a generators.py function) or 'file' "
+                                         "(a SQLite file in the suite)")
+            if "file" in spec:
+                suite_path(file, f"{where}.file", suite_dir, spec["file"], suffixes=DATABASE_SUFFIXES["sql"])
+            else:
+                _check_name(file, f"{where}.database", generators, "generators", spec.get("database"))
             if spec.get("approval", "ask") not in ("ask", "allow", "deny"):
-                raise _fail(file, "connectors.sql.approval", f"{spec.get('approval')!r}; allowed: ask, allow, deny")
+                raise _fail(file, f"{where}.approval", f"{spec.get('approval')!r}; allowed: ask, allow, deny")
+            if not isinstance(spec.get("allow_writes", True), bool):
+                raise _fail(file, f"{where}.allow_writes", f"expected true or false, got {spec.get('allow_writes')!r}")
             out[kind] = dict(spec)
     return out
 
@@ -330,7 +376,7 @@ def load_task(file: Path, suite_dir: Path, generators: ModuleType | None = None,
     return Task(
         id=task_id, prompt=prompt, path=file,
         inputs=_inputs(file, raw.get("inputs"), suite_dir, generators),
-        connectors=_connectors(file, raw.get("connectors"), generators),
+        connectors=_connectors(file, raw.get("connectors"), suite_dir, generators),
         limits=dict(limits), graders=_graders(file, raw.get("graders"), answers),
         reference=reference, wrong=wrong, tags=tuple(tags), description=str(raw.get("description") or ""),
     )
