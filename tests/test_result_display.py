@@ -157,7 +157,8 @@ def test_the_live_widget_shows_people_the_result_without_the_models_note(tmp_pat
 
 
 def test_people_still_read_that_a_results_name_was_taken(tmp_path) -> None:
-    code = f"import pandas as pd\n{FRAME}"
-    result, record = _run(tmp_path, [_call(code), _call(code), {"text": "done"}])
+    code = f"import pandas as pd\nframe = {FRAME}\nframe"  # a trailing name asks for that handle name
+    other = "import pandas as pd\nframe = pd.DataFrame({'x': [1]})\nframe"
+    result, record = _run(tmp_path, [_call(code), _call(other), {"text": "done"}])
     assert export.display_result_text(record.tools[0]) == ""
-    assert export.display_result_text(record.tools[1]) == "Saved as `result_2` (`result` was taken)"
+    assert export.display_result_text(record.tools[1]) == "Saved as `frame_2` (`frame` was taken)"

@@ -24,7 +24,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Protocol
 
-from harness_magic.core.cache.names import resolve_handle_name
+from harness_magic.core.cache.names import resolve_handle_name, sanitize_identifier
 from harness_magic.core.cache.engine_value import engine_of
 from harness_magic.core.execution.format import format_exception, format_tool_output, truncate_middle
 from harness_magic.core.execution.tools import ToolOutput, ToolSpec
@@ -330,12 +330,74 @@ def _only_saved_handles(value: Any, saved: Collection[str]) -> bool:
         isinstance(v, str) and v in saved for v in value)
 
 
+def trailing_value_name(code: str, known: Collection[str], turn: int | None = None) -> str:
+    """The handle name a trailing expression's value asks for, read from the expression.
+
+    ``summary`` -> ``summary``; ``sales.groupby("region").sum()`` -> ``sales_sum``; ``df["amount"]`` ->
+    ``df_amount``, where the root is a name the code assigns or a handle in ``known`` (not a module such
+    as ``pd``). Anything else is ``result_t<turn>`` (``result`` without a turn): auto names say which
+    turn made them instead of reading as copies of each other (``result``, ``result_2``).
+    """
+    fallback = "result" if turn is None else f"result_t{turn}"
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return fallback
+    if not tree.body or not isinstance(tree.body[-1], ast.Expr):
+        return fallback
+    node = tree.body[-1].value
+    assigned = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    label = None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        label = node.func.attr
+    elif isinstance(node, ast.Attribute):
+        label = node.attr
+    elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(
+            node.slice.value, str):
+        label = node.slice.value
+    root = node
+    while isinstance(root, (ast.Call, ast.Attribute, ast.Subscript)):
+        root = root.func if isinstance(root, ast.Call) else root.value
+    if not isinstance(root, ast.Name) or (root.id not in assigned and root.id not in known):
+        return fallback
+    if root is node:
+        return root.id
+    return sanitize_identifier(f"{root.id}_{label}") if label else fallback
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """``a`` and ``b`` hold the same data (frames, series, indexes, arrays, strings, bytes); False when unsure."""
+    import numpy as np
+    import pandas as pd
+
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    try:
+        if isinstance(a, (pd.DataFrame, pd.Series, pd.Index)):
+            names = (a.columns.names == b.columns.names) if isinstance(a, pd.DataFrame) else True
+            return a.shape == b.shape and names and a.index.names == b.index.names and bool(a.equals(b))
+        if isinstance(a, np.ndarray):
+            return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a, b))
+        if isinstance(a, (str, bytes)):
+            return a == b
+    except Exception:  # an odd value that cannot be compared is not called the same
+        return False
+    return False
+
+
 def _describe_result(
-    execution: ExecutionResult, cache: Any, turn: Callable[[], int | None]
+    execution: ExecutionResult, cache: Any, turn: Callable[[], int | None], *, code: str = "",
+    inputs: dict[str, Any] | None = None,
 ) -> ToolOutput:
     """The model's text of one call, and what people read of it (:attr:`ToolOutput.display_text`): the same
     parts without the chart note (people see the charts) and without a trailing value that only repeats a
-    handle saved in the call (``save(...)`` as the last line: the ``Saved as`` line already names it)."""
+    handle saved in the call (``save(...)`` as the last line: the ``Saved as`` line already names it).
+
+    A trailing value that holds the same data as a value saved in the call, or as a handle the call read
+    unchanged, gets no handle of its own: the text names the existing one. Others are cached under
+    :func:`trailing_value_name`."""
     parts: list[str] = []
     shown: list[str] = []
     handles: list[str] = []
@@ -351,8 +413,20 @@ def _describe_result(
         snapshot = json.dumps(cache.snapshot(handle), ensure_ascii=False)
         parts.append(f"Saved as `{handle}`\nSnapshot: {snapshot}")
         shown.append(parts[-1])
+    same = None
     if execution.error is None and execution.has_value and execution.value is not None:
-        formatted = format_tool_output(execution.value, cache, "result", turn=turn(), tool="python_interpreter")
+        value = execution.value
+        same = next((h for h, v in zip(handles, (v for _, v in execution.saved)) if _same_value(value, v)), None)
+        if same is None:
+            same = next((n for n, v in sorted((inputs or {}).items()) if _same_value(value, v)), None)
+            if same is not None:
+                parts.append(f"Value: `{same}` (the handle, unchanged)")
+                shown.append(parts[-1])
+        else:
+            parts.append(f"Value: `{same}` (saved above)")
+    if same is None and execution.error is None and execution.has_value and execution.value is not None:
+        formatted = format_tool_output(execution.value, cache, trailing_value_name(code, cache.names(), turn()),
+                                       turn=turn(), tool="python_interpreter")
         handles.extend(formatted.handles)
         parts.append(formatted.text)
         if formatted.handles or not _only_saved_handles(execution.value, saved_names):
@@ -423,7 +497,7 @@ def make_interpreter_tools(
         versions = cache.versions() if backend.exports_inputs else None
         execution = backend.execute(code, inputs, cache.names(), versions=versions,
                                     on_output=on_output if backend.streams_output else None)
-        return _describe_result(execution, cache, current_turn)
+        return _describe_result(execution, cache, current_turn, code=code, inputs=inputs)
 
     def list_variables() -> ToolOutput:
         names = cache.names()
