@@ -213,13 +213,15 @@ def test_long_tool_call_ticks_then_settles_with_a_pivot_table_and_an_interrupt_k
     script = {"turns": [
         {"text": "Pivoting.", "tool_calls": [{"name": "python_interpreter", "arguments": {"code": LONG_CALL}}]},
         {"text": "The pivot is **ready**."},
+    ]}
+    sleep = {"turns": [
         {"text": "Sleeping.", "tool_calls": [{"name": "python_interpreter",
                                                 "arguments": {"code": "import time\nprint('before', flush=True)\ntime.sleep(60)"}}]},
         {"text": "unreachable"},
-    ]}
+    ]}  # a cell naming a script with -m plays it from its start: one script per cell
     nb = _notebook("%load_ext harness_magic", "%%agent -m scripted/long.json\nPivot the data.",
-                   "%%agent -m scripted/long.json\nSleep.")
-    url, chromium, root = lab({"long.ipynb": nb, "long.json": json.dumps(script)})
+                   "%%agent -m scripted/sleep.json\nSleep.")
+    url, chromium, root = lab({"long.ipynb": nb, "long.json": json.dumps(script), "sleep.json": json.dumps(sleep)})
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
         browser = _browser(p, chromium)
