@@ -2,7 +2,7 @@
 
 Magics (``%load_ext harness_magic``):
 
-``%%agent [-m M] [--new] [--reset] [--in NAME[=HANDLE] ...] [--out HANDLE[=NAME] ...] [--max-turns N]
+``%%agent [-m M] [--new] [--reset] [--in NAME[=HANDLE] ...] [--out HANDLE[=NAME] ...] [--force] [--max-turns N]
 [--max-tokens N] [--max-cost USD] [--max-wall S] [--max-tool-calls N]``
     Ask the agent; the cell body is the prompt, verbatim. The cell's value is
     the :class:`~harness_magic.core.agent.loop.RunResult`, shown as the final output

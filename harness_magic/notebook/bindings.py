@@ -2,7 +2,7 @@
 
 Nothing is replaced silently: binding onto a name the notebook already has
 is refused (:class:`UsageError` naming the variable, its type and shape, and
-``--force``) unless ``force`` is given, or unless the name still holds the
+``--force``) unless ``--force`` is given, or unless the name still holds the
 very value an earlier bind put there (so running a cell again, or Run All
 twice, re-binds its own output). :func:`save` is the agent's ``save`` for
 code copied out with ``%agent_code``: it stores into the session cache as the
@@ -69,9 +69,6 @@ class Bindings:
         """Set ``name`` to ``value`` in the notebook and remember it as ours."""
         self.user_ns[name] = value
         self._ours[name] = _holder(value)
-
-    def forget(self) -> None:
-        self._ours.clear()
 
 
 def save(name: str, value: Any) -> str:
