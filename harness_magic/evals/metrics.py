@@ -162,6 +162,8 @@ def harness_metrics(data: dict[str, Any]) -> dict[str, Any]:
         row["count"] += 1
         if row["example"] is None:
             detail = "; ".join(g.get("detail", "") for g in r.get("grades", []) if not g.get("passed"))
+            if kind == "provider error" and r.get("error"):
+                detail = str(r["error"])  # the model or its script failed: that is the example's story
             row["example"] = {"task_id": r["task_id"], "repeat": r["repeat"], "variant": r.get("variant", ""),
                               "failure": r.get("failure"), "status": r.get("status", ""),
                               "detail": (detail or r.get("error") or "")[:300], "run_file": r.get("run_file")}
