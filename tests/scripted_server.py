@@ -14,6 +14,22 @@ body. Replies are dicts:
 without consuming a reply; ``strict_fields=True`` also rejects unknown fields
 (``cache_control`` included), as schema-strict gateways do. Rejections are kept
 in ``rejections``.
+
+``string_content=True`` validates as llama-cpp-python's server does: system,
+assistant and tool ``content`` must be a string (a list of parts is answered
+with HTTP 500 "N validation errors", as that server does). ``models`` (ids)
+makes ``GET /v1/models`` answer with that list (else 404), and
+``served_model`` answers a request for any other model with a vLLM-style 404.
+Request headers are kept in ``headers`` (one dict per request).
+
+Run as a process (a real server with its own socket and pid)::
+
+    python tests/scripted_server.py --replies FILE [--string-content] [--models a,b]
+        [--served-model NAME] [--requests FILE]
+
+prints its ``api_base`` on the first line of stdout, appends each request as
+``{"headers": ..., "body": ...}`` (JSON lines) to ``--requests``, and serves
+until terminated.
 """
 
 from __future__ import annotations
@@ -31,13 +47,19 @@ DEFAULT_USAGE = {"prompt_tokens": 100, "completion_tokens": 20, "cached_tokens":
 
 class ScriptedServer:
     def __init__(self, replies: list[dict[str, Any]] | None = None, *, strict: bool = False,
-                 strict_fields: bool = False) -> None:
+                 strict_fields: bool = False, string_content: bool = False, models: list[str] | None = None,
+                 served_model: str | None = None, on_request: Any = None) -> None:
         self.replies: list[dict[str, Any]] = list(replies or [])
         self.strict = strict or strict_fields
         self.strict_fields = strict_fields
+        self.string_content = string_content
+        self.models = models
+        self.served_model = served_model
+        self.on_request = on_request
         self.rejections: list[str] = []
         self.requests: list[dict[str, Any]] = []
         self.raw_requests: list[bytes] = []
+        self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
         server = self
 
@@ -45,17 +67,47 @@ class ScriptedServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
+            def _json(self, status: int, data: Any) -> None:
+                payload = json.dumps(data).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def do_GET(self) -> None:  # noqa: N802
+                if self.path.rstrip("/").endswith("/models") and server.models is not None:
+                    self._json(200, {"object": "list", "data": [
+                        {"id": m, "object": "model", "owned_by": "test"} for m in server.models]})
+                else:
+                    self._json(404, {"detail": "Not Found"})
+
             def do_POST(self) -> None:  # noqa: N802
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
                 with server._lock:
                     server.raw_requests.append(body)
                     server.requests.append(json.loads(body))
+                    server.headers.append(dict(self.headers.items()))
+                    if server.on_request is not None:
+                        server.on_request(server.headers[-1], server.requests[-1])
                     problem = (openai_problems(server.requests[-1], strict_fields=server.strict_fields)
                                if server.strict else None)
+                    invalid = string_content_problems(server.requests[-1]) if server.string_content else []
+                    asked = server.requests[-1].get("model")
                     if problem:
                         server.rejections.append(problem)
                         reply = {"status": 400, "error": problem}
+                    elif invalid:
+                        server.rejections.append("; ".join(invalid))
+                        self._json(500, {"error": {"message": f"{len(invalid)} validation errors: {invalid[0]}",
+                                                   "type": "internal_server_error"}})
+                        return
+                    elif server.served_model is not None and asked != server.served_model:
+                        server.rejections.append(f"model {asked!r} not served")
+                        self._json(404, {"object": "error", "type": "NotFoundError", "code": 404,
+                                         "message": f"The model `{asked}` does not exist."})
+                        return
                     else:
                         reply = server.replies.pop(0) if server.replies else {"status": 500, "error": "script exhausted"}
                 if reply.get("delay"):
@@ -105,6 +157,17 @@ class ScriptedServer:
     def __exit__(self, *exc: Any) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def string_content_problems(body: dict[str, Any]) -> list[str]:
+    """What llama-cpp-python's request schema rejects: non-string content where only a string is allowed."""
+    problems = []
+    for index, message in enumerate(body.get("messages") or []):
+        role, content = message.get("role"), message.get("content")
+        if role in ("system", "assistant", "tool") and not (isinstance(content, str) or
+                                                            (content is None and role == "assistant")):
+            problems.append(f"messages.{index}.{role}.content: Input should be a valid string")
+    return problems
 
 
 def _usage(reply: dict[str, Any]) -> dict[str, Any]:
@@ -158,3 +221,39 @@ def _chunks(reply: dict[str, Any], request: dict[str, Any]) -> list[dict[str, An
     if (request.get("stream_options") or {}).get("include_usage"):
         chunks.append({**base, "choices": [], "usage": _usage(reply)})
     return chunks
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve as a process: print the api_base line, log requests as JSON lines, run until terminated."""
+    import argparse
+    import signal
+    import sys
+
+    parser = argparse.ArgumentParser(description="A scripted OpenAI-compatible server on 127.0.0.1.")
+    parser.add_argument("--replies", required=True, help="JSON file: the list of scripted replies")
+    parser.add_argument("--string-content", action="store_true", help="validate as llama-cpp-python does")
+    parser.add_argument("--models", default=None, help="comma-separated ids GET /v1/models lists")
+    parser.add_argument("--served-model", default=None, help="answer 404 for any other model")
+    parser.add_argument("--requests", default=None, help="append each request here as a JSON line")
+    args = parser.parse_args(argv)
+    with open(args.replies, encoding="utf-8") as handle:
+        replies = json.load(handle)
+
+    def record(headers: dict[str, str], body: dict[str, Any]) -> None:
+        if args.requests:
+            with open(args.requests, "a", encoding="utf-8") as out:
+                out.write(json.dumps({"headers": headers, "body": body}) + "\n")
+
+    server = ScriptedServer(replies, string_content=args.string_content,
+                            models=args.models.split(",") if args.models is not None else None,
+                            served_model=args.served_model, on_request=record)
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+    print(server.api_base, flush=True)
+    try:
+        server.httpd.serve_forever()
+    finally:
+        server.httpd.server_close()
+
+
+if __name__ == "__main__":  # run as a script, its folder (with strict_apis) is on sys.path
+    main()

@@ -458,6 +458,8 @@ class Run:
     def handle_response(self, response: ProviderResponse, latency_s: float, tools: list[ToolSpec],
                         reminders: list[str]) -> bool:
         """Record the response, answer its tool uses; True when the model gave its final answer."""
+        for text in getattr(response, "notices", ()):  # e.g. "a placeholder key was sent" (said once)
+            self.h.emit(Notice(text=text))
         uses = self.after_response(response, latency_s, tools, reminders)
         if uses:
             self.dispatch_all(uses)

@@ -4,7 +4,10 @@
 contract: ``complete(system, messages, tools, on_text)`` returns a
 :class:`~harness_magic.core.providers.response.ProviderResponse` or raises
 :class:`~harness_magic.core.providers.errors.ProviderError` after at most
-``max_retries`` retries with exponential backoff. Adapters never mutate the
+``max_retries`` retries with exponential backoff (a refused connection, an
+authentication refusal or a model the server does not serve is never
+retried). A response carries in ``notices`` the transport's one-line notice
+(the placeholder key was sent) the first time it exists. Adapters never mutate the
 messages they are given; they re-render only the messages that changed since
 the previous request (renderings are shared read-only), decide prompt-cache
 markers (``prompt_caching``), know the model's input limit, and estimate
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 import time
 from typing import Any, Callable, Sequence
@@ -160,9 +164,9 @@ class _AdapterBase:
         if is_offline_model(self.model):
             return True  # offline models emulate a prefix cache
         try:
+            import_litellm()  # first: it sets the offline cost map before litellm is imported
             from litellm.utils import supports_prompt_caching
 
-            import_litellm()
             return bool(supports_prompt_caching(model=self.model))
         except Exception:  # unknown model or provider: send no markers
             return False
@@ -293,13 +297,24 @@ class _AdapterBase:
         return self.last_payload
 
     def _retry_delay(self, exc: ProviderError, attempt: int) -> float:
-        """Backoff before retry ``attempt + 1``; re-raises ``exc`` when it is final."""
+        """Backoff before retry ``attempt + 1``; re-raises ``exc`` when it is final (same class, attempts named)."""
         if exc.retryable and attempt < self.max_retries:
             return self.backoff_s * (2**attempt)
         if attempt:
-            raise ProviderError(f"{exc} (after {attempt + 1} attempts)", status_code=exc.status_code,
-                                request_sent=exc.request_sent) from exc
+            final = type(exc).__new__(type(exc))  # keep the subclass and its fields (status, url, served models)
+            final.__dict__.update(exc.__dict__)
+            final.args = (f"{exc} (after {attempt + 1} attempts)",)
+            final.retryable = False
+            raise final from exc
         raise exc
+
+    def _with_notices(self, response: ProviderResponse) -> ProviderResponse:
+        """``response`` carrying the transport's pending notice (each notice is handed out once)."""
+        notice = getattr(self.transport, "notice", None)
+        if not notice:
+            return response
+        self.transport.notice = None
+        return dataclasses.replace(response, notices=response.notices + (notice,))
 
 
 class ProviderAdapter(_AdapterBase):
@@ -320,7 +335,7 @@ class ProviderAdapter(_AdapterBase):
         attempt = 0
         while True:
             try:
-                return normalise_response(self.transport.complete(payload, on_text))
+                return self._with_notices(normalise_response(self.transport.complete(payload, on_text)))
             except ProviderError as exc:
                 self._sleep(self._retry_delay(exc, attempt))
                 attempt += 1
@@ -344,7 +359,7 @@ class AsyncProviderAdapter(_AdapterBase):
         attempt = 0
         while True:
             try:
-                return normalise_response(await self.transport.acomplete(payload, on_text))
+                return self._with_notices(normalise_response(await self.transport.acomplete(payload, on_text)))
             except ProviderError as exc:
                 await self._sleep(self._retry_delay(exc, attempt))
                 attempt += 1

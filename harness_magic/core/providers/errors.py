@@ -4,7 +4,11 @@
 
     Exception
     └── ProviderError            the call failed (after retries, or not retryable)
-        └── ModelRouteError      (also a ValueError) litellm cannot route the model id; nothing was sent
+        ├── ModelRouteError      (also a ValueError) litellm cannot route the model id; nothing was sent
+        ├── ProviderUnreachable  no connection to the server (refused, unresolvable, timed out); no HTTP status
+        └── ProviderHTTPError    the server answered with an HTTP error status (``status_code`` is what it sent)
+            ├── ProviderAuthError    401/403: the server refused the credentials
+            └── ModelNotServed       404 / model not found; ``served`` lists what ``GET {api_base}/models`` offered
 
 Every transport (litellm's and the offline models) raises these and nothing
 else for provider trouble, so the adapter's retry loop and the agent loop see
@@ -15,7 +19,8 @@ from __future__ import annotations
 
 from harness_magic.core.transcript.scrub import scrub
 
-__all__ = ["ProviderError", "ModelRouteError"]
+__all__ = ["ProviderError", "ModelRouteError", "ProviderUnreachable", "ProviderHTTPError", "ProviderAuthError",
+           "ModelNotServed"]
 
 
 class ProviderError(Exception):
@@ -35,3 +40,33 @@ class ModelRouteError(ProviderError, ValueError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, request_sent=False)
+
+
+class ProviderUnreachable(ProviderError):
+    """No HTTP answer came from the server (``url``): no connection, or it dropped; no status exists."""
+
+    def __init__(self, message: str, *, url: str, retryable: bool = False, request_sent: bool = False) -> None:
+        super().__init__(message, retryable=retryable, request_sent=request_sent)
+        self.url = url
+
+
+class ProviderHTTPError(ProviderError):
+    """The server at ``url`` answered with HTTP ``status_code`` (the status it really sent)."""
+
+    def __init__(self, message: str, *, status_code: int, url: str, retryable: bool = False) -> None:
+        super().__init__(message, status_code=status_code, retryable=retryable)
+        self.url = url
+
+
+class ProviderAuthError(ProviderHTTPError):
+    """The server refused the credentials (HTTP 401 or 403); never retried."""
+
+
+class ModelNotServed(ProviderHTTPError):
+    """The server does not serve the requested model; ``served`` is its model list (None when unknown)."""
+
+    def __init__(self, message: str, *, status_code: int, url: str, model: str,
+                 served: list[str] | None = None) -> None:
+        super().__init__(message, status_code=status_code, url=url)
+        self.model = model
+        self.served = served

@@ -6,10 +6,14 @@ Contract:
   :func:`render_tool` and :func:`assemble_payload`) copies the system prompt,
   messages and visible tools into a payload; canonical messages are never
   mutated.
+- Content is a plain string unless a part needs a list: without prompt-cache
+  markers the system prompt, user turns and tool results are strings (strict
+  local servers such as llama-cpp-python's accept only a string for a system
+  message), several text blocks of one turn joined by :data:`TEXT_JOINER`.
 - Prompt-cache ``cache_control`` markers (on the system prompt and on the
   latest user-side message) exist only in this rendering; history never holds
-  them. Marked or not, a message's content has the same shape, so moving the
-  marker keeps the request prefix byte-stable.
+  them. With markers every user-side content is a list of text parts, marked
+  or not, so moving the marker keeps the request prefix byte-stable.
 - Rendered messages are read-only (:class:`FrozenDict`, :class:`FrozenList`)
   and shared between requests; :func:`thaw` gives a mutable copy.
 - Never an empty text part, never ``content: null`` without tool calls (the
@@ -35,6 +39,7 @@ __all__ = [
     "EMPTY_TOOL_RESULT_TEXT",
     "EMPTY_ANSWER_TEXT",
     "EMPTY_USER_TEXT",
+    "TEXT_JOINER",
 ]
 
 _CACHE_MARK = {"type": "ephemeral"}
@@ -45,6 +50,8 @@ EMPTY_ANSWER_TEXT = "(no answer text)"
 """Sent for an assistant turn with neither text nor tool calls: OpenAI rejects ``content: null``."""
 EMPTY_USER_TEXT = "(empty message)"
 """Sent for a user turn whose text blocks are all empty (never produced by the loop; old logs may have one)."""
+TEXT_JOINER = "\n\n"
+"""Joins a turn's text blocks into one string content (a paragraph break, as separate parts read)."""
 
 
 class FrozenDict(dict):
@@ -128,7 +135,9 @@ def _render_message_uncached(message: Message, parts: bool) -> tuple[dict[str, A
         out.append({"role": "tool", "tool_call_id": result.tool_use_id, "content": content})
     texts = [b.text for b in message.content if isinstance(b, TextBlock) and _has_text(b.text)]
     if texts or not out:
-        out.append({"role": "user", "content": [{"type": "text", "text": t} for t in texts or [EMPTY_USER_TEXT]]})
+        texts = texts or [EMPTY_USER_TEXT]
+        user: Any = [{"type": "text", "text": t} for t in texts] if parts else TEXT_JOINER.join(texts)
+        out.append({"role": "user", "content": user})
     return tuple(_freeze(item) for item in out)
 
 
@@ -170,10 +179,11 @@ def render_tool(tool: Any) -> dict[str, Any]:
 def assemble_payload(model: str, system: str, flat: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]],
                      cache_markers: bool) -> dict[str, Any]:
     """The payload from already rendered messages (``flat``) and tools; marks the cache breakpoints when asked."""
-    system_part: dict[str, Any] = {"type": "text", "text": system}
     if cache_markers:
-        system_part["cache_control"] = dict(_CACHE_MARK)
-    rendered = [FrozenDict({"role": "system", "content": _freeze([system_part])})]
+        system_content: Any = _freeze([{"type": "text", "text": system, "cache_control": dict(_CACHE_MARK)}])
+    else:  # a plain string: strict OpenAI-compatible servers reject a list here
+        system_content = system
+    rendered = [FrozenDict({"role": "system", "content": system_content})]
     rendered.extend(flat)
     if cache_markers:
         for index in range(len(rendered) - 1, 0, -1):

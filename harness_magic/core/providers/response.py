@@ -36,6 +36,8 @@ class ProviderResponse:
     """Model name the provider reported."""
     raw: dict[str, Any] = field(default_factory=dict)
     """Response dict as received, for the log only; never part of history."""
+    notices: tuple[str, ...] = ()
+    """One-line notices for the user that came with this call (e.g. a placeholder key was sent); never history."""
 
 
 def _get(obj: Any, key: str, default: Any = None) -> Any:

@@ -9,19 +9,37 @@ are others. Contract of :class:`LiteLLMTransport`:
   reassembled from the chunks, and a stream is closed even when ``on_text``
   raises (an interrupt);
 - litellm's own retries are off (the adapter retries); every failure is
-  mapped to :class:`~harness_magic.core.providers.errors.ProviderError`,
-  retryable for throttling, transient server errors and refused connections,
-  with ``request_sent=False`` when nothing reached a provider (no route, no
-  key, no connection);
+  mapped to one line of :class:`~harness_magic.core.providers.errors.ProviderError`:
+  :class:`ProviderUnreachable` (URL and socket error; a refused port or an
+  unknown host is never retried), :class:`ProviderHTTPError` with the status
+  the server really sent and the first line of its body (retryable for
+  throttling and transient server trouble), :class:`ProviderAuthError`
+  (401/403), :class:`ModelNotServed` (404 / model not found; names what
+  ``GET {api_base}/models`` offers, asked once within :data:`MODELS_LIST_TIMEOUT_S`);
+  a status only litellm made up is never reported as HTTP. ``request_sent``
+  is False when nothing reached a provider (no route, no key, no connection);
+- with ``api_base`` set and the provider's key neither given nor in the
+  environment, :data:`PLACEHOLDER_API_KEY` is sent (local servers ignore it)
+  and :attr:`LiteLLMTransport.notice` says so once; a real key always wins;
 - API keys are registered with the scrubber and never appear in ``repr``.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import urllib.error
+import urllib.request
 from typing import Any, Callable, Protocol
 
-from harness_magic.core.providers.errors import ModelRouteError, ProviderError
+from harness_magic.core.providers.errors import (
+    ModelNotServed,
+    ModelRouteError,
+    ProviderAuthError,
+    ProviderError,
+    ProviderHTTPError,
+    ProviderUnreachable,
+)
 from harness_magic.core.providers.offline import OFFLINE_PREFIXES, is_offline_model
 from harness_magic.core.providers.payload import thaw
 from harness_magic.core.transcript.scrub import register_secret
@@ -34,12 +52,25 @@ __all__ = [
     "import_litellm",
     "DEFAULT_TIMEOUT_S",
     "RETRYABLE_STATUS",
+    "PLACEHOLDER_API_KEY",
+    "MODELS_LIST_TIMEOUT_S",
+    "served_models",
 ]
 
 DEFAULT_TIMEOUT_S = 120.0
 """Per-request timeout; long enough for slow models, short enough to notice a hang."""
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 """HTTP statuses worth a retry: throttling and transient server trouble."""
+PLACEHOLDER_API_KEY = "no-key-needed-by-local-servers"
+"""Sent to an ``api_base`` when the provider's key is missing: not a secret, local servers ignore it."""
+MODELS_LIST_TIMEOUT_S = 3.0
+"""Bound on asking ``GET {api_base}/models`` after a model-not-found answer (the error waits for it)."""
+MODELS_LIST_MAX_BYTES = 256 * 1024
+"""At most this much of the model list is read: a list of ids, not a download."""
+MODELS_LISTED = 20
+"""Model ids named in a model-not-served error; more are counted, not listed."""
+ERROR_LINE_MAX_CHARS = 300
+"""The server's error text is cut to this many characters: one line, not a page."""
 
 TextCallback = Callable[[str], None]
 """Receives each streamed piece of answer text."""
@@ -64,27 +95,28 @@ def import_litellm() -> Any:
 
 _CONNECTION_ERRORS = frozenset({"APIConnectionError", "ConnectError", "ConnectionError", "ConnectTimeout"})
 """litellm/httpx exception names that mean the request never reached a server."""
+_FINAL_SOCKET_ERRORS = (ConnectionRefusedError,)
+"""Connection failures a retry cannot fix: nothing listens on the port (unknown hosts are matched by name)."""
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and its cause/context chain, outermost first (bounded; cycles cut)."""
+    chain = [exc]
+    while len(chain) < 20:
+        inner = chain[-1].__cause__ or chain[-1].__context__
+        if inner is None or any(inner is seen for seen in chain):
+            break
+        chain.append(inner)
+    return chain
 
 
 def _root_cause(exc: BaseException) -> BaseException:
     """The innermost exception in ``exc``'s cause/context chain (the socket error behind a wrapper)."""
-    seen = {id(exc)}
-    while True:
-        inner = exc.__cause__ or exc.__context__
-        if inner is None or id(inner) in seen:
-            return exc
-        seen.add(id(inner))
-        exc = inner
+    return _chain(exc)[-1]
 
 
 def _is_connection_failure(exc: BaseException) -> bool:
-    chain: list[BaseException] = [exc]
-    while chain[-1].__cause__ is not None or chain[-1].__context__ is not None:
-        nxt = chain[-1].__cause__ or chain[-1].__context__
-        if nxt in chain or len(chain) > 20:
-            break
-        chain.append(nxt)  # type: ignore[arg-type]
-    for item in chain:
+    for item in _chain(exc):
         if type(item).__name__ in _CONNECTION_ERRORS or isinstance(item, ConnectionError) \
                 or type(item).__name__ == "gaierror":
             return True
@@ -92,21 +124,128 @@ def _is_connection_failure(exc: BaseException) -> bool:
     return "Connection error" in text or "Cannot connect" in text or "ConnectError" in text
 
 
-def _map_exception(exc: Exception, url: str | None = None) -> ProviderError:
-    status = getattr(exc, "status_code", None)
-    name = type(exc).__name__
-    if _is_connection_failure(exc) and not (isinstance(status, int) and 400 <= status < 500):
+def _server_answer(exc: BaseException) -> tuple[int, str] | None:
+    """(status, body text) of the HTTP answer behind ``exc``, or None when no server sent one.
+
+    Only exceptions that carry the real response count (httpx's status error,
+    the openai client's status errors); litellm's own wrappers invent statuses
+    (a refused connection or a missing key becomes "500") and are ignored.
+    """
+    for item in reversed(_chain(exc)):  # innermost first: closest to the socket
+        response = getattr(item, "response", None)
+        status = getattr(response, "status_code", None)
+        module = type(item).__module__.partition(".")[0]
+        real = module in ("httpx", "openai") or "HTTPStatusError" in type(item).__name__
+        if real and isinstance(status, int) and getattr(response, "request", None) is not None:
+            return status, _body_text(item, response)
+    return None
+
+
+def _body_text(item: BaseException, response: Any) -> str:
+    body = getattr(item, "body", None)  # the openai client keeps the parsed body
+    if body is not None and not isinstance(body, (str, bytes)):
+        return json.dumps(body)
+    try:
+        return str(response.text)
+    except Exception:  # a streamed body that was never read: the exception's own text is all there is
+        return str(getattr(item, "message", "") or item)
+
+
+def _first_line(text: str) -> str:
+    """The message of a JSON error body, else the first non-empty line of ``text``; one line, bounded."""
+    text = text.strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        inner = data.get("error", data)
+        message = inner.get("message") if isinstance(inner, dict) else inner
+        message = message if message is not None else data.get("detail", data.get("message"))
+        if message is not None:
+            text = message if isinstance(message, str) else json.dumps(message)
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return line[:ERROR_LINE_MAX_CHARS] or "(empty body)"
+
+
+def _looks_like_model_not_found(status: int, body: str) -> bool:
+    lowered = body.lower()
+    if "model_not_found" in lowered:
+        return True
+    mentions_model = "model" in lowered and ("not found" in lowered or "does not exist" in lowered
+                                             or "not served" in lowered or "unknown model" in lowered)
+    return status == 404 or (status == 400 and mentions_model)
+
+
+def served_models(api_base: str, api_key: str | None = None, *,
+                  timeout_s: float = MODELS_LIST_TIMEOUT_S) -> list[str] | None:
+    """Model ids ``GET {api_base}/models`` lists (OpenAI or Ollama shape), None when it gives no list.
+
+    One request within ``timeout_s``, at most :data:`MODELS_LIST_MAX_BYTES` read; never raises.
+    """
+    request = urllib.request.Request(api_base.rstrip("/") + "/models", headers={"Accept": "application/json"})
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 (the user's api_base)
+            raw = response.read(MODELS_LIST_MAX_BYTES + 1)
+        if len(raw) > MODELS_LIST_MAX_BYTES:
+            return None
+        data = json.loads(raw)
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+    items = data.get("data", data.get("models")) if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        return None
+    ids = [item.get("id") or item.get("name") or item.get("model") if isinstance(item, dict) else item
+           for item in items]
+    return [str(i) for i in ids if isinstance(i, str) and i]
+
+
+def _map_exception(exc: Exception, url: str | None = None, *, model: str | None = None,
+                   api_key: str | None = None, key_hint: str = "", models_at: str | None = None) -> ProviderError:
+    """One line of :class:`ProviderError` (or a subclass) for a failed litellm call.
+
+    ``models_at``: the api_base whose ``/models`` is asked when the model is not served (None: not asked).
+    """
+    where = url or "the provider"
+    answer = _server_answer(exc)
+    if answer is None and _is_connection_failure(exc):
         root = _root_cause(exc)
         detail = str(root).strip().splitlines()[0] if str(root).strip() else type(root).__name__
-        return ProviderError(f"cannot connect to {url or 'the provider'}: {type(root).__name__}: {detail[:300]}",
-                             retryable=True, request_sent=False)
-    transient_names = {"APIConnectionError", "Timeout", "RateLimitError", "InternalServerError",
-                       "ServiceUnavailableError", "BadGatewayError"}
-    retryable = (isinstance(status, int) and status in RETRYABLE_STATUS) or name in transient_names
-    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else name
-    label = f"{name} (HTTP {status})" if isinstance(status, int) else name
-    return ProviderError(f"{label}: {detail[:500]}", status_code=status if isinstance(status, int) else None,
-                         retryable=retryable)
+        final = isinstance(root, _FINAL_SOCKET_ERRORS) or type(root).__name__ == "gaierror" \
+            or "refused" in detail.lower() or "name or service not known" in detail.lower()
+        connected = not final and "connect" not in type(root).__name__.lower()  # e.g. dropped mid-answer
+        what = f"connection to {where} failed" if connected else f"cannot connect to {where}"
+        return ProviderUnreachable(f"{what}: {type(root).__name__}: {detail[:ERROR_LINE_MAX_CHARS]}", url=where,
+                                   retryable=not final, request_sent=connected)
+    name = type(exc).__name__
+    if answer is None:  # no HTTP answer: a timeout, a client-side refusal, litellm's own check
+        transient = name in {"Timeout", "APITimeoutError", "ReadTimeout"} or "timed out" in str(exc).lower()
+        detail = _first_line(str(exc)) if str(exc).strip() else name
+        for prefix in ("litellm.", f"{name}: ", "OpenAIException - "):  # litellm repeats the class name
+            detail = detail.removeprefix(prefix).removeprefix(f"{name}: ")
+        return ProviderError(f"{name} (no HTTP answer from {where}): {detail}{key_hint if not transient else ''}",
+                             retryable=transient, request_sent=transient)
+    status, body = answer
+    line = _first_line(body)
+    if status in (401, 403):
+        return ProviderAuthError(f"authentication refused by {where} (HTTP {status}): {line}{key_hint}",
+                                 status_code=status, url=where)
+    if model is not None and _looks_like_model_not_found(status, body):
+        served = served_models(models_at, api_key) if models_at else None
+        if served:
+            shown = ", ".join(repr(m) for m in served[:MODELS_LISTED])
+            more = f" and {len(served) - MODELS_LISTED} more" if len(served) > MODELS_LISTED else ""
+            offer = f"; it serves {shown}{more}"
+        elif served == []:
+            offer = "; its model list is empty"
+        else:
+            offer = ""
+        return ModelNotServed(f"model {model!r} is not served by {where} (HTTP {status}): {line}{offer}",
+                              status_code=status, url=where, model=model, served=served)
+    return ProviderHTTPError(f"{where} answered HTTP {status}: {line}", status_code=status, url=where,
+                             retryable=status in RETRYABLE_STATUS)
 
 
 def check_model_route(model: str) -> str:
@@ -149,6 +288,10 @@ class LiteLLMTransport:
         self.stream = stream
         self.timeout_s = timeout_s
         self.extra = dict(extra or {})
+        self.placeholder_for: str | None = None
+        """The environment variable the placeholder key stands in for, once one was sent (else None)."""
+        self.notice: str | None = None
+        """One line for the user when the placeholder key was first sent; the adapter hands it out once."""
 
     def __repr__(self) -> str:  # never shows the key
         return f"LiteLLMTransport(api_base={self.api_base!r}, stream={self.stream})"
@@ -163,9 +306,29 @@ class LiteLLMTransport:
         except Exception:
             return "the provider"
 
+    def _missing_key(self, litellm: Any, model: str) -> list[str]:
+        """The key variables ``model``'s provider needs that neither the caller nor the environment gives."""
+        if self._api_key is not None or self.extra.get("api_key") is not None:
+            return []
+        try:
+            missing = litellm.validate_environment(model=model).get("missing_keys") or []
+        except Exception:  # litellm cannot tell: assume the key is not needed
+            return []
+        return [name for name in missing if "KEY" in name or "TOKEN" in name]
+
     def _kwargs(self, litellm: Any, payload: dict[str, Any]) -> dict[str, Any]:
         check_model_route(payload["model"])
-        if self._api_key is None and self.api_base is None:
+        placeholder = False
+        if self.api_base is not None:
+            missing = self._missing_key(litellm, payload["model"])
+            if missing:  # a local server: it ignores the key, but the client refuses to send none
+                placeholder = True
+                if self.placeholder_for is None:
+                    self.placeholder_for = missing[0]
+                    self.notice = (f"no {missing[0]} in the environment: sending a placeholder key to "
+                                   f"{self.api_base} (local servers ignore it; set {missing[0]} if this "
+                                   "server needs a real key)")
+        elif self._api_key is None:
             check = litellm.validate_environment(model=payload["model"])
             missing = check.get("missing_keys") or []
             if missing:
@@ -182,9 +345,25 @@ class LiteLLMTransport:
             kwargs["api_base"] = self.api_base
         if self._api_key is not None:
             kwargs["api_key"] = self._api_key
+        elif placeholder:
+            kwargs["api_key"] = PLACEHOLDER_API_KEY
         if self.stream:
             kwargs.update(stream=True, stream_options={"include_usage": True})
         return kwargs
+
+    def _error(self, exc: Exception, kwargs: dict[str, Any]) -> ProviderError:
+        """The one-line error for a failed call with ``kwargs`` (names the URL, the model the server was asked for)."""
+        model = kwargs["model"]
+        try:
+            served_name = str(import_litellm().get_llm_provider(model, api_base=self.api_base)[0])
+        except Exception:
+            served_name = model
+        hint = ""
+        if kwargs.get("api_key") == PLACEHOLDER_API_KEY:
+            hint = (f" (no {self.placeholder_for} in the environment, so a placeholder key was sent: set "
+                    f"{self.placeholder_for} to this server's key)")
+        return _map_exception(exc, self._url(model), model=served_name, api_key=kwargs.get("api_key"),
+                              key_hint=hint, models_at=self.api_base)
 
     @staticmethod
     def _finish(litellm: Any, response: Any) -> dict[str, Any]:
@@ -215,7 +394,7 @@ class LiteLLMTransport:
         except ProviderError:
             raise
         except Exception as exc:
-            raise _map_exception(exc, self._url(kwargs["model"])) from exc
+            raise self._error(exc, kwargs) from exc
         return self._finish(litellm, response)
 
     async def acomplete(self, payload: dict[str, Any], on_text: TextCallback | None) -> dict[str, Any]:
@@ -242,7 +421,7 @@ class LiteLLMTransport:
         except ProviderError:
             raise
         except Exception as exc:
-            raise _map_exception(exc, self._url(kwargs["model"])) from exc
+            raise self._error(exc, kwargs) from exc
         return self._finish(litellm, response)
 
 
