@@ -309,3 +309,66 @@ def test_a_header_shown_while_in_process_code_runs_never_lands_in_the_codes_outp
     assert seen == "stdout:\nafter the wait\n", "the model's output holds only what the code printed"
     shown = screen.getvalue()
     assert shown.count("time.sleep(0.6)") == 1 and shown.index("time.sleep(0.6)") < shown.index("after the wait")
+
+
+# -- what an analyst notices (issue 27 point 7) ----------------------------------------------------
+
+PIVOT = ("import pandas as pd\n"
+         "daily = pd.DataFrame({'region': ['eu', 'us', 'eu'], 'day': pd.to_datetime(['2023-01-01', '2023-01-01', "
+         "'2023-01-02']), 'units': [1, 2, 3]}).pivot_table(index='day', columns='region', values='units', "
+         "aggfunc='sum')\nsave('daily', daily)\ndaily")
+IMAGE_ANSWER = "Units rose; see ![units by day](https://example.invalid/units.png) for the trend, then decide."
+
+
+@pytest.fixture(scope="module")
+def analyst(tmp_path_factory: pytest.TempPathFactory) -> str:
+    tmp_path = tmp_path_factory.mktemp("analyst")
+    if not IPYTHON.exists():
+        pytest.skip("ipython script not installed next to the interpreter")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "refunds.md").write_text("# Refunds\n\nRefunds are approved by the finance team within 5 days.\n")
+    turns = [{"text": "Pivoting.", "tool_calls": [{"name": "python_interpreter", "arguments": {"code": PIVOT}}]},
+             {"text": IMAGE_ANSWER}]
+    (tmp_path / "model.json").write_text(json.dumps({"turns": turns}))
+    return run_in_terminal(tmp_path, (
+        "%load_ext harness_magic\n"
+        "%config AgentMagics.sandbox = 'inprocess'\n"
+        f"%config AgentMagics.connectors = [{{'type': 'docs', 'roots': [{str(docs)!r}]}}]\n"
+        "_run = get_ipython().run_cell_magic('agent', '-m scripted/model.json', 'Go.')\n"
+        "print('HANDLES', sorted(get_ipython().magics_manager.registry['AgentMagics'].session.cache.names()))\n"
+        "%agent_vars\n"
+        "print(repr(get_ipython().run_line_magic('agent_docs', '')))\n"
+        "print(repr(get_ipython().run_line_magic('agent_docs', 'refunds approved')))\n"
+    ))
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text).replace("\r", "")
+
+
+def test_a_markdown_images_alt_text_stays_where_it_stood(analyst: str) -> None:
+    flat = " ".join(_plain(analyst).split())
+    assert "see [image: units by day — https://example.invalid/units.png] for the trend" in flat, flat[-1500:]
+    assert "🌆" not in analyst
+
+
+def test_the_snapshot_table_names_the_column_axis_and_shows_dates_as_dates(analyst: str) -> None:
+    plain = _plain(analyst)
+    assert re.search(r"^\s*region\s*┃", plain, re.M), plain[-2500:]  # the column axis above the index
+    assert re.search(r"^\s*day\s*│", plain, re.M)  # the index name on its own row
+    assert "2023-01-01" in plain and "T00:00:00" not in plain
+
+
+def test_a_saved_value_shown_again_gets_no_second_handle(analyst: str) -> None:
+    assert "HANDLES ['daily']" in _plain(analyst)
+
+
+def test_agent_vars_and_agent_docs_read_naturally(analyst: str) -> None:
+    plain = _plain(analyst)
+    header = next(line for line in plain.splitlines() if line.startswith("name ") and " type " in line)
+    row = next(line for line in plain.splitlines() if line.startswith("daily ") and "memory" in line)
+    assert header.index("type") == row.index("dataframe"), (header, row)  # names and text read from the left
+    assert "docs: 1 file, 1 chunk," in plain and "1 chunks" not in plain
+    hit = plain[plain.index("Search: refunds approved"):]
+    assert "Refunds are approved by the finance team" in hit and "# Refunds" not in hit
