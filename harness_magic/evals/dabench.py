@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Iterable
 
-from harness_magic.evals.graders import MAX_ANSWER_CHARS, Grade, GradeContext, register_grader
-
 __all__ = ["ANSWER_FIELD", "TOLERANCE", "extract_answers", "answer_equal", "format_answers", "grade_dabench",
            "validate_dabench", "benchmark_figures", "BenchmarkGrade", "NAME", "valid_value"]
 
@@ -39,18 +37,30 @@ ANSWER_FIELD = re.compile(r"@(\w+)\[(.*?)\]")
 TOLERANCE = 1e-6
 """Two numeric values are equal when they differ by less than this (the benchmark's rule)."""
 NAME = re.compile(r"\w+")
+MAX_ANSWER_CHARS = 200_000
+"""The grader reads at most this many characters of an answer (bounds the regex work)."""
 MAX_SUBANSWERS = 64
 """A label with more sub-answers than this is refused (the published set has at most 8)."""
 
 
 @dataclass
-class BenchmarkGrade(Grade):
-    """A grade that also carries the benchmark's own per-question facts (for its accuracy figures)."""
+class BenchmarkGrade:
+    """A grade (the fields of :class:`~harness_magic.evals.graders.Grade`) that also carries the benchmark's
+    own per-question facts, for its accuracy figures. Its own class, not a subclass, so this module does not
+    import the graders module that registers it."""
 
+    kind: str
+    passed: bool
+    detail: str
+    missing: bool = False
+    """Nothing to grade: the attempt fails as ``no_answer``."""
+    ambiguous: bool = False
+    """The answer gave one name two values: the attempt fails as ``ambiguous``."""
     benchmark: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "benchmark": self.benchmark}
+        return {"kind": self.kind, "passed": self.passed, "detail": self.detail, "missing": self.missing,
+                "ambiguous": self.ambiguous, "benchmark": self.benchmark}
 
 
 def extract_answers(text: str) -> list[tuple[str, str]]:
@@ -84,8 +94,8 @@ def _labels(options: dict[str, Any]) -> list[tuple[str, str]]:
     return [(str(name), str(value)) for name, value in options["answers"]]
 
 
-def grade_dabench(options: dict[str, Any], ctx: GradeContext) -> Grade:
-    """Grade an answer by the benchmark's rule; see the module docstring."""
+def grade_dabench(options: dict[str, Any], ctx: Any) -> BenchmarkGrade:
+    """Grade ``ctx.answer`` (a :class:`~harness_magic.evals.graders.GradeContext`) by the benchmark's rule."""
     labels = _labels(options)
     found = extract_answers(ctx.answer)
     last: dict[str, str] = {}
@@ -191,5 +201,3 @@ def benchmark_figures(results: Iterable[dict[str, Any]]) -> dict[str, Any] | Non
         "two_or_more_concepts": _rate(several[0], several[1]),
     }
 
-
-register_grader("dabench", grade_dabench, validate_dabench)

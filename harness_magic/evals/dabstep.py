@@ -36,8 +36,7 @@ from difflib import SequenceMatcher
 from types import ModuleType
 from typing import Any, Iterable
 
-from harness_magic.evals import dabench  # BenchmarkGrade, read at call time (the modules import each other via graders)
-from harness_magic.evals.graders import MAX_ANSWER_CHARS, Grade, GradeContext, register_grader
+from harness_magic.evals.dabench import MAX_ANSWER_CHARS, BenchmarkGrade
 
 __all__ = ["answers_match", "committed_answer", "grade_dabstep", "validate_dabstep", "benchmark_figures",
            "MAX_EXPECTED_CHARS"]
@@ -130,16 +129,16 @@ def committed_answer(text: str) -> tuple[str | None, str, bool]:
     return lines[0], "", False
 
 
-def grade_dabstep(options: dict[str, Any], ctx: GradeContext) -> Grade:
-    """Grade the committed answer by DABstep's comparison."""
+def grade_dabstep(options: dict[str, Any], ctx: Any) -> BenchmarkGrade:
+    """Grade the committed answer of ``ctx.answer`` (a ``GradeContext``) by DABstep's comparison."""
     expected = str(options["expected"])
     got, why, several = committed_answer(ctx.answer)
     facts = {"name": "dabstep", "id": options.get("id"), "level": options.get("level"), "correct": False,
              "answered": got is not None}
     if got is None:
-        return dabench.BenchmarkGrade("dabstep", False, why, missing=not several, ambiguous=several, benchmark=facts)
+        return BenchmarkGrade("dabstep", False, why, missing=not several, ambiguous=several, benchmark=facts)
     facts["correct"] = ok = answers_match(got, expected)
-    return dabench.BenchmarkGrade("dabstep", ok, f"got {got[:200]!r}, expected {expected[:200]!r} (DABstep's comparison)",
+    return BenchmarkGrade("dabstep", ok, f"got {got[:200]!r}, expected {expected[:200]!r} (DABstep's comparison)",
                           benchmark=facts)
 
 
@@ -181,5 +180,3 @@ def benchmark_figures(results: Iterable[dict[str, Any]]) -> dict[str, Any] | Non
             "accuracy": (right / len(facts), right, len(facts)),
             "by_level": {level: (ok / total, ok, total) for level, (ok, total) in sorted(levels.items())}}
 
-
-register_grader("dabstep", grade_dabstep, validate_dabstep)

@@ -567,5 +567,6 @@ def grade(kind: str, options: dict[str, Any], ctx: GradeContext) -> Grade:
 
 
 # Grader kinds defined in other modules register themselves by being imported here:
-from harness_magic.evals import dabench as _dabench  # noqa: E402,F401  registers 'dabench'
-from harness_magic.evals import dabstep as _dabstep  # noqa: E402,F401  registers 'dabstep'
+from harness_magic.evals import dabench as _dabench, dabstep as _dabstep  # noqa: E402  benchmark graders
+register_grader("dabench", _dabench.grade_dabench, _dabench.validate_dabench)
+register_grader("dabstep", _dabstep.grade_dabstep, _dabstep.validate_dabstep)
