@@ -6,6 +6,10 @@
   MultiIndex pivot snapshot renders as a table with its hidden-columns note;
   an interrupt marks the running call interrupted and keeps what it printed;
   printed lines stream into the running call's section before the run ends.
+* What an analyst notices: a pivot's column-axis name and dates as dates in its
+  table, no second handle for a value saved and shown, a harness reminder that
+  says what it is, ``%agent_vars`` text aligned left, ``%agent_docs`` counts in
+  words and snippets without ``#`` headings.
 * Hostile model text, tool output and data (``<script>``, ``<img onerror>``,
   ``javascript:`` links, external images pointed at a local server that counts
   requests): nothing runs and nothing loads, live, after saving and reloading
@@ -282,6 +286,72 @@ def test_long_tool_call_ticks_then_settles_with_a_pivot_table_and_an_interrupt_k
                 page.screenshot(path=str(ARTIFACTS / "jupyterlab-long-call-last.png"), full_page=False)
             finally:
                 browser.close()
+
+
+# -- what an analyst notices (issue 27 point 7) -------------------------------------------------------
+
+ANALYST_CALL = """\
+import pandas as pd
+daily = pd.DataFrame({"region": ["eu", "us", "eu"], "day": pd.to_datetime(["2023-01-01", "2023-01-01", "2023-01-02"]),
+                      "units": [1, 2, 3]}).pivot_table(index="day", columns="region", values="units", aggfunc="sum")
+save("daily", daily)
+daily
+"""
+
+
+def test_an_analysts_tables_dates_handles_reminders_and_docs_read_naturally(lab) -> None:
+    from playwright.sync_api import sync_playwright
+
+    script = {"turns": [
+        {"text": "Pivoting.", "tool_calls": [{"name": "python_interpreter", "arguments": {"code": ANALYST_CALL}}]},
+        {"text": "Units per day and region are in `daily`."},
+    ]}
+    setup = ("%load_ext harness_magic\n%config AgentMagics.max_turns = 2\n"
+             "%config AgentMagics.connectors = [{'type': 'docs', 'roots': ['docs']}]")
+    nb = _notebook(setup, "%%agent -m scripted/analyst.json\nUnits per day by region.", "%agent_vars",
+                   "%agent_docs", "%agent_docs refunds approved")
+    url, chromium, root = lab({"analyst.ipynb": nb, "analyst.json": json.dumps(script)})
+    (root / "docs").mkdir()
+    (root / "docs" / "refunds.md").write_text("# Refunds\n\nRefunds are approved by the finance team within 5 days.\n")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = _browser(p, chromium)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1400})
+            _open_and_run_all(page, url, "analyst.ipynb")
+            page.wait_for_selector(".agent-final .agent-footer", timeout=RUN_TIMEOUT_MS)
+            page.wait_for_function(KERNEL_IDLE_JS, timeout=RUN_TIMEOUT_MS)
+            page.wait_for_selector("table.agent-vars", timeout=RUN_TIMEOUT_MS)
+            page.locator(".agent-final .agent-transcript > summary").click()
+            page.locator(".agent-final .agent-tool > summary").first.click()
+            table = page.locator(".agent-final .agent-snapshot-table").first
+            table.wait_for(state="visible", timeout=10_000)
+            assert page.locator(".agent-final .agent-snapshot-table").count() == 1, "one handle, one table"
+            assert table.locator("th.agent-axis-name").first.inner_text().strip() == "region"
+            assert table.locator("tr.agent-index-names").inner_text().strip() == "day"
+            text = table.inner_text()
+            assert "2023-01-01" in text and "T00:00:00" not in text and "00:00" not in text
+            reminder = page.locator(".agent-final .agent-reminder > summary")
+            assert reminder.count() == 1
+            assert reminder.inner_text().startswith("harness note to the model: This is the final turn (2/2)")
+            reminder.click()
+            assert "neither you nor the model wrote it" in page.locator(".agent-reminder-why").inner_text()
+
+            cells = page.locator("table.agent-vars tbody tr").first.locator("td")
+            aligned = cells.evaluate_all("tds => tds.map(td => [td.innerText, getComputedStyle(td).textAlign])")
+            assert aligned[0] == ["daily", "left"] and aligned[1] == ["dataframe", "left"], aligned
+            assert ["1", "right"] in aligned, aligned  # the turn: a number
+            name_header = page.locator("table.agent-vars thead th").first
+            assert name_header.evaluate("th => getComputedStyle(th).textAlign") == "left"
+            outputs = page.locator(".jp-OutputArea-output").all_inner_texts()
+            listing = next(o for o in outputs if "docs (" in o)
+            assert "docs (1 file, 1 chunk)" in listing and "1 chunks" not in listing, listing
+            found = next(o for o in outputs if "Search: refunds approved" in o)
+            assert "Refunds are approved by the finance team" in found and "# Refunds" not in found, found
+            page.evaluate("document.querySelector('.agent-final').scrollIntoView({block: 'start'})")
+            page.screenshot(path=str(ARTIFACTS / "jupyterlab-analyst-polish.png"), full_page=False)
+        finally:
+            browser.close()
 
 
 # -- the copy button of each call ----------------------------------------------------------------------
