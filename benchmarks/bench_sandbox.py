@@ -4,6 +4,7 @@ and moving a large frame each way.
     .venv/bin/python benchmarks/bench_sandbox.py            # 1 GiB frame
     .venv/bin/python benchmarks/bench_sandbox.py --size-mb 256
     .venv/bin/python benchmarks/bench_sandbox.py --session-only  # the tool through AgentSession vs the bare backend
+    .venv/bin/python benchmarks/bench_sandbox.py --first-call    # the first tool call's wait for the sandbox
 
 Reports the sandbox (Arrow IPC files in /dev/shm, mapped read-only by the
 worker) next to a plain pickle round trip and a raw memory copy of the same
@@ -11,6 +12,17 @@ bytes, and the in-process backend (deep copy at the boundary) for reference.
 Repeated calls on a cached 64 MiB frame are measured twice in the same run:
 through ``AgentSession``'s ``python_interpreter`` tool (what a notebook runs)
 and through the tool over the bare backend, with the bytes each call writes.
+
+``--first-call`` measures what a new notebook's first tool call waits for the
+sandbox, each sample in a fresh interpreter (a new kernel: no launcher yet),
+through ``AgentSession`` against the scripted OpenAI-compatible HTTP server
+(``tests/scripted_server.py``, via litellm) whose first answer is delayed by
+0 s and 3 s (a real model takes seconds), for: the sandbox started at the first
+tool call (the behaviour before background starts), started beside the first
+model request (the default), and ``AgentMagics.prestart_sandbox`` (launcher
+started at ``%load_ext``, the cell run 2 s later). A first in-process run
+against the same server imports and warms litellm before the clock starts, so
+its ~2 s import does not hide the sandbox start in the 0 s rows. Also ``%load_ext harness_magic`` time, with and without prestart.
 """
 
 from __future__ import annotations
@@ -66,9 +78,15 @@ def main() -> None:
     parser.add_argument("--size-mb", type=int, default=1024, help="frame size in MiB (default 1024)")
     parser.add_argument("--session-only", action="store_true",
                         help="only the repeated calls through AgentSession against the bare backend")
+    parser.add_argument("--first-call", action="store_true",
+                        help="only the first tool call's wait for the sandbox, and %%load_ext with prestart")
+    parser.add_argument("--samples", type=int, default=3, help="fresh interpreters per --first-call figure")
     args = parser.parse_args()
     if args.session_only:
         session_vs_bare(64)
+        return
+    if args.first_call:
+        first_call(args.samples)
         return
     rows = args.size_mb * 2**20 // (8 * COLUMNS)
     print(f"python {sys.version.split()[0]}, pandas {pd.__version__}, {os.cpu_count()} cpu(s)")
@@ -343,6 +361,111 @@ def session_vs_bare(size_mb: int, calls: int = 20) -> None:
               f"{ms(later)} wrote {later_bytes / 2**20:5.1f} MiB each -> {later / pickled:5.3f}x a pickle "
               "round trip (target: 0 MiB, <= 0.1x)")
     gc.collect()
+
+
+FIRST_CALL_MODES = {
+    "at call": "started at the first tool call (before)",
+    "run": "beside the first model request (default)",
+    "load": "prestart_sandbox at %load_ext, cell 2 s later",
+}
+LOAD_TO_CELL_S = 2.0
+"""How long after ``%load_ext`` the first agent cell runs in the prestart rows (a user's first cells)."""
+
+FIRST_CALL_SCRIPT = """
+import json, os, sys, tempfile, threading, time
+mode, delay, tests = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+sys.path.insert(0, tests)
+from scripted_server import ScriptedServer
+from harness_magic import AgentConfig, AgentSession, ProviderAdapter
+from harness_magic.core.transcript.events import SandboxStep, ToolCallFinished, ToolCallStarted
+
+first = {"tool_calls": [{"id": "c1", "name": "python_interpreter", "arguments": {"code": "6 * 7"}}], "delay": delay}
+with ScriptedServer([{"text": "warm"}, first, {"text": "done"}]) as server, tempfile.TemporaryDirectory() as runs:
+    def adapter():
+        return ProviderAdapter("openai/bench", api_base=server.api_base, api_key="sk-bench", stream=True)
+    warm = AgentSession(AgentConfig(model="openai/bench", run_dir=runs, sandbox="inprocess"), adapter=adapter())
+    assert warm.ask("warm up").status == "completed"  # litellm imported, the request path run once
+    warm.close()
+    if mode == "at call":
+        AgentSession.prestart = lambda self: False  # the behaviour before: nothing starts ahead of the call
+    if mode == "load":
+        from harness_magic.core.execution.sandbox.launcher_client import LauncherClient
+        threading.Thread(target=LauncherClient.warm, daemon=True).start()  # what the %load_ext hook runs
+        time.sleep(float(sys.argv[4]))
+    session = AgentSession(AgentConfig(model="openai/bench", run_dir=runs), adapter=adapter())
+    events = []
+    session.subscribe(lambda e: events.append((time.perf_counter(), e)))
+    began = time.perf_counter()
+    result = session.ask("go")
+    session.close()
+    called = next(t for t, e in events if isinstance(e, ToolCallStarted))
+    done = next(e for t, e in events if isinstance(e, ToolCallFinished))
+    waits = [e.duration_s for t, e in events if isinstance(e, SandboxStep) and e.duration_s is not None]
+    print(json.dumps({"status": result.status, "answer": "42" in done.result.content, "model_s": called - began,
+                      "wait_s": sum(waits), "call_s": done.duration_s}))
+"""
+
+
+def first_call(samples: int) -> None:
+    """The first tool call's wait for the sandbox, per start mode and model delay (medians of fresh interpreters)."""
+    import json
+    import subprocess
+
+    tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpu(s), load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; medians of {samples} fresh interpreters")
+    print(f"{'model delay':>11s}  {'sandbox start':<48s} {'to 1st call':>11s} {'sandbox wait':>12s} "
+          f"{'1st call':>9s}")
+    for delay in (0.0, 3.0):
+        for mode, label in FIRST_CALL_MODES.items():
+            rows = []
+            for _ in range(samples):
+                done = subprocess.run([sys.executable, "-c", FIRST_CALL_SCRIPT, mode, str(delay), tests,
+                                       str(LOAD_TO_CELL_S)], capture_output=True, text=True, timeout=300)
+                if done.returncode != 0:
+                    raise SystemExit(f"{mode}/{delay}: {done.stderr[-2000:]}")
+                row = json.loads(done.stdout.strip().splitlines()[-1])
+                if row["status"] != "completed" or not row["answer"]:
+                    raise SystemExit(f"{mode}/{delay}: the run did not complete with 42: {row}")
+                rows.append(row)
+            med = {k: statistics.median(r[k] for r in rows) for k in ("model_s", "wait_s", "call_s")}
+            waits = ", ".join(f"{r['wait_s']:.3f}" for r in rows)
+            print(f"{delay:10.0f}s  {label:<48s} {med['model_s']:10.2f}s {med['wait_s']:11.3f}s "
+                  f"{med['call_s']:8.3f}s   (waits: {waits})")
+    load_ext_times(samples + 2)
+
+
+LOAD_SCRIPT = """
+import json, sys, threading, time
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+if sys.argv[1] == "on":
+    shell.run_line_magic("config", "AgentMagics.prestart_sandbox = True")
+began = time.perf_counter()
+shell.run_line_magic("load_ext", "harness_magic")
+took = time.perf_counter() - began
+for thread in threading.enumerate():
+    if thread.name.startswith("harness-"):
+        thread.join(120)
+print(json.dumps({"s": took, "heavy": [m for m in ("pandas", "pyarrow", "litellm", "duckdb") if m in sys.modules]}))
+"""
+
+
+def load_ext_times(samples: int) -> None:
+    """``%load_ext harness_magic`` in fresh interpreters, with and without prestart (budget 0.3 s)."""
+    import json
+    import subprocess
+
+    for prestart in ("off", "on"):
+        rows = []
+        for _ in range(samples):
+            done = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, prestart], capture_output=True, text=True,
+                                  timeout=300, check=True)
+            rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        heavy = sorted({m for r in rows for m in r["heavy"]})
+        print(f"%load_ext harness_magic, prestart_sandbox {prestart:<3s}: median "
+              f"{ms(statistics.median(r['s'] for r in rows))} (max {ms(max(r['s'] for r in rows))}; "
+              f"budget 300 ms); heavy modules in the kernel after its start: {heavy or 'none'}")
 
 
 if __name__ == "__main__":

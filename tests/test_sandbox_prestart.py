@@ -328,10 +328,10 @@ LOAD = textwrap.dedent("""\
     me = os.getpid()
     kids = open(f"/proc/{me}/task/{me}/children").read().split()
     grandkids = [k for pid in kids for k in open(f"/proc/{pid}/task/{pid}/children").read().split()]
-    from harness_magic.core.execution.sandbox.launcher_client import LauncherClient
-    launcher = LauncherClient._shared
+    from harness_magic.core.execution.sandbox.launcher_client import LAUNCHER_MODULE
+    launchers = [k for k in kids if LAUNCHER_MODULE in open(f"/proc/{k}/cmdline").read().split(chr(0))]
     print(json.dumps({"children": kids, "workers": grandkids, "heavy": [m for m in HEAVY if m in sys.modules],
-                      "launcher": launcher.pid if launcher is not None and launcher.alive() else None}))
+                      "launcher": launchers[0] if launchers else None}))
 """).replace("HEAVY", repr(HEAVY_MODULES))
 
 
@@ -350,7 +350,7 @@ def test_loading_the_extension_starts_nothing_and_imports_nothing_heavy():
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_prestart_sandbox_starts_the_launcher_in_the_background_without_heavy_imports(when):
     out = load("on" if when == "before" else "off", "on" if when == "after" else "off")
-    assert out["launcher"] is not None and out["children"] == [str(out["launcher"])], out
+    assert out["launcher"] is not None and out["children"] == [out["launcher"]], out
     assert out["workers"] == [], "no worker before an agent cell"
     assert out["heavy"] == [], "the launcher imports the data stack, not the kernel"
 
