@@ -75,11 +75,15 @@ def save(name: str, value: Any) -> str:
     """Store a copy of ``value`` in the agent's cache as ``name`` (``name_2``... when taken: never a
     replacement); returns the handle. The agent's ``save``, for the notebook: the extension binds it as
     ``save`` where that name is free, and ``%agent_code`` cells import it where it is not."""
-    from harness_magic.notebook.extension import agent_session
+    from IPython import get_ipython
 
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"save(name, value): name must be a non-empty string, got {name!r}")
-    return agent_session().cache.put(name, copy_value(value), tool="notebook")
+    shell = get_ipython()
+    magics = shell.magics_manager.registry.get("AgentMagics") if shell is not None else None
+    if magics is None:
+        raise RuntimeError("save(): harness_magic is not loaded here: run %load_ext harness_magic first")
+    return magics.session.cache.put(name, copy_value(value), tool="notebook")
 
 
 def push_value(cache: Any, value: Any, handle: str) -> str:
