@@ -95,6 +95,9 @@ def import_litellm() -> Any:
 
 _CONNECTION_ERRORS = frozenset({"APIConnectionError", "ConnectError", "ConnectionError", "ConnectTimeout"})
 """litellm/httpx exception names that mean the request never reached a server."""
+_TRANSIENT_NAMES = frozenset({"Timeout", "APITimeoutError", "RateLimitError", "InternalServerError",
+                              "ServiceUnavailableError", "BadGatewayError", "APIConnectionError"})
+"""litellm exception names worth a retry when no HTTP status came with them (a timeout, a broken stream)."""
 _FINAL_SOCKET_ERRORS = (ConnectionRefusedError,)
 """Connection failures a retry cannot fix: nothing listens on the port (unknown hosts are matched by name)."""
 
@@ -220,13 +223,14 @@ def _map_exception(exc: Exception, url: str | None = None, *, model: str | None 
         return ProviderUnreachable(f"{what}: {type(root).__name__}: {detail[:ERROR_LINE_MAX_CHARS]}", url=where,
                                    retryable=not final, request_sent=connected)
     name = type(exc).__name__
-    if answer is None:  # no HTTP answer: a timeout, a client-side refusal, litellm's own check
-        transient = name in {"Timeout", "APITimeoutError", "ReadTimeout"} or "timed out" in str(exc).lower()
+    if answer is None:  # no HTTP answer: a timeout, a broken stream, or the client refused before sending
+        root = _root_cause(exc)
+        client_side = type(root).__name__ == "OpenAIError" and type(root).__module__.startswith("openai")
         detail = _first_line(str(exc)) if str(exc).strip() else name
         for prefix in ("litellm.", f"{name}: ", "OpenAIException - "):  # litellm repeats the class name
             detail = detail.removeprefix(prefix).removeprefix(f"{name}: ")
-        return ProviderError(f"{name} (no HTTP answer from {where}): {detail}{key_hint if not transient else ''}",
-                             retryable=transient, request_sent=transient)
+        return ProviderError(f"{name} (no HTTP answer from {where}): {detail}{key_hint if client_side else ''}",
+                             retryable=not client_side and name in _TRANSIENT_NAMES, request_sent=not client_side)
     status, body = answer
     line = _first_line(body)
     if status in (401, 403):
