@@ -22,7 +22,8 @@ tool call (the behaviour before background starts), started beside the first
 model request (the default), and ``AgentMagics.prestart_sandbox`` (launcher
 started at ``%load_ext``, the cell run 2 s later). A first in-process run
 against the same server imports and warms litellm before the clock starts, so
-its ~2 s import does not hide the sandbox start in the 0 s rows. Also ``%load_ext harness_magic`` time, with and without prestart.
+its ~2 s import does not hide the sandbox start in the 0 s rows. Also
+``%load_ext harness_magic`` time, with and without prestart.
 """
 
 from __future__ import annotations

@@ -305,7 +305,8 @@ def test_a_failed_warm_start_is_raised_by_the_next_shared_call_only(tmp_path):
     out = run_failing("warm", tmp_path)
     base = out["starts_foreground"]
     assert out["starts_after_warm"] == base + 1, "warm() started one launcher and raised nothing"
-    assert out["starts_per_shared"] == [base + 1, base + 2], "the first shared() raised the kept failure; the next tried anew"
+    assert out["starts_per_shared"] == [base + 1, base + 2], \
+        "the first shared() raised the kept failure; the next tried anew"
     assert out["shared"] == [out["foreground"]] * 2 and out["distinct"]
 
 

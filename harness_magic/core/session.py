@@ -346,9 +346,9 @@ class AgentSession:
 
         ``start``: the session's first use (launcher, data stack imports and the
         first worker), or what is left of a background start (:meth:`prestart`),
-        its time being this call's wait; none when that start is done; ``fork``: the fresh worker of this cell (see
-        :meth:`_fresh_worker`); ``restart``: a worker after the previous one was
-        lost. Each emits :class:`~harness_magic.core.transcript.events.SandboxStep` before
+        its time being this call's wait (no step when that start is done);
+        ``fork``: the fresh worker of this cell (see :meth:`_fresh_worker`);
+        ``restart``: a worker after the previous one was lost. Each emits :class:`~harness_magic.core.transcript.events.SandboxStep` before
         (no time) and after (with its time), for the tool call in progress.
         """
         if harness is None or self.config.sandbox == "inprocess":
