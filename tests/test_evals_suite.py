@@ -98,14 +98,17 @@ def test_cli_run_exit_status_and_output(tmp_path, capsys):
     assert "neither a directory nor a built-in suite" in capsys.readouterr().err
 
 
-def _grade(passed, missing=False, kind="number"):
-    return Grade(kind, passed, "", missing)
+def _grade(passed, missing=False, kind="number", ambiguous=False):
+    return Grade(kind, passed, "", missing, ambiguous)
 
 
 @pytest.mark.parametrize("status, grades, records, expected", [
     ("completed", [_grade(True)], [], None),
     ("completed", [_grade(False)], [], "wrong_answer"),
     ("completed", [_grade(False, missing=True)], [], "no_answer"),
+    ("completed", [_grade(False, ambiguous=True)], [], "ambiguous"),
+    ("completed", [_grade(False, ambiguous=True), _grade(False, missing=True)], [], "ambiguous"),
+    ("completed", [_grade(False, ambiguous=True), _grade(False, kind="no_writes")], [], "policy_violation"),
     ("max_turns_exceeded", [_grade(False, missing=True)], [], "limit"),
     ("budget_cost", [_grade(False, missing=True)], [], "limit"),
     ("error", [_grade(False, missing=True)], [], "provider_error"),

@@ -38,10 +38,15 @@ import re
 from dataclasses import dataclass, field
 
 __all__ = ["Committed", "NumberReading", "committed_answer", "read_number", "numbers_in", "named_mentions",
-           "is_cancelled", "sentence_of", "hedge_in", "MAX_ANSWER_CHARS", "CUE_WORDS"]
+           "is_cancelled", "sentence_of", "hedge_in", "MAX_ANSWER_CHARS", "MAX_NUMBERS", "CONTEXT_CHARS", "CUE_WORDS"]
 
 MAX_ANSWER_CHARS = 200_000
 """Only this many characters of an answer are read (bounds regex work on a hostile answer)."""
+CONTEXT_CHARS = 300
+"""Clause and sentence checks look this far either side of a mention (a sentence longer than this is prose, not
+an answer; the bound keeps grading linear in the answer's length)."""
+MAX_NUMBERS = 200
+"""An answer with more numbers than this commits to none of them (and is not read number by number)."""
 CUE_WORDS = 3
 """A negation or comparison word this many words or fewer before a mention cancels it (``It is not X``);
 further away it belongs to another phrase (``there is no doubt it is X``)."""
@@ -102,6 +107,8 @@ class Committed:
     """``answer_line`` or ``text`` (no ``ANSWER:`` line: prose)."""
     problem: str = ""
     """Non-empty when the answer commits to nothing: two ``ANSWER:`` lines that differ."""
+    lines: tuple[str, ...] = ()
+    """Every ``ANSWER:`` value, in order (a number grader accepts differing lines that read as one number)."""
 
 
 @dataclass(frozen=True)
@@ -136,8 +143,9 @@ def committed_answer(answer: str) -> Committed:
     distinct = list(dict.fromkeys(" ".join(v.casefold().split()) for v in values))
     if len(distinct) > 1:
         shown = ", ".join(repr(v) for v in dict.fromkeys(values))
-        return Committed(values[-1], "answer_line", f"{len(values)} ANSWER: lines with different values: {shown}")
-    return Committed(values[-1], "answer_line")
+        return Committed(values[-1], "answer_line", f"{len(values)} ANSWER: lines with different values: {shown}",
+                         tuple(values))
+    return Committed(values[-1], "answer_line", lines=tuple(values))
 
 
 def _value(match: re.Match[str]) -> float:
@@ -182,11 +190,11 @@ def hedge_in(text: str, *, strict: bool = False) -> str | None:
 
 def is_cancelled(text: str, start: int, end: int) -> bool:
     """The mention at ``text[start:end]`` is negated or compared away within its clause."""
-    before = text[:start]
+    before = text[max(0, start - CONTEXT_CHARS):start]
     clause_start = max((m.end() for m in _CLAUSE_END.finditer(before)), default=0)
     if _NEG_BEFORE.search(before[clause_start:]):
         return True
-    after = text[end:]
+    after = text[end:end + CONTEXT_CHARS]
     stop = _CLAUSE_END.search(after)
     return bool(_NEG_AFTER.search(after[:stop.start()] if stop else after))
 
@@ -210,15 +218,21 @@ def read_number(text: str, *, prose: bool = False) -> NumberReading:
     if not found:
         return NumberReading(None, "no number in the answer" if prose else f"no number in the answer {text[:120]!r}",
                              missing=True)
+    if len(found) > MAX_NUMBERS:
+        return NumberReading(None, f"{len(found)} numbers in the answer: no single value", ambiguous=not prose,
+                             missing=prose)
     if _PLUS_MINUS.search(text):
         return NumberReading(None, f"a ± in {text[:120]!r}: one value, please", ambiguous=True)
     hedge = hedge_in(_blank(text, _DATES))
     if hedge and not prose:
         return NumberReading(None, f"hedged ({hedge!r}) in {text[:120]!r}", ambiguous=True)
-    for value, start, _ in found:  # "46 or 49", "(or 49)", "46/49"
+    for value, start, _ in found:  # "46 or 49", "46 (or 49)"
         before = text[:start].rstrip()
         if re.search(r"\b(?:or|nor)$", before, re.IGNORECASE) and re.search(r"\d", before):
             return NumberReading(None, f"alternatives in {text[:120]!r}", ambiguous=True)
+    if prose and len(_distinct([v for v, _, _ in found])) > 1:
+        listed = ", ".join(f"{v:g}" for v in _distinct([v for v, _, _ in found])[:6])
+        return NumberReading(None, f"no ANSWER: line and several numbers in the answer ({listed})", missing=True)
     work = _blank(_blank(text, _DATES), _ASIDE)
     seps = list(_LABEL_SEP.finditer(work))
     if seps:
@@ -263,7 +277,8 @@ def named_mentions(text: str, pattern: re.Pattern[str]) -> tuple[list[re.Match[s
 
 
 def sentence_of(text: str, start: int, end: int) -> str:
-    """The sentence of ``text`` around ``text[start:end]`` (for hedge checks)."""
-    begin = max((m.end() for m in _SENTENCE_END.finditer(text[:start])), default=0)
-    stop = _SENTENCE_END.search(text, end)
-    return text[begin:stop.end() if stop else len(text)]
+    """The sentence of ``text`` around ``text[start:end]`` (for hedge checks), at most CONTEXT_CHARS either side."""
+    lo, hi = max(0, start - CONTEXT_CHARS), min(len(text), end + CONTEXT_CHARS)
+    begin = max((m.end() for m in _SENTENCE_END.finditer(text, lo, start)), default=lo)
+    stop = _SENTENCE_END.search(text, end, hi)
+    return text[begin:stop.end() if stop else hi]

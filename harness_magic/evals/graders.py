@@ -115,7 +115,11 @@ def answer_number(answer: str, pattern: str | None = None) -> NumberReading:
             return NumberReading(None, f"pattern {pattern!r} not found in the answer", missing=True)
         return read_number(match.group(1) if match.groups() else match.group(0))
     committed = committed_answer(answer)
-    if committed.problem:
+    if committed.problem:  # lines that differ in writing but read as one number ("46", "46.0") still commit
+        readings = [read_number(line) for line in committed.lines]
+        values = {r.value for r in readings}
+        if len(values) == 1 and None not in values:
+            return readings[-1]
         return NumberReading(None, committed.problem, ambiguous=True)
     return read_number(committed.text, prose=committed.source == "text")
 
