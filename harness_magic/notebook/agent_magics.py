@@ -125,9 +125,9 @@ class AgentMagics(Magics):
     materialize_max_rows = Integer(DEFAULT_MATERIALIZE_MAX_ROWS, help="Rows a lazy engine handle may bring into "
                                    "the kernel when agent code names it or %agent_pull copies it; over it the "
                                    "agent is told to aggregate in the engine first.").tag(config=True)
-    prestart_sandbox = Bool(False, help="Start the sandbox worker in the background when the extension loads "
-                            "(otherwise it starts with the session's first run, beside the first model "
-                            "request).").tag(config=True)
+    prestart_sandbox = Bool(False, help="Start the sandbox's launcher in the background when the extension "
+                            "loads (otherwise the sandbox starts with the session's first run, beside the first "
+                            "model request).").tag(config=True)
     raise_on_error = Bool(True, help="A %%agent run that ends in error (not an interrupt, budget or turn limit) "
                           "raises AgentRunError after its output is shown, so Run All stops there; False: the "
                           "cell passes and its value is the failed RunResult.").tag(config=True)
