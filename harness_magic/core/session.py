@@ -15,6 +15,7 @@ from typing import Any, Callable
 from harness_magic.core.control.budgets import Budgets
 from harness_magic.core.cache import SessionCache
 from harness_magic.core.transcript.events import EventHandler
+from harness_magic.core.execution.backend_start import BackendStart
 from harness_magic.core.execution.interpreter import (
     BACKEND_MEMBERS,
     DEFAULT_MATERIALIZE_MAX_BYTES,
@@ -141,69 +142,6 @@ def make_backend(config: AgentConfig) -> InterpreterBackend:
     from harness_magic.core.execution.sandbox import SandboxedInterpreter
 
     return SandboxedInterpreter(allow_unconfined=config.allow_unconfined or config.sandbox == "unconfined")
-
-
-class BackendStart:
-    """An interpreter backend being made on a background thread (``make()``), handed over once.
-
-    :meth:`result` waits for it and returns the backend, or raises what
-    ``make`` raised, the same exception, once (the caller then holds the
-    backend, or tries again on its own). An interrupt while waiting leaves the
-    start under way. :meth:`cancel` closes what the start made, or has the
-    start close it when it finishes, and waits for that: no worker outlives a
-    cancelled start, even when the wait is interrupted.
-    """
-
-    def __init__(self, make: Callable[[], InterpreterBackend]) -> None:
-        self._make = make
-        self._lock = threading.Lock()
-        self._done = threading.Event()
-        self._backend: InterpreterBackend | None = None
-        self._error: BaseException | None = None
-        self._cancelled = False
-        self._thread = threading.Thread(target=self._run, name="harness-sandbox-start", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            backend = self._make()
-        except BaseException as exc:  # kept for the first call that needs the backend
-            self._error = exc
-        else:
-            with self._lock:
-                cancelled = self._cancelled
-                if not cancelled:
-                    self._backend = backend
-            if cancelled:
-                backend.close()
-        finally:
-            self._done.set()
-
-    @property
-    def done(self) -> bool:
-        """Whether the start has finished (made the backend or failed)."""
-        return self._done.is_set()
-
-    def result(self) -> InterpreterBackend:
-        """Wait for the start; the backend, or the start's exception (raised by this call only)."""
-        self._done.wait()
-        with self._lock:
-            backend, self._backend = self._backend, None
-            error, self._error = self._error, None
-        if error is not None:
-            raise error
-        if backend is None:
-            raise RuntimeError("this sandbox start was cancelled or already handed over")
-        return backend
-
-    def cancel(self) -> None:
-        """Stop caring about the start: wait for it to finish and close what it made (nothing is left running)."""
-        with self._lock:
-            self._cancelled = True
-            backend, self._backend = self._backend, None
-        if backend is not None:
-            backend.close()
-        self._thread.join()  # a start still under way saw the flag and closes its backend itself
 
 
 def make_cache(config: AgentConfig) -> SessionCache:
