@@ -243,6 +243,16 @@ def test_counts_agree_with_their_number() -> None:
     assert count(2, "more file") == "2 more files"
 
 
+def test_a_reindex_report_counts_one_file_and_one_chunk_in_the_singular(tmp_path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "refunds.md").write_text("# Refunds\n\nApproved within 5 days.\n")
+    connector = docs_connector([docs], index_path=tmp_path / "index.sqlite")
+    (docs / "refunds.md").write_text("# Refunds\n\nApproved within 3 days.\n")
+    report = connector.refresh()
+    assert report.changed and report.summary().startswith("1 file, 1 chunk; updated 1: "), report.summary()
+
+
 def test_snapshot_notes_count_one_row_as_a_row() -> None:
     frame = pd.DataFrame({"a": range(6)})
     assert "+1 more row" in snapshot_text("f", make_snapshot(frame)).splitlines()[-1]

@@ -77,6 +77,7 @@ from harness_magic.core.knowledge.ranking import (  # noqa: F401 - SNIPPET_* re-
     snippet,
 )
 from harness_magic.core.knowledge.tree import FILE_MAX_BYTES, HARDLINK_REASON, MAX_FILES, DocRoot, DocTree
+from harness_magic.core.text.counts import count
 
 __all__ = ["DocIndex", "IndexReport", "Hit", "FILE_MAX_BYTES", "MAX_FILES", "QUERY_MAX_TOKENS", "RRF_K",
            "fts_query", "ExtractionLimits"]
@@ -132,7 +133,7 @@ class IndexReport:
         return bool(self.added or self.updated or self.removed)
 
     def summary(self) -> str:
-        parts = [f"{self.files} files, {self.chunks} chunks"]
+        parts = [f"{count(self.files, 'file')}, {count(self.chunks, 'chunk')}"]
         for label, names in (("added", self.added), ("updated", self.updated), ("removed", self.removed)):
             if names:
                 shown = ", ".join(names[:5]) + (f" (+{len(names) - 5} more)" if len(names) > 5 else "")
