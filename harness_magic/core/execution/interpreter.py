@@ -375,8 +375,10 @@ def _same_value(a: Any, b: Any) -> bool:
     if type(a) is not type(b):
         return False
     try:
-        if isinstance(a, (pd.DataFrame, pd.Series, pd.Index)):
-            names = (a.columns.names == b.columns.names) if isinstance(a, pd.DataFrame) else True
+        if isinstance(a, pd.Index):
+            return a.shape == b.shape and a.names == b.names and a.dtype == b.dtype and bool(a.equals(b))
+        if isinstance(a, (pd.DataFrame, pd.Series)):
+            names = (a.columns.names == b.columns.names) if isinstance(a, pd.DataFrame) else a.name == b.name
             return a.shape == b.shape and names and a.index.names == b.index.names and bool(a.equals(b))
         if isinstance(a, np.ndarray):
             return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a, b))
