@@ -6,6 +6,7 @@ The notebook layer is glue over this class: it maps its traitlets onto an
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -477,14 +478,7 @@ class AgentSession:
         if "spill_dir" in changed:
             notes.append("spill_dir applies to caches created from now on (--reset keeps this cache's directory)")
         if changed & set(_HARNESS_FIELDS) or connectors is not None:
-            history = self.harness.messages
-            registry = connectors if connectors is not None else (
-                self.connectors.registry if self.connectors is not None else None)
-            self.harness = self._build_harness(self.adapter_for(config.model))
-            self.harness.set_history(history)
-            self.connectors = registry.install(self.harness) if registry is not None else None
-            if self._subagent_options is not None:
-                self.enable_subagents(**self._subagent_options)
+            self._rebuild_harness(connectors)
             notes.append("the agent's tools were rebuilt around the same conversation")
         else:
             self.harness.adapter = self.adapter_for(config.model)
@@ -492,6 +486,31 @@ class AgentSession:
             self.harness.run_dir = config.run_dir
             self._set_budgets(config.budgets())
         return notes
+
+    def _rebuild_harness(self, connectors: Any | None = None) -> None:
+        """A new loop (tools, control plane, connectors, subagents) around the same conversation and cache."""
+        history = self.harness.messages
+        registry = connectors if connectors is not None else (
+            self.connectors.registry if self.connectors is not None else None)
+        self.harness = self._build_harness(self.adapter_for(self.config.model))
+        self.harness.set_history(history)
+        self.connectors = registry.install(self.harness) if registry is not None else None
+        if self._subagent_options is not None:
+            self.enable_subagents(**self._subagent_options)
+
+    def restore_checkpoint(self, directory: str | os.PathLike[str]) -> SessionCache:
+        """Replace the cache by the checkpoint in ``directory`` (``cache.save``), keeping the conversation; engine
+        handles are re-bound on this session's connectors (the rest named in ``not_restored``). An unreadable
+        checkpoint raises CheckpointError and leaves the session as it was."""
+        from harness_magic.core.execution.connectors.checkpoint import load_checkpoint
+
+        loaded = load_checkpoint(directory, self.connectors.registry if self.connectors is not None else None,
+                                 hot_count=self.config.hot_count, memory_budget_bytes=self.config.memory_budget_bytes,
+                                 spill_dir=self.config.spill_dir)
+        old, self.cache = self.cache, loaded
+        self._rebuild_harness()
+        old.close()
+        return loaded
 
     def close(self) -> None:
         """Close the backend (a start under way is waited for and closed: no worker is left) and the cache."""

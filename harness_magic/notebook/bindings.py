@@ -103,10 +103,13 @@ def push_value(cache: Any, value: Any, handle: str) -> str:
 def pulled_value(cache: Any, handle: str, name: str, max_bytes: int, max_rows: int) -> Any:
     """A copy of ``handle``'s value for the notebook variable ``name``; a lazy engine handle is materialised
     under ``max_bytes`` and ``max_rows``, and over either a UsageError names the cap and the flag to raise it."""
+    from harness_magic.core.cache.errors import CacheError
     from harness_magic.core.execution.interpreter import materialize_inputs
 
     try:
         value = materialize_inputs(cache, [handle], max_bytes, max_rows)[handle]
+    except CacheError as exc:  # e.g. a spilled or checkpointed file changed on disk: nothing was read
+        raise UsageError(f"%agent_pull {handle}: {exc}") from None
     except Exception as exc:
         if type(exc).__name__ == "MaterializeLimitError":
             flag = "--max-rows" if getattr(exc, "limit", "bytes") == "rows" else "--max-bytes"

@@ -32,11 +32,12 @@ def magics_classes() -> tuple[type[Magics], ...]:
     instance of each, :func:`unload_extension` removes exactly what each
     instance registered.
     """
+    from harness_magic.notebook.checkpoint_magics import CheckpointMagics  # %agent_checkpoint
     from harness_magic.notebook.control_magics import ControlMagics  # %agent_replay/_retry/_diff/_status/...
     from harness_magic.notebook.docs_magics import DocsMagics  # %agent_docs
     from harness_magic.notebook.eval_magics import EvalMagics  # %agent_eval
 
-    return (AgentMagics, ControlMagics, DocsMagics, EvalMagics)
+    return (AgentMagics, ControlMagics, DocsMagics, EvalMagics, CheckpointMagics)
 
 
 def _formatters(shell: Any) -> dict[str, Any]:
