@@ -32,7 +32,7 @@ def test_failed_verification_returns_an_error_and_the_model_recovers(tmp_path):
     first, second = [r for m in result.messages for r in m.tool_results]
     assert first.is_error and "Verification failed: `summary` require_columns(region, growth): missing columns " \
                                "['growth']" in first.content
-    assert "`summary` no_nulls(region): null values in region (1 rows)" in first.content
+    assert "`summary` no_nulls(region): null values in region (1 row)" in first.content
     assert not second.is_error and "summary_2" in second.content
     assert result.status == "completed" and result.text == "Summary ready."
     checked = [e for e in events if e.kind == "verification_checked"]

@@ -50,6 +50,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from harness_magic.core.text.counts import count
 from harness_magic.notebook.arguments import validate_model
 from harness_magic.notebook.code_text import agent_code_text, call_code_text, code_cell_text, handles_read
 from harness_magic.notebook.live import settle, show_live
@@ -112,10 +113,10 @@ class ControlMagics(Magics):
         finally:
             self._settle(handler, live, replay)
         if replay.identical:
-            print(f"replayed {replay.result.turns} turns: transcript identical to the recording "
-                  f"({len(replay.replayed)} messages)")
+            print(f"replayed {count(replay.result.turns, 'turn')}: transcript identical to the recording "
+                  f"({count(len(replay.replayed), 'message')})")
         else:
-            print(f"replayed {replay.result.turns} turns: transcript differs from the recording at message "
+            print(f"replayed {count(replay.result.turns, 'turn')}: transcript differs from the recording at message "
                   f"{replay.first_difference}")
         return replay.result
 
@@ -191,7 +192,7 @@ class ControlMagics(Magics):
                                  f"(runs: {', '.join(str(r.run_id) for r in records)})")
             record = with_code[-1]
             how = "the latest run" if record is records[-1] else \
-                f"the latest with code; the {len(records) - records.index(record) - 1} run(s) after it have none"
+                f"the latest with code; {count(len(records) - records.index(record) - 1, 'later run')} had none"
         turns = sorted({t.turn for t in record.tools})
         if args.turn is not None and args.turn not in turns:
             raise UsageError(f"%agent_code: run {record.run_id} has no tool calls in turn {args.turn}; "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import json
+from harness_magic.core.text.counts import count
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ class EvalView:
 
 def _bar(done: int, total: int, passed: int, last: str) -> str:
     pct = 100 * done / total if total else 100
-    return (f"<div style='font-family:monospace'>{done}/{total} attempts, {passed} passed "
+    return (f"<div style='font-family:monospace'>{done}/{count(total, 'attempt')}, {passed} passed "
             f"<div style='width:300px;background:#eee;height:10px'><div style='width:{pct:.0f}%;background:#1565c0;"
             f"height:10px'></div></div>{html.escape(last)}</div>")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from harness_magic.core.text.counts import count
 from harness_magic.core.transcript.messages import Message, Usage
 
 __all__ = ["RunResult", "RUN_STATUSES", "NO_ANSWER_TEXT", "StopRun", "MaxTurnsExceeded", "PromptTooLarge"]
@@ -35,7 +36,7 @@ class MaxTurnsExceeded(Exception):
     """Raised by :meth:`Harness.run` / :meth:`Harness.ask` when the turn limit is hit."""
 
     def __init__(self, turns: int) -> None:
-        super().__init__(f"the run stopped after {turns} turns without a final answer")
+        super().__init__(f"the run stopped after {count(turns, 'turn')} without a final answer")
         self.turns = turns
 
 

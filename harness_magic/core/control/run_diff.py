@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from harness_magic.core.text.counts import count
 from harness_magic.core.control.recorded import RecordedRun, ToolCallRecord, first_difference, load_run
 
 __all__ = ["CallDiff", "RunDiff", "diff_runs", "DIFF_VALUE_CHARS"]
@@ -88,8 +89,8 @@ class RunDiff:
         lines = []
         for label, run in (("a", self.a), ("b", self.b)):
             usage = run.usage
-            lines.append(f"{label}: run {run.run_id} [{run.model}] {run.status}, {run.turns} turns, "
-                         f"{len(run.tool_calls)} tool calls, {usage.total_tokens} tokens "
+            lines.append(f"{label}: run {run.run_id} [{run.model}] {run.status}, {count(run.turns, 'turn')}, "
+                         f"{count(len(run.tool_calls), 'tool call')}, {count(usage.total_tokens, 'token')} "
                          f"({usage.cached_tokens} cached), ${usage.cost:.4f}")
         lines.append("question: same" if self.same_question
                      else f"question differs:\n  a: {_clip(self.a.question)}\n  b: {_clip(self.b.question)}")

@@ -36,6 +36,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
+from harness_magic.core.text.counts import count
 from harness_magic.core.transcript.events import Notice, VerificationChecked
 
 __all__ = ["Verifier", "Rule", "CheckOutcome", "handle_matches"]
@@ -155,7 +156,7 @@ class Verifier:
             counts = {c: int(frame[c].isna().sum()) for c in wanted}
             bad = {c: n for c, n in counts.items() if n}
             if bad:
-                return "null values in " + ", ".join(f"{c} ({n} rows)" for c, n in bad.items())
+                return "null values in " + ", ".join(f"{c} ({count(n, 'row')})" for c, n in bad.items())
             return None
 
         return self.add_rule(name, _table_only(name, _explicit(handles), check), handles=handles, tools=tools)
@@ -174,9 +175,9 @@ class Verifier:
         def check(frame: Any) -> str | None:
             rows = int(frame.shape[0])
             if min_rows is not None and rows < min_rows:
-                return f"{rows} rows, fewer than min_rows={min_rows}"
+                return f"{count(rows, 'row')}, fewer than min_rows={min_rows}"
             if max_rows is not None and rows > max_rows:
-                return f"{rows} rows, more than max_rows={max_rows}"
+                return f"{count(rows, 'row')}, more than max_rows={max_rows}"
             return None
 
         return self.add_rule(name, _table_only(name, _explicit(handles), check), handles=handles, tools=tools)
