@@ -87,6 +87,10 @@ def test_status_with_connectors_of_every_type_and_subagents_off_then_on(tmp_path
         assert lines["session"].startswith("0 runs")
         assert k.run("%config AgentMagics.subagents = True").ok
         assert status_lines(k)["subagents"].startswith("on")
+        tools = f"[t.name for t in {MAGICS}.session.harness.tools]"
+        assert "subagent" in k.value(tools)
+        assert k.run("%config AgentMagics.subagents = False").ok  # withdrawn from the live session too
+        assert status_lines(k)["subagents"] == "off" and "subagent" not in k.value(tools)
     finally:
         k.close()
 

@@ -7,7 +7,6 @@ The notebook layer is glue over this class: it maps its traitlets onto an
 from __future__ import annotations
 
 import os
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -16,7 +15,7 @@ from typing import Any, Callable
 from harness_magic.core.control.budgets import Budgets
 from harness_magic.core.cache import SessionCache
 from harness_magic.core.transcript.events import EventHandler
-from harness_magic.core.execution.backend_start import BackendStart
+from harness_magic.core.execution.backend_start import BackendStart, with_data_stack
 from harness_magic.core.execution.interpreter import (
     BACKEND_MEMBERS,
     DEFAULT_MATERIALIZE_MAX_BYTES,
@@ -111,29 +110,9 @@ _HARNESS_FIELDS = ("planner", "reminders", "system_prompt")
 """Settings that shape the tool list or prompt: changing one rebuilds the loop around the same history."""
 
 
-KERNEL_DATA_STACK = ("pandas", "pyarrow")
-"""Imported beside a background start: the kernel reads and describes the first result with them (~0.7 s cold),
-which the first tool call would otherwise pay."""
-
-
-def _import_data_stack() -> None:
-    import importlib
-
-    for name in KERNEL_DATA_STACK:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            pass  # the call that needs it raises it where it is used
-
-
 def start_backend(config: AgentConfig) -> InterpreterBackend:
     """:func:`make_backend` with the kernel's data stack imported alongside (both done when it returns)."""
-    imports = threading.Thread(target=_import_data_stack, name="harness-data-stack-import", daemon=True)
-    imports.start()
-    try:
-        return make_backend(config)
-    finally:
-        imports.join()
+    return with_data_stack(lambda: make_backend(config))
 
 
 def make_backend(config: AgentConfig) -> InterpreterBackend:
@@ -222,8 +201,8 @@ class AgentSession:
         return self.connectors.registry.register(connector)
 
     def enable_subagents(self, **options: Any) -> ToolSpec:
-        """Add the ``subagent`` tool (again: the same tool, or new options replace it). Each subagent run gets its own worker (a sibling of this
-        session's sandbox backend); with the in-process backend it shares this session's."""
+        """Add the ``subagent`` tool (again: the same tool, or new options replace it); each subagent run gets its
+        own worker (a sibling of this session's), with the in-process backend this session's."""
         from harness_magic.core.control.subagent import SUBAGENT_TOOL_NAME, enable_subagents
 
         existing = next((t for t in self.harness.tools if t.name == SUBAGENT_TOOL_NAME), None)
@@ -236,6 +215,14 @@ class AgentSession:
         if "tools_factory" not in options:
             options.setdefault("backend_factory", self._subagent_backend)
         return enable_subagents(self.harness, **options)
+
+    def disable_subagents(self) -> None:
+        """Withdraw the ``subagent`` tool from the next request on (a no-op when it is not offered)."""
+        from harness_magic.core.control.subagent import SUBAGENT_TOOL_NAME
+
+        if any(t.name == SUBAGENT_TOOL_NAME for t in self.harness.tools):
+            self.harness.remove_tool(SUBAGENT_TOOL_NAME)
+        self._subagent_options = None
 
     # -- construction ---------------------------------------------------------------------
 

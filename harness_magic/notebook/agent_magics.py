@@ -196,8 +196,11 @@ class AgentMagics(Magics):
 
     @observe("subagents")
     def _on_subagents(self, change: Any) -> None:
-        if getattr(self, "_session", None) is not None and change["new"]:
-            self._session.enable_subagents()  # already on: keeps its tool and options
+        if getattr(self, "_session", None) is not None:
+            if change["new"]:
+                self._session.enable_subagents()  # already on: keeps its tool and options
+            else:
+                self._session.disable_subagents()
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
