@@ -317,3 +317,15 @@ def test_in_a_kernel_tables_dates_handles_and_counts_read_right(kernel) -> None:
     found = kernel.run("%agent_docs refunds approved")
     assert found.ok and "# Refunds" not in found.result["text/plain"]
     assert "Refunds are approved by the finance team" in found.result["text/plain"]
+
+
+def test_a_notice_of_a_run_without_tool_calls_stays_in_the_final_form() -> None:
+    from harness_magic.core.agent.result import RunResult
+    from harness_magic.core.export.record import RunRecord
+
+    record = RunRecord(run_id="r1", model="openai/local")
+    record.items.append(("notice", "info", "api_base is set and OPENAI_API_KEY is not: a <placeholder> key was sent"))
+    record.result = RunResult(status="completed", text="Hello.", turns=1)
+    page = export.render_answer_html(record)
+    assert '<div class="agent-notice"' in page and "a &lt;placeholder&gt; key was sent" in page
+    assert "agent-transcript" not in page

@@ -261,6 +261,9 @@ def render_answer_html(record: RunRecord, *, copy_buttons: bool = False) -> str:
             f"{len(tools)} tool call{'s' if len(tools) != 1 else ''}</summary>"
             f"{render_run_html(record, final_form=True, copy_buttons=copy_buttons)}</details>"
         )
+    else:  # no transcript to fold them into: a run's notices (a placeholder key was sent...) stay in view
+        parts.extend(f'<div class="agent-notice" style="{_MUTED}">{_e(item[2])}</div>'
+                     for item in record.items if item[0] == "notice")
     parts.append(f'<div class="agent-footer" style="{_MUTED}">{_e(render_footer_text(record))}</div></div>')
     return "".join(parts)
 
