@@ -23,6 +23,7 @@ pytestmark = pytest.mark.kernel
 
 _counter = iter(range(10_000))
 MAGICS = "get_ipython().magics_manager.registry['AgentMagics']"
+GLOSSARY = Path(__file__).parent / "knowledge_corpus" / "definitions.yaml"
 
 
 def script(cwd: Path, *turns: dict[str, Any]) -> str:
@@ -69,6 +70,8 @@ def test_status_with_connectors_of_every_type_and_subagents_off_then_on(tmp_path
         {"type": "sql", "name": "shop", "url": f"sqlite:///{tmp_path / 'shop.db'}"},
         {"type": "duckdb", "name": "lake", "files": {"sales": str(data / "sales.csv")}},
         {"type": "docs", "name": "handbook", "roots": [str(tmp_path / "docs")]},
+        {"type": "glossary", "name": "terms", "files": [str(GLOSSARY)]},
+        {"type": "spark", "name": "cluster", "master": "local[1]"},  # nothing starts before its first tool call
     ]
     k = Kernel(tmp_path)
     try:
@@ -80,7 +83,7 @@ def test_status_with_connectors_of_every_type_and_subagents_off_then_on(tmp_path
         """))
         assert setup.ok, setup.outputs
         lines = status_lines(k)
-        for name in ("shared", "shop", "lake", "handbook"):
+        for name in ("shared", "shop", "lake", "handbook", "terms", "cluster"):
             assert f"{name} (" in lines["connectors"], lines["connectors"]
         assert "loaded" not in lines["connectors"], "reading the status loads no connector"
         assert lines["subagents"] == "off" and "last run" not in lines
