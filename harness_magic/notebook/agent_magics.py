@@ -1,4 +1,4 @@
-"""``%%agent`` and the value/export/sandbox line magics: IPython glue over :class:`~harness_magic.core.session.AgentSession`.
+"""``%%agent`` and the value line magics (vars, push, pull): IPython glue over :class:`~harness_magic.core.session.AgentSession`.
 
 Magics (``%load_ext harness_magic``):
 
@@ -16,10 +16,7 @@ Magics (``%load_ext harness_magic``):
     Copy a value into the agent's cache / out of it. Nothing else crosses, and
     nothing is replaced silently: a pull (or ``--out``) onto a notebook
     variable is refused without ``--force`` (see :mod:`.bindings`).
-``%agent_export PATH [--run RUN_ID | --all]``
-    Write runs as ``.jsonl`` (the log), ``.html`` (self-contained) or ``.md``.
-``%agent_sandbox``
-    The interpreter's sandbox mode and which confinement layers hold here.
+``%agent_export`` and ``%agent_sandbox`` are in :mod:`.session_magics`.
 
 Connector tools that are not read-only ask before they run: the cell shows the
 request and an ``Approve ...? [y/N]`` prompt (see :mod:`.approval`).
@@ -28,7 +25,7 @@ Settings are traitlets on :class:`AgentMagics` (``%config AgentMagics.model =
 "..."`` or ``c.AgentMagics.model`` in a config file), mapped onto a plain
 :class:`~harness_magic.core.session.AgentConfig`. Bad input raises a one-line
 :class:`UsageError` (the checks are :mod:`.arguments`'). The other magics
-classes (:mod:`.control_magics`, :mod:`.docs_magics`, :mod:`.eval_magics`) drive
+classes (:mod:`.control_magics`, :mod:`.session_magics`, :mod:`.docs_magics`, :mod:`.eval_magics`, :mod:`.checkpoint_magics`) drive
 this one's session through its public surface: :attr:`~AgentMagics.session`,
 :attr:`~AgentMagics.records`, :meth:`~AgentMagics.live_renderer`, :meth:`~AgentMagics.show`.
 """
@@ -36,8 +33,6 @@ this one's session through its public surface: :attr:`~AgentMagics.session`,
 
 from __future__ import annotations
 
-import html
-from pathlib import Path
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -62,15 +57,7 @@ from harness_magic.notebook.arguments import (
 from harness_magic.notebook.bindings import Bindings, pulled_value, push_value
 from harness_magic.notebook.errors import AgentRunError
 from harness_magic.notebook.live import live_renderer, settle, show_live
-from harness_magic.notebook.tables import (
-    SANDBOX_COLUMNS,
-    export_rows_html,
-    handle_rows,
-    rows_text,
-    sandbox_rows,
-    table_html,
-    table_text,
-)
+from harness_magic.notebook.tables import export_rows_html, handle_rows, rows_text
 from harness_magic.notebook.values import describe
 
 __all__ = ["AgentMagics"]
@@ -505,68 +492,6 @@ class AgentMagics(Magics):
                              max_rows or self.materialize_max_rows)
         self.bindings.bind(name, value)
         return f"{handle} → {name} ({describe(value)})"
-
-    @no_var_expand
-    @magic_arguments()
-    @argument("path", help="Target file: .jsonl (log), .html (self-contained transcript) or .md.")
-    @argument("--run", default=None, metavar="RUN_ID", help="Export this run (default: the latest).")
-    @argument("--all", action="store_true", help="Export every run of this session.")
-    @line_magic
-    def agent_export(self, line: str) -> None:
-        """Write runs of this session to a file."""
-        from harness_magic.core import export
-
-        args = parse_argstring(self.agent_export, line)
-        if args.run and args.all:
-            raise UsageError("use --run RUN_ID or --all, not both")
-        suffix = Path(args.path).suffix.lower()
-        if suffix not in export.EXPORT_FORMATS:
-            raise UsageError(f"cannot export to {args.path!r}: use one of {', '.join(export.EXPORT_FORMATS)}")
-        records = [r for r in self.records if r.result is not None]
-        if not records:
-            raise UsageError("no runs to export yet: run an %%agent cell first")
-        if args.run:
-            chosen = [r for r in records if r.run_id == args.run]
-            if not chosen:
-                raise UsageError(f"no run {args.run!r}; runs: {', '.join(str(r.run_id) for r in records)}")
-        elif args.all:
-            chosen = records
-        else:
-            chosen = records[-1:]
-        try:
-            path = export.export_runs(chosen, args.path)
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"export failed: {exc}") from None
-        what = f"{len(chosen)} runs" if len(chosen) > 1 else f"run {chosen[0].run_id}"
-        print(f"exported {what} to {path}")
-
-    @no_var_expand
-    @magic_arguments()
-    @line_magic
-    def agent_sandbox(self, line: str) -> None:
-        """Show the sandbox mode and each confinement layer the worker gets on this machine."""
-        parse_argstring(self.agent_sandbox, line)
-        from harness_magic.core.execution.sandbox import probe_confinement
-
-        rows = sandbox_rows(probe_confinement())
-        if self.sandbox == "inprocess":
-            head = ("sandbox: inprocess — the agent's code runs inside this kernel: this is NOT a security "
-                    "boundary. The worker sandbox (AgentMagics.sandbox = 'worker') would have these layers:")
-        elif self.sandbox == "unconfined":
-            head = ("sandbox: unconfined — the agent's code runs in a subprocess with whichever of these layers "
-                    "hold, even where they do not confine it (AgentMagics.sandbox = 'worker' refuses then):")
-        else:
-            head = "sandbox: worker — the agent's code runs in a confined subprocess with these layers:"
-        self.show(f"<p>{html.escape(head)}</p>" + table_html(rows, SANDBOX_COLUMNS),
-                   head + "\n" + table_text(rows, SANDBOX_COLUMNS))
-        if any(isinstance(c, dict) and c.get("type") == "spark" and c.get("master") for c in self.connectors or ()):
-            from harness_magic.core.execution.connectors.spark_server import spark_confinement_report
-
-            state, report = spark_confinement_report()
-            head = f"local Spark server (connectors with 'master'): {state}:"
-            rows = sandbox_rows(report)
-            self.show(f"<p>{html.escape(head)}</p>" + table_html(rows, SANDBOX_COLUMNS),
-                       head + "\n" + table_text(rows, SANDBOX_COLUMNS))
 
     # -- display ----------------------------------------------------------------------------
 

@@ -35,9 +35,10 @@ def magics_classes() -> tuple[type[Magics], ...]:
     from harness_magic.notebook.checkpoint_magics import CheckpointMagics  # %agent_checkpoint
     from harness_magic.notebook.control_magics import ControlMagics  # %agent_replay/_retry/_diff/_status/...
     from harness_magic.notebook.docs_magics import DocsMagics  # %agent_docs
+    from harness_magic.notebook.session_magics import SessionMagics  # %agent_export, %agent_sandbox
     from harness_magic.notebook.eval_magics import EvalMagics  # %agent_eval
 
-    return (AgentMagics, ControlMagics, DocsMagics, EvalMagics, CheckpointMagics)
+    return (AgentMagics, ControlMagics, SessionMagics, DocsMagics, EvalMagics, CheckpointMagics)
 
 
 def _formatters(shell: Any) -> dict[str, Any]:
