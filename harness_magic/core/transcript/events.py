@@ -29,6 +29,11 @@ __all__ = [
     "ContextCompacted",
     "VerificationChecked",
     "EngineProgress",
+    "QuestionStep",
+    "AssumptionRecorded",
+    "SkillLoaded",
+    "MemoryChanged",
+    "MaskingApplied",
     "Event",
     "EventHandler",
 ]
@@ -230,6 +235,69 @@ class SubagentEvent:
     kind: Literal["subagent_event"] = "subagent_event"
 
 
+@dataclass(frozen=True)
+class QuestionStep:
+    """The agent asks the user a clarifying question (``answer`` None), or it was answered (with the wait).
+
+    Like :class:`ApprovalStep`, the wait is shown apart from tool time.
+    """
+
+    question: str
+    options: tuple[str, ...] = ()
+    why: str = ""
+    tool_use_id: str | None = None
+    answer: str | None = None
+    """None while asking."""
+    source: Literal["user", "timeout", "interrupt", "no_person", "scripted"] | None = None
+    """Who answered: the user, or the harness's stand-in answer and why (None while asking)."""
+    wait_s: float | None = None
+    kind: Literal["question_step"] = "question_step"
+
+
+@dataclass(frozen=True)
+class AssumptionRecorded:
+    """An assumption this run works under (stated by the model, or taken from an answered question/memory)."""
+
+    text: str
+    source: Literal["model", "question", "memory"] = "model"
+    tool_use_id: str | None = None
+    kind: Literal["assumption_recorded"] = "assumption_recorded"
+
+
+@dataclass(frozen=True)
+class SkillLoaded:
+    """A skill's template was loaded for this run; ``rules`` are the verification rules it added."""
+
+    name: str
+    rules: tuple[str, ...] = ()
+    tool_use_id: str | None = None
+    kind: Literal["skill_loaded"] = "skill_loaded"
+
+
+@dataclass(frozen=True)
+class MemoryChanged:
+    """Session or workspace memory changed: an entry recorded, edited or removed."""
+
+    scope: Literal["session", "workspace"]
+    action: Literal["recorded", "edited", "removed", "cleared"]
+    entry_kind: str
+    """``goal``, ``assumption``, ``domain`` or ``definition``."""
+    text: str = ""
+    kind: Literal["memory_changed"] = "memory_changed"
+
+
+@dataclass(frozen=True)
+class MaskingApplied:
+    """Sensitive values were masked (or denied) in text going to the model; counts only, never the values."""
+
+    where: str
+    """What was masked: ``tool_result``, ``snapshot``, ``error``, ``subagent``..."""
+    tool_use_id: str | None = None
+    counts: tuple[tuple[str, int], ...] = ()
+    """``(sensitivity class, values masked)`` pairs."""
+    kind: Literal["masking_applied"] = "masking_applied"
+
+
 Event = Union[
     RunStarted,
     TurnStarted,
@@ -248,5 +316,10 @@ Event = Union[
     SubagentEvent,
     VerificationChecked,
     EngineProgress,
+    QuestionStep,
+    AssumptionRecorded,
+    SkillLoaded,
+    MemoryChanged,
+    MaskingApplied,
 ]
 EventHandler = Callable[[Event], None]
