@@ -30,6 +30,7 @@ from harness_magic.core.transcript.events import (
     ToolOutputDelta,
     TurnFinished,
 )
+from harness_magic.core.transcript.run_state import RunState
 
 __all__ = [
     "RunRecord",
@@ -124,6 +125,8 @@ class RunRecord:
     elapsed_s: float = 0.0
     result: Any = None
     """The :class:`~harness_magic.core.agent.loop.RunResult`, once finished."""
+    state: RunState = field(default_factory=RunState)
+    """Goal, plan, waits, verification, assumptions and confidence, folded from the same events."""
 
     def tool(self, tool_use_id: str) -> ToolRecord | None:
         for item in self.items:
@@ -157,6 +160,7 @@ class RunRecorder:
     def __call__(self, event: Any) -> None:
         if isinstance(event, RunStarted):
             self.current = RunRecord(event.run_id, event.model, event.prompt, event.max_turns, event.run_file)
+            self.current.state.apply(event)
             self.records.append(self.current)
             self._streaming = False
             return
@@ -186,6 +190,7 @@ def sandbox_step_text(event: SandboxStep) -> str:
 
 def apply_event(record: RunRecord, event: Any, state: Any) -> None:
     """Fold one event into ``record`` (``state`` tracks whether text is streaming)."""
+    record.state.apply(event)
     if isinstance(event, TextDelta):
         if getattr(state, "_streaming", False) and record.items and record.items[-1][0:1] == ("text",):
             record.items[-1] = ("text", record.items[-1][1] + event.text)
