@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-__all__ = ["Glossary", "Term", "Owner", "GlossaryError", "load_glossary", "normalize_term", "GLOSSARY_MAX_BYTES"]
+__all__ = ["Glossary", "Term", "Owner", "GlossaryError", "load_glossary", "normalize_term", "GLOSSARY_MAX_BYTES",
+           "WORKSPACE_SOURCE"]
 
 GLOSSARY_MAX_BYTES = 5 * 1024 * 1024
 """A glossary file larger than this is refused: definitions are text, not data."""
@@ -46,6 +47,8 @@ TERM_FIELDS = ("kind", "definition", "formula", "sql", "tables", "columns", "own
 OWNER_FIELDS = ("name", "contact", "team", "slack", "notes")
 SUGGESTIONS = 3
 """Near matches listed when a lookup finds no exact term."""
+WORKSPACE_SOURCE = "workspace memory"
+"""The source of terms the user approved into workspace memory (:mod:`.workspace_memory`), not a YAML file."""
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}")
 _WORD_RE = re.compile(r"[a-z0-9]+")
@@ -89,7 +92,7 @@ class Term:
     name: str
     kind: str
     source: str
-    """The YAML file it came from."""
+    """The YAML file it came from, or :data:`WORKSPACE_SOURCE`."""
     definition: str = ""
     formula: str = ""
     sql: str = ""
@@ -111,6 +114,8 @@ class Term:
     def text(self) -> str:
         """The entry as the model reads it."""
         lines = [f"[{self.source_id}] {self.name} ({self.kind})"]
+        if self.source == WORKSPACE_SOURCE:
+            lines.append(f"Source: {WORKSPACE_SOURCE} (a definition the user approved)")
         if self.definition:
             lines.append(f"Definition: {self.definition}")
         if self.formula:
