@@ -27,6 +27,7 @@ from harness_magic.core.knowledge.embed import make_embedder
 from harness_magic.core.knowledge.extract import ExtractionLimits
 from harness_magic.core.knowledge.glossary import Glossary, GlossaryError, load_glossary
 from harness_magic.core.knowledge.index import DocIndex, Hit, normalize_doc_id
+from harness_magic.core.knowledge.workspace_memory import WorkspaceMemoryError, read_definitions, with_workspace_terms
 from harness_magic.core.execution.tools import ToolError
 from harness_magic.core.text.counts import count
 from harness_magic.core.text.snippets import section_text, snippet_line
@@ -188,16 +189,33 @@ class GlossaryConnector(Connector):
 
     kind = "glossary"
 
-    def __init__(self, name: str, description: str, files: Sequence[str | os.PathLike]) -> None:
+    def __init__(self, name: str, description: str, files: Sequence[str | os.PathLike],
+                 workspace_memory: str | os.PathLike | None = None) -> None:
         super().__init__(name, description)
         self.files = [Path(f) for f in files]
-        self.glossary: Glossary = load_glossary(self.files)
+        self.workspace_memory = Path(workspace_memory) if workspace_memory is not None else None
+        """The workspace memory file whose approved definitions join the terms (None: none)."""
+        self.workspace_error: str | None = None
+        """Why the workspace memory file was left out (malformed), or None."""
+        self._file_glossary: Glossary = load_glossary(self.files)
+        self.glossary: Glossary = self._with_workspace()
         self._stamp = self._stat()
         self.add_function(self._lookup, name="lookup")
 
+    def _with_workspace(self) -> Glossary:
+        """The files' glossary plus the workspace memory's definitions (a malformed file is left out, named)."""
+        self.workspace_error = None
+        if self.workspace_memory is None:
+            return self._file_glossary
+        try:
+            return with_workspace_terms(self._file_glossary, read_definitions(self.workspace_memory))
+        except WorkspaceMemoryError as exc:
+            self.workspace_error = str(exc)
+            return self._file_glossary
+
     def _stat(self) -> tuple[Any, ...]:
         out = []
-        for f in self.files:
+        for f in (*self.files, *((self.workspace_memory,) if self.workspace_memory is not None else ())):
             try:
                 st = f.stat()
                 out.append((st.st_size, st.st_mtime_ns))
@@ -209,7 +227,8 @@ class GlossaryConnector(Connector):
         """Re-read the files when they changed; a broken edit keeps the previous glossary and raises."""
         stamp = self._stat()
         if stamp != self._stamp:
-            self.glossary = load_glossary(self.files)
+            self._file_glossary = load_glossary(self.files)
+            self.glossary = self._with_workspace()
             self._stamp = stamp
         return self.glossary
 
@@ -249,8 +268,10 @@ class GlossaryConnector(Connector):
 
 
 def glossary_connector(files: Sequence[str | os.PathLike] | str, *, name: str = "glossary",
-                       description: str | None = None) -> GlossaryConnector:
-    """Terms, metrics, tables and owners from YAML ``files`` with a ``lookup`` tool."""
+                       description: str | None = None,
+                       workspace_memory: str | os.PathLike | None = None) -> GlossaryConnector:
+    """Terms, metrics, tables and owners from YAML ``files`` with a ``lookup`` tool; ``workspace_memory``: a
+    workspace memory file whose user-approved definitions are terms too (source ``workspace memory``)."""
     if isinstance(files, (str, os.PathLike)):
         files = [files]
-    return GlossaryConnector(name, description or GLOSSARY_DESCRIPTION, list(files))
+    return GlossaryConnector(name, description or GLOSSARY_DESCRIPTION, list(files), workspace_memory)
