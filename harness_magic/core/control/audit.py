@@ -1,0 +1,54 @@
+"""The session's side of the audit log: events it subscribes to, values it describes.
+
+:class:`AuditRecorder` is a harness event handler: each
+:class:`~harness_magic.core.transcript.events.MaskingApplied` becomes a
+``masking`` record (where, tool use, counts per class). Approval decisions are
+recorded where they are made (``ConnectorRegistry._guard`` through
+:func:`~harness_magic.core.transcript.audit.record_decision`), governed writes
+by the connector that runs them; :func:`record_transfer` records pulls and
+exports. None of them ever records a value: only names, classes and counts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from harness_magic.core.transcript.audit import AuditLog, audit
+from harness_magic.core.transcript.events import Event, MaskingApplied
+
+__all__ = ["AuditRecorder", "column_names", "record_transfer"]
+
+
+class AuditRecorder:
+    """``harness.subscribe(AuditRecorder(log))``: audit the events that carry governance decisions."""
+
+    def __init__(self, log: AuditLog) -> None:
+        self.log = log
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, MaskingApplied):
+            audit(self.log, "masking", where=event.where, tool_use_id=event.tool_use_id,
+                  counts={cls: int(n) for cls, n in event.counts})
+
+
+def column_names(value: Any) -> list[str]:
+    """The column names of a frame-like value (a Series: its name), never its values; [] for anything else."""
+    columns = getattr(value, "columns", None)
+    if columns is not None:
+        try:
+            return [str(c) for c in list(columns)]
+        except TypeError:
+            return []
+    name = getattr(value, "name", None)
+    if name is not None and hasattr(value, "dtype"):
+        return [str(name)]
+    return []
+
+
+def record_transfer(sink: AuditLog | None, kind: str, *, columns: list[str],
+                    sensitive: Mapping[str, str] | None = None, **fields: Any) -> dict[str, Any] | None:
+    """Audit a ``pull`` (agent value into the notebook) or an ``export`` (a file written), with column names
+    and the sensitivity class of those that have one."""
+    if kind not in ("pull", "export"):
+        raise ValueError(f"record_transfer kind {kind!r}: expected 'pull' or 'export'")
+    return audit(sink, kind, columns=list(columns), sensitive=dict(sensitive or {}), **fields)
