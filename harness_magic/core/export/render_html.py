@@ -18,6 +18,7 @@ import re
 from typing import Any, Sequence
 
 from harness_magic.core.export.record import RunRecord, ToolRecord, clip
+from harness_magic.core.export.state_view import state_html
 from harness_magic.core.text.counts import count
 from harness_magic.core.export.views import (
     copy_key,
@@ -254,6 +255,7 @@ def render_answer_html(record: RunRecord, *, copy_buttons: bool = False) -> str:
     if result is not None and result.text:
         parts.append(f'<div class="agent-answer">{_cited_html(result.text, record)}</div>')
     parts.extend(_img(c) for c in record.charts)
+    parts.append(state_html(record.state))
     tools = record.tools
     if tools:
         parts.append(
@@ -277,7 +279,7 @@ def render_html_document(records: Sequence[RunRecord], title: str = "harness_mag
             f'<section class="agent-run" style="margin:16px 0">'
             f"<h2 style=\"font-size:1.1em\">run {_e(record.run_id or '?')}</h2>"
             f'<div style="{_BOX};background:#f6f8fa"><div style="{_MUTED}">prompt</div>'
-            f'<div style="{_PRE}">{_e(record.prompt)}</div></div>'
+            f'<div style="{_PRE}">{_e(record.prompt)}</div></div>{state_html(record.state)}'
             f"{render_run_html(record, open_tools=True)}{_status_html(record)}"
             f'<div class="agent-footer" style="{_MUTED}">{_e(render_footer_text(record))}</div></section>'
         )
