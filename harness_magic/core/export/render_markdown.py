@@ -22,6 +22,7 @@ from harness_magic.core.export.views import (
     tool_call_source,
     tool_summary,
 )
+from harness_magic.core.export.state_view import state_markdown
 from harness_magic.core.text.counts import count
 from harness_magic.core.text.safe_markdown import escape_markdown_html
 
@@ -116,6 +117,8 @@ def render_markdown_document(records: Sequence[RunRecord], title: str = "harness
     for record in records:
         out.append(f"## run {_md_inline(record.run_id or '?')}\n")
         out.append("**Prompt:**\n\n" + _fence(record.prompt) + "\n")
+        if not record.state.empty:
+            out.append(state_markdown(record.state))
         out.extend(_md_record(record))
         result = record.result
         if result is not None and result.status != "completed":
