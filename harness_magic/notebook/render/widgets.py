@@ -26,6 +26,7 @@ from typing import Any
 
 from harness_magic.core import export
 from harness_magic.core.export import RunRecord, ToolRecord
+from harness_magic.core.export.state_view import state_html
 from harness_magic.core.transcript.events import (
     ApprovalStep,
     AssistantMessage,
@@ -184,7 +185,9 @@ class WidgetRunView:
         self.status.add_class("agent-status-line")
         body = ipywidgets.VBox()
         self.transcript = _Transcript(ipywidgets, body, clipboard)
-        self.widget = _RunBox(children=(self.status, body))
+        self.state_panel = ipywidgets.HTML()
+        """The run's state (plan, waits, verification, assumptions, confidence) above the transcript."""
+        self.widget = _RunBox(children=(self.status, self.state_panel, body))
         self.widget.add_class("agent-run-view")
         self._state = "starting"
         self._started = time.monotonic()
@@ -226,6 +229,7 @@ class WidgetRunView:
             record = self.record
             if isinstance(event, RunStarted):
                 self.record = RunRecord(event.run_id, event.model, event.prompt, event.max_turns, event.run_file)
+                self.record.state.apply(event)
                 self.transcript.record = self.record
                 self._started = time.monotonic()
                 self._set_status("starting")
@@ -233,6 +237,9 @@ class WidgetRunView:
                 return
             fold_event(record, event, self)
             self._render(self.transcript, record, event)
+            panel = state_html(record.state, live=True)
+            if panel != self.state_panel.value:
+                self.state_panel.value = panel
 
     def _render(self, transcript: _Transcript, record: RunRecord, event: Any) -> None:
         if isinstance(event, TextDelta):
