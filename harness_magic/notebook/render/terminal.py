@@ -238,6 +238,7 @@ class TerminalRenderer:
         c = self.console
         if isinstance(event, RunStarted):
             self.record = RunRecord(event.run_id, event.model, event.prompt, event.max_turns, event.run_file)
+            self.record.state.apply(event)
             self.printed_final = False
             return
         fold_event(self.record, event, self)
@@ -296,6 +297,9 @@ class TerminalRenderer:
             for i, chart in enumerate(result.charts, 1):
                 c.print(Text(f"chart {i} of {len(result.charts)}: {_png_size(chart)} PNG — "
                              f"%agent_export run.html shows it", style="dim"))
+            if not self.record.state.empty:  # the run's state, as the notebook shows it above the transcript
+                c.print(Panel(Text(strip_control(self.record.state.text())), title="run state", title_align="left",
+                              border_style="dim"))
             c.print(Text(strip_control(export.render_footer_text(self.record)), style="dim"))
 
     def _print_live(self, event: ToolOutputDelta) -> None:
