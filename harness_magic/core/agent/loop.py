@@ -53,6 +53,7 @@ from harness_magic.core.agent.run import (  # noqa: F401  (the constants: re-exp
     ToolValidator,
 )
 from harness_magic.core.execution.tools import ToolSpec
+from harness_magic.core.transcript.audit import AuditLog
 from harness_magic.core.transcript.events import Event, EventHandler, RunFinished
 from harness_magic.core.transcript.messages import Message, Usage, unanswered_tool_uses
 
@@ -104,6 +105,8 @@ class _HarnessBase:
         self._tool_validators: list[ToolValidator] = []
         self._log_extra: dict[str, Any] = dict(log_extra or {})
         self._active_run: Run | None = None
+        self.audit: AuditLog | None = None
+        """The workspace audit log governance decisions go to (set by the session; None: not audited)."""
 
     # -- public surface -------------------------------------------------------------
 
