@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Sequence
 
 from harness_magic.core.execution.connectors.approval import ApprovalDecision, ApprovalPolicy, ApprovalRequest
+from harness_magic.core.transcript.audit import AuditError, record_decision
 from harness_magic.core.transcript.events import ApprovalStep, Notice
 from harness_magic.core.execution.format import format_tool_output
 from harness_magic.core.execution.tools import SAFETY_CLASSES, ToolError, ToolOutput, ToolSpec
@@ -529,6 +530,13 @@ class InstalledConnectors:
         if asks:
             self.harness.emit(ApprovalStep(tool=spec.name, tool_use_id=use.id, wait_s=waited,
                                             approved=decision.approved))
+        try:  # every decision reaches the workspace audit log; one that cannot be recorded does not run
+            record_decision(self.harness.audit, approved=decision.approved, asked=asks, tool=spec.name,
+                            connector=spec.connector, safety=safety, summary=summary, reason=decision.reason,
+                            tool_use_id=use.id)
+        except AuditError as exc:
+            if decision.approved:
+                decision = ApprovalDecision(False, f"the audit log cannot record the approval: {exc}")
         run = getattr(self.harness, "current_run", None)
         if run is not None:
             waits = getattr(run, "approval_wait_s", None)
