@@ -61,6 +61,10 @@ class AgentConfig:
     """Bytes (Arrow) a lazy engine handle may bring into the kernel when code names it or it is pulled."""
     materialize_max_rows: int = DEFAULT_MATERIALIZE_MAX_ROWS
     """Rows a lazy engine handle may bring into the kernel when code names it or it is pulled."""
+    max_questions: int = 3
+    """``ask_user`` questions per run; over it the tool answers the no-answer text (0: never asks)."""
+    question_timeout_s: float | None = 300.0
+    """Seconds an answerer waits for the person (passed in each QuestionRequest); None: no limit."""
 
     def budgets(self) -> Budgets:
         """The per-run budgets these settings ask for."""
@@ -84,3 +88,6 @@ class AgentConfig:
                              f"{', '.join(PROMPT_CACHING_MODES)}")
         if self.context_window is not None and (not isinstance(self.context_window, int) or self.context_window < 1):
             raise ValueError(f"context_window must be a positive number of tokens or None, got {self.context_window!r}")
+        from harness_magic.core.control.questions import Questions
+
+        Questions(lambda: None, max_questions=self.max_questions, timeout_s=self.question_timeout_s)  # validates
