@@ -33,7 +33,7 @@ _ADAPTER_FIELDS = ("api_base", "stream", "extra", "prompt_caching", "context_win
 their place in the script)."""
 _BACKEND_FIELDS = ("sandbox", "allow_unconfined")
 """Settings of the interpreter backend: changing one restarts the worker (the cache is kept)."""
-_HARNESS_FIELDS = ("planner", "reminders", "system_prompt")
+_HARNESS_FIELDS = ("planner", "reminders", "system_prompt", "max_questions", "question_timeout_s")
 """Settings that shape the tool list or prompt: changing one rebuilds the loop around the same history."""
 
 
@@ -98,6 +98,9 @@ class AgentSession:
         self._handlers: list[EventHandler] = []
         self._tool_backend = SessionBackend(self)
         """What the tools hold: forwards to :attr:`backend`, whichever it is now."""
+        self.answerer: Any | None = None
+        """Who answers ``ask_user`` (:data:`~harness_magic.core.control.questions.Answerer`); None: no person,
+        every question gets the no-answer text at once. The notebook sets its prompt."""
         self.harness = self._build_harness(adapter or self.adapter_for(self.config.model))
         self.connectors: Any | None = None
         """The :class:`~harness_magic.core.execution.connectors.InstalledConnectors` of this session, or None."""
@@ -285,6 +288,10 @@ class AgentSession:
         if self.config.reminders:
             self.progress = ProgressTracker(track_plan=self.planner is not None,
                                             budgets=self.budget_guard.budgets).install(harness)
+        from harness_magic.core.control.questions import Questions
+
+        self.questions = Questions(lambda: self.answerer, max_questions=self.config.max_questions,
+                                   timeout_s=self.config.question_timeout_s).install(harness)
         self.verifier = Verifier().install(harness).require_citations()
         """Add after-tool checks here, e.g. ``session.verifier.require_columns([...], handles="summary")``."""
 
