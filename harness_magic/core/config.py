@@ -61,6 +61,8 @@ class AgentConfig:
     """Bytes (Arrow) a lazy engine handle may bring into the kernel when code names it or it is pulled."""
     materialize_max_rows: int = DEFAULT_MATERIALIZE_MAX_ROWS
     """Rows a lazy engine handle may bring into the kernel when code names it or it is pulled."""
+    workspace_memory: str | None = None
+    """Workspace memory file (definitions the user approved, kept across sessions); None: none."""
     max_questions: int = 3
     """``ask_user`` questions per run; over it the tool answers the no-answer text (0: never asks)."""
     question_timeout_s: float | None = 300.0
