@@ -98,6 +98,10 @@ class AgentSession:
         self._handlers: list[EventHandler] = []
         self._tool_backend = SessionBackend(self)
         """What the tools hold: forwards to :attr:`backend`, whichever it is now."""
+        from harness_magic.core.control.memory import SessionMemory
+
+        self.memory = SessionMemory(lambda: self.config.workspace_memory, lambda: self.default_approver)
+        """Goals, assumptions and domains carried across runs; approved definitions (:mod:`.control.memory`)."""
         self.answerer: Any | None = None
         """Who answers ``ask_user`` (:data:`~harness_magic.core.control.questions.Answerer`); None: no person,
         every question gets the no-answer text at once. The notebook sets its prompt."""
@@ -292,6 +296,7 @@ class AgentSession:
 
         self.questions = Questions(lambda: self.answerer, max_questions=self.config.max_questions,
                                    timeout_s=self.config.question_timeout_s).install(harness)
+        self.memory.install(harness)  # the remember tool; memory rides in each run's suffix
         self.verifier = Verifier().install(harness).require_citations()
         """Add after-tool checks here, e.g. ``session.verifier.require_columns([...], handles="summary")``."""
 
