@@ -16,8 +16,9 @@
     signalling backends, server files, dblink, foreign servers).
 ``%agent_diff [A] [B]``
     What changed between two runs of the same question: tool calls, results,
-    answer. No arguments: the session's last two runs; one: that log against
-    the latest run.
+    the run's state (plan, assumptions, verification, questions, confidence,
+    open questions) and answer. No arguments: the session's last two runs;
+    one: that log against the latest run.
 
 ``%agent_code [--run ID] [--turn N] [--escaped]``
     Put the code of the agent's interpreter calls (and its SQL, as strings)
@@ -245,7 +246,8 @@ class ControlMagics(Magics):
     @argument("logs", nargs="*", help="Zero, one or two run logs (default: the session's last two runs).")
     @line_magic
     def agent_diff(self, line: str) -> Any:
-        """Show what changed between two runs of the same question; returns the RunDiff."""
+        """Show what changed between two runs of the same question (calls, plan, assumptions, verification,
+        confidence, answer); returns the RunDiff."""
         from harness_magic.core.control.replay import diff_runs
 
         args = parse_argstring(self.agent_diff, line)

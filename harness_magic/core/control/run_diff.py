@@ -1,8 +1,10 @@
-"""Diff two runs of the same question: tool calls, final answer, status, turns and usage.
+"""Diff two runs of the same question: tool calls, the run's state, final answer, status, turns and usage.
 
 :func:`diff_runs` aligns the two runs' tool calls by name and arguments
-(same / result changed / arguments changed / added / removed) and returns a
-:class:`RunDiff` with a readable :meth:`RunDiff.text`. Reads logs only.
+(same / result changed / arguments changed / added / removed), compares the
+two runs' states (:func:`~harness_magic.core.transcript.run_state.state_from_log`:
+plan, assumptions, verification, questions, confidence and open questions) and
+returns a :class:`RunDiff` with a readable :meth:`RunDiff.text`. Reads logs only.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, Literal
 
 from harness_magic.core.text.counts import count
 from harness_magic.core.control.recorded import RecordedRun, ToolCallRecord, first_difference, load_run
+from harness_magic.core.transcript.run_state import RunState, state_from_log
 
 __all__ = ["CallDiff", "RunDiff", "diff_runs", "DIFF_VALUE_CHARS"]
 
@@ -60,6 +63,23 @@ class RunDiff:
     """Unified diff lines of the final answers (empty when equal)."""
     first_divergence_turn: int | None
     """First turn whose model message differs, or None."""
+    state_a: RunState | None = None
+    state_b: RunState | None = None
+    """Each run's state as its log describes it."""
+
+    @property
+    def state_changes(self) -> dict[str, tuple[list[str], list[str]]]:
+        """Per part of the state that differs (``plan``, ``assumptions``, ``verification``, ``questions``,
+        ``confidence``, ``open questions``, ``skills``): (lines only in a, lines only in b)."""
+        if self.state_a is None or self.state_b is None:
+            return {}
+        parts_a, parts_b = _state_parts(self.state_a), _state_parts(self.state_b)
+        out = {}
+        for part in parts_a:
+            left, right = parts_a[part], parts_b[part]
+            if left != right:
+                out[part] = ([x for x in left if x not in right], [x for x in right if x not in left])
+        return out
 
     @property
     def same_question(self) -> bool:
@@ -72,7 +92,7 @@ class RunDiff:
     @property
     def identical(self) -> bool:
         return (not self.answer_changed and self.a.status == self.b.status
-                and all(c.op == "same" for c in self.calls))
+                and all(c.op == "same" for c in self.calls) and not self.state_changes)
 
     def to_dict(self) -> dict[str, Any]:
         def summary(run: RecordedRun) -> dict[str, Any]:
@@ -82,7 +102,8 @@ class RunDiff:
 
         return {"a": summary(self.a), "b": summary(self.b), "same_question": self.same_question,
                 "first_divergence_turn": self.first_divergence_turn, "answer_changed": self.answer_changed,
-                "calls": [c.to_dict() for c in self.calls], "answer_diff": list(self.answer_diff)}
+                "calls": [c.to_dict() for c in self.calls], "answer_diff": list(self.answer_diff),
+                "state_changes": {k: {"a": a, "b": b} for k, (a, b) in self.state_changes.items()}}
 
     def text(self) -> str:
         """A readable report."""
@@ -121,6 +142,13 @@ class RunDiff:
                 lines.append(f"      -> {_result_text(ref)}")
         if not self.calls:
             lines.append("  (none)")
+        changes = self.state_changes
+        if self.state_a is not None and not changes:
+            lines.append("state (plan, assumptions, verification, confidence): same")
+        for part, (only_a, only_b) in changes.items():
+            lines.append(f"{part} changed:")
+            lines.extend(f"  - a: {_clip(x)}" for x in only_a)
+            lines.extend(f"  + b: {_clip(x)}" for x in only_b)
         if self.answer_changed:
             lines.append("answer changed:")
             lines.extend("  " + line for line in self.answer_diff)
@@ -155,6 +183,27 @@ def _result_text(call: ToolCallRecord | None) -> str:
     return ("ERROR " if call.is_error else "") + _clip(call.result)
 
 
+def _state_parts(state: RunState) -> dict[str, list[str]]:
+    """The comparable parts of a state, each as text lines (order kept)."""
+    marks = {"pending": "[ ]", "in_progress": "[~]", "done": "[x]", "blocked": "[!]"}
+    trailer = state.trailer
+    return {
+        "plan": [f"{marks[p.status]} {p.id}. {p.title}" + (f" — {p.note}" if p.note else "") for p in state.plan],
+        "assumptions": list(state.assumptions),
+        "verification": [f"{'passed' if c.ok else 'FAILED'} {c.rule}" + (f" on {c.handle}" if c.handle else "")
+                         + (f": {c.detail}" if c.detail and not c.ok else "") for c in state.checks],
+        "questions": [f"{q.question} → {q.answer if q.answer is not None else '(no answer)'}" for q in state.questions],
+        "skills": list(state.skills),
+        "confidence": [f"{trailer.confidence}" + (f" — {trailer.reason}" if trailer.reason else "")]
+        if trailer.confidence else [],
+        "open questions": list(trailer.open_questions),
+    }
+
+
+def _state(run: RecordedRun) -> RunState:
+    return state_from_log(run.records, run.tool_calls, run.question, run.answer, run.status)
+
+
 def diff_runs(log_a: "str | os.PathLike[str] | RecordedRun", log_b: "str | os.PathLike[str] | RecordedRun") -> RunDiff:
     """Compare two runs (their logs) of the same question."""
     a, b = load_run(log_a), load_run(log_b)
@@ -179,4 +228,4 @@ def diff_runs(log_a: "str | os.PathLike[str] | RecordedRun", log_b: "str | os.Pa
     assistant_b = [m for m in b.run_messages if m.role == "assistant"]
     index = first_difference(assistant_a, assistant_b)
     return RunDiff(a=a, b=b, calls=tuple(diffs), answer_diff=answer_diff,
-                   first_divergence_turn=None if index is None else index + 1)
+                   first_divergence_turn=None if index is None else index + 1, state_a=_state(a), state_b=_state(b))
