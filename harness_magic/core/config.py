@@ -61,6 +61,8 @@ class AgentConfig:
     """Bytes (Arrow) a lazy engine handle may bring into the kernel when code names it or it is pulled."""
     materialize_max_rows: int = DEFAULT_MATERIALIZE_MAX_ROWS
     """Rows a lazy engine handle may bring into the kernel when code names it or it is pulled."""
+    skill_dirs: tuple[str, ...] = ()
+    """Directories of skill folders (``<dir>/<name>/SKILL.md``) offered beside the built-in skills."""
     workspace_memory: str | None = None
     """Workspace memory file (definitions the user approved, kept across sessions); None: none."""
     max_questions: int = 3
