@@ -63,7 +63,8 @@ from harness_magic.notebook.values import describe
 __all__ = ["AgentMagics"]
 
 _SESSION_TRAITS = ("api_base", "sandbox", "hot_count", "memory_budget", "spill_dir", "run_dir", "stream",
-                   "planner", "reminders", "connectors", "prompt_caching", "context_window", "max_turns")
+                   "planner", "reminders", "connectors", "prompt_caching", "context_window", "max_turns",
+                   "workspace_memory")
 """Settings of the session: a change is applied at the next use, keeping the conversation and the cache."""
 
 
@@ -121,6 +122,10 @@ class AgentMagics(Magics):
     connectors = List(Dict(), default_value=[], help="Connectors of every new session, as for "
                       "harness_magic.core.execution.connectors.connectors_from_config, e.g. "
                       "[{'type': 'files', 'roots': ['data']}].").tag(config=True)
+    workspace_memory = Unicode(".harness_memory.yaml", allow_none=True, help="Workspace memory file (relative "
+                               "to the kernel's working directory): definitions the user approved, kept across "
+                               "sessions, carried into each run and read by glossary connectors; None: "
+                               "none.").tag(config=True)
 
     # -- validation -------------------------------------------------------------------------
 
@@ -173,7 +178,7 @@ class AgentMagics(Magics):
     @observe(*_SESSION_TRAITS)
     def _settings_changed(self, change: Any) -> None:
         self._stale = True
-        if change["name"] == "connectors":
+        if change["name"] in ("connectors", "workspace_memory"):
             self._connectors_dirty = True
 
     @observe(*BUDGET_SETTINGS, "materialize_max_bytes", "materialize_max_rows")
@@ -212,7 +217,7 @@ class AgentMagics(Magics):
             max_cost_usd=self.max_cost_usd, max_wall_s=self.max_wall_s, max_tool_calls=self.max_tool_calls,
             planner=self.planner, reminders=self.reminders, prompt_caching=self.prompt_caching,
             context_window=self.context_window, materialize_max_bytes=self.materialize_max_bytes,
-            materialize_max_rows=self.materialize_max_rows,
+            materialize_max_rows=self.materialize_max_rows, workspace_memory=self.workspace_memory,
         )
 
     @property
@@ -249,7 +254,9 @@ class AgentMagics(Magics):
         from harness_magic.core.execution.connectors import ApprovalPolicy, connectors_from_config
 
         try:
-            return connectors_from_config(self.connectors, approval=ApprovalPolicy(approver=approver))
+            entries = [dict(c, workspace_memory=c.get("workspace_memory", self.workspace_memory))
+                       if c.get("type") == "glossary" else c for c in self.connectors]  # approved definitions
+            return connectors_from_config(entries, approval=ApprovalPolicy(approver=approver))
         except (KeyError, TypeError, ValueError, OSError) as exc:
             raise UsageError(f"AgentMagics.connectors: {type(exc).__name__}: {exc}") from None
 
