@@ -19,6 +19,7 @@ from harness_magic.core.transcript.events import (
     ApprovalStep,
     AssistantMessage,
     Notice,
+    QuestionStep,
     ReminderAdded,
     RunFinished,
     RunStarted,
@@ -74,6 +75,8 @@ class ToolRecord:
     """Seconds of ``duration_s`` spent waiting for the user's approval."""
     approval_since: float | None = None
     """``time.monotonic()`` when the user was asked to approve this call, while the question is open."""
+    wait_label: str = "approval"
+    """What the user's wait was for: ``approval``, or ``answer`` (an ``ask_user`` question)."""
     sandbox_s: float = 0.0
     """Seconds of ``duration_s`` spent starting, forking or restarting the sandbox (shown as its own step)."""
     started: float | None = None
@@ -240,6 +243,15 @@ def apply_event(record: RunRecord, event: Any, state: Any) -> None:
             else:
                 tool.approval_since = None
                 tool.approval_wait_s += event.wait_s
+    elif isinstance(event, QuestionStep):  # the wait for an answer, like an approval's, is apart from tool time
+        tool = record.tool(event.tool_use_id) if event.tool_use_id else None
+        if tool is not None:
+            tool.wait_label = "answer"
+            if event.source is None:
+                tool.approval_since = time.monotonic()
+            else:
+                tool.approval_since = None
+                tool.approval_wait_s += event.wait_s or 0.0
     elif isinstance(event, ToolOutputDelta):
         tool = record.tool(event.tool_use_id)
         if tool is not None and tool.result is None:
