@@ -93,9 +93,10 @@ def tool_summary(tool: ToolRecord, now: float | None = None) -> str:
     if tool.duration_s is not None:
         bits.append(f"{max(tool.duration_s - tool.approval_wait_s - tool.sandbox_s, 0.0):.2f} s")
         if tool.approval_wait_s >= APPROVAL_WAIT_SHOWN_S:
-            bits.append(f"approval wait {tool.approval_wait_s:.1f} s")
+            bits.append(f"{tool.wait_label} wait {tool.approval_wait_s:.1f} s")
     elif tool.approval_since is not None and now is not None and not tool.interrupted:
-        bits.append(f"waiting for approval {now - tool.approval_since:.0f} s")
+        bits.append(f"waiting for {'your answer' if tool.wait_label == 'answer' else 'approval'} "
+                    f"{now - tool.approval_since:.0f} s")
     elif now is not None and tool.started is not None and not tool.interrupted:
         bits.append(f"{max(now - tool.started - tool.approval_wait_s, 0.0):.0f} s")
     if tool.interrupted and tool.result is None:
