@@ -52,6 +52,9 @@ class AgentConfig:
     """Offer the ``plan`` tool."""
     reminders: bool = True
     """Escalating suffix reminders when the model makes no progress, and the final-turn warning."""
+    ask_confidence: bool = False
+    """Ask the model (a suffix note on each run's first request) to end its answer with ``Confidence:`` and
+    ``Open questions:`` lines, shown in the run's state panel."""
     prompt_caching: str = "auto"
     """Cache markers: ``auto`` (where litellm says the model caches prompts), ``on`` (custom gateways that
     cache) or ``off`` (gateways that reject unknown fields)."""
