@@ -68,6 +68,9 @@ class AgentConfig:
     """Directories of skill folders (``<dir>/<name>/SKILL.md``) offered beside the built-in skills."""
     workspace_memory: str | None = None
     """Workspace memory file (definitions the user approved, kept across sessions); None: none."""
+    audit_log: str | None = ".harness_audit.jsonl"
+    """The workspace's hash-chained audit log (approvals, refusals, governed writes, masking, pulls, exports),
+    relative to the working directory at session start; None or "": not audited."""
     max_questions: int = 3
     """``ask_user`` questions per run; over it the tool answers the no-answer text (0: never asks)."""
     question_timeout_s: float | None = 300.0
