@@ -33,7 +33,8 @@ _ADAPTER_FIELDS = ("api_base", "stream", "extra", "prompt_caching", "context_win
 their place in the script)."""
 _BACKEND_FIELDS = ("sandbox", "allow_unconfined")
 """Settings of the interpreter backend: changing one restarts the worker (the cache is kept)."""
-_HARNESS_FIELDS = ("planner", "reminders", "system_prompt", "max_questions", "question_timeout_s", "skill_dirs")
+_HARNESS_FIELDS = ("planner", "reminders", "system_prompt", "max_questions", "question_timeout_s", "skill_dirs",
+                   "ask_confidence")
 """Settings that shape the tool list or prompt: changing one rebuilds the loop around the same history."""
 
 
@@ -299,6 +300,10 @@ class AgentSession:
         self.memory.install(harness)  # the remember tool; memory rides in each run's suffix
         self.verifier = Verifier().install(harness).require_citations()
         """Add after-tool checks here, e.g. ``session.verifier.require_columns([...], handles="summary")``."""
+        if self.config.ask_confidence:  # the state panel's confidence and open questions (run_state trailer)
+            from harness_magic.core.transcript.run_state import CONFIDENCE_REQUEST
+
+            harness.register_reminder(lambda turn, _max_turns: CONFIDENCE_REQUEST if turn == 1 else None)
         from harness_magic.core.control.skills import install_skills, load_skills
 
         self.skills = install_skills(harness, self.verifier, load_skills(self.config.skill_dirs))
