@@ -63,7 +63,7 @@ from harness_magic.notebook.values import describe
 __all__ = ["AgentMagics"]
 
 _SESSION_TRAITS = ("api_base", "sandbox", "hot_count", "memory_budget", "spill_dir", "run_dir", "stream",
-                   "planner", "reminders", "connectors", "prompt_caching", "context_window", "max_turns",
+                   "planner", "reminders", "ask_confidence", "connectors", "prompt_caching", "context_window", "max_turns",
                    "workspace_memory")
 """Settings of the session: a change is applied at the next use, keeping the conversation and the cache."""
 
@@ -99,6 +99,8 @@ class AgentMagics(Magics):
     planner = Bool(True, help="Offer the agent the 'plan' tool.").tag(config=True)
     reminders = Bool(True, help="Remind the model when it makes no progress, and warn it on its last turn.",
                      ).tag(config=True)
+    ask_confidence = Bool(False, help="Ask the model to end each answer with 'Confidence: high, medium or low' and "
+                          "'Open questions:' lines, shown in the run's state panel.").tag(config=True)
     prompt_caching = Unicode("auto", help="Prompt-cache markers: 'auto' (only where litellm says the model "
                              "caches prompts), 'on' (a custom gateway that caches) or 'off' (a gateway that "
                              "rejects unknown fields).").tag(config=True)
@@ -216,6 +218,7 @@ class AgentMagics(Magics):
             spill_dir=self.spill_dir, stream=self.stream, max_tokens=self.max_tokens,
             max_cost_usd=self.max_cost_usd, max_wall_s=self.max_wall_s, max_tool_calls=self.max_tool_calls,
             planner=self.planner, reminders=self.reminders, prompt_caching=self.prompt_caching,
+            ask_confidence=self.ask_confidence,
             context_window=self.context_window, materialize_max_bytes=self.materialize_max_bytes,
             materialize_max_rows=self.materialize_max_rows, workspace_memory=self.workspace_memory,
         )
