@@ -34,7 +34,7 @@ their place in the script)."""
 _BACKEND_FIELDS = ("sandbox", "allow_unconfined")
 """Settings of the interpreter backend: changing one restarts the worker (the cache is kept)."""
 _HARNESS_FIELDS = ("planner", "reminders", "system_prompt", "max_questions", "question_timeout_s", "skill_dirs",
-                   "ask_confidence")
+                   "ask_confidence", "audit_log")
 """Settings that shape the tool list or prompt: changing one rebuilds the loop around the same history."""
 
 
@@ -308,6 +308,10 @@ class AgentSession:
 
         self.skills = install_skills(harness, self.verifier, load_skills(self.config.skill_dirs))
         """The ``skills__load`` tool and the rules of the skills loaded in the run (:mod:`.control.skills`)."""
+        from harness_magic.core.control.audit import install_audit
+
+        self.audit = install_audit(harness, self.config.audit_log)
+        """The workspace audit log (:mod:`.transcript.audit`) decisions are recorded in; None: auditing off."""
 
     def _set_budgets(self, budgets: Budgets) -> None:
         self.budget_guard.budgets = budgets

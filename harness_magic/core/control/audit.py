@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from harness_magic.core.transcript.audit import AuditLog, audit
 from harness_magic.core.transcript.events import Event, MaskingApplied
 
-__all__ = ["AuditRecorder", "column_names", "record_transfer"]
+__all__ = ["AuditRecorder", "column_names", "install_audit", "record_transfer"]
 
 
 class AuditRecorder:
@@ -52,3 +52,12 @@ def record_transfer(sink: AuditLog | None, kind: str, *, columns: list[str],
     if kind not in ("pull", "export"):
         raise ValueError(f"record_transfer kind {kind!r}: expected 'pull' or 'export'")
     return audit(sink, kind, columns=list(columns), sensitive=dict(sensitive or {}), **fields)
+
+
+def install_audit(harness: Any, path: str | None, *, actor: str | None = None) -> AuditLog | None:
+    """Point ``harness.audit`` at the log at ``path`` (None or "": auditing off) and subscribe the recorder."""
+    log = AuditLog(path, actor=actor) if path else None
+    harness.audit = log
+    if log is not None:
+        harness.subscribe(AuditRecorder(log))
+    return log
