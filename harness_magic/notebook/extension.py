@@ -37,8 +37,9 @@ def magics_classes() -> tuple[type[Magics], ...]:
     from harness_magic.notebook.docs_magics import DocsMagics  # %agent_docs
     from harness_magic.notebook.session_magics import SessionMagics  # %agent_export, %agent_sandbox
     from harness_magic.notebook.eval_magics import EvalMagics  # %agent_eval
+    from harness_magic.notebook.memory_magics import MemoryMagics  # %agent_memory
 
-    return (AgentMagics, ControlMagics, SessionMagics, DocsMagics, EvalMagics, CheckpointMagics)
+    return (AgentMagics, ControlMagics, SessionMagics, DocsMagics, EvalMagics, CheckpointMagics, MemoryMagics)
 
 
 def _formatters(shell: Any) -> dict[str, Any]:
