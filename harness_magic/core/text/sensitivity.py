@@ -1,0 +1,199 @@
+"""Sensitive values: which text is an e-mail, phone, card, IBAN, national id or IP address, and which class it has.
+
+Contract:
+
+* **Classes.** :data:`SENSITIVITY_CLASSES` — ``pii``, ``financial``,
+  ``restricted``. Detection yields ``pii`` (e-mail, phone, national id, IP
+  address) or ``financial`` (payment card, IBAN); ``restricted`` comes only
+  from configuration.
+* **Validated, not guessed.** A candidate found by a cheap regex is kept only
+  when a validator accepts it: ``python-stdnum`` (Luhn for cards, IBAN check
+  digits, US SSN rules), ``phonenumbers`` (a number valid in its region),
+  ``email-validator`` (syntax only, no DNS) and :mod:`ipaddress`.
+* **Free text is conservative about phones.** In running text a phone needs a
+  leading ``+`` or a separator (``-``, space, dot, parentheses): bare digit runs
+  are counts and ids far more often. A cell of a column is checked as a whole,
+  bare digits included.
+* **Bounded.** :func:`classify_column` reads at most :data:`DETECT_SAMPLE_VALUES`
+  values; :func:`find_sensitive` is linear in the text (each regex is).
+
+Pure: no pandas, no IPython.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Mapping
+
+__all__ = [
+    "SENSITIVITY_CLASSES",
+    "DETECTED_KINDS",
+    "DETECT_SAMPLE_VALUES",
+    "DETECT_MIN_SHARE",
+    "DEFAULT_PHONE_REGION",
+    "Found",
+    "find_sensitive",
+    "classify_cell",
+    "classify_column",
+    "check_sensitivity_map",
+]
+
+SENSITIVITY_CLASSES = ("pii", "financial", "restricted")
+"""Classes a column can have (or none)."""
+DETECTED_KINDS = {"email": "pii", "phone": "pii", "national_id": "pii", "ip": "pii",
+                  "card": "financial", "iban": "financial"}
+"""What detection recognises, and the class each kind gets."""
+DETECT_SAMPLE_VALUES = 200
+"""Values of a column checked to classify it: enough to see a pattern, cheap on any column."""
+DETECT_MIN_SHARE = 0.5
+"""Share of a column's non-empty sampled values that must be one kind for the column to get its class."""
+DEFAULT_PHONE_REGION = "US"
+"""Region assumed for phone numbers written without a ``+`` country code."""
+_CELL_MAX_CHARS = 120
+"""A cell longer than this is prose, not one value: it is not classified as a whole (its text still is masked)."""
+
+_EMAIL = r"(?P<email>[A-Za-z0-9._%+\-]{1,64}@[A-Za-z0-9\-]{1,63}(?:\.[A-Za-z0-9\-]{1,63})*\.[A-Za-z]{2,24})"
+_IBAN = r"(?P<iban>\b[A-Z]{2}\d{2}(?:[ ]?[A-Z0-9]{4}){2,7}(?:[ ]?[A-Z0-9]{1,4})?\b)"
+_CARD = r"(?P<card>(?<![\d\-])\d(?:[ \-]?\d){12,18}(?![\d\-]))"
+_SSN = r"(?P<national_id>(?<![\d\-])\d{3}-\d{2}-\d{4}(?![\d\-]))"
+_IPV4 = r"(?P<ipv4>(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.]))"
+_IPV6 = r"(?P<ipv6>(?<![0-9A-Fa-f:])(?:[0-9A-Fa-f]{1,4}:){2,7}:?[0-9A-Fa-f]{0,4}(?:::?[0-9A-Fa-f]{1,4})*(?![0-9A-Fa-f:]))"
+_PHONE = r"(?P<phone>(?<![\w+])(?:\+\d{1,3}[ \-.]?)?(?:\(\d{2,4}\)[ \-.]?|\d{2,4}[ \-.])(?:\d{2,4}[ \-.]){0,3}\d{2,4}(?![\w]))"
+_PATTERN = re.compile("|".join((_EMAIL, _IBAN, _SSN, _CARD, _IPV4, _IPV6, _PHONE)))
+"""One pass over the text: alternatives in priority order (a card is tried before a phone at the same place)."""
+
+
+@dataclass(frozen=True)
+class Found:
+    """One validated sensitive value in a text: ``text[start:end]`` is of ``kind`` (class ``cls``)."""
+
+    start: int
+    end: int
+    kind: str
+    """A key of :data:`DETECTED_KINDS`."""
+    value: str
+
+    @property
+    def cls(self) -> str:
+        return DETECTED_KINDS[self.kind]
+
+
+def _digits(text: str) -> str:
+    return "".join(ch for ch in text if ch.isdigit())
+
+
+def _valid(kind: str, value: str, *, bare_phone: bool = False) -> bool:
+    if kind == "email":
+        from email_validator import EmailNotValidError, validate_email
+
+        try:
+            validate_email(value, check_deliverability=False)
+        except EmailNotValidError:
+            return False
+        return True
+    if kind == "iban":
+        from stdnum import iban
+
+        return iban.is_valid(value)
+    if kind == "card":
+        from stdnum import luhn
+
+        digits = _digits(value)
+        return 13 <= len(digits) <= 19 and len(set(digits)) > 1 and luhn.is_valid(digits)
+    if kind == "national_id":
+        from stdnum.us import ssn
+
+        return ssn.is_valid(value)
+    if kind in ("ipv4", "ipv6"):
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            return False
+        return kind == "ipv6" or value.count(".") == 3
+    if kind == "phone":
+        import phonenumbers
+
+        digits = _digits(value)
+        if not 7 <= len(digits) <= 15 or (not bare_phone and digits == value.lstrip("+")):
+            return False
+        try:
+            number = phonenumbers.parse(value, None if value.startswith("+") else DEFAULT_PHONE_REGION)
+        except phonenumbers.NumberParseException:
+            return False
+        return phonenumbers.is_valid_number(number)
+    return False
+
+
+def find_sensitive(text: str) -> Iterator[Found]:
+    """Each validated sensitive value in ``text``, left to right, never overlapping."""
+    for match in _PATTERN.finditer(text):
+        kind = match.lastgroup or ""
+        value = match.group()
+        if _valid(kind, value):
+            yield Found(match.start(), match.end(), "ip" if kind in ("ipv4", "ipv6") else kind, value)
+        elif kind == "card":  # digits that fail Luhn may still hold a phone ("+1 415 555 0100" is not a card)
+            for sub in _PATTERN.finditer(value):
+                sub_kind = sub.lastgroup or ""
+                if sub_kind == "phone" and _valid(sub_kind, sub.group()):
+                    yield Found(match.start() + sub.start(), match.start() + sub.end(), "phone", sub.group())
+
+
+def classify_cell(value: Any) -> str | None:
+    """The kind of one cell's whole value (bare-digit phones included), or None."""
+    if value is None or isinstance(value, (bool, float)):
+        return None
+    text = str(value).strip()
+    if not text or len(text) > _CELL_MAX_CHARS:
+        return None
+    match = _PATTERN.fullmatch(text)
+    if match is not None:
+        kind = match.lastgroup or ""
+        if _valid(kind, text):
+            return "ip" if kind in ("ipv4", "ipv6") else kind
+    if text.isdigit() or text.startswith("+"):
+        if _valid("card", text):
+            return "card"
+        if _valid("phone", text, bare_phone=True):
+            return "phone"
+    return None
+
+
+def classify_column(values: Iterable[Any]) -> str | None:
+    """The kind most of a column's sampled values have (:data:`DETECT_MIN_SHARE`), or None.
+
+    Reads at most :data:`DETECT_SAMPLE_VALUES` values; empty cells do not count.
+    """
+    counts: dict[str, int] = {}
+    seen = 0
+    for i, value in enumerate(values):
+        if i >= DETECT_SAMPLE_VALUES:
+            break
+        if value is None or (isinstance(value, str) and not value.strip()) or value != value:  # NaN
+            continue
+        seen += 1
+        kind = classify_cell(value)
+        if kind is not None:
+            counts[kind] = counts.get(kind, 0) + 1
+    if not seen or not counts:
+        return None
+    kind, n = max(counts.items(), key=lambda item: item[1])
+    return kind if n / seen >= DETECT_MIN_SHARE else None
+
+
+def check_sensitivity_map(mapping: Any, where: str) -> dict[str, str]:
+    """``{"table.column" or "column": class}`` checked; a ValueError names ``where`` and the bad entry."""
+    if mapping is None:
+        return {}
+    if not isinstance(mapping, Mapping):
+        raise ValueError(f"{where}: sensitivity must be a mapping of column to class, got {type(mapping).__name__}")
+    checked: dict[str, str] = {}
+    for column, cls in mapping.items():
+        if not isinstance(column, str) or not column.strip():
+            raise ValueError(f"{where}: sensitivity column {column!r} must be a non-empty 'table.column' or 'column'")
+        if cls not in SENSITIVITY_CLASSES:
+            raise ValueError(f"{where}: sensitivity of {column!r} is {cls!r}; allowed: "
+                             f"{', '.join(SENSITIVITY_CLASSES)}")
+        checked[column.strip()] = cls
+    return checked
