@@ -46,6 +46,7 @@ from harness_magic.core.agent.run import (  # noqa: F401  (the constants: re-exp
     ROLLED_BACK_NOTE,
     RUN_ENDINGS,
     SKIPPED_RESULT,
+    ResultMasker,
     Check,
     ReminderHook,
     Run,
@@ -105,6 +106,7 @@ class _HarnessBase:
         self._tool_validators: list[ToolValidator] = []
         self._log_extra: dict[str, Any] = dict(log_extra or {})
         self._active_run: Run | None = None
+        self._masker: ResultMasker | None = None
         self.audit: AuditLog | None = None
         """The workspace audit log governance decisions go to (set by the session; None: not audited)."""
 
@@ -180,6 +182,15 @@ class _HarnessBase:
     def tool_validators(self) -> tuple[ToolValidator, ...]:
         """Tool validators (:meth:`add_tool_validator`), in order."""
         return tuple(self._tool_validators)
+
+    @property
+    def masker(self) -> ResultMasker | None:
+        """The masking step every tool result passes before the provider sees it (:meth:`set_masker`), or None."""
+        return self._masker
+
+    def set_masker(self, masker: ResultMasker | None) -> None:
+        """Install the one masking step (a :class:`~harness_magic.core.agent.run.ResultMasker`; None: none)."""
+        self._masker = masker
 
     @property
     def run_file(self) -> str | None:

@@ -27,6 +27,7 @@ from harness_magic.core.transcript.events import (
     AssistantMessage,
     ContextCompacted,
     Event,
+    MaskingApplied,
     Notice,
     ReminderAdded,
     RunStarted,
@@ -49,7 +50,7 @@ from harness_magic.core.transcript.messages import (
 )
 from harness_magic.core.transcript.scrub import scrub
 
-__all__ = ["Run", "RunHost", "ReminderHook", "Check", "ToolGuard", "ToolValidator", "RUN_ENDINGS",
+__all__ = ["Run", "RunHost", "ReminderHook", "Check", "ToolGuard", "ToolValidator", "ResultMasker", "RUN_ENDINGS",
            "PARTIAL_OUTPUT_MAX_CHARS", "INTERRUPTED_RESULT", "SKIPPED_RESULT", "ROLLED_BACK_NOTE",
            "COMPACT_AT", "COMPACT_TO"]
 
@@ -77,6 +78,29 @@ COMPACT_TO = 0.6
 
 RUN_ENDINGS = (StopRun, ProviderError, ValueError, OSError, KeyboardInterrupt)
 """Exceptions that end a run with a status instead of propagating (:meth:`Run.stopped_by`)."""
+
+
+class ResultMasker(Protocol):
+    """The one masking step between tool results and the history the provider gets (``Harness.set_masker``).
+
+    Every tool result (output, errors, snapshots, subagent answers, output cut
+    off by an interrupt) passes through :meth:`mask` before it enters the
+    history; what people see of the call (printed chunks, its text and
+    snapshots) passes through it too, so the log and exports hold only what the
+    model saw.
+    """
+
+    def observe(self, cache: Any, handles: Sequence[str]) -> None:
+        """Learn the sensitive columns of ``handles`` in ``cache`` (before their text is masked)."""
+        ...
+
+    def mask(self, text: str) -> tuple[str, dict[str, int]]:
+        """``text`` masked by the policy, and the values masked per sensitivity class."""
+        ...
+
+    def mask_snapshot(self, snapshot: dict[str, Any]) -> dict[str, Any]:
+        """A snapshot with every string (cells, column names) masked."""
+        ...
 
 
 class RunHost(Protocol):
@@ -109,6 +133,8 @@ class RunHost(Protocol):
     def tool_guards(self) -> tuple[ToolGuard, ...]: ...
     @property
     def tool_validators(self) -> tuple[ToolValidator, ...]: ...
+    @property
+    def masker(self) -> ResultMasker | None: ...
     def emit(self, event: Event) -> None: ...
 
 
@@ -259,6 +285,9 @@ class Run:
         use = self.current_tool_use
         if use is None or not isinstance(text, str) or not text:
             return
+        masker = self.h.masker
+        if masker is not None:  # counted when the whole result is masked
+            text = masker.mask(text)[0]
         kept = self.partial_output.get(use.id, "")
         if len(kept) < PARTIAL_OUTPUT_MAX_CHARS:
             self.partial_output[use.id] = kept + text[:PARTIAL_OUTPUT_MAX_CHARS - len(kept)]
@@ -321,6 +350,7 @@ class Run:
                     self.current_tool_use = None
                 duration = time.monotonic() - started
                 text = scrub(output.text) if output.is_error else output.text  # errors echo configs and headers
+                text = self._masked(text, use, output)
                 block = ToolResultBlock(tool_use_id=use.id, content=text if text.strip() else EMPTY_TOOL_RESULT_TEXT,
                                         is_error=output.is_error)
                 results.append(block)
@@ -328,6 +358,8 @@ class Run:
                 self.handles.extend(output.handles)
                 self.charts.extend(a["data"] for a in output.artifacts if a.get("kind") == "image/png")
                 snapshots = tuple(self._snapshot(name) for name in output.handles)
+                if h.masker is not None:  # what people see of the call is what the model saw
+                    snapshots = tuple(h.masker.mask_snapshot(s) if s else s for s in snapshots)
                 waited = min(self.approval_wait_s.get(use.id, 0.0), duration)
                 meta.append({"tool_use_id": use.id, "name": use.name, "is_error": output.is_error,
                              "duration_s": round(duration, 6), "handles": list(output.handles),
@@ -336,6 +368,8 @@ class Run:
                 shown = output.display_text
                 if shown is not None and output.is_error:
                     shown = scrub(shown)  # as the model's text: errors echo configs and headers
+                if shown is not None and h.masker is not None:
+                    shown = h.masker.mask(shown)[0]
                 h.emit(ToolCallFinished(turn=self.turn, tool_use=use, result=block, duration_s=duration,
                                         handles=tuple(output.handles), artifacts=tuple(output.artifacts),
                                         snapshots=snapshots, approval_wait_s=waited, display_text=shown))
@@ -345,6 +379,8 @@ class Run:
             for use in uses:
                 if use.id not in answered:
                     partial = scrub(self.partial_output.get(use.id, ""))
+                    if partial and h.masker is not None:  # chunks were masked one by one: mask the joined text too
+                        partial = self._masked(partial, use, None, where="interrupted")
                     content = INTERRUPTED_RESULT + (f"\nOutput printed before the interrupt:\n{partial}" if partial else "")
                     results.append(ToolResultBlock(tool_use_id=use.id, content=content, is_error=True))
                     if partial:
@@ -352,6 +388,22 @@ class Run:
                                      "partial_output": partial})
             self.history.append(Message(role="user", content=tuple(results)))
             self.logger.write("tools", turn=self.turn, results=meta)
+
+    def _masked(self, text: str, use: ToolUseBlock, output: ToolOutput | None, where: str | None = None) -> str:
+        """``text`` through the harness's masker (the one choke point); logs and emits :class:`MaskingApplied`."""
+        masker = self.h.masker
+        if masker is None:
+            return text
+        if output is not None:
+            masker.observe(self.h.cache, output.handles)
+            where = where or ("subagent" if use.name == "subagent" else "error" if output.is_error else "tool_result")
+        text, counts = masker.mask(text)
+        if counts:
+            pairs = tuple(sorted(counts.items()))
+            self.logger.write("event", name="masking_applied", turn=self.turn, where=where, tool_use_id=use.id,
+                              counts=dict(pairs))
+            self.h.emit(MaskingApplied(where=where or "tool_result", tool_use_id=use.id, counts=pairs))
+        return text
 
     def _snapshot(self, name: str) -> dict[str, Any]:
         try:
