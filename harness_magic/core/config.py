@@ -64,6 +64,8 @@ class AgentConfig:
     """Bytes (Arrow) a lazy engine handle may bring into the kernel when code names it or it is pulled."""
     materialize_max_rows: int = DEFAULT_MATERIALIZE_MAX_ROWS
     """Rows a lazy engine handle may bring into the kernel when code names it or it is pulled."""
+    masking: dict[str, str] = field(default_factory=lambda: {"pii": "mask", "financial": "mask", "restricted": "deny"})
+    """What the model sees of each sensitivity class: ``allow``, ``mask`` (stable pseudonyms) or ``deny``."""
     skill_dirs: tuple[str, ...] = ()
     """Directories of skill folders (``<dir>/<name>/SKILL.md``) offered beside the built-in skills."""
     workspace_memory: str | None = None
@@ -83,6 +85,9 @@ class AgentConfig:
 
     def __post_init__(self) -> None:
         self.budgets()  # validates the budget fields
+        from harness_magic.core.text.masking import check_policy
+
+        self.masking = check_policy(self.masking)
         if self.sandbox not in SANDBOX_MODES:
             raise ValueError(f"sandbox {self.sandbox!r} is not valid; allowed: {', '.join(SANDBOX_MODES)}")
         from harness_magic.core.execution.connectors.lazy import check_cap
