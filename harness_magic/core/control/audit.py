@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from harness_magic.core.text.sensitivity import find_sensitive
 from harness_magic.core.transcript.audit import AuditLog, audit
 from harness_magic.core.transcript.events import Event, MaskingApplied
 
-__all__ = ["AuditRecorder", "column_names", "install_audit", "record_transfer"]
+__all__ = ["AuditRecorder", "column_names", "install_audit", "record_transfer", "redact_sensitive"]
 
 
 class AuditRecorder:
@@ -54,9 +55,26 @@ def record_transfer(sink: AuditLog | None, kind: str, *, columns: list[str],
     return audit(sink, kind, columns=list(columns), sensitive=dict(sensitive or {}), **fields)
 
 
+def redact_sensitive(text: str) -> str:
+    """``text`` with each validated sensitive value (e-mail, phone, card, IBAN, national id, IP) replaced by
+    ``[pii:email]``-style markers: a statement or summary in the log names what it touched, not the values."""
+    found = list(find_sensitive(text))
+    if not found:
+        return text
+    parts, at = [], 0
+    for hit in found:
+        parts.append(text[at:hit.start])
+        parts.append(f"[{hit.cls}:{hit.kind}]")
+        at = hit.end
+    parts.append(text[at:])
+    return "".join(parts)
+
+
 def install_audit(harness: Any, path: str | None, *, actor: str | None = None) -> AuditLog | None:
-    """Point ``harness.audit`` at the log at ``path`` (None or "": auditing off) and subscribe the recorder."""
-    log = AuditLog(path, actor=actor) if path else None
+    """Point ``harness.audit`` at the log at ``path`` (None or "": auditing off) and subscribe the recorder.
+
+    Every string the log records passes :func:`redact_sensitive`."""
+    log = AuditLog(path, actor=actor, redact=redact_sensitive) if path else None
     harness.audit = log
     if log is not None:
         harness.subscribe(AuditRecorder(log))

@@ -33,13 +33,13 @@ import hashlib
 import json
 import os
 import threading
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from harness_magic.core.transcript.scrub import scrub_data
 
 __all__ = [
     "AUDIT_KINDS", "GENESIS", "FIELD_MAX_CHARS", "RECORD_MAX_BYTES", "RESERVED_FIELDS",
-    "AuditError", "AuditLog", "Verification", "audit", "canonical", "record_hash",
+    "AuditError", "AuditLog", "Redactor", "Verification", "audit", "canonical", "record_hash",
     "read_tail", "verify_file", "record_decision",
 ]
 
@@ -67,6 +67,10 @@ FILE_MODE = 0o640
 _REQUIRED = ("seq", "ts", "kind", "actor", "prev", "hash")
 
 
+Redactor = Callable[[str], str]
+"""Rewrites a string field before it is recorded (the session passes one that masks sensitive values)."""
+
+
 class AuditError(Exception):
     """The record cannot be written: a bad kind or field (a bug), or the file cannot be written."""
 
@@ -87,8 +91,9 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _bounded(value: Any, where: str) -> Any:
-    """A JSON-compatible copy with long strings and lists cut; raises AuditError on other types."""
+def _bounded(value: Any, where: str, redact: Redactor | None = None) -> Any:
+    """A JSON-compatible copy with long strings and lists cut (strings passed through ``redact``);
+    raises AuditError on other types."""
     if value is None or isinstance(value, (bool, int)):
         return value
     if isinstance(value, float):
@@ -97,10 +102,10 @@ def _bounded(value: Any, where: str) -> Any:
         return value
     if isinstance(value, str):
         if len(value) > FIELD_MAX_CHARS:
-            return value[:FIELD_MAX_CHARS] + f"…[cut {len(value) - FIELD_MAX_CHARS} chars]"
-        return value
+            value = value[:FIELD_MAX_CHARS] + f"…[cut {len(value) - FIELD_MAX_CHARS} chars]"
+        return redact(value) if redact is not None else value
     if isinstance(value, (list, tuple)):
-        items = [_bounded(v, f"{where}[{i}]") for i, v in enumerate(value[:LIST_MAX_ITEMS])]
+        items = [_bounded(v, f"{where}[{i}]", redact) for i, v in enumerate(value[:LIST_MAX_ITEMS])]
         if len(value) > LIST_MAX_ITEMS:
             items.append(f"…[cut {len(value) - LIST_MAX_ITEMS} items]")
         return items
@@ -110,7 +115,8 @@ def _bounded(value: Any, where: str) -> Any:
             if i == LIST_MAX_ITEMS:
                 out["…"] = f"[cut {len(value) - LIST_MAX_ITEMS} entries]"
                 break
-            out[str(k)[:FIELD_MAX_CHARS]] = _bounded(v, f"{where}[{k!r}]")
+            key = str(k)[:FIELD_MAX_CHARS]
+            out[redact(key) if redact is not None else key] = _bounded(v, f"{where}[{k!r}]", redact)
         return out
     raise AuditError(f"audit field {where} is a {type(value).__name__}; record names, classes and counts "
                      "(str, int, float, bool, None, lists and dicts of them)")
@@ -156,10 +162,13 @@ class AuditLog:
     The file is created on the first :meth:`append`, not before.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, actor: str | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, actor: str | None = None,
+                 redact: Redactor | None = None) -> None:
         self.path = os.path.abspath(os.fspath(path))
         """Absolute: a later ``os.chdir`` in the kernel does not split the log."""
         self.actor = actor or _os_user()
+        self.redact = redact
+        """Applied to every string in a record's fields (keys included), after cutting."""
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -172,7 +181,7 @@ class AuditLog:
         reserved = sorted(RESERVED_FIELDS & set(fields))
         if reserved:
             raise AuditError(f"audit fields {', '.join(reserved)} are set by the log; rename them")
-        body = {k: _bounded(v, k) for k, v in scrub_data(fields).items()}
+        body = {k: _bounded(v, k, self.redact) for k, v in scrub_data(fields).items()}
         try:
             with self._lock:
                 fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
