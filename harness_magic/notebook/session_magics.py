@@ -12,6 +12,7 @@ by the extension (:func:`harness_magic.notebook.extension.magics_classes`).
 from __future__ import annotations
 
 import html
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,14 @@ class SessionMagics(Magics):
             raise UsageError(f"export failed: {exc}") from None
         what = f"{len(chosen)} runs" if len(chosen) > 1 else f"run {chosen[0].run_id}"
         print(f"exported {what} to {path}")
+        from harness_magic.core.control.audit import record_transfer
+        from harness_magic.core.transcript.audit import AuditError
+
+        try:
+            record_transfer(self._agent.session.audit, "export", columns=[], path=str(path), format=suffix[1:],
+                            runs=[str(r.run_id) for r in chosen])
+        except AuditError as exc:
+            print(f"the export is not in the audit log: {exc}", file=sys.stderr)
 
     @no_var_expand
     @magic_arguments()
