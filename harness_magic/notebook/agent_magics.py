@@ -64,7 +64,7 @@ __all__ = ["AgentMagics"]
 
 _SESSION_TRAITS = ("api_base", "sandbox", "hot_count", "memory_budget", "spill_dir", "run_dir", "stream",
                    "planner", "reminders", "ask_confidence", "connectors", "prompt_caching", "context_window", "max_turns",
-                   "workspace_memory")
+                   "workspace_memory", "max_questions", "question_timeout_s")
 """Settings of the session: a change is applied at the next use, keeping the conversation and the cache."""
 
 
@@ -128,8 +128,25 @@ class AgentMagics(Magics):
                                "to the kernel's working directory): definitions the user approved, kept across "
                                "sessions, carried into each run and read by glossary connectors; None: "
                                "none.").tag(config=True)
+    max_questions = Integer(3, help="Clarifying questions (ask_user) one run may ask; over it the agent is told "
+                            "to state its assumption and go on (0: never asks).").tag(config=True)
+    question_timeout_s = Float(300.0, allow_none=True, help="Seconds a question waits for your answer in the "
+                               "cell before the agent goes on under a stated assumption; None: no limit."
+                               ).tag(config=True)
 
     # -- validation -------------------------------------------------------------------------
+
+    @validate("max_questions", "question_timeout_s")
+    def _valid_question_setting(self, proposal: Any) -> Any:
+        from harness_magic.core.control.questions import Questions
+
+        value = proposal["value"]
+        try:
+            Questions(lambda: None, **{"max_questions" if proposal["trait"].name == "max_questions" else
+                                       "timeout_s": value})
+        except ValueError as exc:
+            raise TraitError(str(exc)) from None
+        return value
 
     @validate("model")
     def _valid_model(self, proposal: Any) -> str:
@@ -221,6 +238,7 @@ class AgentMagics(Magics):
             ask_confidence=self.ask_confidence,
             context_window=self.context_window, materialize_max_bytes=self.materialize_max_bytes,
             materialize_max_rows=self.materialize_max_rows, workspace_memory=self.workspace_memory,
+            max_questions=self.max_questions, question_timeout_s=self.question_timeout_s,
         )
 
     @property
@@ -245,6 +263,9 @@ class AgentMagics(Magics):
             connectors = self._configured_connectors(approver)
             self._session = AgentSession(self._config(), connectors=connectors, subagents=self.subagents)
             self._session.default_approver = approver
+            from harness_magic.notebook.questions import StdinAnswerer
+
+            self._session.answerer = StdinAnswerer()
             self._recorder = RunRecorder()
             self._session.subscribe(self._recorder)
             self._stale = self._connectors_dirty = False
