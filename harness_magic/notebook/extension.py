@@ -38,8 +38,10 @@ def magics_classes() -> tuple[type[Magics], ...]:
     from harness_magic.notebook.session_magics import SessionMagics  # %agent_export, %agent_sandbox
     from harness_magic.notebook.eval_magics import EvalMagics  # %agent_eval
     from harness_magic.notebook.memory_magics import MemoryMagics  # %agent_memory
+    from harness_magic.notebook.audit_magics import AuditMagics  # %agent_audit
 
-    return (AgentMagics, ControlMagics, SessionMagics, DocsMagics, EvalMagics, CheckpointMagics, MemoryMagics)
+    return (AgentMagics, ControlMagics, SessionMagics, DocsMagics, EvalMagics, CheckpointMagics, MemoryMagics,
+            AuditMagics)
 
 
 def _formatters(shell: Any) -> dict[str, Any]:
