@@ -39,9 +39,10 @@ def magics_classes() -> tuple[type[Magics], ...]:
     from harness_magic.notebook.eval_magics import EvalMagics  # %agent_eval
     from harness_magic.notebook.memory_magics import MemoryMagics  # %agent_memory
     from harness_magic.notebook.audit_magics import AuditMagics  # %agent_audit
+    from harness_magic.notebook.skills_magics import SkillsMagics  # %agent_skills
 
     return (AgentMagics, ControlMagics, SessionMagics, DocsMagics, EvalMagics, CheckpointMagics, MemoryMagics,
-            AuditMagics)
+            AuditMagics, SkillsMagics)
 
 
 def _formatters(shell: Any) -> dict[str, Any]:
