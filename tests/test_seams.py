@@ -190,13 +190,14 @@ def test_unload_then_load_leaves_exactly_one_registration_of_each_magic_in_a_rea
     loaded, unloaded, reloaded, unloaded_again, last = report["states"]
     declared = set(report["declared"])
     assert {"cell:agent", "line:agent_replay", "line:agent_status", "line:agent_code", "line:agent_docs",
-            "line:agent_eval", "line:agent_checkpoint", "line:agent_memory", "line:agent_audit"} <= declared
+            "line:agent_eval", "line:agent_checkpoint", "line:agent_memory", "line:agent_audit",
+            "line:agent_skills"} <= declared
     for state in (loaded, reloaded, last):
         assert set(state["magics"]) == declared
         owners = {tuple(owner) for owner in state["magics"].values()}
         assert len({cls for cls, _ in owners}) == len(owners), "one live instance per class, no stale one"
         classes = ["AgentMagics", "AuditMagics", "CheckpointMagics", "ControlMagics", "DocsMagics", "EvalMagics",
-                   "MemoryMagics", "SessionMagics"]
+                   "MemoryMagics", "SessionMagics", "SkillsMagics"]
         assert state["registry"] == classes and state["configurables"] == classes
     for state in (unloaded, unloaded_again):
         assert state == {"magics": {}, "registry": [], "configurables": []}
