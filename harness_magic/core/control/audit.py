@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from harness_magic.core.text.sensitivity import find_sensitive
+from harness_magic.core.text.sensitivity import DETECT_SAMPLE_VALUES, DETECTED_KINDS, classify_column, find_sensitive
 from harness_magic.core.transcript.audit import AuditLog, audit
 from harness_magic.core.transcript.events import Event, MaskingApplied
 
-__all__ = ["AuditRecorder", "column_names", "install_audit", "record_transfer", "redact_sensitive"]
+__all__ = ["AuditRecorder", "column_classes", "column_names", "install_audit", "record_transfer", "redact_sensitive"]
+
+CLASSIFIED_COLUMNS_MAX = 200
+"""Columns of a pulled frame checked for sensitive values: a very wide frame is listed, its tail unclassified."""
 
 
 class AuditRecorder:
@@ -44,6 +47,25 @@ def column_names(value: Any) -> list[str]:
     if name is not None and hasattr(value, "dtype"):
         return [str(name)]
     return []
+
+
+def column_classes(value: Any) -> dict[str, str]:
+    """Sensitivity class per column of a frame-like value, detected on a bounded sample of each column
+    (:func:`~harness_magic.core.text.sensitivity.classify_column`); only columns that have one."""
+    classes: dict[str, str] = {}
+    names = column_names(value)[:CLASSIFIED_COLUMNS_MAX]
+    if not names:
+        return classes
+    head = value.head(DETECT_SAMPLE_VALUES)
+    for position, name in enumerate(names):
+        try:
+            column = head.iloc[:, position] if hasattr(head, "columns") else head
+            found = classify_column(column.tolist())
+        except Exception:  # an exotic column type: not classified, still listed by name
+            continue
+        if found is not None:
+            classes[name] = DETECTED_KINDS[found]
+    return classes
 
 
 def record_transfer(sink: AuditLog | None, kind: str, *, columns: list[str],
