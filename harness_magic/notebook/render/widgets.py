@@ -32,6 +32,7 @@ from harness_magic.core.transcript.events import (
     AssistantMessage,
     EngineProgress,
     Notice,
+    QuestionStep,
     ReminderAdded,
     RunFinished,
     RunStarted,
@@ -269,6 +270,12 @@ class WidgetRunView:
                 transcript.refresh(tool)
             self._set_status(f"waiting for approval: {event.tool}" if event.wait_s is None  # a subagent's too
                              else f"running {event.tool}")
+        elif isinstance(event, QuestionStep):  # the wait is the user's, shown apart from tool time
+            tool = record.tool(event.tool_use_id) if event.tool_use_id else None
+            if tool is not None:
+                transcript.refresh(tool)
+            self._set_status(f"waiting for your answer: {export.clip(event.question, 80)}" if event.source is None
+                             else "running ask_user")
         elif isinstance(event, ToolOutputDelta):
             tool = record.tool(event.tool_use_id)
             if tool is not None and tool.result is None:
