@@ -18,6 +18,7 @@ from harness_magic.core.transcript.events import (
     AssistantMessage,
     EngineProgress,
     Notice,
+    QuestionStep,
     RunFinished,
     RunStarted,
     SandboxStep,
@@ -282,6 +283,9 @@ class TerminalRenderer:
             c.print(Text(status_text(self.record, "…"), style="dim"))
         elif isinstance(event, Notice):
             c.print(Text(strip_control(event.text), style="yellow" if event.level != "error" else "red"))
+        elif isinstance(event, QuestionStep) and event.source is not None:
+            answer = clip(strip_control(event.answer), 200) if event.answer else "no answer"
+            c.print(Text(f"answer ({event.source}, waited {event.wait_s or 0.0:.1f} s): {answer}", style="dim"))
         elif isinstance(event, RunFinished):
             result = event.result
             for tool_use_id in list(self._live):
