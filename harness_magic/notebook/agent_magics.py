@@ -64,7 +64,7 @@ __all__ = ["AgentMagics"]
 
 _SESSION_TRAITS = ("api_base", "sandbox", "hot_count", "memory_budget", "spill_dir", "run_dir", "stream",
                    "planner", "reminders", "ask_confidence", "connectors", "prompt_caching", "context_window", "max_turns",
-                   "workspace_memory", "max_questions", "question_timeout_s")
+                   "workspace_memory", "max_questions", "question_timeout_s", "audit_log")
 """Settings of the session: a change is applied at the next use, keeping the conversation and the cache."""
 
 
@@ -128,6 +128,10 @@ class AgentMagics(Magics):
                                "to the kernel's working directory): definitions the user approved, kept across "
                                "sessions, carried into each run and read by glossary connectors; None: "
                                "none.").tag(config=True)
+    audit_log = Unicode(".harness_audit.jsonl", allow_none=True, help="The workspace's hash-chained audit log "
+                        "(relative to the kernel's working directory): approvals, denials, refusals, governed "
+                        "writes, masking, pulls and exports, never values; %agent_audit shows it, python -m "
+                        "harness_magic.audit verify checks it; None or '': not audited.").tag(config=True)
     max_questions = Integer(3, help="Clarifying questions (ask_user) one run may ask; over it the agent is told "
                             "to state its assumption and go on (0: never asks).").tag(config=True)
     question_timeout_s = Float(300.0, allow_none=True, help="Seconds a question waits for your answer in the "
@@ -239,6 +243,7 @@ class AgentMagics(Magics):
             context_window=self.context_window, materialize_max_bytes=self.materialize_max_bytes,
             materialize_max_rows=self.materialize_max_rows, workspace_memory=self.workspace_memory,
             max_questions=self.max_questions, question_timeout_s=self.question_timeout_s,
+            audit_log=self.audit_log,
         )
 
     @property
@@ -521,6 +526,14 @@ class AgentMagics(Magics):
         ``"HANDLE → NAME (type shape)"``. Caps default to :attr:`materialize_max_bytes`/``_rows``."""
         value = pulled_value(self.session.cache, handle, name, max_bytes or self.materialize_max_bytes,
                              max_rows or self.materialize_max_rows)
+        from harness_magic.core.control.audit import column_classes, column_names, record_transfer
+        from harness_magic.core.transcript.audit import AuditError
+
+        try:  # the real values reach the notebook only once the pull is on record
+            record_transfer(self.session.audit, "pull", columns=column_names(value),
+                            sensitive=column_classes(value), handle=handle, name=name)
+        except AuditError as exc:
+            raise UsageError(f"{handle} not pulled: {exc}") from None
         self.bindings.bind(name, value)
         return f"{handle} → {name} ({describe(value)})"
 
