@@ -55,7 +55,7 @@ def state_html(state: RunState, *, live: bool = False) -> str:
             parts.append(_row(label, _e(q.question) + options, "waiting"))
         else:
             wait = f", {q.wait_s:.1f} s" if q.wait_s is not None else ""
-            parts.append(_row("asked:", f"{_e(q.question)} → <b>{_e(q.answer)}</b> "
+            parts.append(_row("asked:", f"{_e(q.question)} → <b>{_e(q.answer or '(no answer)')}</b> "
                               f'<span style="{_MUTED}">({_e(q.source or "?")}{wait})</span>', "question"))
     if state.skills:
         parts.append(_row("skills:", _e(", ".join(state.skills)), "skills"))
@@ -73,7 +73,7 @@ def state_html(state: RunState, *, live: bool = False) -> str:
         parts.append(_items(rows, "checks"))
     if state.assumptions:
         parts.append(_row("assumptions", "", "assumptions-head"))
-        parts.append(_items([_e(a) for a in state.assumptions], "assumptions"))
+        parts.append(_items([_e(state.assumption_label(a)) for a in state.assumptions], "assumptions"))
     trailer = state.trailer
     if trailer.confidence:
         color = _LEVEL_COLOR[trailer.confidence]

@@ -191,6 +191,8 @@ class CheckState:
 
 @dataclass
 class QuestionState:
+    """A question the agent asked; ``answer`` None while it waits, ``""`` when nobody answered."""
+
     question: str
     options: tuple[str, ...] = ()
     answer: str | None = None
@@ -212,6 +214,8 @@ class RunState:
     questions: list[QuestionState] = field(default_factory=list)
     checks: list[CheckState] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
+    assumption_sources: dict[str, str] = field(default_factory=dict)
+    """Assumption -> where it came from (``model``, ``question``, ``memory``: carried from session memory)."""
     skills: list[str] = field(default_factory=list)
     trailer: Trailer = field(default_factory=Trailer)
     answer: str = ""
@@ -243,7 +247,7 @@ class RunState:
             for check in event.checks:
                 self.add_check(check, event.tool)
         elif kind == "assumption_recorded":
-            self.add_assumption(event.text)
+            self.add_assumption(event.text, event.source)
         elif kind == "skill_loaded":
             if event.name not in self.skills and len(self.skills) < MAX_STATE_ITEMS:
                 self.skills.append(_one_line(event.name))
@@ -268,6 +272,8 @@ class RunState:
                      source: str | None = None, wait_s: float | None = None,
                      tool_use_id: str | None = None) -> None:
         """A question asked (answer None) or answered; an answer fills the open question with its id."""
+        if answer is None and source is not None:
+            answer = ""  # answered by the harness's stand-in: no answer
         for asked in self.questions:
             if asked.answer is None and (asked.tool_use_id == tool_use_id if tool_use_id
                                          else asked.question == _one_line(question)):
@@ -291,10 +297,15 @@ class RunState:
         if len(self.checks) < MAX_STATE_ITEMS:
             self.checks.append(CheckState(rule, handle, ok, detail, tool))
 
-    def add_assumption(self, text: str) -> None:
+    def add_assumption(self, text: str, source: str = "model") -> None:
         text = _one_line(text)
         if text and text not in self.assumptions and len(self.assumptions) < MAX_STATE_ITEMS:
             self.assumptions.append(text)
+            self.assumption_sources[text] = source
+
+    def assumption_label(self, text: str) -> str:
+        """``text``, marked when it was carried from memory rather than made in this run."""
+        return text + (" (from memory)" if self.assumption_sources.get(text) == "memory" else "")
 
     def set_answer(self, text: str) -> None:
         self.trailer = parse_trailer(text)
@@ -338,7 +349,7 @@ class RunState:
                 out.append(f"waiting for you: {q.question}{options}")
             else:
                 wait = f", {q.wait_s:.1f} s" if q.wait_s is not None else ""
-                out.append(f"asked: {q.question} → {q.answer} ({q.source or '?'}{wait})")
+                out.append(f"asked: {q.question} → {q.answer or '(no answer)'} ({q.source or '?'}{wait})")
         if self.skills:
             out.append("skills: " + ", ".join(self.skills))
         if self.checks:
@@ -350,7 +361,7 @@ class RunState:
                 out.append(f"  {'passed' if c.ok else 'FAILED'} {c.rule}{where}{why}{again}")
         if self.assumptions:
             out.append("assumptions:")
-            out.extend(f"  - {a}" for a in self.assumptions)
+            out.extend(f"  - {self.assumption_label(a)}" for a in self.assumptions)
         if self.trailer.confidence:
             out.append(f"confidence: {self.trailer.confidence}" + (f" — {self.trailer.reason}"
                                                                    if self.trailer.reason else ""))
@@ -380,11 +391,14 @@ def state_from_log(records: Iterable[dict[str, Any]], tool_calls: Iterable[Any],
         elif name in ("question", "question_step") and record.get("question"):
             logged_questions = True
             state.add_question(str(record["question"]), tuple(map(str, record.get("options") or ())),
-                               record.get("answer"), record.get("source"), record.get("wait_s"),
+                               record.get("answer"), record.get("source") or "log", record.get("wait_s"),
                                record.get("tool_use_id"))
         elif name in ("assumption", "assumption_recorded") and record.get("text"):
             logged_assumptions = True
             state.add_assumption(str(record["text"]))
+        elif name == "memory" and record.get("entry_kind") == "assumption" and record.get("action") == "recorded":
+            logged_assumptions = True
+            state.add_assumption(str(record.get("text", "")))
         elif name in ("skill", "skill_loaded") and record.get("skill", record.get("name_")):
             state.skills.append(_one_line(record.get("skill", record.get("name_"))))
     for call in tool_calls:
