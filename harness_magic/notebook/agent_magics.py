@@ -64,7 +64,7 @@ __all__ = ["AgentMagics"]
 
 _SESSION_TRAITS = ("api_base", "sandbox", "hot_count", "memory_budget", "spill_dir", "run_dir", "stream",
                    "planner", "reminders", "ask_confidence", "connectors", "prompt_caching", "context_window", "max_turns",
-                   "workspace_memory", "max_questions", "question_timeout_s", "audit_log")
+                   "workspace_memory", "max_questions", "question_timeout_s", "audit_log", "skill_dirs")
 """Settings of the session: a change is applied at the next use, keeping the conversation and the cache."""
 
 
@@ -121,6 +121,9 @@ class AgentMagics(Magics):
     raise_on_error = Bool(True, help="A %%agent run that ends in error (not an interrupt, budget or turn limit) "
                           "raises AgentRunError after its output is shown, so Run All stops there; False: the "
                           "cell passes and its value is the failed RunResult.").tag(config=True)
+    skill_dirs = List(Unicode(), default_value=[], help="Directories of skill folders (<dir>/<name>/SKILL.md, the "
+                      "Agent Skills convention) offered beside the built-in skills; %agent_skills lists them.").tag(
+                      config=True)
     connectors = List(Dict(), default_value=[], help="Connectors of every new session, as for "
                       "harness_magic.core.execution.connectors.connectors_from_config, e.g. "
                       "[{'type': 'files', 'roots': ['data']}].").tag(config=True)
@@ -244,6 +247,7 @@ class AgentMagics(Magics):
             materialize_max_rows=self.materialize_max_rows, workspace_memory=self.workspace_memory,
             max_questions=self.max_questions, question_timeout_s=self.question_timeout_s,
             audit_log=self.audit_log,
+            skill_dirs=tuple(self.skill_dirs),
         )
 
     @property
