@@ -251,3 +251,110 @@ def test_an_ambiguous_request_gets_a_nudge_to_ask_and_a_specific_one_none(tmp_pa
     (nudge,) = reminders(vague.run_file)
     assert "ask_user" in nudge and "'active user'" in nudge
     assert reminders(specific.run_file) == []
+
+
+# -- a real kernel: the question in the cell, answered through stdin ---------------------------------
+
+jupyter_client = pytest.importorskip("jupyter_client")
+
+from tests.test_magics import CELL_TIMEOUT_S, Cell, Kernel  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory: pytest.TempPathFactory):
+    k = Kernel(tmp_path_factory.mktemp("questions"))
+    setup = k.run('%load_ext harness_magic\n%config AgentMagics.run_dir = "runs"\n'
+                  '%config AgentMagics.sandbox = "inprocess"\n%config AgentMagics.live = "off"')
+    assert setup.ok, setup.outputs
+    yield k
+    k.close()
+
+
+_scripts = iter(range(10_000))
+
+
+def scripted(kernel: Kernel, *turns: dict[str, Any]) -> str:
+    name = f"questions_{next(_scripts)}.json"
+    (kernel.cwd / name).write_text(json.dumps({"turns": list(turns)}))
+    return f"-m scripted/{name}"
+
+
+def run_with_stdin(kernel: Kernel, code: str, reply: str | None) -> tuple[Cell, list[str]]:
+    """Run ``code`` with stdin allowed; answer the first input request with ``reply`` (None: never answer)."""
+    cell = Cell(kernel.kc.execute(code, allow_stdin=True))
+    prompts: list[str] = []
+    deadline = time.monotonic() + CELL_TIMEOUT_S
+    while not prompts and time.monotonic() < deadline:
+        try:
+            msg = kernel.kc.get_stdin_msg(timeout=1)
+        except queue.Empty:
+            continue
+        if msg["msg_type"] == "input_request":
+            prompts.append(msg["content"]["prompt"])
+            if reply is not None:
+                kernel.kc.input(reply)
+    return kernel.collect(cell), prompts
+
+
+def last_log_questions(kernel: Kernel) -> list[dict[str, Any]]:
+    logs = sorted((kernel.cwd / "runs").glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
+    return [r for r in read_log(str(logs[-1])) if r.get("type") == "event" and r.get("event") == "question"]
+
+
+def test_in_a_kernel_the_question_shows_in_the_cell_and_an_option_number_answers_it(kernel: Kernel) -> None:
+    model = scripted(kernel, ask("Which **week** start? <script>alert(1)</script>", ["Monday", "Sunday"],
+                                 "WAU depends on it"), {"text": "Done."})
+    cell, prompts = run_with_stdin(kernel, f"%%agent --new {model}\nWhy did weekly active users drop?", "1")
+    assert cell.ok, cell.outputs
+    assert prompts == ["Answer (1-2 or text): "]
+    shown = next(h for h in cell.data("text/html") if "agent-question" in h)
+    assert "<strong>week</strong>" in shown and "<script>" not in shown and "&lt;script&gt;" in shown
+    assert "<li>Monday</li>" in shown and "WAU depends on it" in shown
+    (logged,) = last_log_questions(kernel)
+    assert logged["answer"] == "Monday" and logged["source"] == "user"
+
+
+def test_in_a_kernel_an_unanswered_question_times_out_into_a_recorded_assumption(kernel: Kernel) -> None:
+    setup = kernel.run("%config AgentMagics.question_timeout_s = 1.0")
+    assert setup.ok, setup.outputs
+    model = scripted(kernel, ask("Which definition of active?"),
+                     {"text": "", "tool_calls": [{"name": "remember", "arguments": {
+                         "kind": "assumption", "text": "active = at least one event in the week"}}]},
+                     {"text": "WAU fell 8%."})
+    try:
+        cell, prompts = run_with_stdin(kernel, f"%%agent --new {model}\nWhy did weekly active users drop?", None)
+    finally:
+        kernel.run("%config AgentMagics.question_timeout_s = 300.0")
+    assert cell.ok, cell.outputs
+    assert prompts and "no answer after 1 s" in cell.stdout
+    (logged,) = last_log_questions(kernel)
+    assert logged["source"] == "timeout" and logged["answer"] is None
+    assumptions = kernel.value("get_ipython().magics_manager.registry['AgentMagics'].records[-1].state.assumptions")
+    assert "active = at least one event in the week" in " ".join(assumptions)
+
+
+def test_in_a_kernel_an_interrupt_answers_no_answer_and_the_run_finishes(kernel: Kernel) -> None:
+    model = scripted(kernel, ask("Which week?"), {"text": "Went on without it."})
+    cell = Cell(kernel.kc.execute(f"%%agent --new {model}\nCount orders last week.", allow_stdin=True))
+    deadline = time.monotonic() + CELL_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            if kernel.kc.get_stdin_msg(timeout=1)["msg_type"] == "input_request":
+                break
+        except queue.Empty:
+            continue
+    kernel.km.interrupt_kernel()
+    kernel.collect(cell)
+    assert cell.ok, cell.outputs
+    (logged,) = last_log_questions(kernel)
+    assert logged["source"] == "interrupt"
+    assert kernel.value("_.text") == "Went on without it."
+
+
+def test_in_a_kernel_without_stdin_the_question_gets_no_answer_at_once(kernel: Kernel) -> None:
+    # nbclient and nbval execute with allow_stdin=False
+    model = scripted(kernel, ask("Which week?"), {"text": "Done."})
+    cell = kernel.collect(Cell(kernel.kc.execute(f"%%agent --new {model}\nCount orders.", allow_stdin=False)))
+    assert cell.ok, cell.outputs
+    (logged,) = last_log_questions(kernel)
+    assert logged["source"] == "no_person"
