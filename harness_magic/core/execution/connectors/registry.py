@@ -42,15 +42,14 @@ import collections.abc
 import dataclasses
 import inspect
 import re
-import time
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Sequence
 
 from harness_magic.core.execution.connectors.approval import ApprovalDecision, ApprovalPolicy, ApprovalRequest
-from harness_magic.core.transcript.audit import AuditError, record_decision
-from harness_magic.core.transcript.events import ApprovalStep, Notice
+from harness_magic.core.execution.connectors.guard import ApprovalGuard
+from harness_magic.core.transcript.events import Notice
 from harness_magic.core.execution.format import format_tool_output
 from harness_magic.core.execution.tools import SAFETY_CLASSES, ToolError, ToolOutput, ToolSpec
 
@@ -88,6 +87,8 @@ class ToolContext:
     """The harness (``current_run``, ``current_turn``, ``_emit``)."""
     tool_name: str
     """Full tool name (``<connector>__<tool>``)."""
+    approve: "Callable[[ApprovalRequest], ApprovalDecision] | None" = None
+    """For previewed tools: ask the approval policy (status line, run log, audit) after the preview."""
 
 
 @dataclass
@@ -262,6 +263,11 @@ class Connector:
         self._tools: list[ToolSpec] = []
         self._classifiers: dict[str, Classifier] = {}
         self._context_tools: set[str] = set()
+        self._previewed: set[str] = set()
+        self.environment = "dev"
+        """``dev``, ``staging`` or ``prod`` (see :mod:`.policy`); set by the builder or configuration."""
+        self.allow_writes = False
+        """The connector's configuration explicitly allows writes (``prod`` requires it)."""
 
     def __repr__(self) -> str:
         return f"Connector({self.name!r}, tools={self.tool_names})"
@@ -281,6 +287,10 @@ class Connector:
     def wants_context(self, tool_name: str) -> bool:
         return tool_name in self._context_tools
 
+    def previews(self, tool_name: str) -> bool:
+        """The tool previews its write in a transaction and asks itself (through ``ToolContext.approve``)."""
+        return tool_name in self._previewed
+
     def add_function(
         self,
         fn: Callable[..., Any],
@@ -290,8 +300,13 @@ class Connector:
         safety: str = "read",
         result_name: str | None = None,
         classify: Classifier | None = None,
+        previewed: bool = False,
     ) -> ToolSpec:
-        """Register ``fn`` as ``<connector>__<name or fn.__name__>``."""
+        """Register ``fn`` as ``<connector>__<name or fn.__name__>``.
+
+        ``previewed``: the guard only gates the call (refusals); ``fn`` takes a
+        :class:`ToolContext` and asks through ``context.approve`` after its preview.
+        """
         short = name or getattr(fn, "__name__", "")
         if not _NAME_RE.fullmatch(short or "") or TOOL_SEPARATOR in short:
             raise ValueError(f"tool name {short!r} of connector {self.name!r} is invalid")
@@ -306,6 +321,10 @@ class Connector:
             self._context_tools.add(full)
         if classify is not None:
             self._classifiers[full] = classify
+        if previewed:
+            if full not in self._context_tools:
+                raise TypeError(f"previewed tool {full!r} needs a ToolContext parameter to ask after its preview")
+            self._previewed.add(full)
         self._tools.append(spec)
         return spec
 
@@ -317,12 +336,13 @@ class Connector:
         description: str | None = None,
         result_name: str | None = None,
         classify: Classifier | None = None,
+        previewed: bool = False,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Decorator form of :meth:`add_function`; returns the function unchanged."""
 
         def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
             self.add_function(fn, name=name, description=description, safety=safety,
-                              result_name=result_name, classify=classify)
+                              result_name=result_name, classify=classify, previewed=previewed)
             return fn
 
         return decorate
@@ -408,6 +428,7 @@ class InstalledConnectors:
         harness.add_tool(self._load_spec)
         for connector in registry._connectors.values():
             self._add_connector(connector)
+        self._approvals = ApprovalGuard(registry, harness)
         harness.add_tool_guard(self._guard)
 
     # -- building ----------------------------------------------------------------------------
@@ -452,7 +473,8 @@ class InstalledConnectors:
             if missing:
                 raise ToolError(f"Bad arguments for {template.name!r}: missing {', '.join(missing)}.")
             if context_name is not None:
-                arguments[context_name] = ToolContext(harness.cache, harness, template.name)
+                approve = self._approver(template, connector) if connector.previews(template.name) else None
+                arguments[context_name] = ToolContext(harness.cache, harness, template.name, approve)
             value = fn(**arguments)
             if isinstance(value, ConnectorResult):
                 output = format_tool_output(value.value, harness.cache, value.name or preferred,
@@ -508,48 +530,10 @@ class InstalledConnectors:
     # -- approval ----------------------------------------------------------------------------
 
     def _guard(self, spec: ToolSpec, use: Any) -> str | None:
-        safety, summary = spec.safety, ""
-        connector = self._owner.get(spec.name)
-        classify = connector.classifier(spec.name) if connector is not None else None
-        if classify is not None:
-            try:
-                safety, summary = classify(dict(use.input))
-            except Exception:
-                safety, summary = spec.safety, ""
-        if safety == "read" and spec.name not in self.registry.approval.tools:
-            return None
-        request = ApprovalRequest(tool=spec.name, connector=spec.connector, safety=safety,
-                                  arguments=dict(use.input), summary=summary, tool_use_id=use.id)
-        policy = self.registry.approval
-        asks = policy.approver is not None and policy.rule_for(spec.name, safety) == "ask"
-        if asks:  # the status line says so while the user decides
-            self.harness.emit(ApprovalStep(tool=spec.name, tool_use_id=use.id))
-        asked = time.monotonic()
-        decision: ApprovalDecision = policy.decide(request)
-        waited = time.monotonic() - asked
-        if asks:
-            self.harness.emit(ApprovalStep(tool=spec.name, tool_use_id=use.id, wait_s=waited,
-                                            approved=decision.approved))
-        try:  # every decision reaches the workspace audit log; one that cannot be recorded does not run
-            record_decision(self.harness.audit, approved=decision.approved, asked=asks, tool=spec.name,
-                            connector=spec.connector, safety=safety, summary=summary, reason=decision.reason,
-                            tool_use_id=use.id)
-        except AuditError as exc:
-            if decision.approved:
-                decision = ApprovalDecision(False, f"the audit log cannot record the approval: {exc}")
-        run = getattr(self.harness, "current_run", None)
-        if run is not None:
-            waits = getattr(run, "approval_wait_s", None)
-            if isinstance(waits, dict):  # shown apart from the tool's own time
-                waits[use.id] = waits.get(use.id, 0.0) + waited
-            run.logger.write("event", event="approval", tool=spec.name, safety=safety, summary=summary,
-                             approved=decision.approved, reason=decision.reason, tool_use_id=use.id,
-                             turn=run.turn, wait_s=round(waited, 6))
-        if decision.approved:
-            return None
-        self.harness.emit(Notice(text=f"Denied {spec.name} ({safety}): {decision.reason}", level="warning"))
-        return (f"Not run: {spec.name} is a {safety} call and was denied ({decision.reason}). "
-                "Nothing was executed or changed.")
+        return self._approvals.guard(spec, use, self._owner.get(spec.name))
+
+    def _approver(self, template: ToolSpec, connector: Connector) -> Callable[[ApprovalRequest], ApprovalDecision]:
+        return self._approvals.approver(template.name, connector)
 
 
 def _first_sentence(text: str) -> str:
