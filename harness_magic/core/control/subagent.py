@@ -33,6 +33,13 @@ not complete returns an ``is_error`` result and publishes nothing. The
 child's events are re-emitted on the parent wrapped in
 :class:`~harness_magic.core.transcript.events.SubagentEvent` so a notebook can render the
 nested transcript.
+
+``preset`` (optional) names a domain subagent
+(:mod:`harness_magic.core.control.presets`): its role text and skill templates
+join the system prompt, and the child is given only the tools of the preset's
+subset — its own tools and the connectors of ``preset_connectors()`` (the
+session's), filtered. The preset's skills are loaded into a verifier of the
+child's own. An unknown preset is an error result listing the presets.
 """
 
 from __future__ import annotations
@@ -41,6 +48,8 @@ import copy
 from typing import TYPE_CHECKING, Any, Callable
 
 from harness_magic.core.control.budgets import child_budgets
+from harness_magic.core.control.presets import (PRESETS, PresetError, SubagentPreset, get_preset, preset_catalogue,
+                                              subset_registry)
 from harness_magic.core.transcript.events import SubagentEvent
 from harness_magic.core.execution.format import truncate_middle
 from harness_magic.core.execution.tools import ToolError, ToolOutput, ToolSpec
@@ -57,6 +66,7 @@ __all__ = [
     "OUTPUT_POLICIES",
     "DEFAULT_SUBAGENT_MAX_TURNS",
     "SUBAGENT_SYSTEM_SUFFIX",
+    "preset_system",
 ]
 
 SUBAGENT_TOOL_NAME = "subagent"
@@ -91,8 +101,9 @@ def default_adapter_factory(parent_adapter: Any) -> Any:
     return parent_adapter.fresh()
 
 
-def _parameters() -> dict[str, Any]:
-    return {
+def _parameters(presets: dict[str, SubagentPreset] | None = None) -> dict[str, Any]:
+    table = PRESETS if presets is None else presets
+    schema: dict[str, Any] = {
         "type": "object",
         "properties": {
             "task": {"type": "string", "description": "What the subagent should do, stated completely."},
@@ -104,6 +115,11 @@ def _parameters() -> dict[str, Any]:
         },
         "required": ["task"],
     }
+    if table:
+        schema["properties"]["preset"] = {
+            "type": "string", "enum": list(table),
+            "description": "Optional domain subagent (its own prompt and a subset of tools):\n" + preset_catalogue(table)}
+    return schema
 
 
 def _recursion_stub() -> ToolSpec:
@@ -146,6 +162,9 @@ def make_subagent_tool(
     max_turns: int = DEFAULT_SUBAGENT_MAX_TURNS,
     connectors: Any | None = None,
     run_dir: str | None = None,
+    presets: dict[str, SubagentPreset] | None = None,
+    preset_connectors: Callable[[], Any] | None = None,
+    preset_skills: Callable[[], Any] | None = None,
 ) -> ToolSpec:
     """The ``subagent`` tool for ``parent`` (a Harness); add it with ``parent.add_tool``.
 
@@ -159,10 +178,17 @@ def make_subagent_tool(
     run uses ``backend``. Both implement
     :class:`~harness_magic.core.execution.interpreter.InterpreterBackend`. ``connectors`` (a
     ConnectorRegistry) is installed in the child only when given.
+
+    ``presets`` (default :data:`~harness_magic.core.control.presets.PRESETS`)
+    are the domain subagents the ``preset`` argument may name; a preset run
+    gets ``connectors``, else ``preset_connectors()`` (the session's registry,
+    or None), filtered to the preset's subset, and its skills from
+    ``preset_skills()`` (a SkillSet; default the built-in skills).
     """
     if max_turns < 1:
         raise ValueError(f"max_turns must be at least 1, got {max_turns!r}")
     make_adapter = adapter_factory or default_adapter_factory
+    table = dict(PRESETS if presets is None else presets)
 
     def build_tools(cache: Any, current_turn: Callable[[], "int | None"], own: Any,
                     on_output: Callable[[str], None] | None = None) -> list[ToolSpec]:
@@ -174,15 +200,20 @@ def make_subagent_tool(
                                       on_output=on_output)
 
     def subagent(task: str, input_handles: list[str] | None = None,
-                 output_policy: str = "publish_created") -> ToolOutput:
+                 output_policy: str = "publish_created", preset: str | None = None) -> ToolOutput:
+        try:
+            chosen = None if preset is None else get_preset(preset, table)
+        except PresetError as exc:
+            raise ToolError(str(exc)) from None
         own = backend_factory() if backend_factory is not None and tools_factory is None else None
         try:
-            return run_subagent(task, input_handles, output_policy, own)
+            return run_subagent(task, input_handles, output_policy, own, chosen)
         finally:
             if own is not None:
                 own.close()
 
-    def run_subagent(task: str, input_handles: list[str] | None, output_policy: str, own: Any) -> ToolOutput:
+    def run_subagent(task: str, input_handles: list[str] | None, output_policy: str, own: Any,
+                     preset: SubagentPreset | None) -> ToolOutput:
         from harness_magic.core.cache import SessionCache
         from harness_magic.core.agent.loop import Harness
 
@@ -214,11 +245,20 @@ def make_subagent_tool(
         holder: dict[str, Any] = {}
         tools = build_tools(child_cache, lambda: holder["h"].current_turn if "h" in holder else None, own,
                             lambda text: holder["h"].tool_output(text) if "h" in holder else None)
-        tools = [t for t in tools if t.name != SUBAGENT_TOOL_NAME] + [_recursion_stub()]
+        tools = [t for t in tools if t.name != SUBAGENT_TOOL_NAME]
+        system = system_prompt if system_prompt is not None else parent.system + SUBAGENT_SYSTEM_SUFFIX
+        registry = connectors
+        skill_set = None
+        if preset is not None:
+            tools = [t for t in tools if preset.allows(t)]
+            skill_set = _preset_skill_set(preset, preset_skills)
+            system = preset_system(system, preset, skill_set)
+            base = connectors if connectors is not None else (preset_connectors() if preset_connectors else None)
+            registry = subset_registry(preset, base)
         child = Harness(
             make_adapter(parent.adapter),
-            system_prompt if system_prompt is not None else parent.system + SUBAGENT_SYSTEM_SUFFIX,
-            tools,
+            system,
+            tools + [_recursion_stub()],
             max_turns=budget,
             run_dir=run_dir or parent.run_dir,
             cache=child_cache,
@@ -229,14 +269,20 @@ def make_subagent_tool(
                 "depth": 1,
                 "input_handles": inputs,
                 "output_policy": output_policy,
+                **({"preset": preset.name} if preset is not None else {}),
             },
         )
         holder["h"] = child
         if limits.active:
             limits.install(child)
-        if connectors is not None:
-            connectors.install(child)
+        if registry is not None:
+            registry.install(child)
         child.subscribe(lambda event: parent.emit(SubagentEvent(parent_tool_use_id=use_id, event=event, depth=1)))
+        if preset is not None:
+            _preload_skills(child, preset, skill_set)
+            for spec in child.tools:  # what the preset does not allow is not given at all
+                if spec.name != SUBAGENT_TOOL_NAME and not preset.allows(spec):
+                    child.remove_tool(spec.name)
         result = child.run_result(task, session_id=getattr(run, "session_id", None))
         if run is not None:  # the child's calls count against the parent's tool-call budget
             run.tool_calls += sum(len(m.tool_results) for m in result.messages)
@@ -248,13 +294,15 @@ def make_subagent_tool(
             published = [(n, _put(parent_cache, n, child_cache.get(n), turn)) for n in created]
         if run is not None:
             run.logger.write("event", event="subagent", tool_use_id=use_id, child_run_id=result.run_id,
-                             child_run_file=result.run_file, status=result.status, turns=result.turns,
+                             child_run_file=result.run_file, preset=preset.name if preset else None,
+                             status=result.status, turns=result.turns,
                              usage=result.usage.to_dict(), published=[{"child": c, "parent": p} for c, p in published])
         if hasattr(child_cache, "close"):
             child_cache.close()
         if result.status == "interrupted":
             raise KeyboardInterrupt
-        header = f"Subagent {result.status} in {result.turns} turns (run {result.run_id})."
+        role = f" ({preset.name})" if preset is not None else ""
+        header = f"Subagent{role} {result.status} in {result.turns} turns (run {result.run_id})."
         if result.status != "completed":
             return ToolOutput(text=f"{header} It failed: {result.error or result.status}. Nothing was published.",
                               is_error=True)
@@ -272,10 +320,53 @@ def make_subagent_tool(
         name=SUBAGENT_TOOL_NAME,
         description=("Delegate a self-contained piece of analysis to an isolated subagent. It starts with no "
                      "history and sees only input_handles (copied). Returns its answer and, with "
-                     "publish_created, the handles it created (renamed on collision)."),
-        parameters=_parameters(),
+                     "publish_created, the handles it created (renamed on collision). A preset makes it a "
+                     "domain subagent with its own role and a subset of the tools."),
+        parameters=_parameters(table),
         handler=subagent,
     )
+
+
+def _preset_skill_set(preset: SubagentPreset, source: Callable[[], Any] | None) -> Any:
+    """The SkillSet holding the preset's skills (None when it names none); ToolError naming a missing one."""
+    if not preset.skills:
+        return None
+    from harness_magic.core.control.skills import load_skills
+
+    skill_set = source() if source is not None else None
+    if skill_set is None:
+        skill_set = load_skills()
+    missing = [name for name in preset.skills if name not in skill_set]
+    if missing:
+        raise ToolError(f"Preset {preset.name!r} names skill(s) {', '.join(map(repr, missing))} that are not "
+                        f"installed; skills: {', '.join(skill_set.names()) or '(none)'}")
+    return skill_set
+
+
+def preset_system(system: str, preset: SubagentPreset, skill_set: Any) -> str:
+    """``system`` with the preset's role text and its skills' action templates after it."""
+    parts = [system, f"Your role ({preset.name}): {preset.prompt}"]
+    parts.extend(skill_set.get(name).load_text() for name in preset.skills)
+    return "\n\n".join(parts)
+
+
+def _preload_skills(child: Any, preset: SubagentPreset, skill_set: Any) -> None:
+    """Load the preset's skills in ``child``: their verification rules check the child's handles and answer."""
+    if skill_set is None:
+        return
+    from harness_magic.core.control.skills import install_skills
+    from harness_magic.core.control.verification import Verifier
+
+    from harness_magic.core.transcript.events import RunStarted
+
+    runtime = install_skills(child, Verifier().install(child), skill_set)
+
+    def load_at_start(event: Any) -> None:  # inside the run: the loads are logged and count for it
+        if isinstance(event, RunStarted) and not runtime.loaded:
+            for name in preset.skills:
+                runtime.load(name)
+
+    child.subscribe(load_at_start)
 
 
 def enable_subagents(harness: Any, **options: Any) -> ToolSpec:
