@@ -149,6 +149,9 @@ class AgentSession:
         options.setdefault("backend", self._tool_backend)  # shared where the backend has no workers to give
         if "tools_factory" not in options:
             options.setdefault("backend_factory", self._subagent_backend)
+        # a preset (domain) subagent reads this session's connectors, filtered, and skills, as they are then
+        options.setdefault("preset_connectors", lambda: self.connectors.registry if self.connectors else None)
+        options.setdefault("preset_skills", lambda: self.skills.skill_set)
         return enable_subagents(self.harness, **options)
 
     def disable_subagents(self) -> None:
