@@ -4,7 +4,8 @@ Each entry names a built-in with ``type`` and passes the rest as options::
 
     [{"type": "files", "roots": ["data"]},
      {"type": "duckdb", "files": {"sales": "data/sales.parquet"}},
-     {"type": "sql", "name": "warehouse", "url": "postgresql+psycopg://..."},
+     {"type": "sql", "name": "warehouse", "url": "postgresql+psycopg://...",
+      "sensitivity": {"customers.email": "pii", "customers.note": "restricted"}},
      {"type": "spark", "remote": "sc://host:15002"},   # or {"type": "spark", "master": "local[2]"}
      {"type": "docs", "roots": ["docs/", "runbooks/"]},
      {"type": "glossary", "files": ["definitions.yaml"]}]
@@ -24,6 +25,15 @@ BUILTIN_TYPES = ("files", "duckdb", "sql", "spark", "docs", "glossary")
 
 def connector_from_config(entry: Mapping[str, Any]) -> Connector:
     options = dict(entry)
+    sensitivity = options.pop("sensitivity", None)
+    connector = _built_in(options)
+    from harness_magic.core.text.sensitivity import check_sensitivity_map
+
+    connector.sensitivity = check_sensitivity_map(sensitivity, f"connector {connector.name!r}")
+    return connector
+
+
+def _built_in(options: dict[str, Any]) -> Connector:
     kind = options.pop("type", None)
     if kind == "files":
         from harness_magic.core.execution.connectors.files import files_connector

@@ -264,6 +264,8 @@ class Connector:
         self._classifiers: dict[str, Classifier] = {}
         self._context_tools: set[str] = set()
         self._previewed: set[str] = set()
+        self.sensitivity: dict[str, str] = {}
+        """``{"table.column" or "column": class}`` from the ``sensitivity`` option: what the masker applies."""
         self.environment = "dev"
         """``dev``, ``staging`` or ``prod`` (see :mod:`.policy`); set by the builder or configuration."""
         self.allow_writes = False
