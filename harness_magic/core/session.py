@@ -106,6 +106,11 @@ class AgentSession:
         self.answerer: Any | None = None
         """Who answers ``ask_user`` (:data:`~harness_magic.core.control.questions.Answerer`); None: no person,
         every question gets the no-answer text at once. The notebook sets its prompt."""
+        from harness_magic.core.control.masking import SessionMasking, declared_classes
+
+        self.masking = SessionMasking(lambda: self.config.masking, lambda: declared_classes(
+            self.connectors.registry if self.connectors is not None else None))
+        """The one masking step between tool results and the provider (``config.masking``; issue 24)."""
         self.harness = self._build_harness(adapter or self.adapter_for(self.config.model))
         self.connectors: Any | None = None
         """The :class:`~harness_magic.core.execution.connectors.InstalledConnectors` of this session, or None."""
@@ -277,6 +282,7 @@ class AgentSession:
             cache=self.cache,
         )
         holder["h"] = harness
+        harness.set_masker(self.masking)
         self._install_control_plane(harness)
         for handler in self._handlers:
             harness.subscribe(handler)

@@ -273,6 +273,7 @@ def make_subagent_tool(
             },
         )
         holder["h"] = child
+        child.set_masker(parent.masker)  # the child's requests pass the parent's masking step too
         if limits.active:
             limits.install(child)
         if registry is not None:
