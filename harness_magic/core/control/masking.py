@@ -1,0 +1,129 @@
+"""The session's masking step: classifies cached columns and masks what goes to the model.
+
+:class:`SessionMasking` is the :class:`~harness_magic.core.agent.run.ResultMasker`
+a session installs on its harness (and its subagents' harnesses). For each
+handle a tool result announces it classifies the columns — by configuration
+(connector ``sensitivity`` options, glossary entries) first, else by detection
+on the snapshot's sample rows and up to :data:`SCAN_ROWS` rows of a frame held
+in memory — and tracks the values of every classified column, so they are
+masked wherever they later appear: a printed line, an error, a column name, a
+subagent's answer. The text itself is masked by
+:class:`~harness_magic.core.text.masking.Masker`.
+
+Engine values (SQL, Spark relations) are never materialised for this: their
+snapshot's sample is what is scanned; values that match a pattern (e-mails,
+phones, cards...) are masked anywhere regardless.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+from harness_magic.core.text.masking import ColumnClass, Masker
+from harness_magic.core.text.sensitivity import DETECTED_KINDS, classify_column
+
+__all__ = ["SessionMasking", "SCAN_ROWS", "column_classes_text", "declared_classes"]
+
+SCAN_ROWS = 10_000
+"""Rows of an in-memory frame whose classified columns' values are tracked: bounded time per tool result."""
+
+
+class SessionMasking:
+    """Masks tool results for one session (see the module docstring).
+
+    ``policy``: callable returning ``{class: action}`` (read at each call).
+    ``declared``: callable returning ``{"table.column" or "column": ColumnClass}``.
+    """
+
+    def __init__(self, policy: Callable[[], Mapping[str, str]],
+                 declared: Callable[[], Mapping[str, ColumnClass]] | None = None) -> None:
+        self.masker = Masker(policy, declared=declared)
+        self._seen: dict[str, str] = {}
+        """Handle -> version already scanned (a handle's value never changes; a new version is rescanned)."""
+
+    # -- ResultMasker --------------------------------------------------------------------------
+
+    def observe(self, cache: Any, handles: Sequence[str]) -> None:
+        """Classify the columns of each new handle and track their values (bounded by :data:`SCAN_ROWS`)."""
+        if not handles or not self.masker.active:
+            return
+        versions = cache.versions() if hasattr(cache, "versions") else {}
+        for name in handles:
+            version = versions.get(name, "")
+            if name not in cache or self._seen.get(name) == version:
+                continue
+            self._seen[name] = version
+            self.classify(cache, name)
+
+    def mask(self, text: str) -> tuple[str, dict[str, int]]:
+        masked = self.masker.mask_text(text)
+        return masked.text, masked.counts
+
+    def mask_snapshot(self, snapshot: dict[str, Any]) -> dict[str, Any]:
+        return self.masker.mask_value(snapshot)
+
+    # -- classification ------------------------------------------------------------------------
+
+    def classify(self, cache: Any, name: str) -> dict[str, ColumnClass]:
+        """Classify ``name``'s columns (configuration first, then detection); returns column -> class."""
+        snapshot = cache.snapshot(name)
+        columns = [str(c) for c in snapshot.get("columns") or ([snapshot["name"]] if snapshot.get("name") else [])]
+        sample = snapshot.get("sample") or []
+        frame = _in_memory_frame(cache, name)
+        found: dict[str, ColumnClass] = {}
+        for column in columns:
+            values = _column_values(frame, column, sample)
+            cls = self.masker.declared_class(column)
+            if cls is None:
+                kind = classify_column(values)
+                if kind is None:
+                    continue
+                cls = ColumnClass(DETECTED_KINDS[kind], "detected", kind)
+            found[column] = cls
+            self.masker.learn_column(name, column, cls, values)
+        return found
+
+    def column_classes(self, name: str) -> dict[str, ColumnClass]:
+        """The classes recorded for handle ``name`` (empty when it has none or was never scanned)."""
+        return dict(self.masker.columns.get(name, {}))
+
+
+def _in_memory_frame(cache: Any, name: str) -> Any:
+    """The cached pandas frame/series when it is in memory (never hydrates a spilled one or runs an engine)."""
+    info = next((e for e in cache.entries() if e.name == name), None) if hasattr(cache, "entries") else None
+    if info is None or info.location != "memory" or info.type not in ("dataframe", "series"):
+        return None
+    return cache.get(name)
+
+
+def _column_values(frame: Any, column: str, sample: list[Any]) -> list[Any]:
+    if frame is not None:
+        try:
+            data = frame[column] if hasattr(frame, "columns") else frame
+            return data.head(SCAN_ROWS).tolist()
+        except (KeyError, TypeError, AttributeError):
+            pass
+    return [row.get(column) for row in sample if isinstance(row, dict)]
+
+
+def column_classes_text(classes: Mapping[str, ColumnClass]) -> str:
+    """``email: pii (detected email), name: restricted (config)`` — one line for listings."""
+    parts = []
+    for column, c in classes.items():
+        how = f"{c.source} {c.kind}" if c.kind else c.source
+        parts.append(f"{column}: {c.cls} ({how})")
+    return ", ".join(parts) or "no sensitive columns"
+
+
+def declared_classes(registry: Any) -> dict[str, ColumnClass]:
+    """``{"table.column": ColumnClass(cls, "config")}`` from each connector's ``sensitivity`` option.
+
+    ``registry``: a :class:`~harness_magic.core.execution.connectors.ConnectorRegistry` or None.
+    """
+    if registry is None:
+        return {}
+    declared: dict[str, ColumnClass] = {}
+    for name in registry.names():
+        for column, cls in registry[name].sensitivity.items():
+            declared[column] = ColumnClass(cls, "config")
+    return declared
