@@ -29,6 +29,13 @@ NUMBER = {"expected": 0.586, "abs_tol": 0.0005}
     "ANSWER: 0.586 ± 0.15",
     "ANSWER: 0.2\nANSWER: 0.586",  # the right one last
     "ANSWER: 0.586\nANSWER: 0.2",
+    "ANSWER: at least 46",  # bounds say where the value lies, not which it is
+    "ANSWER: more than 46",
+    "ANSWER: no more than 46",
+    "ANSWER: up to 46",
+    "ANSWER: < 46.5",
+    "ANSWER: >=46",
+    "ANSWER: 46 (at most)",
 ])
 def test_number_answers_that_do_not_commit_are_ambiguous(answer):
     options = {"expected": 46, "abs_tol": 0.5} if "46" in answer else NUMBER

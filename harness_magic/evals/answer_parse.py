@@ -82,6 +82,10 @@ _HEDGE = re.compile(
     r"|hard\s+to\s+(?:say|tell)|can(?:not|'t)\s+tell|i\s+think|i\s+guess|depend(?:s|ing)|or\s+so|and/or)\b|\?",
     re.IGNORECASE)
 _OR = re.compile(r"\b(?:or|nor)\b", re.IGNORECASE)
+_BOUND = re.compile(
+    r"\b(?:at\s+(?:least|most)|(?:no\s+)?(?:more|less|fewer|greater)\s+than|up\s+to|upwards\s+of|in\s+excess\s+of"
+    r"|a\s+minimum\s+of|a\s+maximum\s+of)\b|[<>\u2264\u2265]=?\s*[-+$\u20ac\u00a3\u2212]?\d", re.IGNORECASE)
+"""A bound (``at least 46``, ``< 50``) says where a value lies, not which it is."""
 _RANGE_GAP = re.compile(r"\s*(?:-|\u2013|\u2014|\.\.\.?|~|to|and|through|thru|until|till)\s*", re.IGNORECASE)
 """What stands between the two ends of a range (``1-2``, ``1 to 2``, ``1 and 2``)."""
 _LABEL_SEP = re.compile(r":|=|\u2192|->")
@@ -226,6 +230,10 @@ def read_number(text: str, *, prose: bool = False) -> NumberReading:
     hedge = hedge_in(_blank(text, _DATES))
     if hedge and not prose:
         return NumberReading(None, f"hedged ({hedge!r}) in {text[:120]!r}", ambiguous=True)
+    bound = _BOUND.search(_blank(text, _DATES))
+    if bound and not prose:
+        return NumberReading(None, f"a bound ({bound.group(0).strip()!r}) in {text[:120]!r}: one value, please",
+                             ambiguous=True)
     for value, start, _ in found:  # "46 or 49", "46 (or 49)"
         before = text[:start].rstrip()
         if re.search(r"\b(?:or|nor)$", before, re.IGNORECASE) and re.search(r"\d", before):
