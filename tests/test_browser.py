@@ -625,3 +625,56 @@ def _open_everything(page: Any) -> None:
 def _click_every_link(page: Any) -> None:
     page.evaluate("document.querySelectorAll('.agent-final a, .agent-snapshot a, body > section a')"
                   ".forEach(a => { try { a.click(); } catch (e) {} })")
+
+
+# -- a clarifying question: asked in the cell, answered in its text box ------------------------------
+
+
+def test_a_question_is_shown_in_the_cell_and_answered_through_its_text_box(lab) -> None:
+    from playwright.sync_api import sync_playwright
+
+    script = {"turns": [
+        {"text": "", "tool_calls": [{"name": "ask_user", "arguments": {
+            "question": "Which **week** start? <img src=x onerror=alert(1)>", "options": ["Monday", "Sunday"],
+            "why": "weekly active users depend on it"}}]},
+        {"text": "Using Monday-based weeks."},
+    ]}
+    nb = _notebook("%load_ext harness_magic\n%config AgentMagics.sandbox = 'inprocess'",
+                   "%%agent -m scripted/ask.json\nWhy did weekly active users drop?", "print('after', _.status)")
+    url, chromium, _ = lab({"ask.ipynb": nb, "ask.json": json.dumps(script)})
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = _browser(p, chromium)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1200})
+            dialogs: list[str] = []
+            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            _open_and_run_all(page, url, "ask.ipynb")
+            prompt = page.locator(".jp-Stdin-input").first
+            prompt.wait_for(state="visible", timeout=RUN_TIMEOUT_MS)
+            question = page.locator(".agent-question").first
+            assert "Which week start?" in question.inner_text() and "Sunday" in question.inner_text()
+            assert question.locator("strong").inner_text() == "week" and question.locator("img").count() == 0
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.agent-run-view .agent-status-line')]"
+                ".some(s => s.innerText.includes('waiting for your answer: Which'))", timeout=10_000)
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.agent-run-view .agent-tool .jupyter-widget-Collapse-header')]"
+                ".some(h => /ask_user.*waiting for your answer [1-9]/.test(h.innerText))", timeout=10_000)
+            page.screenshot(path=str(ARTIFACTS / "jupyterlab-question-waiting.png"), full_page=False)
+            prompt.fill("1")
+            prompt.press("Enter")
+            page.wait_for_selector(".agent-final .agent-footer", timeout=RUN_TIMEOUT_MS)
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.jp-OutputArea-output')]"
+                ".some(o => o.innerText.includes('after completed'))", timeout=RUN_TIMEOUT_MS)
+            page.locator(".agent-final .agent-transcript > summary").click()
+            summary = page.locator(".agent-final .agent-tool > summary").last.inner_text()
+            assert "ask_user" in summary and "answer wait" in summary, summary
+            page.locator(".agent-final .agent-tool > summary").last.click()
+            assert "The user answered: Monday" in page.locator(".agent-final").inner_text()
+            page.evaluate("document.querySelector('.agent-final').scrollIntoView({block: 'start'})")
+            page.screenshot(path=str(ARTIFACTS / "jupyterlab-question-answered.png"), full_page=False)
+            assert dialogs == [], "nothing in the question ran"
+        finally:
+            browser.close()
