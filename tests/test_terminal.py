@@ -372,3 +372,34 @@ def test_agent_vars_and_agent_docs_read_naturally(analyst: str) -> None:
     assert "docs: 1 file, 1 chunk," in plain and "1 chunks" not in plain
     hit = plain[plain.index("Search: refunds approved"):]
     assert "Refunds are approved by the finance team" in hit and "# Refunds" not in hit
+
+
+# -- a clarifying question: asked at the prompt, answered by typing --------------------------------------
+
+
+def test_a_question_is_asked_at_the_prompt_and_the_typed_answer_reaches_the_model(tmp_path: Path) -> None:
+    if not IPYTHON.exists():
+        pytest.skip("ipython script not installed next to the interpreter")
+    turns = [{"text": "", "tool_calls": [{"name": "ask_user", "arguments": {
+                 "question": f"Which week start?{OSC_TITLE}", "options": ["Monday", "Sunday"]}}]},
+             {"text": "Using the week you chose."}]
+    (tmp_path / "model.json").write_text(json.dumps({"turns": turns}))
+    (tmp_path / "session.ipy").write_text(
+        "%load_ext harness_magic\n"
+        "%config AgentMagics.sandbox = 'inprocess'\n"
+        "_run = get_ipython().run_cell_magic('agent', '-m scripted/model.json', 'Why did WAU drop?')\n"
+        "print('RESULT', [b.content for m in _run.messages for b in m.content if hasattr(b, 'tool_use_id')])\n")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "TERM": "xterm-256color",
+           "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    child = pexpect.spawn(str(IPYTHON), ["--simple-prompt", "--no-banner", "--colors=NoColor", "session.ipy"],
+                          cwd=str(tmp_path), env=env, dimensions=(50, 110), encoding="utf-8",
+                          timeout=RUN_TIMEOUT_S)
+    child.expect_exact("Answer (1-2 or text): ")
+    asked = child.before
+    child.sendline("2")
+    child.expect(pexpect.EOF)
+    child.close()
+    shown = asked + child.before
+    assert "question from the agent: Which week start?" in asked and "2. Sunday" in asked
+    assert "\x1b]0;pwned" not in asked, "the model's control sequence is shown escaped, not sent to the terminal"
+    assert "answer (user, waited" in shown and "RESULT ['The user answered: Sunday']" in shown
