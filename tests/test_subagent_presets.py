@@ -247,3 +247,48 @@ def test_a_preset_naming_a_missing_skill_is_an_error_naming_it(tmp_path):
                              preset_skills=lambda: load_skills([], builtin=False))
     outcome = tool_results(parent.run_result("go").messages)[0]
     assert outcome.is_error and "'no-such-skill'" in outcome.content and "ghost" in outcome.content
+
+
+@pytest.mark.kernel
+def test_in_a_real_kernel_a_domain_subagent_uses_only_its_subset(tmp_path, shop):
+    """The notebook's own session: the preset child reads the configured SQL connector, and nothing else."""
+    pytest.importorskip("jupyter_client")
+    import json
+    import textwrap
+
+    from test_magics import Kernel
+
+    path, _ = shop
+    turns = [turn(SUBAGENT_TOOL_NAME, task="How is order revenue defined?", preset="metric_definition"),
+             turn("python_interpreter", code="print(1)"),
+             turn("load_connectors", connector_name="shop"),
+             turn("shop__execute", sql="delete from orders"),
+             turn("shop__query", sql="select sum(total) as revenue from orders", name="revenue"),
+             {"text": "revenue is the sum of orders.total: 15"},
+             {"text": "Revenue is the sum of order totals (15)."}]
+    (tmp_path / "presets.json").write_text(json.dumps({"turns": turns}))
+    connectors = [{"type": "sql", "name": "shop", "url": f"sqlite:///{path}", "allow_writes": True}]
+    k = Kernel(tmp_path)
+    try:
+        setup = k.run(textwrap.dedent(f"""\
+            %load_ext harness_magic
+            %config AgentMagics.run_dir = "runs"
+            %config AgentMagics.connectors = {connectors!r}
+        """))
+        assert setup.ok, setup.outputs
+        cell = k.run("%%agent -m scripted/presets.json\nHow is order revenue defined?")
+        assert cell.ok, cell.outputs
+        run_file = k.value("_.run_file")
+    finally:
+        k.close()
+    event = next(r for r in read_log(tmp_path / run_file) if r.get("event") == "subagent")
+    assert event["preset"] == "metric_definition" and event["status"] == "completed"
+    records = read_log(tmp_path / event["child_run_file"])
+    outcomes = outcomes_of(records)
+    assert [(o["name"], o["is_error"]) for o in outcomes] == [
+        ("python_interpreter", True), ("load_connectors", False), ("shop__execute", True), ("shop__query", False)]
+    assert "does not exist" in outcomes[0]["content"] and "does not exist" in outcomes[2]["content"]
+    assert "python_interpreter" not in offered(records)
+    with sqlite3.connect(path) as db:
+        assert db.execute("select count(*) from orders").fetchone() == (3,)
+    assert "glossary" in records[0]["system"].lower()  # the metric-definition skill's template is in its prompt

@@ -159,6 +159,9 @@ def subset_registry(preset: SubagentPreset, registry: Any) -> Any:
         if not tools:
             continue
         copy = Connector(source.name, source.description)
+        for key, value in vars(source).items():  # its options (e.g. sensitivity) ride along; tools are re-added
+            if not key.startswith("_"):
+                setattr(copy, key, value)
         for spec in tools:
             copy.add_function(spec.handler, name=spec.name.split(TOOL_SEPARATOR, 1)[1], description=spec.description,
                               safety=spec.safety, result_name=spec.result_name, classify=source.classifier(spec.name))

@@ -273,6 +273,9 @@ def make_subagent_tool(
             },
         )
         holder["h"] = child
+        masker = getattr(parent, "masker", None)
+        if masker is not None:  # what the child's model sees is masked as the parent's would be
+            child.set_masker(masker)
         child.set_masker(parent.masker)  # the child's requests pass the parent's masking step too
         if limits.active:
             limits.install(child)
