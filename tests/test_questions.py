@@ -149,14 +149,35 @@ def test_a_timeout_an_interrupt_or_a_broken_answerer_is_no_answer_and_the_run_go
     assert text.startswith(NO_ANSWER_TEXT) and words in text
 
 
-def test_an_unanswered_question_becomes_a_recorded_assumption(tmp_path: Path) -> None:
+def timed_out(request: QuestionRequest) -> str:
+    raise TimeoutError()
+
+
+def test_an_unanswered_question_points_to_remember_and_the_remembered_assumption_is_recorded(
+        tmp_path: Path) -> None:
+    session, events = session_for(
+        tmp_path, ask("Which definition of active?"),
+        {"text": "", "tool_calls": [{"name": "remember", "arguments": {
+            "kind": "assumption", "text": "active means at least one event in the week"}}]},
+        {"text": "WAU fell 8%."})
+    session.answerer = timed_out
+    session.ask("Why did weekly active users drop?")
+    (text,) = results(session)
+    assert 'remember(kind="assumption"' in text
+    (recorded,) = [e for e in events if isinstance(e, AssumptionRecorded)]
+    assert recorded.text == "active means at least one event in the week"
+
+
+def test_without_a_remember_tool_the_models_assumption_line_is_recorded(tmp_path: Path) -> None:
     session, events = session_for(
         tmp_path, ask("Which definition of active?"),
         {"text": f"{ASSUMPTION_PREFIX} active means at least one event in the week, Monday-based.\nWAU fell 8%."})
-    session.answerer = lambda request: (_ for _ in ()).throw(TimeoutError())
+    if any(t.name == "remember" for t in session.harness.tools):
+        session.harness.remove_tool("remember")
+    session.answerer = timed_out
     session.ask("Why did weekly active users drop?")
     (text,) = results(session)
-    assert ASSUMPTION_PREFIX in text  # no remember tool here: the model is told to write the line
+    assert ASSUMPTION_PREFIX in text and "remember(" not in text
     (recorded,) = [e for e in events if isinstance(e, AssumptionRecorded)]
     assert recorded.text == "active means at least one event in the week, Monday-based."
     assert recorded.source == "model" and recorded.tool_use_id == steps(events)[-1].tool_use_id
@@ -251,6 +272,43 @@ def test_an_ambiguous_request_gets_a_nudge_to_ask_and_a_specific_one_none(tmp_pa
     (nudge,) = reminders(vague.run_file)
     assert "ask_user" in nudge and "'active user'" in nudge
     assert reminders(specific.run_file) == []
+
+
+# -- the notebook's answerer ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("typed, expected", [
+    ("2", "Sunday"), (" 1 ", "Monday"), ("3", "3"), ("0", "0"), ("Tuesday, ISO weeks", "Tuesday, ISO weeks"),
+    ("", None), ("   ", None),
+])
+def test_a_typed_number_picks_an_option_other_text_is_the_answer_and_empty_is_none(typed: str, expected: Any) -> None:
+    from harness_magic.notebook.questions import answer_for
+
+    assert answer_for(QuestionRequest("Which week start?", ("Monday", "Sunday")), typed) == expected
+
+
+def test_the_question_box_renders_model_markdown_inert_and_escapes_options_and_why() -> None:
+    from harness_magic.notebook.questions import question_html, question_text
+
+    request = QuestionRequest("Pick **one** <img src=x onerror=alert(1)> [x](javascript:alert(1))",
+                              ("<b>bold</b>",), "<script>why</script>", timeout_s=60)
+    shown = question_html(request)
+    assert "<strong>one</strong>" in shown and "<img" not in shown and "href" not in shown
+    assert "<script>" not in shown and "<b>bold</b>" not in shown
+    assert "&lt;b&gt;bold&lt;/b&gt;" in shown and "60 s" in shown
+    text = question_text(QuestionRequest("a\x1b]0;pwned\x07b"))
+    assert "\x1b" not in text and "a\\x1b]0;pwned\\x07b" in text
+
+
+def test_the_deadline_ends_a_blocking_wait_on_the_main_thread_and_restores_the_handler() -> None:
+    from harness_magic.notebook.questions import AnswerTimedOut, deadline
+
+    before = signal.getsignal(signal.SIGALRM)
+    with pytest.raises(AnswerTimedOut):
+        with deadline(0.2):
+            time.sleep(30)
+    assert not issubclass(AnswerTimedOut, Exception), "ipykernel's input loop swallows Exceptions"
+    assert signal.getsignal(signal.SIGALRM) is before and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
 # -- a real kernel: the question in the cell, answered through stdin ---------------------------------

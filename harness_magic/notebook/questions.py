@@ -25,10 +25,10 @@ from typing import Any
 
 from harness_magic.core.transcript.scrub import escape_control
 
-__all__ = ["StdinAnswerer", "question_html", "question_text", "answer_for"]
+__all__ = ["StdinAnswerer", "question_html", "question_text", "answer_for", "deadline", "AnswerTimedOut"]
 
 
-class _TimedOut(BaseException):
+class AnswerTimedOut(BaseException):
     """Raised by the alarm inside ``input()``; a BaseException so ipykernel's input loop lets it through."""
 
 
@@ -78,9 +78,9 @@ class StdinAnswerer:
         display({"text/html": question_html(request), "text/plain": question_text(request)}, raw=True)
         prompt = f"Answer (1-{len(request.options)} or text): " if request.options else "Answer: "
         try:
-            with _deadline(request.timeout_s):
+            with deadline(request.timeout_s):
                 typed = input(prompt)
-        except _TimedOut:
+        except AnswerTimedOut:
             print(f"no answer after {request.timeout_s:g} s: the agent goes on under a stated assumption")
             raise TimeoutError(request.timeout_s) from None
         except KeyboardInterrupt:
@@ -91,8 +91,8 @@ class StdinAnswerer:
         return answer_for(request, typed)
 
 
-class _deadline:
-    """Raise :class:`_TimedOut` in the main thread after ``seconds`` (no-op off the main thread or for None)."""
+class deadline:  # noqa: N801 (a context manager read as a phrase: ``with deadline(s):``)
+    """Raise :class:`AnswerTimedOut` in the main thread after ``seconds`` (no-op off the main thread or for None)."""
 
     def __init__(self, seconds: float | None) -> None:
         self.seconds = seconds
@@ -101,9 +101,9 @@ class _deadline:
         self.previous: Any = None
 
     def _fire(self, signum: int, frame: Any) -> None:
-        raise _TimedOut()
+        raise AnswerTimedOut()
 
-    def __enter__(self) -> "_deadline":
+    def __enter__(self) -> "deadline":
         if self.armed:
             self.previous = signal.signal(signal.SIGALRM, self._fire)
             signal.setitimer(signal.ITIMER_REAL, float(self.seconds))
