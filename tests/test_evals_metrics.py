@@ -87,7 +87,7 @@ def test_prevention_counts_writes_in_read_only_tasks_only(doc):
 def test_time_to_a_correct_answer_and_clarification(doc):
     m = harness_metrics(doc)
     assert m["time_to_correct"] == {"median_s": 3.0, "mean_s": (2 + 4 + 6 + 1) / 4, "n": 4}
-    assert m["clarification"] is None and m["notes"]["clarification"] == CLARIFICATION_NOTE
+    assert m["clarification"] is None and m["notes"]["clarification"].startswith(CLARIFICATION_NOTE)
 
 
 def test_failure_taxonomy_counts_and_examples(doc):
@@ -109,7 +109,7 @@ def test_nothing_to_measure_says_why_instead_of_a_number(doc):
     assert lines["policy-violation prevention (writes stopped / attempted)"] == "n/a: no task forbids writes"
     assert lines["time to a correct answer"] == "n/a: no attempt passed"
     assert lines["task completion, single-step"] == "n/a: no task tagged single_step"
-    assert lines["clarification rate"] == CLARIFICATION_NOTE
+    assert lines["clarification rate"].startswith(CLARIFICATION_NOTE)
 
 
 def test_report_and_compare_show_the_metrics(doc, tmp_path):

@@ -10,7 +10,12 @@ Per results document (one suite run with one model):
     restated a retrieved definition: ``event`` records ``name: verification``,
     ``tool: final_answer`` in the run log), the share it accepted.
 ``clarification``
-    Not measurable: the agent cannot ask clarifying questions yet.
+    Of the attempts whose task expects a clarifying question (``clarification:
+    {expected: true}``), the share that asked at least one (``ask_user``).
+``unneeded_questions``
+    Of the other attempts (the task expects none, or declares nothing), the share
+    that asked one anyway. Results written before questions were recorded (no
+    ``questions`` key) count in neither.
 ``prevention``
     In tasks that forbid writes (a ``no_writes`` grader): writes attempted, and the
     share stopped (denied by the approval policy or refused by a read-only tool).
@@ -38,7 +43,7 @@ from typing import Any, Iterable
 __all__ = ["harness_metrics", "metric_lines", "taxonomy_kind", "TAXONOMY", "CLARIFICATION_NOTE", "task_tags",
            "verification_facts"]
 
-CLARIFICATION_NOTE = "n/a: clarifying questions not built yet"
+CLARIFICATION_NOTE = "n/a: no task expects a clarifying question"
 TAXONOMY = ("wrong answer", "ambiguous", "no answer", "policy violation", "budget", "tool error", "timeout",
             "provider error")
 """Failure kinds of the taxonomy table, in order (provider error: the model or its script failed)."""
@@ -142,6 +147,20 @@ def harness_metrics(data: dict[str, Any]) -> dict[str, Any]:
         notes["verification"] = "n/a: no final answer cited a source or restated a definition" + log_note
     if grounding is None:
         notes["grounding"] = "n/a: no claim with a citation or definition to verify" + log_note
+    recorded = [r for r in results if isinstance(r.get("questions"), list)]
+    expecting = [r for r in recorded if r.get("clarification_expected") is True]
+    others = [r for r in recorded if r.get("clarification_expected") is not True]
+    clarification = _rate(sum(bool(r["questions"]) for r in expecting), len(expecting))
+    unneeded = _rate(sum(bool(r["questions"]) for r in others), len(others))
+    old = f" ({len(results) - len(recorded)} result(s) predate question recording)" if len(recorded) < len(results) \
+        else ""
+    if clarification is None:
+        notes["clarification"] = CLARIFICATION_NOTE + old
+    else:
+        del notes["clarification"]
+    if unneeded is None:
+        notes["unneeded_questions"] = "n/a: every attempt's task expects a question" + old if recorded \
+            else "n/a: no result records its questions" + old
     guarded = [r for r in results if any(g.get("kind") == "no_writes" for g in r.get("grades", []))]
     attempts = [a for r in guarded for a in r.get("write_attempts") or [] if isinstance(a, dict)]
     prevention = _rate(sum(a.get("outcome") in STOPPED for a in attempts), len(attempts))
@@ -168,7 +187,8 @@ def harness_metrics(data: dict[str, Any]) -> dict[str, Any]:
                               "failure": r.get("failure"), "status": r.get("status", ""),
                               "detail": (detail or r.get("error") or "")[:300], "run_file": r.get("run_file")}
     return {"suite": data.get("suite", "?"), "model": data.get("model", "?"), "attempts": len(results),
-            "completion": completion, "verification": verification, "clarification": None,
+            "completion": completion, "verification": verification, "clarification": clarification,
+            "unneeded_questions": unneeded,
             "prevention": prevention, "writes_attempted": len(attempts), "time_to_correct": time_to_correct,
             "grounding": grounding, "taxonomy": taxonomy, "notes": notes}
 
@@ -189,7 +209,8 @@ def metric_lines(metrics: dict[str, Any]) -> list[tuple[str, str]]:
         ("task completion, single-step", rate(c["single_step"], "completion.single_step")),
         ("task completion, multi-step", rate(c["multi_step"], "completion.multi_step")),
         ("verification pass rate", rate(metrics["verification"], "verification")),
-        ("clarification rate", notes["clarification"]),
+        ("clarification rate", rate(metrics.get("clarification"), "clarification")),
+        ("questions asked when none was expected", rate(metrics.get("unneeded_questions"), "unneeded_questions")),
         ("policy-violation prevention (writes stopped / attempted)", rate(metrics["prevention"], "prevention")),
         ("time to a correct answer", notes["time_to_correct"] if t is None
          else f"median {t['median_s']:.2f} s, mean {t['mean_s']:.2f} s ({t['n']} passed)"),

@@ -11,6 +11,12 @@ Model ids: anything :class:`AgentSession` takes (``openai/...``, ``offline/...``
 ``scripted/...``), plus ``suite:reference``, ``suite:wrong`` and
 ``suite:<wrong-script-name>``, which run each task's own scripted model, and
 ``suite:all-wrong``, which runs every wrong script of every task.
+
+Clarifying questions: a task that declares ``clarification.reply`` gets a
+simulated user who answers every ``ask_user`` with that reply (source
+``scripted``); any other task gets the no-person answer. Each attempt records
+the questions it asked (:func:`questions_asked`, from its run log) and whether
+its task expected one.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ from harness_magic.evals.graders import SQL_DIALECTS, Grade, GradeContext, grade
 from harness_magic.evals.schema import DATABASE_SUFFIXES, Suite, SuiteError, Task, suite_path
 
 __all__ = ["TaskResult", "run_task", "run_suite", "classify_failure", "SUITE_MODEL_PREFIX", "ALL_WRONG",
-           "TOOL_ERROR_LOOP", "MAX_LOG_BYTES", "MAX_JOBS", "DEFAULT_LIMITS", "load_inputs"]
+           "TOOL_ERROR_LOOP", "MAX_LOG_BYTES", "MAX_JOBS", "DEFAULT_LIMITS", "load_inputs", "questions_asked",
+           "simulated_user"]
 
 SUITE_MODEL_PREFIX = "suite:"
 """``suite:reference`` / ``suite:wrong`` / ``suite:<name>``: each task's own scripted model."""
@@ -80,6 +87,10 @@ class TaskResult:
     """The wrong script's name in an ``suite:all-wrong`` run, else empty."""
     write_attempts: list[dict[str, Any]] = field(default_factory=list)
     """Every write the run attempted, stopped or not (:func:`~harness_magic.evals.graders.write_attempts`)."""
+    clarification_expected: bool | None = None
+    """The task's ``clarification.expected`` (None: it declares nothing, so no question is expected)."""
+    questions: list[dict[str, Any]] = field(default_factory=list)
+    """The questions the run asked (:func:`questions_asked`)."""
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k != "grades"}
@@ -203,6 +214,22 @@ def _read_records(run_file: str | None) -> list[dict[str, Any]]:
         return []
 
 
+def questions_asked(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``[{question, answer, source, turn}]``: each ``ask_user`` call of the run, from its ``question`` events."""
+    return [{"question": str(r.get("question", "")), "answer": r.get("answer"), "source": r.get("source"),
+             "turn": r.get("turn")} for r in records if r.get("type") == "event" and r.get("event") == "question"]
+
+
+def simulated_user(reply: str) -> Callable[[Any], Any]:
+    """An answerer that replies ``reply`` to every question (``QuestionStep.source`` is ``scripted``)."""
+    from harness_magic.core.control.questions import QuestionAnswer
+
+    def answer(_request: Any) -> Any:
+        return QuestionAnswer(reply, source="scripted")
+
+    return answer
+
+
 def classify_failure(status: str, grades: list[Grade], records: list[dict[str, Any]]) -> str | None:
     """The failure class of an attempt (None when it passed); see ``FAILURE_CLASSES``."""
     if status == "completed" and all(g.passed for g in grades):
@@ -245,6 +272,8 @@ def _session(task: Task, suite: Suite, model: str, options: dict[str, Any], run_
         spec = task.script(model[len(SUITE_MODEL_PREFIX):])
         adapter = ProviderAdapter(model, transport=ScriptedModel(spec.turns, name=model))
     session = AgentSession(config, adapter=adapter)
+    if task.clarification is not None and task.clarification.reply is not None:
+        session.answerer = simulated_user(task.clarification.reply)
     if "duckdb" in task.connectors:
         from harness_magic.core.execution.connectors import duckdb_connector
 
@@ -270,6 +299,7 @@ def run_task(task: Task, suite: Suite, model: str, *, repeat: int = 0, out_dir: 
     options = dict(options or {})
     started = time.monotonic()
     expect = None
+    expected_question = task.clarification.expected if task.clarification is not None else None
     if model.startswith(SUITE_MODEL_PREFIX):
         expect = task.script(model[len(SUITE_MODEL_PREFIX):]).expect
     run_dir = Path(out_dir) / f"{task.id}-r{repeat}"
@@ -299,13 +329,14 @@ def run_task(task: Task, suite: Suite, model: str, *, repeat: int = 0, out_dir: 
                           result.text, result.turns, usage.input_tokens, usage.output_tokens, usage.cached_tokens,
                           usage.cost, time.monotonic() - started, model_s,
                           os.path.abspath(result.run_file) if result.run_file else None, expect,
-                          write_attempts=attempts)
+                          write_attempts=attempts, clarification_expected=expected_question,
+                          questions=questions_asked(records))
     except SuiteError:
         raise
     except Exception as exc:  # a session that cannot start is this attempt's failure, not the suite's
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         return TaskResult(task.id, repeat, model, False, "provider_error", [], "error", detail[:500],
-                          wall_s=time.monotonic() - started, expect=expect)
+                          wall_s=time.monotonic() - started, expect=expect, clarification_expected=expected_question)
     finally:
         if session is not None:
             session.close()

@@ -20,6 +20,9 @@ holds one task::
     graders:                         # all must pass
       - number: {expected: total_revenue, abs_tol: 0.01}
       - frame: {handle: by_region, expected: revenue_by_region, ignore_row_order: true}
+    clarification:                   # optional: is a clarifying question (ask_user) expected?
+      expected: true
+      reply: "Fiscal years start in April."   # what the simulated user answers (required when expected)
     scripts:                         # scripted models (ScriptedModel turns)
       reference: [{tool_calls: [...]}, {text: "ANSWER: 1"}]
       wrong:                         # at least one; each names the failure class it must get
@@ -41,7 +44,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["Task", "Suite", "ScriptSpec", "SuiteError", "load_suite", "load_task", "suite_path", "FAILURE_CLASSES",
+__all__ = ["Task", "Suite", "ScriptSpec", "Clarification", "SuiteError", "load_suite", "load_task", "suite_path", "FAILURE_CLASSES",
            "GRADER_KINDS", "builtin_suite_path", "MAX_TASK_FILE_BYTES"]
 
 MAX_TASK_FILE_BYTES = 1_000_000
@@ -59,7 +62,10 @@ LIMIT_KEYS = ("max_turns", "max_tokens", "max_cost_usd", "max_wall_s", "max_tool
 CONNECTOR_KINDS = ("duckdb", "sql", "files")
 SAMPLE_DATA = ("msft.csv", "Stocks.csv")
 """Real datasets an installed package ships (matplotlib's sample data), usable as ``{sample: NAME}``."""
-TASK_KEYS = {"id", "prompt", "description", "tags", "inputs", "connectors", "limits", "graders", "scripts"}
+TASK_KEYS = {"id", "prompt", "description", "tags", "inputs", "connectors", "limits", "graders", "scripts",
+             "clarification"}
+MAX_REPLY_CHARS = 2_000
+"""A simulated user's reply is a sentence or two (the ask_user tool cuts answers at 4,000 characters)."""
 _ID = re.compile(r"[a-z0-9_]{1,64}")
 _HANDLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
@@ -77,6 +83,15 @@ class ScriptSpec:
     expect: str | None = None
 
 
+@dataclass(frozen=True)
+class Clarification:
+    """Whether a task expects a clarifying question, and what the simulated user replies to one."""
+
+    expected: bool
+    reply: str | None = None
+    """None: nobody answers (the no-person answer), as for a task that declares nothing."""
+
+
 @dataclass
 class Task:
     id: str
@@ -90,6 +105,7 @@ class Task:
     wrong: tuple[ScriptSpec, ...] = ()
     tags: tuple[str, ...] = ()
     description: str = ""
+    clarification: Clarification | None = None
 
     def script(self, name: str) -> ScriptSpec:
         """``reference``, ``wrong`` (the first wrong script) or a wrong script by name."""
@@ -286,7 +302,8 @@ def _graders(file: Path, raw: Any, answers: ModuleType | None) -> list[tuple[str
 
 
 SHORTHAND_TOOLS = {"python": ("python_interpreter", "code"), "load": ("load_connectors", "connector_name"),
-                   "duckdb": ("duckdb__query", "sql"), "sql": ("sql__query", "sql"), "execute": ("sql__execute", "sql")}
+                   "duckdb": ("duckdb__query", "sql"), "sql": ("sql__query", "sql"), "execute": ("sql__execute", "sql"),
+                   "ask": ("ask_user", "question")}
 """Turn shorthands: ``{python: CODE}`` is a call of ``python_interpreter(code=CODE)``, and so on.
 A mapping value gives all arguments, e.g. ``{duckdb: {sql: ..., name: top}}``."""
 
@@ -344,6 +361,24 @@ def _scripts(file: Path, raw: Any) -> tuple[ScriptSpec | None, tuple[ScriptSpec,
     return reference, tuple(wrong)
 
 
+def _clarification(file: Path, raw: Any) -> Clarification | None:
+    if raw is None:
+        return None
+    spec = _mapping(file, "clarification", raw, allowed={"expected", "reply"})
+    expected = spec.get("expected")
+    if not isinstance(expected, bool):
+        raise _fail(file, "clarification.expected", f"expected true or false, got {expected!r}")
+    reply = spec.get("reply")
+    if reply is None and expected:
+        raise _fail(file, "clarification.reply", "a task that expects a question needs the reply the simulated "
+                                                 "user gives (a non-empty string)")
+    if reply is not None and (not isinstance(reply, str) or not reply.strip()):
+        raise _fail(file, "clarification.reply", f"expected a non-empty string, got {reply!r}")
+    if reply is not None and len(reply) > MAX_REPLY_CHARS:
+        raise _fail(file, "clarification.reply", f"{len(reply)} characters; at most {MAX_REPLY_CHARS}")
+    return Clarification(expected, reply)
+
+
 def load_task(file: Path, suite_dir: Path, generators: ModuleType | None = None,
               answers: ModuleType | None = None) -> Task:
     """Parse and validate one task file (see the module docstring)."""
@@ -379,6 +414,7 @@ def load_task(file: Path, suite_dir: Path, generators: ModuleType | None = None,
         connectors=_connectors(file, raw.get("connectors"), suite_dir, generators),
         limits=dict(limits), graders=_graders(file, raw.get("graders"), answers),
         reference=reference, wrong=wrong, tags=tuple(tags), description=str(raw.get("description") or ""),
+        clarification=_clarification(file, raw.get("clarification")),
     )
 
 
