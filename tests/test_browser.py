@@ -678,3 +678,70 @@ def test_a_question_is_shown_in_the_cell_and_answered_through_its_text_box(lab) 
             assert dialogs == [], "nothing in the question ran"
         finally:
             browser.close()
+
+
+def test_the_state_panel_shows_plan_question_assumption_verification_and_confidence_live_and_settled(lab) -> None:
+    from playwright.sync_api import sync_playwright
+
+    hostile = "<img src=x onerror=alert(1)>"
+    script = {"turns": [
+        {"text": "", "tool_calls": [{"name": "plan", "arguments": {
+            "action": "add", "titles": ["Pick the week", f"Compare definitions {hostile}"]}}]},
+        {"text": "", "tool_calls": [{"name": "ask_user", "arguments": {
+            "question": "Which week counts as last week?", "options": ["Monday-based", "Sunday-based"]}}]},
+        {"text": "", "tool_calls": [{"name": "remember", "arguments": {
+            "kind": "assumption", "text": "active = at least one event in the Monday-based week"}}]},
+        {"text": "", "tool_calls": [{"name": "python_interpreter", "arguments": {
+            "code": "import pandas as pd\nsave('summary', pd.DataFrame({'wau': [9200, 8460]}))"}}]},
+        {"text": "", "tool_calls": [{"name": "plan", "arguments": {
+            "action": "update", "item_id": 1, "status": "done", "note": "week 47"}}]},
+        {"text": "Weekly active users fell 8% in week 47.\n\nConfidence: medium — one week of data\n"
+                 f"Open questions:\n- Should bots count as active? {hostile}"},
+    ]}
+    nb = _notebook("%load_ext harness_magic\n%config AgentMagics.sandbox = 'inprocess'\n"
+                   "from harness_magic.notebook.magics import agent_session\n"
+                   "agent_session().verifier.require_columns(['region'], handles='summary')",
+                   "%%agent -m scripted/state.json\nWhy did weekly active users drop 8% last week?",
+                   "print('after', _.status)")
+    url, chromium, _ = lab({"state.ipynb": nb, "state.json": json.dumps(script)})
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = _browser(p, chromium)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1200})
+            dialogs: list[str] = []
+            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            _open_and_run_all(page, url, "state.ipynb")
+            prompt = page.locator(".jp-Stdin-input").first
+            prompt.wait_for(state="visible", timeout=RUN_TIMEOUT_MS)
+            live = page.locator(".agent-run-view .agent-state").first
+            live.wait_for(state="visible", timeout=10_000)
+            text = live.inner_text()
+            assert "Pick the week" in text and "waiting for you:" in text and "Which week counts" in text, text
+            assert live.locator("img").count() == 0
+            page.screenshot(path=str(ARTIFACTS / "jupyterlab-state-live.png"), full_page=False)
+            prompt.fill("1")
+            prompt.press("Enter")
+            page.wait_for_selector(".agent-final .agent-footer", timeout=RUN_TIMEOUT_MS)
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.jp-OutputArea-output')]"
+                ".some(o => o.innerText.includes('after completed'))", timeout=RUN_TIMEOUT_MS)
+            panel = page.locator(".agent-final .agent-state")
+            assert panel.count() == 1 and _visible_count(page, ".agent-final .agent-state") == 1
+            settled = panel.inner_text()
+            for part in ("Pick the week", "week 47", "Which week counts as last week? → Monday-based",
+                         "active = at least one event in the Monday-based week", "failed require_columns(region)",
+                         "missing columns", "medium — one week of data", "Should bots count as active?"):
+                assert part in settled, (part, settled)
+            assert panel.locator("img").count() == 0 and "<img src=x" in settled  # shown as text, inert
+            answer = page.locator(".agent-final .agent-answer").inner_text()
+            assert "fell 8% in week 47" in answer and "Confidence" not in answer, "the trailer shows once, above"
+            order = page.evaluate("() => { const f = document.querySelector('.agent-final');"
+                                  " return [f.querySelector('.agent-state'), f.querySelector('.agent-transcript')]"
+                                  ".map(e => e.getBoundingClientRect().top); }")
+            assert order[0] < order[1], "the state sits above the transcript"
+            page.evaluate("document.querySelector('.agent-final').scrollIntoView({block: 'start'})")
+            page.screenshot(path=str(ARTIFACTS / "jupyterlab-state-settled.png"), full_page=False)
+            assert dialogs == [], "nothing in the state ran"
+        finally:
+            browser.close()
