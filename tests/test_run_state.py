@@ -205,6 +205,13 @@ def test_the_final_form_shows_the_state_above_the_transcript_and_escapes_it(inve
     assert "<script" not in panel and "<img" not in panel and "&lt;script&gt;" in panel
 
 
+def test_the_final_answer_leaves_its_trailer_to_the_panel(investigated) -> None:
+    _, record, _ = investigated
+    page = render_answer_html(record)
+    answer = page[page.index('class="agent-answer"'):page.index('class="agent-state"')]
+    assert "WAU fell 8%" in answer and "Confidence" not in answer and "Open questions" not in answer
+
+
 def test_html_and_markdown_exports_carry_the_state(investigated) -> None:
     _, record, tmp_path = investigated
     page = export_runs([record], tmp_path / "run.html").read_text()
