@@ -159,12 +159,12 @@ def test_an_unanswered_question_points_to_remember_and_the_remembered_assumption
         tmp_path, ask("Which definition of active?"),
         {"text": "", "tool_calls": [{"name": "remember", "arguments": {
             "kind": "assumption", "text": "active means at least one event in the week"}}]},
-        {"text": "WAU fell 8%."})
+        {"text": f"{ASSUMPTION_PREFIX} active means at least one event in the week\nWAU fell 8%."})
     session.answerer = timed_out
     session.ask("Why did weekly active users drop?")
     (text,) = results(session)
     assert 'remember(kind="assumption"' in text
-    (recorded,) = [e for e in events if isinstance(e, AssumptionRecorded)]
+    (recorded,) = [e for e in events if isinstance(e, AssumptionRecorded)]  # the line after remember: not again
     assert recorded.text == "active means at least one event in the week"
 
 

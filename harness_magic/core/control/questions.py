@@ -24,8 +24,10 @@ answers the no-answer text and names the limit.
 After a no-answer the model is told to state its assumption with
 ``remember(kind="assumption", ...)``; the memory tool records it. Where no
 ``remember`` tool is offered, the model is told to write a line starting with
-``Assumption:`` and that line is emitted here as
-:class:`~harness_magic.core.transcript.events.AssumptionRecorded`.
+``Assumption:``. Until the memory tool records an assumption, the model's next
+``Assumption:`` line is emitted here as
+:class:`~harness_magic.core.transcript.events.AssumptionRecorded` (so a stated
+assumption is recorded either way, once).
 
 The ambiguity nudge (:func:`ambiguity`): before the first provider call of a
 run whose prompt names a metric with several common definitions
@@ -178,6 +180,9 @@ class Questions:
         kind = getattr(event, "kind", None)
         if kind == "run_started":
             self.asked, self._prompt, self._awaiting_assumption = 0, event.prompt, None
+        elif (kind == "tool_call_finished" and event.tool_use.name == REMEMBER_TOOL_NAME
+              and event.tool_use.input.get("kind") == "assumption" and not event.result.is_error):
+            self._awaiting_assumption = None  # recorded by the memory tool
         elif kind == "assistant_message" and self._awaiting_assumption is not None:
             for line in event.message.text.splitlines():
                 if line.strip().startswith(ASSUMPTION_PREFIX):
