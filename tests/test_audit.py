@@ -335,3 +335,52 @@ def test_column_classes_name_the_sensitive_columns_of_a_frame():
     assert column_names(frame) == ["id", "email", "card", "city"]
     assert column_classes(frame) == {"email": "pii", "card": "financial"}
     assert column_classes(frame["email"]) == {"email": "pii"} and column_classes([1, 2]) == {}
+
+
+# -- in a real kernel ---------------------------------------------------------------------------
+
+
+@pytest.mark.kernel
+def test_an_approval_and_a_pull_appear_in_agent_audit(tmp_path):
+    pytest.importorskip("jupyter_client")
+    from test_magics import Kernel, answer, code_turn
+    from test_magics_integration import calls, run_answering
+
+    kernel = Kernel(tmp_path)
+    try:
+        setup = kernel.run(textwrap.dedent('''\
+            %load_ext harness_magic
+            from harness_magic.core.execution.connectors import Connector
+            from harness_magic.notebook.magics import agent_session
+
+            notes = Connector("notes", "Notes kept in the notebook.")
+
+            @notes.tool(name="add", safety="write")
+            def add_note(text: str) -> str:
+                """Add a note."""
+                return "added"
+
+            agent_session().add_connector(notes)
+        '''))
+        assert setup.ok, setup.outputs
+        make = ("import pandas as pd\nsave('customers', pd.DataFrame({'id': [1, 2], "
+                "'email': ['ana@example.com', 'bo@example.org'], 'spend': [10.5, 20.0]}))")
+        turns = [calls(("load_connectors", {"connector_name": "notes"})), calls(("notes__add", {"text": "hi"})),
+                 code_turn(make), answer("Done.")]
+        (tmp_path / "audit_model.json").write_text(json.dumps({"turns": turns}))
+        cell, prompts = run_answering(kernel, "%%agent -m scripted/audit_model.json\nNote it and load customers.", "y")
+        assert cell.ok and prompts, cell.outputs
+        assert kernel.run("%agent_pull customers").ok
+        shown = kernel.run("%agent_audit -n 5")
+        assert shown.ok, shown.outputs
+        head, *entries = shown.stdout.splitlines()
+        assert head.endswith(f"chain verified, {len(entries)} records"), shown.stdout
+        kinds = [line.split()[2] for line in entries]
+        assert kinds[0] == "approval" and kinds[-1] == "pull" and set(kinds[1:-1]) == {"masking"}, shown.stdout
+        assert "notes__add (write) approved by user" in entries[0]
+        assert "customers -> customers (3 columns); sensitive: email (pii)" in entries[-1]
+        text = (tmp_path / ".harness_audit.jsonl").read_text()
+        assert "ana@example.com" not in text and "bo@example.org" not in text
+        assert "-n 0: must be at least 1" in kernel.run("%agent_audit -n 0").stderr
+    finally:
+        kernel.close()
