@@ -81,7 +81,8 @@ class AuditMagics(Magics):
 
     @no_var_expand
     @magic_arguments()
-    @argument("-n", type=int, default=DEFAULT_ENTRIES, help=f"How many of the latest records (default {DEFAULT_ENTRIES}).")
+    @argument("-n", type=int, default=DEFAULT_ENTRIES,
+              help=f"How many of the latest records (default {DEFAULT_ENTRIES}).")
     @line_magic
     def agent_audit(self, line: str) -> None:
         """Show the latest audit records and check the log's hash chain."""
