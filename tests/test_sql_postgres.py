@@ -138,11 +138,15 @@ def test_a_denied_write_leaves_the_database_unchanged(tmp_path, warehouse):
         requests.append(request)
         return False
 
-    (result,), _ = run_sql(tmp_path, warehouse, [call("warehouse__execute", sql="DELETE FROM customers")],
+    (result,), _ = run_sql(tmp_path, warehouse, [call("warehouse__execute", sql="UPDATE customers SET region = 'gone'")],
                            approval=ApprovalPolicy(approver=deny))
-    assert result.is_error and "denied" in result.content
-    assert requests[0].safety == "destructive" and "DELETE" in requests[0].summary
+    assert result.is_error and "denied" in result.content and "rolled back" in result.content
+    assert requests[0].safety == "destructive" and "UPDATE" in requests[0].summary
     assert count_customers(warehouse) == before
+    engine = sa.create_engine(warehouse)
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM customers WHERE region = 'gone'").scalar() == 0
+    engine.dispose()
 
 
 def test_an_approved_write_runs_in_its_own_transaction(tmp_path, warehouse):

@@ -13,8 +13,10 @@ Tools (``<name>__...``):
     capped at ``max_rows`` (the note says when the cap bit).
 ``execute(sql)``
     one data-changing statement; safety ``write`` (``destructive`` for DROP,
-    TRUNCATE, DELETE without WHERE, ...), so it passes the approval policy
-    before it runs. Omitted with ``allow_writes=False``.
+    TRUNCATE, DELETE without WHERE, ...). On PostgreSQL it is previewed in a
+    transaction and the user commits or rolls it back (:mod:`.governed`,
+    :mod:`.preview`); elsewhere it passes the approval policy before it runs.
+    Omitted with ``allow_writes=False``.
 
 What the PostgreSQL read path guarantees, enforced by the server (see
 :class:`SQLConnection`): one statement per call (extended protocol), a
@@ -35,7 +37,7 @@ import os
 import re
 import threading
 from itertools import islice
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from harness_magic.core.execution.connectors._results import (
     DEFAULT_BATCH_ROWS,
@@ -46,6 +48,7 @@ from harness_magic.core.execution.connectors._results import (
     truncation_note,
 )
 from harness_magic.core.execution.connectors.classify import SQLClassificationError, classify_sql
+from harness_magic.core.execution.connectors.governed import add_sql_execute, govern
 from harness_magic.core.execution.connectors.registry import Connector, ConnectorResult
 from harness_magic.core.execution.tools import ToolError
 
@@ -182,7 +185,8 @@ class SQLConnection:
 
     # -- execution ------------------------------------------------------------------------------
 
-    def _map_error(self, exc: Exception, sql: str) -> ToolError:
+    def map_error(self, exc: Exception, sql: str) -> ToolError:
+        """The ToolError the model gets for a driver error (timeouts, read-only refusals named)."""
         orig = getattr(exc, "orig", exc)
         code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
         text = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
@@ -226,8 +230,8 @@ class SQLConnection:
                         timer.cancel()
                         cursor.close()
                     return frame, state["truncated"]
-        except (sa.exc.DBAPIError, *self._dbapi_errors()) as exc:
-            raise self._map_error(exc, sql) from exc
+        except (sa.exc.DBAPIError, *self.dbapi_errors()) as exc:
+            raise self.map_error(exc, sql) from exc
         except sa.exc.SQLAlchemyError as exc:
             raise ToolError(f"{self.dialect} error: {exc}") from exc
 
@@ -251,7 +255,8 @@ class SQLConnection:
         dbapi.rollback()
         return rows_to_frame(columns, batches), truncated
 
-    def _dbapi_errors(self) -> tuple[type[BaseException], ...]:
+    def dbapi_errors(self) -> tuple[type[BaseException], ...]:
+        """The driver's base error class, for ``except`` clauses outside SQLAlchemy."""
         error = getattr(self.engine.dialect.dbapi, "Error", None)
         return (error,) if isinstance(error, type) else ()
 
@@ -295,8 +300,8 @@ class SQLConnection:
                             timer.cancel()
                         cursor.close()
                 return count
-        except (sa.exc.DBAPIError, *self._dbapi_errors()) as exc:
-            raise self._map_error(exc, sql) from exc
+        except (sa.exc.DBAPIError, *self.dbapi_errors()) as exc:
+            raise self.map_error(exc, sql) from exc
         except sa.exc.SQLAlchemyError as exc:
             raise ToolError(f"{self.dialect} error: {exc}") from exc
 
@@ -498,9 +503,11 @@ def sql_connector(
     max_rows: int = DEFAULT_MAX_ROWS,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     batch_rows: int = DEFAULT_BATCH_ROWS,
-    allow_writes: bool = True,
+    allow_writes: bool | None = None,
     read_url: Any | None = None,
     read_role: str | None = None,
+    environment: str = "dev",
+    sensitivity: Mapping[str, str] | None = None,
 ) -> Connector:
     """A connector over a SQLAlchemy URL or Engine (see the module docstring).
 
@@ -509,6 +516,11 @@ def sql_connector(
     to that role instead (weaker: a role can always switch back to its
     login). The description warns when the read role is a superuser or can
     signal backends, read server files or use dblink/foreign servers.
+
+    Writes (:mod:`.governed`): ``allow_writes=False`` removes ``execute``;
+    ``None`` keeps it for the policy to decide (``prod`` refuses it), ``True``
+    is what ``prod`` needs. ``environment`` is ``dev``, ``staging`` or
+    ``prod``; ``sensitivity`` classes tables/columns for the policy.
     """
     db = SQLConnection(url_or_engine, max_rows=max_rows, timeout_s=timeout_s, batch_rows=batch_rows,
                        read_url=read_url, read_role=read_role)
@@ -522,6 +534,7 @@ def sql_connector(
     if warnings:
         text += " WARNING: " + "; ".join(warnings) + "."
     connector = Connector(name, text)
+    govern(connector, environment, allow_writes)
     connector.connection = db  # type: ignore[attr-defined]
     connector.safety_warnings = warnings  # type: ignore[attr-defined]
 
@@ -568,26 +581,7 @@ def sql_connector(
         cap = cap_rows(max_rows, db.max_rows)
         return ConnectorResult(frame, truncation_note(len(frame), cap, truncated), name=name)
 
-    if allow_writes:
-
-        def classify(arguments: dict[str, Any]) -> tuple[str, str]:
-            classification = classify_sql(str(arguments.get("sql", "")), db.dialect)
-            kind = "write" if classification.kind == "read" else classification.kind
-            return kind, f"{arguments.get('sql', '')!s} [{classification.summary}]"
-
-        @connector.tool(safety="write", classify=classify)
-        def execute(sql: str) -> str:
-            """Run one data-changing statement (INSERT, UPDATE, CREATE, ...) after the user approves it.
-
-            Args:
-                sql: Exactly one statement.
-            """
-            classification = _classify(sql, db.dialect)
-            if len(classification.statements) > 1:
-                raise ToolError(f"Refused: {len(classification.statements)} statements; send one statement "
-                                "per call.")
-            count = db.execute(sql)
-            affected = f"{count:,} rows affected" if count >= 0 else "row count unknown"
-            return f"Executed {classification.statements[0].keyword} ({classification.kind}); {affected}."
+    if allow_writes is not False:
+        add_sql_execute(connector, db, sensitivity)
 
     return connector
