@@ -69,10 +69,11 @@ def system_bytes(request: dict[str, Any]) -> bytes:
 # -- session memory through litellm ---------------------------------------------------------------
 
 
-def test_memory_recorded_in_one_run_rides_in_the_next_runs_suffix_and_the_system_prompt_is_unchanged(server):
+def test_memory_recorded_in_one_run_rides_in_the_next_runs_suffix_and_the_system_prompt_is_unchanged(server,
+                                                                                                    tmp_path):
     server.replies = [remember("assumption", ACTIVE), {"text": "Noted."}, {"text": "WAU fell 8%."}]
     agent = AgentSession(AgentConfig(model="openai/test-model", api_base=server.api_base, sandbox="inprocess",
-                                     stream=False, run_dir="runs-memory-test"))
+                                     stream=False, run_dir=str(tmp_path / "runs")))
     try:
         assert agent.ask("Why did weekly active users drop?").status == "completed"
         assert agent.ask("And by region?").status == "completed"
