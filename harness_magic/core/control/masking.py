@@ -123,7 +123,7 @@ def declared_classes(registry: Any) -> dict[str, ColumnClass]:
     if registry is None:
         return {}
     declared: dict[str, ColumnClass] = {}
-    for name in registry.names():
+    for name in registry.names:
         for column, cls in registry[name].sensitivity.items():
             declared[column] = ColumnClass(cls, "config")
     return declared

@@ -35,7 +35,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from harness_magic.core.text.sensitivity import DETECTED_KINDS, SENSITIVITY_CLASSES, find_sensitive
+from harness_magic.core.text.sensitivity import DETECTED_KINDS, SENSITIVITY_CLASSES, classify_cell, find_sensitive
 
 __all__ = ["Masker", "Masked", "ColumnClass", "MASK_ACTIONS", "DEFAULT_POLICY", "KNOWN_VALUES_MAX",
            "KNOWN_VALUE_MIN_CHARS", "check_policy", "denied_text"]
@@ -141,6 +141,8 @@ class Masker:
         self._declared = declared or (lambda: {})
         self._key = key or secrets.token_bytes(32)
         self._known = _Trie()
+        self._kinds: dict[str, str | None] = {}
+        """Known value -> its detected kind (memo): a known e-mail still gets an e-mail-shaped pseudonym."""
         self.columns: dict[str, dict[str, ColumnClass]] = {}
         """Handle -> column -> class, for the handles :meth:`learn_column` was told about (``%agent_vars``)."""
 
@@ -235,7 +237,11 @@ class Masker:
                 cls = self._known.values.get(value)
                 if cls is None or policy[cls] == "allow":
                     continue
-                spans.append((match.start(), match.end(), self._replace(cls, None, value, policy, counts)))
+                if value not in self._kinds:
+                    kind = classify_cell(value)
+                    self._kinds[value] = kind if kind is not None and DETECTED_KINDS[kind] == cls else None
+                spans.append((match.start(), match.end(),
+                               self._replace(cls, self._kinds[value], value, policy, counts)))
         taken = _Spans(spans)
         for found in find_sensitive(text):
             if policy[found.cls] == "allow" or taken.overlaps(found.start, found.end):
