@@ -320,6 +320,49 @@ def test_masking_events_become_masking_records(tmp_path):
     assert record["where"] == "snapshot"
 
 
+def test_a_subagents_masking_and_approvals_reach_the_parents_log(tmp_path):
+    from harness_magic.core.execution.connectors import ApprovalPolicy
+    from harness_magic.core.transcript.events import MaskingApplied, SubagentEvent
+
+    session, written = _session(tmp_path, [{"text": "done"}], ApprovalPolicy(approver=lambda r: True))
+    inner = MaskingApplied(where="tool_result", tool_use_id="c1", counts=(("pii", 2),))
+    session.harness.emit(SubagentEvent(parent_tool_use_id="p1", event=inner))
+    (record,) = read_tail(tmp_path / "audit.jsonl", 5)
+    assert record["where"] == "subagent tool_result" and record["parent_tool_use_id"] == "p1"
+    assert record["counts"] == {"pii": 2}
+
+
+def test_a_subagents_approved_write_is_in_the_parents_audit_log(tmp_path):
+    from harness_magic.core.agent.loop import Harness
+    from harness_magic.core.cache import SessionCache
+    from harness_magic.core.control.subagent import SUBAGENT_TOOL_NAME, enable_subagents
+    from harness_magic.core.execution.connectors import ApprovalPolicy, Connector, ConnectorRegistry
+    from harness_magic.core.execution.interpreter import InProcessInterpreter, make_interpreter_tools
+    from harness_magic.core.providers.offline import ScriptedModel
+    from harness_magic.core.providers.provider import ProviderAdapter
+
+    notes = Connector("notes", "Notes.")
+
+    @notes.tool(safety="write")
+    def add(text: str) -> str:
+        """Add a note."""
+        return "added"
+
+    registry = ConnectorRegistry([notes], approval=ApprovalPolicy(approver=lambda r: True))
+    child_turns = _calls("from the child")
+    parent = Harness(ProviderAdapter("scripted/p", transport=ScriptedModel(
+        [{"tool_calls": [{"name": SUBAGENT_TOOL_NAME, "arguments": {"task": "note it"}}]}, {"text": "done"}])),
+        "You analyse.", [], run_dir=str(tmp_path), cache=SessionCache())
+    parent.audit = AuditLog(tmp_path / "audit.jsonl")
+    enable_subagents(parent, connectors=registry,
+                     adapter_factory=lambda _a: ProviderAdapter("scripted/c", transport=ScriptedModel(child_turns)),
+                     tools_factory=lambda cache, turn: make_interpreter_tools(cache, InProcessInterpreter(),
+                                                                              current_turn=turn))
+    assert parent.run_result("go").status == "completed"
+    (record,) = read_tail(tmp_path / "audit.jsonl", 5)
+    assert record["kind"] == "approval" and record["tool"] == "notes__add" and record["by"] == "user"
+
+
 def test_an_empty_audit_log_setting_turns_auditing_off(tmp_path):
     from harness_magic.core.session import AgentConfig, AgentSession
 

@@ -2,7 +2,8 @@
 
 :class:`AuditRecorder` is a harness event handler: each
 :class:`~harness_magic.core.transcript.events.MaskingApplied` becomes a
-``masking`` record (where, tool use, counts per class). Approval decisions are
+``masking`` record (where, tool use, counts per class), a subagent's too
+(``where`` "subagent ...", with its parent tool call). Approval decisions are
 recorded where they are made (``ConnectorRegistry._guard`` through
 :func:`~harness_magic.core.transcript.audit.record_decision`), governed writes
 by the connector that runs them; :func:`record_transfer` records pulls and
@@ -15,7 +16,7 @@ from typing import Any, Mapping
 
 from harness_magic.core.text.sensitivity import DETECT_SAMPLE_VALUES, DETECTED_KINDS, classify_column, find_sensitive
 from harness_magic.core.transcript.audit import AuditLog, audit
-from harness_magic.core.transcript.events import Event, MaskingApplied
+from harness_magic.core.transcript.events import Event, MaskingApplied, SubagentEvent
 
 __all__ = ["AuditRecorder", "column_classes", "column_names", "install_audit", "record_transfer", "redact_sensitive"]
 
@@ -30,9 +31,13 @@ class AuditRecorder:
         self.log = log
 
     def __call__(self, event: Event) -> None:
+        parent: dict[str, Any] = {}
+        while isinstance(event, SubagentEvent):  # a subagent's masking, recorded with its parent call
+            parent.setdefault("parent_tool_use_id", event.parent_tool_use_id)
+            event = event.event
         if isinstance(event, MaskingApplied):
-            audit(self.log, "masking", where=event.where, tool_use_id=event.tool_use_id,
-                  counts={cls: int(n) for cls, n in event.counts})
+            audit(self.log, "masking", where=f"subagent {event.where}" if parent else event.where,
+                  tool_use_id=event.tool_use_id, counts={cls: int(n) for cls, n in event.counts}, **parent)
 
 
 def column_names(value: Any) -> list[str]:
