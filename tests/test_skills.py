@@ -343,3 +343,14 @@ def test_skills_listed_shown_loaded_and_a_rule_fails_a_wrong_answer_in_a_kernel(
         assert [r["passed"] for r in records if r.get("name") == "verification"] == [False, True, True]
     finally:
         kernel.close()
+
+
+def test_the_reference_example_skill_parses_as_documented() -> None:
+    import re
+
+    reference = (Path(__file__).resolve().parent.parent / "docs" / "reference.md").read_text()
+    example = re.search(r"## Skills.*?```yaml\n(.*?)```", reference, re.S).group(1)
+    skill = parse_skill(example, "docs/reference.md")
+    assert (skill.name, skill.triggers) == ("churn-check", ("why did churn rise",))
+    assert skill.rule_names == ("require_columns(month, churned)", "cite_sources(min=1)")
+    assert skill.escalation.startswith("- The churn definition") and skill.template.startswith("1. Count churned")
