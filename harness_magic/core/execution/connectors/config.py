@@ -9,6 +9,9 @@ Each entry names a built-in with ``type`` and passes the rest as options::
      {"type": "spark", "remote": "sc://host:15002"},   # or {"type": "spark", "master": "local[2]"}
      {"type": "docs", "roots": ["docs/", "runbooks/"]},
      {"type": "glossary", "files": ["definitions.yaml"]}]
+
+Every entry may also say ``"environment": "dev" | "staging" | "prod"`` (default
+``dev``; see :mod:`.policy`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from harness_magic.core.execution.connectors.approval import ApprovalPolicy
+from harness_magic.core.execution.connectors.governed import govern
 from harness_magic.core.execution.connectors.registry import Connector, ConnectorRegistry
 
 __all__ = ["connectors_from_config", "BUILTIN_TYPES"]
@@ -26,7 +30,9 @@ BUILTIN_TYPES = ("files", "duckdb", "sql", "spark", "docs", "glossary")
 def connector_from_config(entry: Mapping[str, Any]) -> Connector:
     options = dict(entry)
     sensitivity = options.pop("sensitivity", None)
+    environment = options.pop("environment", "dev")
     connector = _built_in(options)
+    govern(connector, environment, True if connector.allow_writes else None)
     from harness_magic.core.text.sensitivity import check_sensitivity_map
 
     connector.sensitivity = check_sensitivity_map(sensitivity, f"connector {connector.name!r}")

@@ -39,6 +39,7 @@ from harness_magic.core.execution.connectors.duckdb_engine import (
     WAIT_SLICE_S,
     DuckDBEngine,
 )
+from harness_magic.core.execution.connectors.governed import add_duckdb_execute, govern
 from harness_magic.core.execution.connectors.lazy import (
     COUNT_BUDGET_S,
     LazyRelation,
@@ -94,11 +95,19 @@ def duckdb_connector(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     memory_limit: str | None = None,
     threads: int | None = None,
+    database: str | os.PathLike[str] | None = None,
+    allow_writes: bool | None = None,
+    environment: str = "dev",
 ) -> Connector:
     """SQL over cached handles and ``files`` (view name -> file, directory or glob), in-process.
 
     ``memory_limit`` (e.g. ``"2GB"``) bounds DuckDB's memory; larger work spills
     to a private temporary directory (mode 0700) removed with the engine.
+
+    ``database`` (a DuckDB file) adds ``execute``: one write to that file,
+    previewed in a transaction the user commits or rolls back
+    (:mod:`.governed`); ``allow_writes=False`` leaves it out, ``True`` is what
+    ``environment="prod"`` needs. The read tools do not see that file.
     """
     engine = DuckDBEngine(files, max_rows=max_rows, timeout_s=timeout_s, memory_limit=memory_limit,
                           threads=threads)
@@ -107,6 +116,7 @@ def duckdb_connector(
                              "configured files; results come back as handles.")
     connector.engine = engine  # type: ignore[attr-defined]
     engine.connector_name = connector.name
+    govern(connector, environment, allow_writes)
 
     @connector.tool()
     def list_tables(context: ToolContext) -> Any:
@@ -170,4 +180,6 @@ def duckdb_connector(
         cap = cap_rows(max_rows, engine.max_rows)
         return ConnectorResult(frame, truncation_note(len(frame), cap, truncated), name=name)
 
+    if database is not None and allow_writes is not False:
+        add_duckdb_execute(connector, os.path.abspath(os.fspath(database)), timeout_s)
     return connector

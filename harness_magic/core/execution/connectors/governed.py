@@ -9,9 +9,10 @@ then run in its own transaction): the policy treats those writes as
 unpreviewable. Every previewed write is audited (``governed_write``) with its
 outcome and row count; the audit never holds row values.
 
-``sensitivity`` maps ``table`` or ``table.column`` to a class (``pii``,
-``financial``, ``restricted``); a write touching such a table carries the
-classes in its approval request, so the policy table can key on them.
+The connector's ``sensitivity`` option (``{"table.column" or "column": class}``)
+classes the data: a previewed write touching a table with a classed column
+(or any table, for a bare column name) carries those classes in its approval
+request, so the policy table can key on them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any, Callable, Mapping
 
 from harness_magic.core.execution.connectors.approval import ApprovalRequest
 from harness_magic.core.execution.connectors.classify import SQLClassificationError, classify_sql
-from harness_magic.core.execution.connectors.policy import ENVIRONMENTS, SENSITIVITY_CLASSES, PolicyError
+from harness_magic.core.execution.connectors.policy import ENVIRONMENTS, PolicyError
 from harness_magic.core.execution.connectors.preview import (
     DuckDBPreview,
     PostgresPreview,
@@ -34,7 +35,7 @@ from harness_magic.core.execution.tools import ToolError
 from harness_magic.core.transcript.audit import AuditError, audit
 from harness_magic.core.transcript.events import Notice
 
-__all__ = ["add_sql_execute", "add_duckdb_execute", "govern", "check_sensitivity"]
+__all__ = ["add_sql_execute", "add_duckdb_execute", "govern"]
 
 
 def govern(connector: Connector, environment: str, allow_writes: bool | None) -> None:
@@ -46,21 +47,10 @@ def govern(connector: Connector, environment: str, allow_writes: bool | None) ->
     connector.allow_writes = allow_writes is True
 
 
-def check_sensitivity(mapping: Mapping[str, str] | None) -> dict[str, str]:
-    """``{"table" or "table.column": class}``, validated (PolicyError names the bad entry)."""
-    out: dict[str, str] = {}
-    for key, value in (mapping or {}).items():
-        if not isinstance(key, str) or not key or value not in SENSITIVITY_CLASSES:
-            raise PolicyError(f"sensitivity[{key!r}] = {value!r} is invalid; classes: "
-                              f"{', '.join(SENSITIVITY_CLASSES)}")
-        out[key.lower()] = value
-    return out
-
-
-def _classes(tables: tuple[tuple[str, Any], ...], sensitivity: dict[str, str]) -> tuple[str, ...]:
+def _classes(tables: tuple[tuple[str, Any], ...], sensitivity: Mapping[str, str]) -> tuple[str, ...]:
     names = {t.lower().rsplit(".", 1)[-1].strip('"') for t, _ in tables}
-    found = {cls for key, cls in sensitivity.items()
-             if key.split(".", 1)[0] in names and cls != "none"}
+    found = {cls for key, cls in sensitivity.items() if cls != "none" and
+             ("." not in key or key.lower().rsplit(".", 1)[0].rsplit(".", 1)[-1] in names)}
     return tuple(sorted(found))
 
 
@@ -83,7 +73,7 @@ def _write_classifier(dialect: str) -> Callable[[dict[str, Any]], tuple[str, str
 
 
 def run_governed(backend: Any, direct: Callable[[str], int | None], sql: str, dialect: str,
-                 context: ToolContext, connector: Connector, sensitivity: dict[str, str]) -> str:
+                 context: ToolContext, connector: Connector) -> str:
     """One governed write: previewed and then asked when it can be, else asked first and run directly.
 
     Both paths ask through ``context.approve`` (the policy sees ``previewable``)
@@ -136,14 +126,13 @@ def run_governed(backend: Any, direct: Callable[[str], int | None], sql: str, di
         return context.approve(ApprovalRequest(
             tool=context.tool_name, connector=connector.name, safety=kind, arguments={"sql": sql},
             summary=preflight.headline(), tool_use_id=use_id, previewable=True, preflight=preflight,
-            sensitivity=_classes(preflight.tables, sensitivity)))
+            sensitivity=_classes(preflight.tables, connector.sensitivity)))
 
     return governed_write(backend, sql, classification, approve, on_outcome=on_outcome)
 
 
-def add_sql_execute(connector: Connector, db: Any, sensitivity: Mapping[str, str] | None = None) -> None:
+def add_sql_execute(connector: Connector, db: Any) -> None:
     """Add ``execute`` to a sql connector: previewed on PostgreSQL, direct elsewhere."""
-    classes = check_sensitivity(sensitivity)
     classify = _write_classifier(db.dialect)
     if db.dialect == "postgresql":
 
@@ -154,7 +143,7 @@ def add_sql_execute(connector: Connector, db: Any, sensitivity: Mapping[str, str
             Args:
                 sql: Exactly one statement (no BEGIN/COMMIT/ROLLBACK: the preview transaction is managed for you).
             """
-            return run_governed(PostgresPreview(db), db.execute, sql, db.dialect, context, connector, classes)
+            return run_governed(PostgresPreview(db), db.execute, sql, db.dialect, context, connector)
 
         return
 
@@ -173,10 +162,8 @@ def add_sql_execute(connector: Connector, db: Any, sensitivity: Mapping[str, str
         return f"Executed {classification.statements[0].keyword} ({classification.kind}); {affected}."
 
 
-def add_duckdb_execute(connector: Connector, database: str, timeout_s: float,
-                       sensitivity: Mapping[str, str] | None = None) -> None:
+def add_duckdb_execute(connector: Connector, database: str, timeout_s: float) -> None:
     """Add a previewed ``execute`` writing to the DuckDB database file ``database``."""
-    classes = check_sensitivity(sensitivity)
 
     @connector.tool(safety="write", classify=_write_classifier("duckdb"), previewed=True)
     def execute(sql: str, context: ToolContext) -> str:
@@ -186,4 +173,4 @@ def add_duckdb_execute(connector: Connector, database: str, timeout_s: float,
             sql: Exactly one statement (no BEGIN/COMMIT/ROLLBACK: the preview transaction is managed for you).
         """
         backend = DuckDBPreview(database, timeout_s)
-        return run_governed(backend, backend.run_direct, sql, "duckdb", context, connector, classes)
+        return run_governed(backend, backend.run_direct, sql, "duckdb", context, connector)

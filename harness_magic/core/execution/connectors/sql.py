@@ -37,7 +37,7 @@ import os
 import re
 import threading
 from itertools import islice
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator
 
 from harness_magic.core.execution.connectors._results import (
     DEFAULT_BATCH_ROWS,
@@ -507,7 +507,6 @@ def sql_connector(
     read_url: Any | None = None,
     read_role: str | None = None,
     environment: str = "dev",
-    sensitivity: Mapping[str, str] | None = None,
 ) -> Connector:
     """A connector over a SQLAlchemy URL or Engine (see the module docstring).
 
@@ -520,7 +519,7 @@ def sql_connector(
     Writes (:mod:`.governed`): ``allow_writes=False`` removes ``execute``;
     ``None`` keeps it for the policy to decide (``prod`` refuses it), ``True``
     is what ``prod`` needs. ``environment`` is ``dev``, ``staging`` or
-    ``prod``; ``sensitivity`` classes tables/columns for the policy.
+    ``prod``.
     """
     db = SQLConnection(url_or_engine, max_rows=max_rows, timeout_s=timeout_s, batch_rows=batch_rows,
                        read_url=read_url, read_role=read_role)
@@ -582,6 +581,6 @@ def sql_connector(
         return ConnectorResult(frame, truncation_note(len(frame), cap, truncated), name=name)
 
     if allow_writes is not False:
-        add_sql_execute(connector, db, sensitivity)
+        add_sql_execute(connector, db)
 
     return connector
