@@ -133,9 +133,23 @@ def test_a_question_the_user_answered_becomes_an_accepted_assumption_and_others_
     for source in ("timeout", "no_person", "interrupt", "scripted"):
         agent.harness.emit(QuestionStep(question="Which metric?", answer="no answer", source=source))
     agent.harness.emit(QuestionStep(question="Asked, not answered yet"))
+    agent.harness.emit(QuestionStep(question="Blank?", answer="  ", source="user"))
     assert [(e.kind, e.text, e.source) for e in agent.memory.entries] == [
         ("assumption", "Which week? → the week of 3 March", "question")]
     assert [(e.source, e.tool_use_id) for e in events if e.kind == "assumption_recorded"] == [("question", "q1")]
+
+
+def test_an_answer_given_through_ask_user_rides_in_the_next_runs_suffix(tmp_path):
+    agent, events = scripted(tmp_path, {"text": "", "tool_calls": [{"id": "q1", "name": "ask_user", "arguments": {
+        "question": "Which week?", "why": "two weeks fit"}}]}, {"text": "Week 10."}, {"text": "Same week."})
+    agent.answerer = lambda request: "the week of 3 March"
+    agent.ask("Why did WAU drop last week?")
+    agent.ask("And by region?")
+    assert [(e.kind, e.text, e.source) for e in agent.memory.entries] == [
+        ("assumption", "Which week? → the week of 3 March", "question")]
+    assert ("question", "q1") in [(e.source, e.tool_use_id) for e in events if e.kind == "assumption_recorded"]
+    suffix = agent.harness.messages[-2].content[-1].text
+    assert suffix.startswith(MEMORY_PREFIX) and "Which week? → the week of 3 March" in suffix
 
 
 def test_memory_survives_a_new_conversation_and_a_harness_rebuild(tmp_path):

@@ -300,7 +300,7 @@ class SessionMemory:
         return text
 
     def _on_event(self, event: Any) -> None:
-        if event.kind == "question_step" and event.answer is not None and event.source == "user":
+        if event.kind == "question_step" and event.source == "user" and (event.answer or "").strip():
             try:
                 self.add("assumption", f"{event.question} → {event.answer}", "question",
                          tool_use_id=event.tool_use_id)
