@@ -12,7 +12,9 @@
 ``%agent_memory forget NAME``
     Remove an approved definition from the workspace memory file.
 
-The text after N or KIND is taken verbatim (quotes and apostrophes included),
+Session memory lives as long as the kernel's session: ``%%agent --new`` and
+``--reset`` keep it (they forget the conversation, not what was agreed);
+``%agent_memory clear`` forgets it. The text after N or KIND is taken verbatim (quotes and apostrophes included),
 then cleaned as the agent's own entries are (one line, bounded). A bad N
 gives one line naming it and the range.
 """
