@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -190,8 +191,10 @@ def _state_parts(state: RunState) -> dict[str, list[str]]:
     return {
         "plan": [f"{marks[p.status]} {p.id}. {p.title}" + (f" — {p.note}" if p.note else "") for p in state.plan],
         "assumptions": list(state.assumptions),
-        "verification": [f"{'passed' if c.ok else 'FAILED'} {c.rule}" + (f" on {c.handle}" if c.handle else "")
-                         + (f": {c.detail}" if c.detail and not c.ok else "") for c in state.checks],
+        "verification": [f"{'passed' if c.ok else 'FAILED'} {c.rule}"
+                         + (f" on {re.sub(r'_[0-9]+$', '', c.handle)}" if c.handle else "")  # growth_2: growth
+                         + (f": {c.detail}" if c.detail and not c.ok else "")
+                         + (" (failed before)" if c.ok and c.failed_before else "") for c in state.checks],
         "questions": [f"{q.question} → {q.answer if q.answer is not None else '(no answer)'}" for q in state.questions],
         "skills": list(state.skills),
         "confidence": [f"{trailer.confidence}" + (f" — {trailer.reason}" if trailer.reason else "")]

@@ -13,7 +13,8 @@ Where each part comes from:
 * plan: the rendered plan the ``plan`` tool returns (the whole list, after each change);
 * pending approvals and questions: :class:`~.events.ApprovalStep` / :class:`~.events.QuestionStep`
   still asking; answered questions are kept with their answer, who answered and the wait;
-* verification: every :class:`~.events.VerificationChecked` check, the latest outcome per (rule, handle);
+* verification: every :class:`~.events.VerificationChecked` check, the latest outcome per rule and handle
+  (a handle saved again under the cache's ``_N`` suffix counts as the same, with "failed before");
 * assumptions: :class:`~.events.AssumptionRecorded` (from a log: ``remember(kind="assumption")`` calls);
 * skills: :class:`~.events.SkillLoaded`;
 * confidence and open questions: the **trailer** of the final answer (:func:`parse_trailer`)::
@@ -75,6 +76,8 @@ _PLAN_LINE = re.compile(r"^(\d{1,4})\. (\[[ ~x!]\]) (.*)$")
 _CONFIDENCE = re.compile(r"^[*_]{0,2}confidence[*_]{0,2}\s*:[*_]{0,2}\s*(\w+)[*_]{0,2}\s*(.*)$", re.IGNORECASE)
 _OPEN = re.compile(r"^[*_]{0,2}open questions?[*_]{0,2}\s*:[*_]{0,2}\s*(.*)$", re.IGNORECASE)
 _ITEM = re.compile(r"^(?:[-*+•]|\d{1,3}[.)])\s+(.*)$")
+_SAVED_AGAIN = re.compile(r"_\d+$")
+"""The cache's suffix for a name saved again (``summary_2``)."""
 _NONE_WORDS = {"none", "none.", "-", "n/a", "no", "nothing"}
 
 
@@ -186,7 +189,8 @@ class CheckState:
     detail: str = ""
     tool: str = ""
     failed_before: bool = False
-    """An earlier check of the same rule and handle failed (the model fixed it, or not)."""
+    """An earlier check of the same rule on this handle (or on the name it was saved again under:
+    ``growth`` before ``growth_2``) failed: the model fixed it, or not."""
 
 
 @dataclass
@@ -289,10 +293,10 @@ class RunState:
         rule, handle = _one_line(check.get("rule", "?"), 120), _one_line(check.get("handle", ""), 120)
         ok = bool(check.get("ok"))
         detail = _one_line(check.get("detail", ""))
-        for known in self.checks:
-            if known.rule == rule and known.handle == handle:
+        for known in self.checks:  # a fix saved again (``growth`` -> ``growth_2``) is the same check
+            if known.rule == rule and _SAVED_AGAIN.sub("", known.handle) == _SAVED_AGAIN.sub("", handle):
                 known.failed_before = known.failed_before or not known.ok
-                known.ok, known.detail, known.tool = ok, detail, tool
+                known.ok, known.detail, known.tool, known.handle = ok, detail, tool, handle
                 return
         if len(self.checks) < MAX_STATE_ITEMS:
             self.checks.append(CheckState(rule, handle, ok, detail, tool))
