@@ -273,9 +273,6 @@ def make_subagent_tool(
             },
         )
         holder["h"] = child
-        masker = getattr(parent, "masker", None)
-        if masker is not None:  # what the child's model sees is masked as the parent's would be
-            child.set_masker(masker)
         child.set_masker(parent.masker)  # the child's requests pass the parent's masking step too
         child.audit = parent.audit  # the child's approvals and governed writes go to the workspace audit log
         if limits.active:
