@@ -73,6 +73,9 @@ class AgentConfig:
     audit_log: str | None = ".harness_audit.jsonl"
     """The workspace's hash-chained audit log (approvals, refusals, governed writes, masking, pulls, exports),
     relative to the working directory at session start; None or "": not audited."""
+    actor_role: str | None = None
+    """The session actor's role (checked against a policy rule's approvers, written in the audit log);
+    the actor is the OS user."""
     max_questions: int = 3
     """``ask_user`` questions per run; over it the tool answers the no-answer text (0: never asks)."""
     question_timeout_s: float | None = 300.0
