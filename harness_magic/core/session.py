@@ -319,7 +319,10 @@ class AgentSession:
         """The ``skills__load`` tool and the rules of the skills loaded in the run (:mod:`.control.skills`)."""
         from harness_magic.core.control.audit import install_audit
 
-        self.audit = install_audit(harness, self.config.audit_log)
+        from harness_magic.core.execution.connectors.policy import current_actor
+
+        role = self.config.actor_role
+        self.audit = install_audit(harness, self.config.audit_log, actor=str(current_actor(role)) if role else None)
         """The workspace audit log (:mod:`.transcript.audit`) decisions are recorded in; None: auditing off."""
 
     def _set_budgets(self, budgets: Budgets) -> None:
