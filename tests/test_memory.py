@@ -350,6 +350,10 @@ def test_in_a_kernel_memory_from_one_cell_is_in_the_next_cells_suffix_with_the_s
         assert "unknown action 'wipe'" in usage_error(kernel.run("%agent_memory wipe"))
         edited = kernel.run("%agent_memory edit 1 Explain the WAU drop for EMEA's users")
         assert edited.ok and "EMEA's users" in edited.stdout
+        added = kernel.run("%agent_memory add assumption <img src=x onerror=alert(1)> \x1b[31m")
+        assert added.ok and "added 2: assumption" in added.stdout
+        shown = kernel.run("%agent_memory").data("text/html")[0]
+        assert "&lt;img src=x onerror=alert(1)&gt;" in shown and "<img" not in shown
     finally:
         kernel.close()
     assert len(server.requests) == 3
