@@ -305,7 +305,8 @@ class AgentSession:
         from harness_magic.core.control.questions import Questions
 
         self.questions = Questions(lambda: self.answerer, max_questions=self.config.max_questions,
-                                   timeout_s=self.config.question_timeout_s).install(harness)
+                                   timeout_s=self.config.question_timeout_s,
+                                   nudge=self.config.reminders).install(harness)
         self.memory.install(harness)  # the remember tool; memory rides in each run's suffix
         self.verifier = Verifier().install(harness).require_citations()
         """Add after-tool checks here, e.g. ``session.verifier.require_columns([...], handles="summary")``."""
