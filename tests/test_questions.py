@@ -251,7 +251,9 @@ def test_bad_arguments_are_tool_errors_naming_the_problem(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("prompt, ambiguous", [
     ("Why did weekly active users drop 8% last week?", True),
-    ("What was revenue in March?", True),
+    ("What was revenue in March?", False),  # revenue follows the data's columns: no nudge
+    ("How did churn change over 2025?", True),
+    ("Churn means no order in 90 days; how did it change in 2025?", False),
     ("Count the orders placed last week.", True),
     ("Count the orders per day in 2026-03.", False),
     ("Sum the amount column of sales.csv.", False),
@@ -272,6 +274,12 @@ def test_an_ambiguous_request_gets_a_nudge_to_ask_and_a_specific_one_none(tmp_pa
     (nudge,) = reminders(vague.run_file)
     assert "ask_user" in nudge and "'active user'" in nudge
     assert reminders(specific.run_file) == []
+
+
+def test_with_reminders_off_there_is_no_nudge(tmp_path: Path) -> None:
+    session, _ = session_for(tmp_path, {"text": "a"}, reminders=False)
+    result = session.ask("Why did weekly active users drop?")
+    assert all(not t["request"]["reminders"] for t in read_log(result.run_file) if t.get("type") == "turn")
 
 
 # -- the notebook's answerer ----------------------------------------------------------------------

@@ -76,12 +76,13 @@ MAX_ANSWER_CHARS = 4000
 """Answers are cut to this before they reach the model and the log."""
 MAX_ASSUMPTION_CHARS = 500
 """An ``Assumption:`` line recorded from the model's text is cut to this."""
-AMBIGUOUS_TERMS = ("active user", "active customer", "churn", "retention", "engagement", "conversion",
-                   "revenue", "growth", "drop", "spike")
-"""Metric words with several common definitions (which events, which base, gross or net, which window)."""
+AMBIGUOUS_TERMS = ("active user", "active customer", "active account", "churn", "retention", "engagement",
+                   "dau", "wau", "mau")
+"""Metrics whose common definitions disagree on who counts (which events, which window, which base); words
+such as revenue or growth usually follow the data's own columns and are left out (no nudge for them)."""
 _RELATIVE_PERIOD = re.compile(r"\b(last|this|previous|past)\s+(week|month|quarter|year)\b|\brecently\b", re.I)
 _EXPLICIT_DATE = re.compile(r"\b\d{4}-\d{2}(-\d{2})?\b|\b(19|20)\d{2}\b")
-_DEFINED = re.compile(r"\b(defined as|means|definition|i\.e\.|where)\b|=", re.I)
+_DEFINED = re.compile(r"\b(defined as|counted as|means|definition|i\.e\.)|=", re.I)
 
 Source = Literal["user", "scripted"]
 
@@ -129,11 +130,11 @@ def ambiguity(prompt: str) -> str | None:
     """Why ``prompt`` is ambiguous enough to ask, or None.
 
     Ambiguous: it names one of :data:`AMBIGUOUS_TERMS` and defines nothing
-    (no ``defined as``, ``means``, ``i.e.``, ``where`` or ``=``), or it names a
+    (no ``defined as``, ``counted as``, ``means``, ``definition``, ``i.e.`` or ``=``), or it names a
     relative period (``last week``, ``this month``, ``recently``) and no date.
     """
     lowered = prompt.lower()
-    term = next((t for t in AMBIGUOUS_TERMS if re.search(rf"\b{re.escape(t)}", lowered)), None)
+    term = next((t for t in AMBIGUOUS_TERMS if re.search(rf"\b{re.escape(t)}(s|ed|ing)?\b", lowered)), None)
     if term is not None and not _DEFINED.search(prompt):
         return f"it names {term!r} without defining it"
     period = _RELATIVE_PERIOD.search(prompt)
@@ -147,10 +148,11 @@ class Questions:
 
     ``answerer`` is a callable returning the current :data:`Answerer` (or
     None: no person), read at each question so the session may set it later.
+    ``nudge`` False turns the ambiguity reminder off.
     """
 
     def __init__(self, answerer: Callable[[], Answerer | None], *, max_questions: int = DEFAULT_MAX_QUESTIONS,
-                 timeout_s: float | None = DEFAULT_QUESTION_TIMEOUT_S) -> None:
+                 timeout_s: float | None = DEFAULT_QUESTION_TIMEOUT_S, nudge: bool = True) -> None:
         if isinstance(max_questions, bool) or not isinstance(max_questions, int) or max_questions < 0:
             raise ValueError(f"max_questions must be a non-negative integer, got {max_questions!r}")
         if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
@@ -159,6 +161,8 @@ class Questions:
         self._answerer = answerer
         self.max_questions = max_questions
         self.timeout_s = timeout_s
+        self.nudge = nudge
+        """Whether the ambiguity reminder is on (the session's ``reminders`` setting)."""
         self.asked = 0
         """Questions asked in the run in progress (reset when a run starts)."""
         self._harness: Any = None
@@ -196,7 +200,7 @@ class Questions:
 
     def reminder(self, turn: int, max_turns: int) -> str | None:
         """Before a run's first call: a nudge to ask when the prompt is ambiguous (:func:`ambiguity`)."""
-        if turn != 1 or self.max_questions == 0 or not self._prompt:
+        if turn != 1 or not self.nudge or self.max_questions == 0 or not self._prompt:
             return None
         why = ambiguity(self._prompt)
         if why is None:
