@@ -5,7 +5,8 @@ a session installs on its harness (and its subagents' harnesses). For each
 handle a tool result announces it classifies the columns — by configuration
 (connector ``sensitivity`` options, glossary entries) first, else by detection
 on the snapshot's sample rows and up to :data:`SCAN_ROWS` rows of a frame held
-in memory — and tracks the values of every classified column, so they are
+in memory — and tracks the values of classified columns no pattern recognises
+(names, notes, codes configured ``pii`` or ``restricted``), so they are
 masked wherever they later appear: a printed line, an error, a column name, a
 subagent's answer. The text itself is masked by
 :class:`~harness_magic.core.text.masking.Masker`.
@@ -73,14 +74,16 @@ class SessionMasking:
         found: dict[str, ColumnClass] = {}
         for column in columns:
             values = _column_values(frame, column, sample)
+            kind = classify_column(values)
             cls = self.masker.declared_class(column)
             if cls is None:
-                kind = classify_column(values)
                 if kind is None:
                     continue
                 cls = ColumnClass(DETECTED_KINDS[kind], "detected", kind)
             found[column] = cls
-            self.masker.learn_column(name, column, cls, values)
+            # values a pattern recognises (as this class) are masked anywhere already: track only the others
+            patterned = kind is not None and DETECTED_KINDS[kind] == cls.cls
+            self.masker.learn_column(name, column, cls, () if patterned else values)
         return found
 
     def column_classes(self, name: str) -> dict[str, ColumnClass]:
