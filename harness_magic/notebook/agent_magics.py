@@ -64,7 +64,8 @@ __all__ = ["AgentMagics"]
 
 _SESSION_TRAITS = ("api_base", "sandbox", "hot_count", "memory_budget", "spill_dir", "run_dir", "stream",
                    "planner", "reminders", "ask_confidence", "connectors", "prompt_caching", "context_window", "max_turns",
-                   "workspace_memory", "max_questions", "question_timeout_s", "audit_log", "skill_dirs")
+                   "workspace_memory", "max_questions", "question_timeout_s", "audit_log", "skill_dirs",
+                   "actor_role", "policy", "policy_file")
 """Settings of the session: a change is applied at the next use, keeping the conversation and the cache."""
 
 
@@ -135,6 +136,13 @@ class AgentMagics(Magics):
                         "(relative to the kernel's working directory): approvals, denials, refusals, governed "
                         "writes, masking, pulls and exports, never values; %agent_audit shows it, python -m "
                         "harness_magic.audit verify checks it; None or '': not audited.").tag(config=True)
+    actor_role = Unicode(None, allow_none=True, help="Your role for the approval policy (a rule's approvers) "
+                         "and the audit log; the actor is the OS user. None: no role.").tag(config=True)
+    policy = Dict(default_value={}, help="Governance table {'rules': [{environment, safety, sensitivity, action, "
+                  "approvers}, ...]}: first match decides allow/ask/deny per environment, risk and sensitivity "
+                  "(harness_magic.core.execution.connectors.policy).").tag(config=True)
+    policy_file = Unicode(None, allow_none=True, help="The same table as a YAML file (instead of "
+                          "AgentMagics.policy).").tag(config=True)
     max_questions = Integer(3, help="Clarifying questions (ask_user) one run may ask; over it the agent is told "
                             "to state its assumption and go on (0: never asks).").tag(config=True)
     question_timeout_s = Float(300.0, allow_none=True, help="Seconds a question waits for your answer in the "
@@ -153,6 +161,20 @@ class AgentMagics(Magics):
                                        "timeout_s": value})
         except ValueError as exc:
             raise TraitError(str(exc)) from None
+        return value
+
+    @validate("actor_role", "policy", "policy_file")
+    def _valid_governance(self, proposal: Any) -> Any:
+        from harness_magic.core.execution.connectors.policy import current_actor, governance_from
+
+        value, name = proposal["value"], proposal["trait"].name
+        try:
+            if name == "actor_role":
+                current_actor(value)
+            else:
+                governance_from(**{"policy": self.policy, "policy_file": self.policy_file, name: value})
+        except ValueError as exc:
+            raise TraitError(f"AgentMagics.{name}: {exc}") from None
         return value
 
     @validate("model")
@@ -204,7 +226,7 @@ class AgentMagics(Magics):
     @observe(*_SESSION_TRAITS)
     def _settings_changed(self, change: Any) -> None:
         self._stale = True
-        if change["name"] in ("connectors", "workspace_memory"):
+        if change["name"] in ("connectors", "workspace_memory", "actor_role", "policy", "policy_file"):
             self._connectors_dirty = True
 
     @observe(*BUDGET_SETTINGS, "materialize_max_bytes", "materialize_max_rows")
@@ -246,7 +268,7 @@ class AgentMagics(Magics):
             context_window=self.context_window, materialize_max_bytes=self.materialize_max_bytes,
             materialize_max_rows=self.materialize_max_rows, workspace_memory=self.workspace_memory,
             max_questions=self.max_questions, question_timeout_s=self.question_timeout_s,
-            audit_log=self.audit_log,
+            audit_log=self.audit_log, actor_role=self.actor_role,
             skill_dirs=tuple(self.skill_dirs),
         )
 
@@ -285,11 +307,14 @@ class AgentMagics(Magics):
         if not self.connectors:
             return None
         from harness_magic.core.execution.connectors import ApprovalPolicy, connectors_from_config
+        from harness_magic.core.execution.connectors.policy import current_actor, governance_from
 
         try:
+            approval = ApprovalPolicy(approver=approver, governance=governance_from(self.policy, self.policy_file),
+                                      actor=current_actor(self.actor_role))
             entries = [dict(c, workspace_memory=c.get("workspace_memory", self.workspace_memory))
                        if c.get("type") == "glossary" else c for c in self.connectors]  # approved definitions
-            return connectors_from_config(entries, approval=ApprovalPolicy(approver=approver))
+            return connectors_from_config(entries, approval=approval)
         except (KeyError, TypeError, ValueError, OSError) as exc:
             raise UsageError(f"AgentMagics.connectors: {type(exc).__name__}: {exc}") from None
 
