@@ -419,3 +419,15 @@ def test_without_a_person_to_approve_no_definition_is_written(tmp_path):
         kernel.close()
     assert not (tmp_path / ".harness_memory.yaml").exists()
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".harness_memory")]
+
+
+def test_forgetting_a_definition_rewrites_the_file_and_an_unknown_name_lists_the_known_ones(tmp_path):
+    path = tmp_path / "m.yaml"
+    write_definitions(path, [Definition("active_user", ACTIVE), Definition("churn", "no event for 28 days")])
+    memory = SessionMemory(lambda: path)
+    with pytest.raises(MemoryEntryError, match=r"no definition 'wau' in .*; definitions: active_user, churn"):
+        memory.forget_definition("wau")
+    assert memory.forget_definition("Active user").name == "active_user"
+    assert read_definitions(path) == [Definition("churn", "no event for 28 days")]
+    with pytest.raises(MemoryEntryError, match="no workspace memory file is configured"):
+        SessionMemory().forget_definition("churn")
