@@ -46,6 +46,7 @@ __all__ = [
     "POLICY_FILE_MAX_BYTES",
     "POLICY_MAX_RULES",
     "current_actor",
+    "governance_from",
     "hard_rails",
     "strictest",
     "most_sensitive",
@@ -201,6 +202,18 @@ class GovernancePolicy:
             if rule.matches(environment, safety, sensitivity):
                 return Verdict(rule.action, f"the policy {rule.describe()}", rule.approvers)
         return None
+
+
+def governance_from(policy: Any = None, policy_file: str | os.PathLike[str] | None = None
+                    ) -> GovernancePolicy | None:
+    """The table from settings: ``policy`` (``{"rules": [...]}``) or a YAML ``policy_file``, not both; None: none."""
+    if policy and policy_file:
+        raise PolicyError("set a policy table or a policy file, not both "
+                          f"(policy has {len(policy.get('rules', []) if isinstance(policy, Mapping) else policy)} "
+                          f"rules, policy_file is {os.fspath(policy_file)!r})")
+    if policy_file:
+        return GovernancePolicy.load(policy_file)
+    return GovernancePolicy.from_config(policy) if policy else None
 
 
 def strictest(a: str, b: str) -> str:
