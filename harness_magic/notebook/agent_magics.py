@@ -65,7 +65,7 @@ __all__ = ["AgentMagics"]
 _SESSION_TRAITS = ("api_base", "sandbox", "hot_count", "memory_budget", "spill_dir", "run_dir", "stream",
                    "planner", "reminders", "ask_confidence", "connectors", "prompt_caching", "context_window", "max_turns",
                    "workspace_memory", "max_questions", "question_timeout_s", "audit_log", "skill_dirs",
-                   "actor_role", "policy", "policy_file")
+                   "actor_role", "policy", "policy_file", "masking")
 """Settings of the session: a change is applied at the next use, keeping the conversation and the cache."""
 
 
@@ -143,6 +143,11 @@ class AgentMagics(Magics):
                   "(harness_magic.core.execution.connectors.policy).").tag(config=True)
     policy_file = Unicode(None, allow_none=True, help="The same table as a YAML file (instead of "
                           "AgentMagics.policy).").tag(config=True)
+    masking = Dict(default_value={"pii": "mask", "financial": "mask", "restricted": "deny"}, help="What the model "
+                   "sees of each sensitivity class (pii, financial, restricted): 'allow', 'mask' (a stable per-session "
+                   "pseudonym shaped like the value) or 'deny' (the column is listed, its values never sent). Classes "
+                   "come from a connector's 'sensitivity' option and from detection (e-mail, phone, card, IBAN, "
+                   "national id, IP address).").tag(config=True)
     max_questions = Integer(3, help="Clarifying questions (ask_user) one run may ask; over it the agent is told "
                             "to state its assumption and go on (0: never asks).").tag(config=True)
     question_timeout_s = Float(300.0, allow_none=True, help="Seconds a question waits for your answer in the "
@@ -176,6 +181,15 @@ class AgentMagics(Magics):
         except ValueError as exc:
             raise TraitError(f"AgentMagics.{name}: {exc}") from None
         return value
+
+    @validate("masking")
+    def _valid_masking(self, proposal: Any) -> Any:
+        from harness_magic.core.text.masking import check_policy
+
+        try:
+            return check_policy(proposal["value"])
+        except ValueError as exc:
+            raise TraitError(f"AgentMagics.masking: {exc}") from None
 
     @validate("model")
     def _valid_model(self, proposal: Any) -> str:
@@ -269,7 +283,7 @@ class AgentMagics(Magics):
             materialize_max_rows=self.materialize_max_rows, workspace_memory=self.workspace_memory,
             max_questions=self.max_questions, question_timeout_s=self.question_timeout_s,
             audit_log=self.audit_log, actor_role=self.actor_role,
-            skill_dirs=tuple(self.skill_dirs),
+            skill_dirs=tuple(self.skill_dirs), masking=dict(self.masking),
         )
 
     @property
