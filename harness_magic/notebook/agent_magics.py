@@ -143,11 +143,9 @@ class AgentMagics(Magics):
                   "(harness_magic.core.execution.connectors.policy).").tag(config=True)
     policy_file = Unicode(None, allow_none=True, help="The same table as a YAML file (instead of "
                           "AgentMagics.policy).").tag(config=True)
-    masking = Dict(default_value={"pii": "mask", "financial": "mask", "restricted": "deny"}, help="What the model "
-                   "sees of each sensitivity class (pii, financial, restricted): 'allow', 'mask' (a stable per-session "
-                   "pseudonym shaped like the value) or 'deny' (the column is listed, its values never sent). Classes "
-                   "come from a connector's 'sensitivity' option and from detection (e-mail, phone, card, IBAN, "
-                   "national id, IP address).").tag(config=True)
+    masking = Dict(default_value={"pii": "mask", "financial": "mask", "restricted": "deny"}, help="Per class "
+                   "(pii, financial, restricted) what the model sees: 'allow', 'mask' (a stable pseudonym) or 'deny' "
+                   "(column listed, values never sent).").tag(config=True)
     max_questions = Integer(3, help="Clarifying questions (ask_user) one run may ask; over it the agent is told "
                             "to state its assumption and go on (0: never asks).").tag(config=True)
     question_timeout_s = Float(300.0, allow_none=True, help="Seconds a question waits for your answer in the "
