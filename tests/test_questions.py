@@ -424,3 +424,14 @@ def test_in_a_kernel_without_stdin_the_question_gets_no_answer_at_once(kernel: K
     assert cell.ok, cell.outputs
     (logged,) = last_log_questions(kernel)
     assert logged["source"] == "no_person"
+
+
+@pytest.mark.parametrize("line, words", [
+    ("%config AgentMagics.max_questions = -1", "max_questions must be a non-negative integer, got -1"),
+    ("%config AgentMagics.question_timeout_s = -5.0", "question_timeout_s must be a positive number of seconds"),
+])
+def test_in_a_kernel_a_bad_question_setting_is_a_one_line_usage_error(kernel: Kernel, line: str, words: str) -> None:
+    from tests.test_magics import usage_error
+
+    assert words in usage_error(kernel.run(line))
+    assert kernel.value("get_ipython().magics_manager.registry['AgentMagics'].max_questions") == 3
