@@ -87,6 +87,14 @@ def test_report_and_compare_show_the_clarification_rate(reference_and_wrong, tmp
     page = render_report(ref)
     assert "clarification rate" in page and "100.0% (2/2)" in page
     assert "questions asked when none was expected" in page
+    assert "<h2>Clarifying questions</h2>" in page and "When does your fiscal year 2024 start and end?" in page
+    _, wrong = reference_and_wrong
+    hostile = {**wrong, "results": [dict(wrong["results"][0], questions=[
+        {"question": "<script>alert(1)</script>", "answer": None, "source": "no_person", "turn": 1}])]}
+    missed = render_report(wrong)
+    assert missed.count("(asked none)") == 2  # both wrong scripts were expected to ask
+    escaped = render_report(hostile)
+    assert "<script>alert(1)" not in escaped and "&lt;script&gt;alert(1)" in escaped
     a = {**wrong, "results": [dict(r, variant="") for r in wrong["results"]]}
     b = {**ref, "results": [r for r in ref["results"] if r["task_id"] in ASKING]}
     text = format_comparison(compare_results(a, b), "A", "B")

@@ -133,7 +133,29 @@ def _metrics_section(data: dict[str, Any], base: str | None) -> str:
                    f"<th>statement</th><th>run log</th></tr>{''.join(writes)}</table>") if writes else ""
     return (f"<h2>Harness metrics</h2><table><tr><th>metric</th><th>value</th></tr>{rows}</table>"
             f"<h2>Failure taxonomy</h2><table><tr><th>kind</th><th>attempts</th><th>example (run log)</th></tr>"
-            f"{''.join(taxonomy)}</table>{write_table}")
+            f"{''.join(taxonomy)}</table>{write_table}{_questions_table(data, base)}")
+
+
+def _questions_table(data: dict[str, Any], base: str | None) -> str:
+    """Each clarifying question an attempt asked, and each attempt that was expected to ask and did not."""
+    e = html.escape
+    rows = []
+    for r in data["results"]:
+        questions = [q for q in r.get("questions") or [] if isinstance(q, dict)]
+        expected = {True: "yes", False: "no"}.get(r.get("clarification_expected"), "not declared")
+        attempt = f"{e(r['task_id'])} r{r['repeat']}{e(' ' + r['variant'] if r.get('variant') else '')}"
+        link = _log_link(r.get("run_file") or "", base)
+        if not questions and r.get("clarification_expected") is True:
+            rows.append(f"<tr><td>{attempt}</td><td>yes</td><td colspan=3>(asked none)</td><td class=log>{link}</td></tr>")
+        for q in questions:
+            answer = q.get("answer") or "(no answer)"
+            rows.append(f"<tr><td>{attempt}</td><td>{expected}</td><td class=grades>{e(str(q.get('question'))[:300])}"
+                        f"</td><td class=grades>{e(str(answer)[:300])}</td><td>{e(str(q.get('source')))}</td>"
+                        f"<td class=log>{link}</td></tr>")
+    if not rows:
+        return ""
+    return ("<h2>Clarifying questions</h2><table><tr><th>attempt</th><th>expected</th><th>question</th>"
+            f"<th>answer</th><th>source</th><th>run log</th></tr>{''.join(rows)}</table>")
 
 
 def render_report(data: dict[str, Any], title: str | None = None, base: str | None = None) -> str:
