@@ -301,6 +301,35 @@ def test_a_duckdb_create_table_is_previewed_and_rolled_back(tmp_path, ledger):
     con.close()
 
 
+# --------------------------------------------------------------------------- the approval display
+
+
+def test_the_approval_display_shows_the_preflight_with_hostile_values_escaped(tmp_path, bank):
+    from harness_magic.notebook.approval import request_html, request_text
+
+    seen = []
+    hostile = "<img src=x onerror=alert(1)>\x1b[2J"
+    connector = sql_connector(bank, name="bank", environment="prod", allow_writes=True)
+    run_tools(tmp_path, connector, [call("bank__execute", sql=f"UPDATE accounts SET email = '{hostile}' WHERE id = 1")],
+              ApprovalPolicy(approver=lambda r: seen.append(r) or False))
+    page, text = request_html(seen[0]), request_text(seen[0])
+    assert "<img" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page and "\x1b" not in page
+    assert "user1@example.com" in page and "1 rows affected" in page and "environment" in page
+    assert "\x1b" not in text and "before (accounts" in text and "after (accounts" in text
+    assert "NOT PREVIEWED" not in text
+
+
+def test_an_unpreviewed_write_is_flagged_in_the_approval_display(tmp_path, bank):
+    from harness_magic.notebook.approval import request_html, request_text
+
+    seen = []
+    connector = sql_connector(bank, name="bank", environment="staging")
+    run_tools(tmp_path, connector, [call("bank__execute", sql="VACUUM accounts")],
+              ApprovalPolicy(approver=lambda r: seen.append(r) or False))
+    assert request_text(seen[0]).startswith("NOT PREVIEWED") and "NOT PREVIEWED" in request_html(seen[0])
+    assert "VACUUM may act outside the transaction" in request_text(seen[0])
+
+
 # --------------------------------------------------------------------------- policy files
 
 
