@@ -200,6 +200,8 @@ def test_over_the_limit_the_person_is_not_asked_and_the_model_is_told_the_limit(
     session.answerer = lambda request: asked.append(request.question) or "yes"
     session.ask("Go.")
     assert asked == ["One?", "Two?"]
+    events_logged = [r.get("event") for r in read_log(session.runs[-1].run_file) if r.get("type") == "event"]
+    assert events_logged.count("question") == 2 and events_logged.count("question_over_limit") == 1
     last = results(session)[-1]
     assert last.startswith(NO_ANSWER_TEXT) and "limit of 2 questions per run" in last
 

@@ -19,7 +19,8 @@ twice, asking (``source`` None) and answered (``answer`` the text, ``""`` for
 no answer; ``source``; ``wait_s``), and one ``event`` line ``question`` in the
 run log. The wait is counted apart from the tool's own time (as approvals').
 Over :attr:`Questions.max_questions` per run the person is not asked: the tool
-answers the no-answer text and names the limit.
+answers the no-answer text and names the limit (no step; a ``question_over_limit``
+log line).
 
 After a no-answer the model is told to state its assumption with
 ``remember(kind="assumption", ...)``; the memory tool records it. Where no
@@ -246,7 +247,9 @@ class Questions:
         request, cut = self.request(question, options, why, use.id if use is not None else None)
         note = f" (Note: {cut}.)" if cut else ""
         if self.asked >= self.max_questions:
-            self._log(run, request, None, "limit", 0.0)
+            if run is not None:  # not asked: its own event name, so a state read from the log lists no question
+                run.logger.write("event", event="question_over_limit", question=request.question,
+                                 limit=self.max_questions, tool_use_id=request.tool_use_id, turn=run.turn)
             self._awaiting_assumption = request.tool_use_id or ""
             return no_answer_text(f"the limit of {self.max_questions} questions per run is reached; "
                                   "do not ask again in this run", self._has_remember()) + note
