@@ -292,3 +292,22 @@ def test_in_a_real_kernel_a_domain_subagent_uses_only_its_subset(tmp_path, shop)
     with sqlite3.connect(path) as db:
         assert db.execute("select count(*) from orders").fetchone() == (3,)
     assert "glossary" in records[0]["system"].lower()  # the metric-definition skill's template is in its prompt
+
+
+def test_a_preset_without_python_starts_no_worker_of_its_own(tmp_path):
+    from harness_magic.core.execution.interpreter import InProcessInterpreter
+
+    started = []
+
+    def backend_factory():
+        started.append(InProcessInterpreter())
+        return started[-1]
+
+    turns = [turn(SUBAGENT_TOOL_NAME, task="a", preset="lineage_impact"), {"text": "child a"},
+             turn(SUBAGENT_TOOL_NAME, task="b", preset="data_quality"), {"text": "child b"}, {"text": "done"}]
+    parent = Harness(scripted(turns), "s", [], max_turns=10, run_dir=str(tmp_path), cache=SessionCache())
+    enable_subagents(parent, backend=InProcessInterpreter(), backend_factory=backend_factory,
+                     preset_skills=lambda: None)
+    result = parent.run_result("go")
+    assert [r.is_error for r in tool_results(result.messages)] == [False, False]
+    assert len(started) == 1  # data_quality runs code in a worker of its own; lineage_impact needs none

@@ -70,9 +70,13 @@ class SubagentPreset:
 
     def allows(self, spec: Any) -> bool:
         """Whether the tool ``spec`` (a ToolSpec) is in this preset's subset."""
-        if self.read_only and getattr(spec, "safety", "read") != "read":
+        return self.allows_name(spec.name, getattr(spec, "safety", "read"))
+
+    def allows_name(self, name: str, safety: str = "read") -> bool:
+        """Whether a tool called ``name`` of safety class ``safety`` is in this preset's subset."""
+        if self.read_only and safety != "read":
             return False
-        return any(fnmatchcase(spec.name, pattern) for pattern in self.tools)
+        return any(fnmatchcase(name, pattern) for pattern in self.tools)
 
 
 PRESETS: dict[str, SubagentPreset] = {p.name: p for p in (

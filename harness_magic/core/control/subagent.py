@@ -205,7 +205,8 @@ def make_subagent_tool(
             chosen = None if preset is None else get_preset(preset, table)
         except PresetError as exc:
             raise ToolError(str(exc)) from None
-        own = backend_factory() if backend_factory is not None and tools_factory is None else None
+        runs_code = chosen is None or chosen.allows_name("python_interpreter")  # else no worker is started
+        own = backend_factory() if backend_factory is not None and tools_factory is None and runs_code else None
         try:
             return run_subagent(task, input_handles, output_policy, own, chosen)
         finally:
