@@ -359,7 +359,6 @@ def _preload_skills(child: Any, preset: SubagentPreset, skill_set: Any) -> None:
         return
     from harness_magic.core.control.skills import install_skills
     from harness_magic.core.control.verification import Verifier
-
     from harness_magic.core.transcript.events import RunStarted
 
     runtime = install_skills(child, Verifier().install(child), skill_set)
