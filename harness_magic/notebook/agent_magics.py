@@ -42,6 +42,7 @@ from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, obs
 
 from harness_magic.core.execution.interpreter import DEFAULT_MATERIALIZE_MAX_BYTES, DEFAULT_MATERIALIZE_MAX_ROWS
 from harness_magic.core.transcript.scrub import escape_control
+from harness_magic.core.text.masking import check_policy, sensitivity_text
 from harness_magic.notebook.arguments import (
     BUDGET_FLAGS,
     BUDGET_SETTINGS,
@@ -57,7 +58,7 @@ from harness_magic.notebook.arguments import (
 from harness_magic.notebook.bindings import Bindings, pulled_value, push_value
 from harness_magic.notebook.errors import AgentRunError
 from harness_magic.notebook.live import live_renderer, settle, show_live
-from harness_magic.notebook.tables import export_rows_html, handle_rows, rows_text
+from harness_magic.notebook.tables import export_rows_html, handle_rows, pairs_html, rows_text
 from harness_magic.notebook.values import describe
 
 __all__ = ["AgentMagics"]
@@ -182,8 +183,6 @@ class AgentMagics(Magics):
 
     @validate("masking")
     def _valid_masking(self, proposal: Any) -> Any:
-        from harness_magic.core.text.masking import check_policy
-
         try:
             return check_policy(proposal["value"])
         except ValueError as exc:
@@ -506,17 +505,18 @@ class AgentMagics(Magics):
             check_handle(args.handle, "handle")
             if args.handle not in cache:
                 raise UsageError(f"no handle {args.handle!r}; handles: {', '.join(cache.names()) or '(none)'}")
-            snap = cache.snapshot(args.handle)
+            snap, sens = cache.snapshot(args.handle), self.session.masking.column_rows(cache, args.handle)
             from harness_magic.core.text.snapshot_view import snapshot_rich, snapshot_text
-
             if self._in_kernel():
-                self.show(export.render_snapshot_html(args.handle, snap), snapshot_text(args.handle, snap))
+                self.show(export.render_snapshot_html(args.handle, snap) + pairs_html(sens),
+                          snapshot_text(args.handle, snap) + sensitivity_text(sens))
             else:
                 from rich.console import Console
 
                 from harness_magic.notebook.render import strip_tree
 
-                Console(highlight=False).print(snapshot_rich(args.handle, strip_tree(snap)))
+                Console(highlight=False).print(snapshot_rich(args.handle, strip_tree(snap)), sensitivity_text(sens),
+                                               markup=False)
             return
         rows = handle_rows(cache, self._handle_runs())
         if not rows:

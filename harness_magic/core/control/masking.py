@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 from harness_magic.core.text.masking import ColumnClass, Masker
 from harness_magic.core.text.sensitivity import DETECTED_KINDS, classify_column
 
-__all__ = ["SessionMasking", "SCAN_ROWS", "column_classes_text", "declared_classes"]
+__all__ = ["SessionMasking", "SCAN_ROWS", "column_classes_text", "declared_classes", "sensitivity_report"]
 
 SCAN_ROWS = 10_000
 """Rows of an in-memory frame whose classified columns' values are tracked: bounded time per tool result."""
@@ -86,6 +86,12 @@ class SessionMasking:
             self.masker.learn_column(name, column, cls, () if patterned else values)
         return found
 
+    def column_rows(self, cache: Any, name: str) -> list[tuple[str, str]]:
+        """``(column, "pii (detected email)")`` for each sensitive column of ``name`` (classified now if new)."""
+        classes = self.column_classes(name) or self.classify(cache, name)
+        return [(column, f"{c.cls} ({c.source} {c.kind})" if c.kind else f"{c.cls} ({c.source})")
+                for column, c in classes.items()]
+
     def column_classes(self, name: str) -> dict[str, ColumnClass]:
         """The classes recorded for handle ``name`` (empty when it has none or was never scanned)."""
         return dict(self.masker.columns.get(name, {}))
@@ -130,3 +136,16 @@ def declared_classes(registry: Any) -> dict[str, ColumnClass]:
         for column, cls in registry[name].sensitivity.items():
             declared[column] = ColumnClass(cls, "config")
     return declared
+
+
+def sensitivity_report(masking: SessionMasking, registry: Any) -> str:
+    """What ``%agent_connectors`` prints about masking: the policy, configured columns, classes found in results."""
+    policy = ", ".join(f"{cls} {action}" for cls, action in masking.masker.policy.items())
+    lines = [f"Masking (what the model sees): {policy}"]
+    for column, c in declared_classes(registry).items():
+        lines.append(f"  {column}: {c.cls} (config)")
+    for handle, classes in masking.masker.columns.items():
+        lines.append(f"  result {handle}: {column_classes_text(classes)}")
+    if len(lines) == 1:
+        lines.append("  no sensitive columns configured or found yet")
+    return "\n".join(lines)

@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterable, Mapping
 from harness_magic.core.text.sensitivity import DETECTED_KINDS, SENSITIVITY_CLASSES, classify_cell, find_sensitive
 
 __all__ = ["Masker", "Masked", "ColumnClass", "MASK_ACTIONS", "DEFAULT_POLICY", "KNOWN_VALUES_MAX",
-           "KNOWN_VALUE_MIN_CHARS", "check_policy", "denied_text"]
+           "KNOWN_VALUE_MIN_CHARS", "check_policy", "denied_text", "sensitivity_text"]
 
 MASK_ACTIONS = ("allow", "mask", "deny")
 DEFAULT_POLICY = {"pii": "mask", "financial": "mask", "restricted": "deny"}
@@ -63,6 +63,11 @@ def check_policy(policy: Any) -> dict[str, str]:
             raise ValueError(f"masking action {action!r} for {cls!r} is not valid; allowed: {', '.join(MASK_ACTIONS)}")
         full[cls] = action
     return full
+
+
+def sensitivity_text(rows: Iterable[tuple[str, str]]) -> str:
+    """The line ``%agent_vars HANDLE`` prints under a snapshot: each sensitive column with its class and source."""
+    return "\nsensitive columns: " + ("; ".join(f"{column} {how}" for column, how in rows) or "none")
 
 
 def denied_text(cls: str) -> str:
