@@ -152,7 +152,7 @@ class ControlMagics(Magics):
 
     @line_magic
     def agent_connectors(self, line: str) -> Any:
-        """List connectors, their tools with safety classes, and the SQL read role's privileges."""
+        """List connectors, their tools with safety classes, the SQL read role's privileges, and sensitive columns."""
         from harness_magic.core.execution.connectors.report import connectors_report, format_report
 
         if line.strip():
@@ -160,6 +160,9 @@ class ControlMagics(Magics):
         installed = self._agent.session.connectors
         report = connectors_report(installed.registry) if installed is not None else []
         print(format_report(report))
+        from harness_magic.core.control.masking import sensitivity_report
+
+        print(sensitivity_report(self._agent.session.masking, installed.registry if installed is not None else None))
 
     @no_var_expand
     @magic_arguments()
