@@ -349,3 +349,26 @@ def test_the_state_panel_in_a_real_kernel_shows_plan_assumptions_verification_an
         assert "UsageError" in diff.stderr  # one run so far: the diff needs two
     finally:
         kernel.close()
+
+
+def test_terminal_ipython_prints_the_run_state_panel(tmp_path: Path) -> None:
+    from tests.test_terminal import IPYTHON, run_in_terminal
+
+    if not IPYTHON.exists():
+        pytest.skip("ipython script not installed next to the interpreter")
+    (tmp_path / "model.json").write_text(json.dumps({"turns": investigation("weeks start on Monday", "low", "'wau'")}))
+    out = run_in_terminal(tmp_path, (
+        "%load_ext harness_magic\n"
+        "%config AgentMagics.sandbox = 'inprocess'\n"
+        "from harness_magic.notebook.magics import agent_session\n"
+        "agent_session().verifier.require_columns(['region'], handles='summary')\n"
+        "agent_session().answerer = None\n"
+        "_run = get_ipython().run_cell_magic('agent', '-m scripted/model.json', 'Why did WAU drop?')\n"
+    ))
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", out)
+    panel = plain[plain.index("run state"):]
+    for line in ("[x] 1. Pick the week — week 47", "FAILED require_columns(region) on summary",
+                 "asked: Which week counts as last week? → (no answer) (no_person", "weeks start on Monday",
+                 "confidence: low — one week of data", "Do bots count?"):
+        assert line in panel, (line, panel)
+    assert panel.index("confidence: low") < panel.index("model scripted"), "the panel comes before the footer"
