@@ -249,3 +249,51 @@ def test_a_bad_sensitivity_option_names_the_connector():
     with pytest.raises(ValueError, match="connector 'crm'.*'top-secret'"):
         connectors_from_config([{"type": "sql", "name": "crm", "url": "sqlite://",
                                  "sensitivity": {"customers.note": "top-secret"}}])
+
+
+# -- the notebook: a real kernel --------------------------------------------------------------
+
+
+@pytest.mark.kernel
+def test_notebook_shows_masked_calls_and_lists_column_classes_with_their_source(tmp_path):
+    pytest.importorskip("jupyter_client")
+    from test_magics import Kernel, answer, script, usage_error
+
+    db = tmp_path / "crm.sqlite"
+    engine = sa.create_engine(f"sqlite:///{db}")
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE customers (id int, email text, note text)")
+        conn.exec_driver_sql("INSERT INTO customers VALUES (1, 'ann.lee@acme-mail.com', 'vault-code-0001'), "
+                             "(2, 'bo.chan@acme-mail.com', 'vault-code-0002')")
+    engine.dispose()
+    kernel = Kernel(tmp_path)
+    try:
+        setup = kernel.run(
+            "%load_ext harness_magic\n%config AgentMagics.run_dir = 'runs'\n"
+            "%config AgentMagics.sandbox = 'inprocess'\n"
+            f"%config AgentMagics.connectors = [{{'type': 'sql', 'name': 'crm', 'url': 'sqlite:///{db}', "
+            "'sensitivity': {'customers.note': 'restricted'}}]")
+        assert setup.ok, setup.outputs
+        model = script(kernel, {"tool_calls": [{"name": "load_connectors", "arguments": {"connector_name": "crm"}}]},
+                       {"tool_calls": [{"name": "crm__query", "arguments": {"sql": "SELECT * FROM customers",
+                                                                           "name": "customers"}}]},
+                       answer("Two customers."))
+        run = kernel.run(f"%%agent {model}\nWho are the customers?")
+        assert run.ok, run.outputs
+        shown = json.dumps(run.outputs)
+        assert "ann.lee@acme-mail.com" not in shown and "vault-code-0001" not in shown
+        assert denied_text("restricted") in shown
+
+        listed = kernel.run("%agent_vars customers")
+        text = "".join(o.get("data", {}).get("text/plain", "") for o in listed.outputs) + listed.stdout
+        assert "ann.lee@acme-mail.com" in text  # the user's own view holds the real data
+        assert "email pii (detected email)" in text and "note restricted (config)" in text
+
+        connectors = kernel.run("%agent_connectors")
+        assert "customers.note: restricted (config)" in connectors.stdout
+        assert "result customers: email: pii (detected email)" in connectors.stdout
+
+        bad = kernel.run("%config AgentMagics.masking = {'pii': 'hide'}")
+        assert "'hide'" in usage_error(bad)
+    finally:
+        kernel.close()
