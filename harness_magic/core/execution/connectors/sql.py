@@ -572,8 +572,8 @@ def sql_connector(
             raise ToolError(f"Refused: {len(classification.statements)} statements; send one statement per call "
                             f"({classification.summary}).")
         if not classification.is_read:
-            advice = (f"use {connector.name}__execute, which asks the user for approval" if allow_writes
-                      else "this connection is read-only")
+            advice = (f"use {connector.name}__execute, which asks the user for approval"
+                      if allow_writes is not False else "this connection is read-only")
             raise ToolError(f"Refused: the statement is classified {classification.summary}; "
                             f"{connector.name}__query runs read-only statements ({advice}).")
         frame, truncated = db.query(sql, max_rows)
