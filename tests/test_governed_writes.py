@@ -368,3 +368,56 @@ def test_a_policy_file_loads_and_the_first_matching_rule_decides(tmp_path):
     assert table.verdict("prod", "destructive", "none").action == "deny"
     assert table.verdict("prod", "write", "pii").approvers == ("dba",)
     assert table.verdict("dev", "write", "none").action == "allow"
+
+
+# --------------------------------------------------------------------------- through a real kernel
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("reply", ["y", "n"])
+def test_in_a_notebook_the_prod_write_is_previewed_in_the_cell_and_committed_only_on_yes(tmp_path, ledger, reply):
+    import queue
+    import textwrap
+    import time
+
+    from test_magics import CELL_TIMEOUT_S, Cell, Kernel, script
+
+    kernel = Kernel(tmp_path)
+    try:
+        setup = kernel.run(textwrap.dedent(f"""\
+            %load_ext harness_magic
+            %config AgentMagics.run_dir = "runs"
+            %config AgentMagics.actor_role = "dba"
+            %config AgentMagics.policy = {{"rules": [{{"environment": "prod", "action": "ask", "approvers": ["dba"]}}]}}
+            %config AgentMagics.connectors = [{{"type": "duckdb", "name": "ledger", "database": {ledger!r}, \
+"environment": "prod", "allow_writes": True}}]
+        """))
+        assert setup.ok, setup.outputs
+        model = script(kernel, {"text": "", "tool_calls": [{"name": "load_connectors",
+                                                             "arguments": {"connector_name": "ledger"}}]},
+                       {"text": "", "tool_calls": [{"name": "ledger__execute", "arguments": {"sql": UPDATE}}]},
+                       {"text": "Done."})
+        cell = Cell(kernel.kc.execute(f"%%agent {model}\nDouble the first balances.", allow_stdin=True))
+        prompts: list[str] = []
+        deadline = time.monotonic() + CELL_TIMEOUT_S
+        while not prompts and time.monotonic() < deadline:
+            try:
+                msg = kernel.kc.get_stdin_msg(timeout=1)
+            except queue.Empty:
+                continue
+            if msg["msg_type"] == "input_request":
+                prompts.append(msg["content"]["prompt"])
+                kernel.kc.input(reply)
+        kernel.collect(cell)
+        assert cell.ok, cell.outputs
+        assert prompts == ["Commit ledger__execute? [y/N] "]
+        shown = next(h for h in cell.data("text/html") if "agent-approval" in h)
+        assert "agent-preflight" in shown and "3 rows affected" in shown and "prod" in shown
+        records = [json.loads(line) for line in (tmp_path / ".harness_audit.jsonl").read_text().splitlines()]
+        write = [r for r in records if r["kind"] == "governed_write"]
+        assert write[-1]["outcome"] == ("committed" if reply == "y" else "rolled_back")
+        assert "dba" in write[-1]["actor"]
+    finally:
+        kernel.close()
+    expected = {**ORIGINAL, 1: 200, 2: 200, 3: 200} if reply == "y" else ORIGINAL
+    assert duck_balances(ledger) == expected
