@@ -18,6 +18,7 @@ from typing import Any
 from harness_magic.core.transcript.events import (
     ApprovalStep,
     AssistantMessage,
+    MaskingApplied,
     Notice,
     QuestionStep,
     ReminderAdded,
@@ -266,6 +267,10 @@ def apply_event(record: RunRecord, event: Any, state: Any) -> None:
         record.items.append(("reminder", event.text))
     elif isinstance(event, Notice):
         record.items.append(("notice", event.level, event.text))
+    elif isinstance(event, MaskingApplied):  # counts only: the values never reach a record
+        what = ", ".join(f"{n} {cls}" for cls, n in event.counts)
+        record.items.append(("notice", "info", f"sensitive values masked before the model saw this {event.where}: "
+                                               f"{what}"))
     elif isinstance(event, SubagentEvent):
         tool = record.tool(event.parent_tool_use_id)
         if tool is None:
