@@ -219,6 +219,8 @@ def test_no_request_holds_an_unmasked_value_while_the_worker_computes_on_real_on
     for suffix in (".html", ".md", ".jsonl"):
         exported = export_runs(recorder.records, tmp_path / f"export{suffix}").read_text()
         assert sorted({v for v in sensitive_strings(rows) if v in exported}) == [], suffix
+        said = '"masking_applied"' if suffix == ".jsonl" else "sensitive values masked before the model saw this"
+        assert said in exported, suffix
 
 
 @pytest.mark.postgres
