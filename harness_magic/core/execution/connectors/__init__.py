@@ -2,7 +2,9 @@
 
 See :mod:`.registry` for the model-facing protocol (catalogue,
 ``load_connectors``, ``<connector>__<tool>`` names) and :mod:`.approval` for
-the approver callback the notebook implements. Built-ins: :func:`files_connector`,
+the approver callback the notebook implements; :mod:`.policy` (environments,
+roles, the governance table) and :mod:`.preview` (writes previewed in a
+transaction, then committed or rolled back) govern writes. Built-ins: :func:`files_connector`,
 :func:`duckdb_connector`, :func:`sql_connector`, :func:`spark_connector` (their engines are imported on first use).
 """
 
@@ -16,6 +18,8 @@ from harness_magic.core.execution.connectors.classify import Classification, cla
 from harness_magic.core.execution.connectors.config import connectors_from_config
 from harness_magic.core.execution.connectors.duckdb_connector import duckdb_connector
 from harness_magic.core.execution.connectors.files import files_connector
+from harness_magic.core.execution.connectors.policy import Actor, GovernancePolicy, PolicyError
+from harness_magic.core.execution.connectors.preview import Preflight
 from harness_magic.core.execution.connectors.registry import (
     LOAD_TOOL_NAME,
     Connector,
@@ -34,6 +38,10 @@ __all__ = [
     "ApprovalPolicy",
     "ApprovalRequest",
     "Approver",
+    "Actor",
+    "GovernancePolicy",
+    "PolicyError",
+    "Preflight",
     "Classification",
     "classify_sql",
     "Connector",
