@@ -70,8 +70,8 @@ class SessionMagics(Magics):
         from harness_magic.core.transcript.audit import AuditError
 
         try:
-            record_transfer(self._agent.session.audit, "export", columns=[], path=str(path), format=suffix[1:],
-                            runs=[str(r.run_id) for r in chosen])
+            record_transfer(self._agent.session.audit, "export", columns=[], path=str(Path(path).resolve()),
+                            format=suffix[1:], runs=[str(r.run_id) for r in chosen])
         except AuditError as exc:
             print(f"the export is not in the audit log: {exc}", file=sys.stderr)
 
