@@ -384,7 +384,7 @@ def test_column_classes_name_the_sensitive_columns_of_a_frame():
 
 
 @pytest.mark.kernel
-def test_an_approval_and_a_pull_appear_in_agent_audit(tmp_path):
+def test_an_approval_a_pull_and_an_export_appear_in_agent_audit(tmp_path):
     pytest.importorskip("jupyter_client")
     from test_magics import Kernel, answer, code_turn
     from test_magics_integration import calls, run_answering
@@ -414,14 +414,17 @@ def test_an_approval_and_a_pull_appear_in_agent_audit(tmp_path):
         cell, prompts = run_answering(kernel, "%%agent -m scripted/audit_model.json\nNote it and load customers.", "y")
         assert cell.ok and prompts, cell.outputs
         assert kernel.run("%agent_pull customers").ok
-        shown = kernel.run("%agent_audit -n 5")
+        assert kernel.run("%agent_export run.html").ok
+        shown = kernel.run("%agent_audit -n 6")
         assert shown.ok, shown.outputs
         head, *entries = shown.stdout.splitlines()
         assert head.endswith(f"chain verified, {len(entries)} records"), shown.stdout
         kinds = [line.split()[2] for line in entries]
-        assert kinds[0] == "approval" and kinds[-1] == "pull" and set(kinds[1:-1]) == {"masking"}, shown.stdout
+        assert kinds[0] == "approval" and kinds[-2:] == ["pull", "export"], shown.stdout
+        assert set(kinds[1:-2]) == {"masking"}, shown.stdout
         assert "notes__add (write) approved by user" in entries[0]
-        assert "customers -> customers (3 columns); sensitive: email (pii)" in entries[-1]
+        assert "customers -> customers (3 columns); sensitive: email (pii)" in entries[-2]
+        assert entries[-1].endswith(f"{tmp_path / 'run.html'} (html)")
         text = (tmp_path / ".harness_audit.jsonl").read_text()
         assert "ana@example.com" not in text and "bo@example.org" not in text
         assert "-n 0: must be at least 1" in kernel.run("%agent_audit -n 0").stderr
