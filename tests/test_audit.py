@@ -428,5 +428,10 @@ def test_an_approval_a_pull_and_an_export_appear_in_agent_audit(tmp_path):
         text = (tmp_path / ".harness_audit.jsonl").read_text()
         assert "ana@example.com" not in text and "bo@example.org" not in text
         assert "-n 0: must be at least 1" in kernel.run("%agent_audit -n 0").stderr
+        unwritable = tmp_path / "no_such_dir" / "audit.jsonl"
+        assert kernel.run(f"%config AgentMagics.audit_log = {str(unwritable)!r}").ok
+        refused = kernel.run("%agent_pull customers again")
+        assert "customers not pulled: cannot write the audit log" in refused.stderr
+        assert kernel.value("'again' in globals()") is False  # the value never reached the notebook
     finally:
         kernel.close()
