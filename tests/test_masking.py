@@ -299,3 +299,44 @@ def test_notebook_shows_masked_calls_and_lists_column_classes_with_their_source(
         assert "'hide'" in usage_error(bad)
     finally:
         kernel.close()
+
+
+# -- glossary entries ---------------------------------------------------------------------------
+
+
+def test_a_glossary_entry_classes_a_column_no_pattern_recognises(tmp_path):
+    from harness_magic.core.execution.connectors.config import connectors_from_config
+    from harness_magic.core.providers.offline import ScriptedModel
+    from harness_magic.core.providers.provider import ProviderAdapter
+    from harness_magic.core.session import AgentConfig, AgentSession
+
+    (tmp_path / "terms.yaml").write_text(
+        "tables:\n  customers.full_name: {kind: dimension, definition: The customer's name., sensitivity: pii}\n")
+    db = tmp_path / "crm.sqlite"
+    engine = sa.create_engine(f"sqlite:///{db}")
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE customers (id int, full_name text)")
+        conn.exec_driver_sql("INSERT INTO customers VALUES (1, 'Ann Lee'), (2, 'Bo Chan')")
+    engine.dispose()
+    registry = connectors_from_config([{"type": "glossary", "files": [str(tmp_path / "terms.yaml")]},
+                                       {"type": "sql", "name": "crm", "url": f"sqlite:///{db}"}])
+    turns = [{"tool_calls": [call("load_connectors", connector_name="crm")]},
+             {"tool_calls": [call("crm__query", sql="SELECT * FROM customers", name="customers")]},
+             {"tool_calls": [call("python_interpreter", code="print('top customer:', customers.full_name.iloc[0])")]},
+             {"text": "done"}]
+    session = AgentSession(AgentConfig(model="scripted/g", sandbox="inprocess", run_dir=str(tmp_path / "runs")),
+                           adapter=ProviderAdapter("scripted/g", transport=ScriptedModel(turns)), connectors=registry)
+    result = session.ask("who are they?")
+    assert result.status == "completed", result.error
+    sent = "\n".join(str(b.content) for m in result.messages for b in m.content if hasattr(b, "tool_use_id"))
+    assert "Ann Lee" not in sent and "Bo Chan" not in sent
+    assert f"top customer: {session.masking.masker.pseudonym('pii', 'Ann Lee')}" in sent
+    assert ("full_name", "pii (glossary)") in session.masking.column_rows(session.cache, "customers")
+
+
+def test_a_bad_glossary_sensitivity_names_the_entry(tmp_path):
+    from harness_magic.core.knowledge.glossary import GlossaryError, load_glossary
+
+    (tmp_path / "terms.yaml").write_text("tables:\n  customers.email: {sensitivity: secret}\n")
+    with pytest.raises(GlossaryError, match="customers.email.*'secret'"):
+        load_glossary([tmp_path / "terms.yaml"])

@@ -125,15 +125,23 @@ def column_classes_text(classes: Mapping[str, ColumnClass]) -> str:
 
 
 def declared_classes(registry: Any) -> dict[str, ColumnClass]:
-    """``{"table.column": ColumnClass(cls, "config")}`` from each connector's ``sensitivity`` option.
+    """``{"table.column": ColumnClass}`` from glossary entries' ``sensitivity`` and each connector's option.
 
     ``registry``: a :class:`~harness_magic.core.execution.connectors.ConnectorRegistry` or None.
     """
     if registry is None:
         return {}
+    from harness_magic.core.execution.connectors.docs import GlossaryConnector
+    from harness_magic.core.knowledge.glossary import sensitive_columns
+
     declared: dict[str, ColumnClass] = {}
-    for name in registry.names:
-        for column, cls in registry[name].sensitivity.items():
+    connectors = [registry[name] for name in registry.names]
+    for connector in connectors:  # glossary entries first: a connector's own option wins over them
+        if isinstance(connector, GlossaryConnector):
+            for column, cls in sensitive_columns(connector.glossary).items():
+                declared[column] = ColumnClass(cls, "glossary")
+    for connector in connectors:
+        for column, cls in connector.sensitivity.items():
             declared[column] = ColumnClass(cls, "config")
     return declared
 
@@ -143,7 +151,7 @@ def sensitivity_report(masking: SessionMasking, registry: Any) -> str:
     policy = ", ".join(f"{cls} {action}" for cls, action in masking.masker.policy.items())
     lines = [f"Masking (what the model sees): {policy}"]
     for column, c in declared_classes(registry).items():
-        lines.append(f"  {column}: {c.cls} (config)")
+        lines.append(f"  {column}: {c.cls} ({c.source})")
     for handle, classes in masking.masker.columns.items():
         lines.append(f"  result {handle}: {column_classes_text(classes)}")
     if len(lines) == 1:

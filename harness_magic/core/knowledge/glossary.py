@@ -15,6 +15,7 @@ File format (several files merge; a name defined twice is an error naming both):
         owners: [finance-data]
         synonyms: [net sales]
         see_also: [gross_revenue]
+      customers.email: {kind: dimension, definition: Contact address., sensitivity: pii}   # masked for the model
     tables:                               # same fields; kind defaults to table
       finance.orders: {definition: One row per order line., owners: [finance-data]}
 
@@ -38,12 +39,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 __all__ = ["Glossary", "Term", "Owner", "GlossaryError", "load_glossary", "normalize_term", "GLOSSARY_MAX_BYTES",
-           "WORKSPACE_SOURCE"]
+           "WORKSPACE_SOURCE", "sensitive_columns"]
 
 GLOSSARY_MAX_BYTES = 5 * 1024 * 1024
 """A glossary file larger than this is refused: definitions are text, not data."""
 KINDS = ("metric", "term", "table", "dimension")
-TERM_FIELDS = ("kind", "definition", "formula", "sql", "tables", "columns", "owners", "synonyms", "see_also")
+TERM_FIELDS = ("kind", "definition", "formula", "sql", "tables", "columns", "owners", "synonyms", "see_also",
+               "sensitivity")
 OWNER_FIELDS = ("name", "contact", "team", "slack", "notes")
 SUGGESTIONS = 3
 """Near matches listed when a lookup finds no exact term."""
@@ -101,6 +103,8 @@ class Term:
     owners: tuple[str, ...] = ()
     synonyms: tuple[str, ...] = ()
     see_also: tuple[str, ...] = ()
+    sensitivity: str = ""
+    """``pii``, ``financial`` or ``restricted`` for its ``columns`` (or, with none, the entry's own name); "" none."""
 
     @property
     def source_id(self) -> str:
@@ -325,7 +329,28 @@ def load_glossary(files: Sequence[str | os.PathLike]) -> Glossary:
                     definition=_text(entry.get("definition"), f"{where}.definition"),
                     formula=_text(entry.get("formula"), f"{where}.formula"),
                     sql=_text(entry.get("sql"), f"{where}.sql"),
+                    sensitivity=_sensitivity(entry.get("sensitivity"), f"{where}.sensitivity"),
                     **{f: _strings(entry.get(f), f"{where}.{f}")
                        for f in ("tables", "columns", "owners", "synonyms", "see_also")})
     glossary.digest = hashlib.sha256("".join(digests).encode()).hexdigest()
     return glossary
+
+
+def _sensitivity(value: Any, where: str) -> str:
+    from harness_magic.core.text.sensitivity import SENSITIVITY_CLASSES
+
+    if value is None or value == "":
+        return ""
+    if value not in SENSITIVITY_CLASSES:
+        raise GlossaryError(f"{where}: {value!r} is not one of {', '.join(SENSITIVITY_CLASSES)}")
+    return str(value)
+
+
+def sensitive_columns(glossary: Glossary) -> dict[str, str]:
+    """``{"table.column": class}`` from entries with a ``sensitivity`` (their ``columns``, else their own name)."""
+    out: dict[str, str] = {}
+    for term in glossary.terms.values():
+        if term.sensitivity:
+            for column in term.columns or (term.name,):
+                out[column] = term.sensitivity
+    return out
