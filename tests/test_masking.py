@@ -295,6 +295,10 @@ def test_notebook_shows_masked_calls_and_lists_column_classes_with_their_source(
         assert "customers.note: restricted (config)" in connectors.stdout
         assert "result customers: email: pii (detected email)" in connectors.stdout
 
+        pulled = kernel.run("%agent_pull customers crm_customers")
+        assert pulled.ok, pulled.outputs
+        assert kernel.value("sorted(crm_customers.email)") == ["ann.lee@acme-mail.com", "bo.chan@acme-mail.com"]
+
         bad = kernel.run("%config AgentMagics.masking = {'pii': 'hide'}")
         assert "'hide'" in usage_error(bad)
     finally:
