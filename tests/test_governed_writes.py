@@ -274,6 +274,26 @@ def test_a_duckdb_write_is_previewed_invisible_to_others_then_committed_or_rolle
     assert records[-1]["outcome"] == ("committed" if approve else "rolled_back")
 
 
+def test_a_long_running_duckdb_update_is_interrupted_by_the_timeout_before_anyone_is_asked(tmp_path, ledger):
+    asked = []
+    connector = duckdb_connector(name="ledger", database=ledger, timeout_s=0.5)
+    slow = "UPDATE accounts SET balance = (SELECT sum(i) % 7 FROM range(100000000000) t(i))::INTEGER"
+    (result,), records = run_tools(tmp_path, connector, [call("ledger__execute", sql=slow)],
+                                   ApprovalPolicy(approver=lambda r: asked.append(r) or True))
+    assert result.is_error and "timed out after 0.5 s" in result.content
+    assert asked == [] and duck_balances(ledger) == ORIGINAL
+    assert records[-1]["outcome"] == "failed"
+
+
+def test_a_duckdb_write_with_two_statements_is_not_previewed_and_refused_in_prod(tmp_path, ledger):
+    asked = []
+    connector = duckdb_connector(name="ledger", database=ledger, environment="prod", allow_writes=True)
+    (result,), _ = run_tools(tmp_path, connector, [call("ledger__execute", sql=f"{UPDATE}; COMMIT")],
+                             ApprovalPolicy(approver=lambda r: asked.append(r) or True))
+    assert asked == [] and result.is_error and "cannot be previewed" in result.content
+    assert duck_balances(ledger) == ORIGINAL
+
+
 def test_a_duckdb_prod_connector_without_allow_writes_refuses(tmp_path, ledger):
     connector = duckdb_connector(name="ledger", database=ledger, environment="prod")
     (result,), _ = run_tools(tmp_path, connector, [call("ledger__execute", sql=UPDATE)],

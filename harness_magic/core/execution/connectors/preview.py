@@ -466,7 +466,7 @@ class DuckDBPreview:
                             result = self._con.execute(f"{query} LIMIT {int(sample_rows)}")
                             target[name] = _rows([d[0] for d in result.description], result.fetchall())
         for copy in self._copies.values():
-            self._con.execute(f"DROP TABLE temp.{copy}")
+            self._con.execute(f"DROP TABLE IF EXISTS temp.{copy}")
         self._copies.clear()
         return tuple(touched), before, after, tuple(self._notes)
 
