@@ -350,6 +350,30 @@ def test_an_unpreviewed_write_is_flagged_in_the_approval_display(tmp_path, bank)
     assert "VACUUM may act outside the transaction" in request_text(seen[0])
 
 
+# --------------------------------------------------------------------------- writes without a preview
+
+
+def unpreviewed(environment, **fields):
+    from harness_magic.core.execution.connectors.approval import ApprovalRequest
+
+    return ApprovalRequest(tool="spark__execute", connector="spark", safety="write", arguments={"sql": "x"},
+                           environment=environment, **fields)
+
+
+def test_a_write_without_a_preview_is_refused_in_prod_even_when_allowed_and_approved():
+    asked = []
+    policy = ApprovalPolicy(rules={"write": "allow"}, approver=lambda r: asked.append(r) or True)
+    decision = policy.decide(unpreviewed("prod", allow_writes=True))
+    assert not decision.approved and "cannot be previewed" in decision.reason and asked == []
+
+
+def test_a_write_without_a_preview_is_never_auto_allowed_in_staging_but_is_in_dev():
+    asked = []
+    policy = ApprovalPolicy(rules={"write": "allow"}, approver=lambda r: asked.append(r) or False)
+    assert not policy.decide(unpreviewed("staging")).approved and len(asked) == 1
+    assert policy.decide(unpreviewed("dev")).approved and len(asked) == 1
+
+
 # --------------------------------------------------------------------------- policy files
 
 
