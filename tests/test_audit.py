@@ -309,6 +309,16 @@ def test_session_records_approvals_denials_and_refusals(tmp_path):
     assert verify_file(tmp_path / "audit.jsonl").ok
 
 
+def test_an_approval_the_log_cannot_record_is_denied(tmp_path):
+    from harness_magic.core.execution.connectors import ApprovalPolicy
+    session, written = _session(tmp_path, _calls("unrecorded"), ApprovalPolicy(approver=lambda r: True))
+    session.harness.audit = AuditLog(tmp_path / "no_such_dir" / "audit.jsonl")
+    result = session.ask("go")
+    assert written == []
+    denied = [b for m in result.messages for b in m.content if getattr(b, "type", "") == "tool_result"][-1]
+    assert denied.is_error and "the audit log cannot record the approval" in denied.content
+
+
 def test_masking_events_become_masking_records(tmp_path):
     from harness_magic.core.execution.connectors import ApprovalPolicy
     from harness_magic.core.transcript.events import MaskingApplied
