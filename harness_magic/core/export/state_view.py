@@ -38,7 +38,8 @@ def state_html(state: RunState, *, live: bool = False) -> str:
     shows an unanswered question as unanswered)."""
     if state.empty:
         return ""
-    parts = [f'<div class="agent-state" style="{_BOX}"><div style="{_MUTED};font-weight:600">{STATE_TITLE}</div>']
+    box = _BOX + (";line-height:1.4" if live else "")  # a widget's HTML inherits the tall widget line height
+    parts = [f'<div class="agent-state" style="{box}"><div style="{_MUTED};font-weight:600">{STATE_TITLE}</div>']
     if state.goal:
         parts.append(_row("goal", _e(state.goal), "goal"))
     if state.plan:
