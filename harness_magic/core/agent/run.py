@@ -63,6 +63,8 @@ ToolGuard = Callable[[ToolSpec, ToolUseBlock], "str | None"]
 ToolValidator = Callable[[ToolSpec, ToolUseBlock, ToolOutput], "str | None"]
 """``validator(spec, use, output) -> problem | None`` after a tool ran; a problem turns its result into an error."""
 
+PRINTED_HOLD_MAX_CHARS = 4_096
+"""Printed text held back waiting for a line break before it is masked and shown anyway (progress bars, long lines)."""
 PARTIAL_OUTPUT_MAX_CHARS = 16_000
 """Printed text kept per tool call for an interrupted call's result and log: the head is what matters."""
 INTERRUPTED_RESULT = "Interrupted by the user before this tool call finished; it had no effect on the cache."
@@ -184,6 +186,8 @@ class Run:
         self.approval_wait_s: dict[str, float] = {}
         """Tool use id -> seconds its approval took (written by approval guards)."""
         self.partial_output: dict[str, str] = {}
+        self._held: dict[str, str] = {}
+        """Tool use id -> printed text after its last line break, held back until the line is whole."""
         """Tool use id -> text it printed so far (:meth:`tool_printed`), bounded."""
         self.logged_upto = len(history)
         self.final_text = ""
@@ -281,13 +285,32 @@ class Run:
         """Text the running tool call printed: emit a :class:`ToolOutputDelta`, keep it for an interrupt.
 
         Ignored outside a tool call. Up to :data:`PARTIAL_OUTPUT_MAX_CHARS` per call are kept.
+        With a masker, text is passed on masked a whole line at a time (a value printed in two
+        flushes is masked whole); a line longer than :data:`PRINTED_HOLD_MAX_CHARS` goes as it is cut.
         """
         use = self.current_tool_use
         if use is None or not isinstance(text, str) or not text:
             return
         masker = self.h.masker
         if masker is not None:  # counted when the whole result is masked
-            text = masker.mask(text)[0]
+            text = self._held.pop(use.id, "") + text
+            cut = max(text.rfind("\n"), text.rfind("\r")) + 1
+            if not cut and len(text) >= PRINTED_HOLD_MAX_CHARS:
+                cut = len(text)
+            if text[cut:]:
+                self._held[use.id] = text[cut:]
+            if not cut:
+                return
+            text = masker.mask(text[:cut])[0]
+        self._show_printed(use, text)
+
+    def _flush_printed(self, use: ToolUseBlock) -> None:
+        """Pass on the held end of a call's printed text (masked) when the call ends."""
+        held = self._held.pop(use.id, "")
+        if held and self.h.masker is not None:
+            self._show_printed(use, self.h.masker.mask(held)[0])
+
+    def _show_printed(self, use: ToolUseBlock, text: str) -> None:
         kept = self.partial_output.get(use.id, "")
         if len(kept) < PARTIAL_OUTPUT_MAX_CHARS:
             self.partial_output[use.id] = kept + text[:PARTIAL_OUTPUT_MAX_CHARS - len(kept)]
@@ -347,6 +370,7 @@ class Run:
                 try:
                     output = self._dispatch_one(use)
                 finally:
+                    self._flush_printed(use)
                     self.current_tool_use = None
                 duration = time.monotonic() - started
                 text = scrub(output.text) if output.is_error else output.text  # errors echo configs and headers
