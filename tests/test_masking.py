@@ -154,10 +154,9 @@ def test_no_request_holds_an_unmasked_value_while_the_worker_computes_on_real_on
     url, rows = customers
     third = rows[3]["email"]
     code = (
-        "import sys\n"
         "df = customers.to_pandas() if hasattr(customers, 'to_pandas') else customers\n"
         "print(df[['email', 'phone', 'card', 'secret_note']].to_string())\n"
-        "print('split chunk:', df.email.iloc[5][:6], end=''); sys.stdout.flush(); print(df.email.iloc[5][6:])\n"
+        "print('split chunk:', df.email.iloc[5][:6], end='', flush=True); print(df.email.iloc[5][6:])\n"
         "save('by_email', df.pivot_table(columns='email', values='amount', aggfunc='sum'))\n"
         "print(f\"AGG distinct={df.email.nunique()} total={df.amount.sum()} "
         "visa={df.card.str.startswith('4').sum()} note_chars={df.secret_note.str.len().sum()}\")\n"
@@ -182,7 +181,7 @@ def test_no_request_holds_an_unmasked_value_while_the_worker_computes_on_real_on
                                         "sensitivity": {"customers.secret_note": "restricted"}}])
     adapter = ProviderAdapter("openai/test-model", api_base=server.api_base, api_key="sk-test",
                               sleep=lambda s: None)
-    session = AgentSession(AgentConfig(model="openai/test-model", sandbox="inprocess", run_dir=str(tmp_path / "runs"),
+    session = AgentSession(AgentConfig(model="openai/test-model", run_dir=str(tmp_path / "runs"),
                                        planner=False, reminders=False),
                            adapter=adapter, connectors=registry, subagents=True)
     recorder, masked_events = RunRecorder(), []
@@ -206,6 +205,10 @@ def test_no_request_holds_an_unmasked_value_while_the_worker_computes_on_real_on
     note_chars = sum(len(r["secret_note"]) for r in rows)
     assert f"AGG distinct={N_CUSTOMERS} total={total} visa={N_CUSTOMERS} note_chars={note_chars}" in bodies[3]
     assert "by_email" in session.cache.names() and rows[0]["email"] in session.cache.get("by_email").columns
+
+    live = "".join(chunk for r in recorder.records for t in r.tools for _, chunk in t.output)
+    assert "split chunk: " + masker.pseudonym("email", rows[5]["email"]) in live  # two flushes, masked whole
+    assert sorted({v for v in sensitive_strings(rows) if v in live}) == []
 
     wheres = {e.where for e in masked_events}
     assert {"tool_result", "error"} <= wheres
@@ -344,3 +347,35 @@ def test_a_bad_glossary_sensitivity_names_the_entry(tmp_path):
     (tmp_path / "terms.yaml").write_text("tables:\n  customers.email: {sensitivity: secret}\n")
     with pytest.raises(GlossaryError, match="customers.email.*'secret'"):
         load_glossary([tmp_path / "terms.yaml"])
+
+
+# -- the hook on the loop -----------------------------------------------------------------------
+
+
+def test_a_value_printed_in_two_flushes_is_shown_masked_whole(tmp_path):
+    from harness_magic.core.agent.loop import Harness
+    from harness_magic.core.control.masking import SessionMasking
+    from harness_magic.core.execution.tools import ToolSpec
+    from harness_magic.core.providers.offline import ScriptedModel
+    from harness_magic.core.providers.provider import ProviderAdapter
+    from harness_magic.core.transcript.events import ToolOutputDelta
+
+    def chatty() -> str:
+        harness.tool_output("mail: ann.le")
+        harness.tool_output("e@acme-mail.com\nnext: bo.chan@acme-")
+        harness.tool_output("mail.com")  # no line break: passed on when the call ends
+        return "ok"
+
+    turns = [{"tool_calls": [call("chatty")]}, {"text": "done"}]
+    harness = Harness(ProviderAdapter("scripted/p", transport=ScriptedModel(turns)), "sys",
+                      [ToolSpec("chatty", "prints", {"type": "object", "properties": {}}, chatty)],
+                      run_dir=str(tmp_path))
+    masking = SessionMasking(lambda: {})
+    harness.set_masker(masking)
+    shown: list[str] = []
+    harness.subscribe(lambda e: shown.append(e.text) if isinstance(e, ToolOutputDelta) else None)
+    assert harness.run_result("go").status == "completed"
+    live = "".join(shown)
+    assert "acme-mail.com" not in live.replace(masking.masker.pseudonym("email", "ann.lee@acme-mail.com"), "")
+    assert live == (f"mail: {masking.masker.pseudonym('email', 'ann.lee@acme-mail.com')}\n"
+                    f"next: {masking.masker.pseudonym('email', 'bo.chan@acme-mail.com')}")
