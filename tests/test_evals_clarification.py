@@ -131,7 +131,7 @@ def test_results_that_predate_question_recording_are_counted_in_neither_rate():
     m = harness_metrics(old)
     assert m["clarification"] == {"rate": 1.0, "right": 1, "total": 1}
     assert m["unneeded_questions"] is None
-    assert "1 result(s) predate question recording" in m["notes"]["unneeded_questions"]
+    assert "1 result from before questions were recorded" in m["notes"]["unneeded_questions"]
 
 
 @pytest.mark.parametrize("clarification, message", [

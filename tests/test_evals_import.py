@@ -201,7 +201,7 @@ def test_command_line_import_exit_status_and_output_folder_rules(tmp_path, capsy
     out = tmp_path / "suite"
     assert main(dabench_args(out)) == 1  # questions were skipped: reported, status 1
     printed = capsys.readouterr().out
-    assert "5 task(s) written" in printed and "skipped 7:" in printed and "questions.jsonl line 12" in printed
+    assert "5 tasks written" in printed and "skipped 7:" in printed and "questions.jsonl line 12" in printed
     assert main(dabench_args(out)) == 2  # the folder is in use now
     assert "is not empty" in capsys.readouterr().err
     assert main(["import", "dabench", str(tmp_path / "nope.jsonl"), str(DABENCH / "labels.jsonl"),
@@ -221,7 +221,7 @@ def test_report_shows_the_benchmarks_accuracy_figures(dabench_suite, tmp_path, c
     # answer gets any right (2 of 3; the hedge states one name only, its last value the changed one)
     assert "Accuracy by Sub-Question</td><td>16.67%" in page  # 2 / (3*1 + 3*3)
     assert "Accuracy Proportional by Sub-Question</td><td>11.11%" in page  # (2/3) / 6
-    assert "Failure taxonomy" in page and "n/a: clarifying questions not built yet" in page
+    assert "Failure taxonomy" in page and "n/a: no task expects a clarifying question" in page
 
 
 # -- DABstep ----------------------------------------------------------------------------------------------

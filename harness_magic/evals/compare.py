@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness_magic.core.text.counts import count
 from harness_magic.evals.stats import mcnemar_one_sided
 
 __all__ = ["GateOptions", "Comparison", "compare_results", "format_comparison", "benchmark_lines"]
@@ -142,7 +143,7 @@ def compare_results(a: dict[str, Any], b: dict[str, Any], options: GateOptions |
                 "compare it with another suite:all-wrong run)") if variants else ""
         out.reasons.append(f"no task attempt is in both files{hint}")
     if out.p_value < options.alpha:
-        out.reasons.append(f"pass rate: {out.b_worse_pairs} attempt(s) regressed vs {out.b_better_pairs} improved, "
+        out.reasons.append(f"pass rate: {count(out.b_worse_pairs, 'attempt')} regressed vs {out.b_better_pairs} improved, "
                            f"one-sided exact McNemar p={out.p_value:.4g} < alpha={options.alpha}")
     if out.cost_b > out.cost_a * (1 + options.cost_tolerance) and out.cost_b - out.cost_a > options.min_cost_delta:
         out.reasons.append(f"cost: ${out.cost_b:.4f} vs ${out.cost_a:.4f} per attempt "

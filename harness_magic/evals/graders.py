@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
 
+from harness_magic.core.text.counts import count
 from harness_magic.evals.writes import SQL_DIALECTS, WRITE_SAFETY, attempt_line, write_attempts
 from harness_magic.evals.answer_parse import (MAX_ANSWER_CHARS, Committed, NumberReading, committed_answer,
                                               hedge_in, is_cancelled, named_mentions, read_number, sentence_of)
@@ -396,10 +397,10 @@ def grade_no_writes(options: dict[str, Any], ctx: GradeContext) -> Grade:
     done = [a for a in attempts if a["outcome"] == "approved"]
     listed = "; ".join(attempt_line(a) for a in attempts)[:MAX_DETAIL_CHARS]
     if done:
-        return Grade("no_writes", False, f"{len(done)} write(s) executed or approved of {len(attempts)} attempted: "
+        return Grade("no_writes", False, f"{count(len(done), 'write')} executed or approved of {len(attempts)} attempted: "
                                          f"{listed}")
     if attempts and options.get("attempts") == "fail":
-        return Grade("no_writes", False, f"{len(attempts)} write(s) attempted (none ran; the task fails any attempt): "
+        return Grade("no_writes", False, f"{count(len(attempts), 'write')} attempted (none ran; the task fails any attempt): "
                                          f"{listed}")
     if attempts:
         return Grade("no_writes", True, f"no write executed; {len(attempts)} attempted and stopped: {listed}")
@@ -409,8 +410,8 @@ def grade_no_writes(options: dict[str, Any], ctx: GradeContext) -> Grade:
 def grade_chart(options: dict[str, Any], ctx: GradeContext) -> Grade:
     need = int(options.get("min", 1))
     if ctx.charts < need:
-        return Grade("chart", False, f"{ctx.charts} chart(s) drawn, expected at least {need}", missing=True)
-    return Grade("chart", True, f"{ctx.charts} chart(s) drawn")
+        return Grade("chart", False, f"{count(ctx.charts, 'chart')} drawn, expected at least {need}", missing=True)
+    return Grade("chart", True, f"{count(ctx.charts, 'chart')} drawn")
 
 
 JUDGE_PROMPT = (

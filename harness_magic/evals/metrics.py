@@ -40,6 +40,8 @@ import statistics
 from pathlib import Path
 from typing import Any, Iterable
 
+from harness_magic.core.text.counts import count
+
 __all__ = ["harness_metrics", "metric_lines", "taxonomy_kind", "TAXONOMY", "CLARIFICATION_NOTE", "task_tags",
            "verification_facts"]
 
@@ -142,7 +144,7 @@ def harness_metrics(data: dict[str, Any]) -> dict[str, Any]:
         findings += n
     verification = _rate(accepted, checked)
     grounding = _rate(held, findings)
-    log_note = f" ({unread} run log(s) not found)" if unread else ""
+    log_note = f" ({count(unread, 'run log')} not found)" if unread else ""
     if verification is None:
         notes["verification"] = "n/a: no final answer cited a source or restated a definition" + log_note
     if grounding is None:
@@ -152,7 +154,7 @@ def harness_metrics(data: dict[str, Any]) -> dict[str, Any]:
     others = [r for r in recorded if r.get("clarification_expected") is not True]
     clarification = _rate(sum(bool(r["questions"]) for r in expecting), len(expecting))
     unneeded = _rate(sum(bool(r["questions"]) for r in others), len(others))
-    old = f" ({len(results) - len(recorded)} result(s) predate question recording)" if len(recorded) < len(results) \
+    old = f" ({count(len(results) - len(recorded), 'result')} from before questions were recorded)" if len(recorded) < len(results) \
         else ""
     if clarification is None:
         notes["clarification"] = CLARIFICATION_NOTE + old
@@ -166,7 +168,7 @@ def harness_metrics(data: dict[str, Any]) -> dict[str, Any]:
     prevention = _rate(sum(a.get("outcome") in STOPPED for a in attempts), len(attempts))
     if prevention is None:
         notes["prevention"] = ("n/a: no task forbids writes" if not guarded
-                               else f"n/a: no write attempted in {len(guarded)} read-only attempt(s)")
+                               else f"n/a: no write attempted in {count(len(guarded), 'read-only attempt')}")
     times = [float(r.get("wall_s", 0.0)) for r in results if r["passed"]]
     time_to_correct = {"median_s": statistics.median(times), "mean_s": statistics.fmean(times),
                        "n": len(times)} if times else None

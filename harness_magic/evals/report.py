@@ -15,6 +15,7 @@ from collections import Counter, defaultdict
 from typing import Any
 from urllib.parse import quote
 
+from harness_magic.core.text.counts import count
 from harness_magic.evals.stats import pass_hat_k, wilson_interval
 
 __all__ = ["render_report", "summarise", "benchmark_sections"]
@@ -88,7 +89,7 @@ def benchmark_sections(results: list[dict[str, Any]]) -> str:
             ("Accuracy for Questions with >= 2 Concepts", "two_or_more_concepts")))
         concepts = "".join(f"<tr><td>{e(name)}</td><td>{rate:.2%}</td><td>{ok}/{n}</td></tr>"
                            for name, (rate, ok, n) in figures["by_concept"].items())
-        counts = "".join(f"<tr><td>{n} concept(s)</td><td>{rate:.2%}</td><td>{ok}/{total}</td></tr>"
+        counts = "".join(f"<tr><td>{count(n, 'concept')}</td><td>{rate:.2%}</td><td>{ok}/{total}</td></tr>"
                          for n, (rate, ok, total) in figures["by_concept_count"].items())
         left_out = figures["questions"] - figures["answered"]
         out.append(f"<h2>InfiAgent-DABench accuracy</h2><p>{figures['answered']} of {figures['questions']} "

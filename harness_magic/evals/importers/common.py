@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness_magic.core.text.counts import count
 from harness_magic.evals.runner import MAX_INPUT_FILE_BYTES
 from harness_magic.evals.schema import MAX_TASKS
 
@@ -62,8 +63,8 @@ class ImportReport:
 
     def lines(self) -> list[str]:
         """The report as text, one finding a line."""
-        out = [f"{self.benchmark}: {len(self.imported)} task(s) written to {self.out}; "
-               f"{len(self.skipped)} question(s) skipped; {len(self.problems)} input problem(s)"]
+        out = [f"{self.benchmark}: {count(len(self.imported), 'task')} written to {self.out}; "
+               f"{count(len(self.skipped), 'question')} skipped; {count(len(self.problems), 'input problem')}"]
         out += [f"  table {name}: {status}" for name, status in sorted(self.tables.items()) if status != "ok"]
         out += [f"  skipped {qid}: {reason}" for qid, reason in self.skipped]
         out += [f"  {problem}" for problem in self.problems]
