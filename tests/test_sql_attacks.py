@@ -382,9 +382,15 @@ def test_agent_connectors_lists_tools_safety_classes_and_the_roles_reach(attack_
     assert report["admin"]["sql"]["privileges"]["superuser"] is True
     assert report["owner"]["sql"]["privileges"]["role"] == OWNER
 
-    agent = SimpleNamespace(session=SimpleNamespace(connectors=SimpleNamespace(registry=registry)))
-    ControlMagics(None, agent).agent_connectors("")
+    from harness_magic.core.session import AgentConfig, AgentSession
+
+    session = AgentSession(AgentConfig(model="offline/quickstart", sandbox="inprocess"), connectors=registry)
+    try:
+        ControlMagics(None, SimpleNamespace(session=session)).agent_connectors("")  # the session users have
+    finally:
+        session.close()
     text = capsys.readouterr().out
+    assert "Masking (what the model sees): pii mask" in text
     assert "owner__execute: write (needs approval" in text and "owner__query: read (runs freely)" in text
     assert "read role 'postgres': superuser" in text and "WARNING: the read role 'postgres' is a SUPERUSER" in text
     for name in ("owner", "admin"):
