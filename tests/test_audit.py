@@ -380,6 +380,19 @@ def test_an_empty_audit_log_setting_turns_auditing_off(tmp_path):
     assert session.audit is None and session.harness.audit is None
 
 
+def test_a_pull_records_configured_classes_detection_cannot_see(tmp_path):
+    from harness_magic.core.control.audit import record_pull
+    from harness_magic.core.text.masking import ColumnClass
+
+    frame = pd.DataFrame({"id": [1, 2], "email": ["ana@example.com", "bo@example.org"], "diagnosis": ["x", "y"]})
+    log = AuditLog(tmp_path / "audit.jsonl")
+    record = record_pull(log, frame, handle="patients", name="p",
+                         known={"diagnosis": ColumnClass("restricted", "config")})
+    assert record["columns"] == ["id", "email", "diagnosis"]
+    assert record["sensitive"] == {"email": "pii", "diagnosis": "restricted"}
+    assert "ana@example.com" not in (tmp_path / "audit.jsonl").read_text()
+
+
 def test_column_classes_name_the_sensitive_columns_of_a_frame():
     from harness_magic.core.control.audit import column_classes, column_names
 

@@ -18,7 +18,8 @@ from harness_magic.core.text.sensitivity import DETECT_SAMPLE_VALUES, DETECTED_K
 from harness_magic.core.transcript.audit import AuditLog, audit
 from harness_magic.core.transcript.events import Event, MaskingApplied, SubagentEvent
 
-__all__ = ["AuditRecorder", "column_classes", "column_names", "install_audit", "record_transfer", "redact_sensitive"]
+__all__ = ["AuditRecorder", "column_classes", "column_names", "install_audit", "record_pull", "record_transfer",
+           "redact_sensitive"]
 
 CLASSIFIED_COLUMNS_MAX = 200
 """Columns of a pulled frame checked for sensitive values: a very wide frame is listed, its tail unclassified."""
@@ -106,3 +107,14 @@ def install_audit(harness: Any, path: str | None, *, actor: str | None = None) -
     if log is not None:
         harness.subscribe(AuditRecorder(log))
     return log
+
+
+def record_pull(sink: AuditLog | None, value: Any, *, handle: str, name: str,
+                known: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """Audit a pull of ``value`` (handle ``handle`` bound as ``name``): its column names and the class of each
+    sensitive one — detected on the value, overridden by ``known`` (the masker's classes: column -> an object
+    with ``cls``, from configuration, a glossary or detection)."""
+    sensitive = column_classes(value)
+    sensitive.update({str(column): known_class.cls for column, known_class in (known or {}).items()})
+    return record_transfer(sink, "pull", columns=column_names(value), sensitive=sensitive, handle=handle, name=name)
+
