@@ -567,12 +567,12 @@ class AgentMagics(Magics):
         ``"HANDLE → NAME (type shape)"``. Caps default to :attr:`materialize_max_bytes`/``_rows``."""
         value = pulled_value(self.session.cache, handle, name, max_bytes or self.materialize_max_bytes,
                              max_rows or self.materialize_max_rows)
-        from harness_magic.core.control.audit import column_classes, column_names, record_transfer
+        from harness_magic.core.control.audit import record_pull
         from harness_magic.core.transcript.audit import AuditError
 
         try:  # the real values reach the notebook only once the pull is on record
-            record_transfer(self.session.audit, "pull", columns=column_names(value),
-                            sensitive=column_classes(value), handle=handle, name=name)
+            record_pull(self.session.audit, value, handle=handle, name=name,
+                        known=self.session.masking.column_classes(handle))
         except AuditError as exc:
             raise UsageError(f"{handle} not pulled: {exc}") from None
         self.bindings.bind(name, value)
