@@ -189,7 +189,7 @@ def grade_number(options: dict[str, Any], ctx: GradeContext) -> Grade:
         got = reading.value
     abs_tol, rel_tol = float(options.get("abs_tol", 0.0)), float(options.get("rel_tol", 1e-9))
     ok = not math.isnan(got) and _close(got, want, abs_tol, rel_tol)
-    return Grade("number", ok, f"got {got!r}, expected {want!r} (abs_tol={abs_tol}, rel_tol={rel_tol})")
+    return Grade("number", ok, f"got {got:.12g}, expected {want:.12g} (abs_tol={abs_tol:g}, rel_tol={rel_tol:g})")
 
 
 def _normalise(frame: Any, options: dict[str, Any]) -> Any:
