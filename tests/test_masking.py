@@ -45,6 +45,41 @@ def test_detection_finds_each_kind_in_running_text():
     assert [f.kind for f in find_sensitive(text)] == ["email", "phone", "card", "iban", "national_id", "ip", "ip"]
 
 
+def test_values_printed_side_by_side_are_each_found():
+    # a printed frame row puts a phone beside a card: the run of digit groups is neither as a whole
+    row = (" 1 user@x.com +44 20 7946 0958 4111 1111 1111 1111\n"
+           " 3 a@b.net +49 89 636 48018 3400 0000 0000 009\n +49 30 901820 +33 1 42 68 53 00")
+    assert [(f.kind, f.value) for f in find_sensitive(row)] == [
+        ("email", "user@x.com"), ("phone", "+44 20 7946 0958"), ("card", "4111 1111 1111 1111"),
+        ("email", "a@b.net"), ("phone", "+49 89 636 48018"), ("card", "3400 0000 0000 009"),
+        ("phone", "+49 30 901820"), ("phone", "+33 1 42 68 53 00")]
+
+
+def test_a_printed_row_of_a_classified_frame_reaches_the_model_masked(tmp_path):
+    from harness_magic.core.providers.offline import ScriptedModel
+    from harness_magic.core.providers.provider import ProviderAdapter
+    from harness_magic.core.session import AgentConfig, AgentSession
+
+    phones = ["+44 20 7946 0958", "+49 30 901820", "+33 1 42 68 53 00"]
+    cards = [CARD_OK, "3400 0000 0000 009", "4111 1111 1111 1111"]
+    code = ("import pandas as pd\n"
+            f"df = pd.DataFrame({{'id': [1, 2, 3], 'phone': {phones!r}, 'card': {cards!r}}})\n"
+            "save('people', df)\nprint(df.to_string(index=False))")
+    turns = [{"tool_calls": [call("python_interpreter", code=code)]},
+             {"tool_calls": [call("python_interpreter", code="print(people.to_string(index=False))")]},
+             {"text": "done"}]
+    session = AgentSession(AgentConfig(model="scripted/p", sandbox="inprocess", run_dir=str(tmp_path / "runs")),
+                           adapter=ProviderAdapter("scripted/p", transport=ScriptedModel(turns)))
+    try:
+        result = session.ask("print them")
+    finally:
+        session.close()
+    assert result.status == "completed", result.error
+    sent = "\n".join(str(b.content) for m in result.messages for b in m.content if hasattr(b, "tool_use_id"))
+    for value in phones + cards:
+        assert value not in sent, value
+
+
 def test_card_numbers_need_a_valid_luhn_check():
     assert [f.kind for f in find_sensitive(f"a {CARD_OK} b")] == ["card"]
     assert list(find_sensitive(f"a {CARD_BAD_LUHN} b")) == []

@@ -81,9 +81,9 @@ class SessionMasking:
                     continue
                 cls = ColumnClass(DETECTED_KINDS[kind], "detected", kind)
             found[column] = cls
-            # values a pattern recognises (as this class) are masked anywhere already: track only the others
-            patterned = kind is not None and DETECTED_KINDS[kind] == cls.cls
-            self.masker.learn_column(name, column, cls, () if patterned else values)
+            # every value of a classified column is tracked, even those a pattern recognises: the free-text
+            # pattern can miss a value where printing puts others beside it (a phone next to a card)
+            self.masker.learn_column(name, column, cls, values)
         return found
 
     def column_rows(self, cache: Any, name: str) -> list[tuple[str, str]]:
