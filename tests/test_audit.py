@@ -458,3 +458,35 @@ def test_an_approval_a_pull_and_an_export_appear_in_agent_audit(tmp_path):
         assert kernel.value("'again' in globals()") is False  # the value never reached the notebook
     finally:
         kernel.close()
+
+
+def test_a_sqlite_write_without_a_preview_is_audited_with_its_row_count(tmp_path):
+    import sqlite3
+
+    from harness_magic.core.execution.connectors import ApprovalPolicy
+    from harness_magic.core.execution.connectors.sql import sql_connector
+    from harness_magic.core.providers.offline import ScriptedModel
+    from harness_magic.core.providers.provider import ProviderAdapter
+    from harness_magic.core.session import AgentConfig, AgentSession
+
+    db = tmp_path / "shop.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE orders (id INTEGER, status TEXT)")
+        conn.executemany("INSERT INTO orders VALUES (?, ?)", [(1, "open"), (2, "cancelled"), (3, "cancelled")])
+    turns = [{"tool_calls": [{"name": "load_connectors", "arguments": {"connector_name": "shop"}}]},
+             {"tool_calls": [{"name": "shop__execute",
+                              "arguments": {"sql": "DELETE FROM orders WHERE status = 'cancelled'"}}]},
+             {"text": "done"}]
+    config = AgentConfig(run_dir=str(tmp_path / "runs"), sandbox="inprocess", audit_log=str(tmp_path / "audit.jsonl"))
+    session = AgentSession(config, adapter=ProviderAdapter("scripted/test", transport=ScriptedModel(turns)))
+    session.add_connector(sql_connector(f"sqlite:///{db}", name="shop"), approval=ApprovalPolicy(approver=lambda r: True))
+    try:
+        assert session.ask("clean up").ok
+    finally:
+        session.close()
+    records = read_tail(tmp_path / "audit.jsonl", 10)
+    assert [r["kind"] for r in records] == ["approval", "governed_write"]
+    write = records[1]
+    assert (write["connector"], write["rows"], write["outcome"], write["previewed"]) == ("shop", 2, "committed", False)
+    assert write["tool_use_id"] == records[0]["tool_use_id"]
+    assert verify_file(tmp_path / "audit.jsonl").ok

@@ -148,7 +148,7 @@ def add_sql_execute(connector: Connector, db: Any) -> None:
         return
 
     @connector.tool(safety="write", classify=classify)
-    def execute(sql: str) -> str:  # noqa: F811 - the direct path for engines without a preview
+    def execute(sql: str, context: ToolContext) -> str:  # noqa: F811 - the direct path for engines without a preview
         """Run one data-changing statement (INSERT, UPDATE, CREATE, ...) after the user approves it.
 
         Args:
@@ -157,9 +157,27 @@ def add_sql_execute(connector: Connector, db: Any) -> None:
         classification = _classify(sql, db.dialect)
         if len(classification.statements) > 1:
             raise ToolError(f"Refused: {len(classification.statements)} statements; send one statement per call.")
-        count = db.execute(sql)
+        try:
+            count = db.execute(sql)
+        except ToolError:
+            _audit_direct(context, connector, sql, None, "failed")
+            raise
+        _audit_direct(context, connector, sql, count if count >= 0 else None, "committed")
         affected = f"{count:,} rows affected" if count >= 0 else "row count unknown"
         return f"Executed {classification.statements[0].keyword} ({classification.kind}); {affected}."
+
+
+def _audit_direct(context: ToolContext, connector: Connector, sql: str, rows: int | None, outcome: str) -> None:
+    """A ``governed_write`` record for a write run without a preview (approved by the guard before it ran)."""
+    harness = context.harness
+    run = getattr(harness, "current_run", None)
+    use_id = getattr(getattr(run, "current_tool_use", None), "id", None)
+    try:
+        audit(getattr(harness, "audit", None), "governed_write", connector=connector.name,
+              environment=connector.environment, statement=sql, tables=[], rows=rows, outcome=outcome,
+              previewed=False, tool_use_id=use_id)
+    except AuditError as exc:  # the outcome stands; the user is told the log missed it
+        harness.emit(Notice(text=f"The audit log could not record a {outcome} write: {exc}", level="warning"))
 
 
 def add_duckdb_execute(connector: Connector, database: str, timeout_s: float) -> None:
