@@ -276,6 +276,8 @@ def test_the_terminal_prints_the_state_before_the_footer(tmp_path: Path) -> None
                  "weeks start on Monday", "confidence: low — one week of data", "Do bots count?"):
         assert line in panel, line
     assert panel.index("confidence: low") < panel.index("model scripted")
+    answer = text[:text.index("run state")]
+    assert "Confidence:" not in answer and "Open questions:" not in answer, "the trailer shows once, in the panel"
 
 
 # -- %agent_diff --------------------------------------------------------------------------------

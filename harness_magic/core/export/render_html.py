@@ -253,8 +253,7 @@ def render_answer_html(record: RunRecord, *, copy_buttons: bool = False) -> str:
     result = record.result
     parts = ['<div class="agent-final">', _status_html(record)]
     if result is not None and result.text:  # a Confidence/Open questions trailer shows in the state panel instead
-        trailer = record.state.trailer
-        text = trailer.body if (trailer.confidence or trailer.open_questions) and trailer.body.strip() else result.text
+        text = record.state.trailer.shown_answer(result.text)
         parts.append(f'<div class="agent-answer">{_cited_html(text, record)}</div>')
     parts.extend(_img(c) for c in record.charts)
     parts.append(state_html(record.state))

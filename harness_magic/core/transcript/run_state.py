@@ -99,6 +99,11 @@ class Trailer:
     body: str = ""
     """The answer without the trailer."""
 
+    def shown_answer(self, answer: str) -> str:
+        """What people read as the answer: ``body`` when a trailer was taken off (it shows in the state panel),
+        else ``answer`` unchanged. One rule for the final form and the terminal."""
+        return self.body if (self.confidence or self.open_questions) and self.body.strip() else answer
+
 
 def parse_trailer(answer: str) -> Trailer:
     """The ``Confidence:`` / ``Open questions:`` trailer of ``answer`` (see the module docstring).

@@ -28,6 +28,7 @@ from harness_magic.core.transcript.events import (
     ToolOutputDelta,
     TurnFinished,
 )
+from harness_magic.core.transcript.run_state import parse_trailer
 from harness_magic.core.transcript.scrub import escape_control
 from harness_magic.notebook.render.common import fold_event, status_text
 
@@ -250,7 +251,10 @@ class TerminalRenderer:
             elif isinstance(inner, AssistantMessage) and inner.message.text:
                 c.print(Text("  ↳ subagent: " + clip(strip_control(inner.message.text), 200), style="dim"))
         elif isinstance(event, AssistantMessage):
-            text = strip_control(event.message.text).strip()
+            text = event.message.text
+            if not event.message.tool_uses:  # a final answer: its Confidence trailer shows in the state box
+                text = parse_trailer(text).shown_answer(text)
+            text = strip_control(text).strip()
             if text:
                 c.print(terminal_markdown(text))
                 if not event.message.tool_uses:
