@@ -19,19 +19,10 @@ import argparse
 import json
 import sys
 
+from harness_magic.core.text.cli_args import positive_int
 from harness_magic.core.transcript.audit import read_tail, verify_file
 
 EXIT_OK, EXIT_BROKEN, EXIT_USAGE = 0, 1, 2
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--head", help="a head hash printed by an earlier verify: the chain must still reach it")
     tail = sub.add_parser("tail", help="print the last records as JSON lines")
     tail.add_argument("path")
-    tail.add_argument("-n", type=_positive, default=20)
+    tail.add_argument("-n", type=positive_int, default=20)
     return parser
 
 

@@ -15,17 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness_magic.core.text.cli_args import positive_int
 from harness_magic.evals.schema import SuiteError, load_suite
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,8 +26,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("suite")
     run.add_argument("--model", required=True, help="a model id (openai/..., offline/...) or suite:reference, suite:all-wrong, "
                                                     "suite:wrong, suite:<wrong-script-name>")
-    run.add_argument("--repeat", type=_positive, default=1)
-    run.add_argument("--jobs", type=_positive, default=1)
+    run.add_argument("--repeat", type=positive_int, default=1)
+    run.add_argument("--jobs", type=positive_int, default=1)
     run.add_argument("--out", default="results.json")
     run.add_argument("--runs-dir", default=None, help="where run logs go (default: <out>.runs/)")
     run.add_argument("--task", action="append", help="run only this task id (repeatable)")
