@@ -486,8 +486,12 @@ class AgentMagics(Magics):
         return self.shell.user_ns[name], handle
 
     def _push(self, value: Any, handle: str) -> str:
-        """Copy ``value`` into the cache as ``handle`` (replacing an older value of that handle)."""
-        return push_value(self.session.cache, value, handle)
+        """Copy ``value`` into the cache as ``handle`` (replacing an older value of that handle); the push is
+        remembered so ``%agent_code`` needs no pull where the variable still holds exactly this value."""
+        cache = self.session.cache
+        note = push_value(cache, value, handle)
+        self.bindings.record_push(handle, value, cache.versions().get(handle))
+        return note
 
     # -- line magics ------------------------------------------------------------------------
 

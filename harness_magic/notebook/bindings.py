@@ -2,20 +2,32 @@
 
 Nothing is replaced silently: binding onto a name the notebook already has
 is refused (:class:`UsageError` naming the variable, its type and shape, and
-``--force``) unless ``--force`` is given, or unless the name still holds the
-very value an earlier bind put there (so running a cell again, or Run All
-twice, re-binds its own output). :func:`save` is the agent's ``save`` for
-code copied out with ``%agent_code``: it stores into the session cache as the
-agent's does.
+``--force``) unless ``--force`` is given, or unless the name still holds
+exactly what an earlier bind put there (so running a cell again, or Run All
+twice, re-binds its own output). "Exactly" is the very object *and* its
+:func:`~harness_magic.core.cache.fingerprint.fingerprint` at bind time: a pulled
+frame edited in place (``df["new"] = 1``, ``df.loc[0, "x"] = 9``) is the user's
+work now, and the refusal says it changed since the pull.
+
+Pushes are remembered too (handle, the cache's version token of the pushed
+value, its fingerprint), so ``%agent_code`` can leave out the pull of a handle
+the notebook variable of that name already holds exactly (:meth:`Bindings.holds_pushed`).
+
+:func:`save` is the agent's ``save`` for code copied out with ``%agent_code``:
+it stores into the session cache as the agent's does; saving again, under the
+same name, a value equal to what an earlier notebook ``save`` stored (the cell
+run twice) returns that handle instead of a new ``_2``.
 """
 
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from IPython.core.error import UsageError
 
+from harness_magic.core.cache.fingerprint import fingerprint
 from harness_magic.notebook.values import copy_value, describe
 
 __all__ = ["Bindings", "save", "push_value", "pulled_value", "SAVE_NAME"]
@@ -32,28 +44,60 @@ def _holder(value: Any) -> Callable[[], Any]:
         return lambda: value
 
 
+@dataclass(frozen=True)
+class _Bound:
+    """What a bind put into a notebook variable."""
+
+    holder: Callable[[], Any]
+    """The bound object (weakly where the type allows)."""
+    fingerprint: tuple[Any, ...] | None
+    """Its fingerprint at bind time (None: the type has none; identity alone then decides)."""
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """A value that crossed into the cache (a push, or the notebook's ``save``)."""
+
+    handle: str
+    version: str
+    """The cache's token for the stored value (``cache.versions()``): another value under ``handle`` has another."""
+    fingerprint: tuple[Any, ...]
+
+
 class Bindings:
     """The names this extension bound in one notebook namespace, and the refusal to replace anyone else's."""
 
     def __init__(self, namespace: Callable[[], dict[str, Any]]) -> None:
         self._namespace = namespace
-        self._ours: dict[str, Callable[[], Any]] = {}
+        self._ours: dict[str, _Bound] = {}
+        self._pushed: dict[str, _Stored] = {}
+        self._saved: dict[str, _Stored] = {}
 
     @property
     def user_ns(self) -> dict[str, Any]:
         """The notebook's namespace now (``%reset`` may have replaced its contents)."""
         return self._namespace()
 
+    def _bound_object(self, name: str) -> _Bound | None:
+        """The record of ``name`` when it still holds the very object a bind put there."""
+        bound = self._ours.get(name)
+        if bound is None or name not in self.user_ns or bound.holder() is not self.user_ns[name]:
+            return None
+        return bound
+
     def is_ours(self, name: str) -> bool:
-        """True when ``name`` still holds the value a bind put there (not reassigned since)."""
-        holder = self._ours.get(name)
-        return holder is not None and name in self.user_ns and holder() is self.user_ns[name]
+        """True when ``name`` still holds exactly what a bind put there: the same object, unchanged since."""
+        bound = self._bound_object(name)
+        return bound is not None and (bound.fingerprint is None
+                                      or fingerprint(self.user_ns[name]) == bound.fingerprint)
 
     def conflict(self, name: str) -> str | None:
-        """``"'sales' (DataFrame 10000×5)"`` when binding ``name`` would replace a notebook variable; else None."""
+        """``"'sales' (DataFrame 10000×5)"`` when binding ``name`` would replace a notebook variable (``"...,
+        changed since the pull bound it"`` for a bound value edited in place); else None."""
         if name not in self.user_ns or self.is_ours(name):
             return None
-        return f"{name!r} ({describe(self.user_ns[name])})"
+        edited = ", changed since the pull bound it" if self._bound_object(name) is not None else ""
+        return f"{name!r} ({describe(self.user_ns[name])}{edited})"
 
     def refuse(self, pairs: list[tuple[str, str]], what: str, retry: str) -> None:
         """A one-line UsageError naming every ``(handle, name)`` whose ``name`` holds a notebook variable (its
@@ -66,14 +110,45 @@ class Bindings:
         raise UsageError(f"{what}: not replacing notebook {noun} {listed}: {retry}")
 
     def bind(self, name: str, value: Any) -> None:
-        """Set ``name`` to ``value`` in the notebook and remember it as ours."""
+        """Set ``name`` to ``value`` in the notebook and remember it (and its fingerprint) as ours."""
         self.user_ns[name] = value
-        self._ours[name] = _holder(value)
+        self._ours[name] = _Bound(_holder(value), fingerprint(value))
+
+    def record_push(self, handle: str, value: Any, version: str | None) -> None:
+        """Remember that ``value`` was pushed as ``handle`` (stored under the cache's ``version`` token)."""
+        stamp = fingerprint(value)
+        if version is None or stamp is None:
+            self._pushed.pop(handle, None)
+        else:
+            self._pushed[handle] = _Stored(handle, version, stamp)
+
+    def holds_pushed(self, name: str, handle: str, versions: dict[str, str]) -> bool:
+        """True when notebook variable ``name`` holds exactly the value pushed as ``handle``, and the cache
+        (``versions``: ``cache.versions()``) still holds that push under ``handle``: no pull is needed."""
+        pushed = self._pushed.get(handle)
+        return (pushed is not None and versions.get(handle) == pushed.version and name in self.user_ns
+                and fingerprint(self.user_ns[name]) == pushed.fingerprint)
+
+    def saved_again(self, preferred: str, stamp: tuple[Any, ...] | None, versions: dict[str, str]) -> str | None:
+        """The handle an earlier notebook ``save(preferred, ...)`` stored a value of fingerprint ``stamp`` under,
+        while the cache (``versions``) still holds it; else None."""
+        saved = self._saved.get(preferred)
+        if stamp is None or saved is None or saved.fingerprint != stamp \
+                or versions.get(saved.handle) != saved.version:
+            return None
+        return saved.handle
+
+    def record_save(self, preferred: str, handle: str, stamp: tuple[Any, ...] | None, version: str | None) -> None:
+        """Remember that the notebook's ``save(preferred, ...)`` stored a value of fingerprint ``stamp`` as
+        ``handle`` (the cache's ``version`` token)."""
+        if stamp is not None and version is not None:
+            self._saved[preferred] = _Stored(handle, version, stamp)
 
 
 def save(name: str, value: Any) -> str:
     """Store a copy of ``value`` in the agent's cache as ``name`` (``name_2``... when taken: never a
-    replacement); returns the handle. The agent's ``save``, for the notebook: the extension binds it as
+    replacement); returns the handle. Saving under ``name`` a value equal to what this function stored under
+    it before (the same cell run again) returns that handle. The agent's ``save``, for the notebook: the extension binds it as
     ``save`` where that name is free, and ``%agent_code`` cells import it where it is not."""
     from IPython import get_ipython
 
@@ -83,7 +158,14 @@ def save(name: str, value: Any) -> str:
     magics = shell.magics_manager.registry.get("AgentMagics") if shell is not None else None
     if magics is None:
         raise RuntimeError("save(): harness_magic is not loaded here: run %load_ext harness_magic first")
-    return magics.session.cache.put(name, copy_value(value), tool="notebook")
+    cache, value = magics.session.cache, copy_value(value)
+    stamp = fingerprint(value)
+    again = magics.bindings.saved_again(name, stamp, cache.versions())
+    if again is not None:  # the same cell run again: the same handle, not a new _2
+        return again
+    handle = cache.put(name, value, tool="notebook")
+    magics.bindings.record_save(name, handle, stamp, cache.versions().get(handle))
+    return handle
 
 
 def push_value(cache: Any, value: Any, handle: str) -> str:
@@ -107,7 +189,8 @@ def pulled_value(cache: Any, handle: str, name: str, max_bytes: int, max_rows: i
     from harness_magic.core.execution.interpreter import materialize_inputs
 
     try:
-        value = materialize_inputs(cache, [handle], max_bytes, max_rows)[handle]
+        value = materialize_inputs(cache, [handle], max_bytes, max_rows, for_user=True)[handle]
+        value = cache.user_value(handle, value)  # pseudonyms made at entry back to the real values
     except CacheError as exc:  # e.g. a spilled or checkpointed file changed on disk: nothing was read
         raise UsageError(f"%agent_pull {handle}: {exc}") from None
     except Exception as exc:

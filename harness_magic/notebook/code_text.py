@@ -9,6 +9,7 @@ no IPython, no widgets.
 
 from __future__ import annotations
 
+import ast
 from typing import Any
 
 __all__ = ["agent_code_text", "call_code_text", "code_cell_text", "handles_read"]
@@ -47,7 +48,9 @@ def agent_code_text(record: Any, turn: int | None = None) -> str:
 def handles_read(record: Any, made_later: set[str], handles: set[str], turn: int | None = None) -> list[str]:
     """Cached handles ``record``'s interpreter code reads, in the order the calls read them: names a call
     mentions that are in ``handles`` (the cache now) and were not made by that call, a later call of the run,
-    or a later run (``made_later``)."""
+    or a later run (``made_later``), nor assigned by an earlier call of the code handed over (run in one cell,
+    that call's variable is what the later call reads: a pull would only be undone by it, and refused the
+    second time the cell runs)."""
     from harness_magic.core.execution.interpreter import referenced_names
 
     tools = list(record.tools)
@@ -55,13 +58,42 @@ def handles_read(record: Any, made_later: set[str], handles: set[str], turn: int
     for k in range(len(tools) - 1, -1, -1):
         made_from[k] = made_from[k + 1] | set(tools[k].handles)
     reads: list[str] = []
+    assigned: set[str] = set()
     for k, tool in enumerate(tools):
         code = tool.input.get("code")
         if tool_call_language(tool) != "python" or (turn is not None and tool.turn != turn):
             continue
-        mentioned = referenced_names(code) & handles - made_from[k] - set(reads)
+        mentioned = referenced_names(code) & handles - made_from[k] - set(reads) - assigned
         reads += sorted(mentioned, key=lambda n: (code.find(n), n))
+        assigned |= assigned_names(code)
     return reads
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp,
+           ast.DictComp, ast.GeneratorExp)
+
+
+def assigned_names(code: str) -> set[str]:
+    """Names ``code`` binds at its top level (assignments, loop and ``with`` targets, imports, ``def`` and
+    ``class`` names), not those local to a function, class or comprehension inside it; empty when it does not
+    parse."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set()
+    names: set[str] = set()
+    pending: list[ast.AST] = list(ast.iter_child_nodes(tree))
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name != "*"}
+        if not isinstance(node, _SCOPES):
+            pending.extend(ast.iter_child_nodes(node))
+    return names
 
 
 def tool_call_language(tool: Any) -> str | None:
@@ -72,12 +104,15 @@ def tool_call_language(tool: Any) -> str | None:
     return source[0] if source is not None else None
 
 
-def code_cell_text(body: str, run_id: str, how: str, reads: list[str], import_save: bool) -> str:
+def code_cell_text(body: str, run_id: str, how: str, reads: list[str], import_save: bool,
+                   held: list[str] = ()) -> str:
     """The whole cell ``%agent_code`` puts in: a line naming the run (``how`` it was taken), one
-    ``%agent_pull`` per handle the code reads, the import of ``save`` where the notebook's ``save`` is not the
-    agent's (``import_save``), then ``body`` (:func:`agent_code_text`)."""
+    ``%agent_pull`` per handle the code reads, except the handles in ``held`` (the notebook variable of that
+    name already holds exactly the value pushed: a comment says so instead), the import of ``save`` where the
+    notebook's ``save`` is not the agent's (``import_save``), then ``body`` (:func:`agent_code_text`)."""
     lines = [f"# run {run_id} ({how}): the agent's code, runnable here; save() stores into the agent's cache"]
-    lines += [f"%agent_pull {handle}" for handle in reads]
+    lines += [f"# {handle}: this notebook's {handle} is the value pushed (no pull needed)" if handle in held
+              else f"%agent_pull {handle}" for handle in reads]
     if import_save:
         lines.append("from harness_magic.notebook.bindings import save  # the agent's save (this notebook has its own)")
     return "\n".join(lines) + "\n\n" + body

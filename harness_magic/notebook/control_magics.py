@@ -222,19 +222,23 @@ class ControlMagics(Magics):
               f"cell{escaped}")
 
     def _code_cell(self, record: Any, body: str, how: str, turn: int | None) -> str:
-        """The cell for ``body``: pulls of the handles it reads first (a note for each that would refuse to
-        replace a notebook variable), and the import of ``save`` where the notebook's is not the agent's."""
+        """The cell for ``body``: pulls of the handles it reads first (none for a handle the notebook variable
+        of that name holds exactly as pushed; a note for each pull that would refuse to replace a notebook
+        variable), and the import of ``save`` where the notebook's is not the agent's."""
         from harness_magic.notebook.bindings import SAVE_NAME, save
 
         records = self._agent.records
         later = {h for r in records[records.index(record) + 1:] for t in r.tools for h in t.handles}
-        reads = handles_read(record, later, set(self._agent.session.cache.names()), turn)
+        cache, bindings = self._agent.session.cache, self._agent.bindings
+        reads = handles_read(record, later, set(cache.names()), turn)
+        versions = cache.versions()
+        held = [h for h in reads if bindings.holds_pushed(h, h, versions)]  # e.g. --in sales: sales is there
         for handle in reads:
-            taken = self._agent.bindings.conflict(handle)
+            taken = None if handle in held else bindings.conflict(handle)
             if taken is not None:
                 print(f"note: the cell's %agent_pull {handle} will refuse to replace notebook variable {taken}: "
                       f"add --force to that line to replace it")
-        return code_cell_text(body, record.run_id, how, reads, self.shell.user_ns.get(SAVE_NAME) is not save)
+        return code_cell_text(body, record.run_id, how, reads, self.shell.user_ns.get(SAVE_NAME) is not save, held)
 
     @line_magic
     def agent_status(self, line: str) -> None:

@@ -1,0 +1,172 @@
+"""Cells run again do what they say (issue 32 points 3-5): configuration cells are idempotent, the code
+``%agent_code`` hands over runs as pasted (twice), and a pull never overwrites a pulled value the user edited.
+
+Real kernels (jupyter_client) with scripted models: nothing reaches a network.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("jupyter_client")
+
+from test_magics import Kernel, answer, code_turn, usage_error  # noqa: E402
+
+pytestmark = pytest.mark.kernel
+
+MAGICS = "get_ipython().magics_manager.registry['AgentMagics']"
+CACHE = f"{MAGICS}.session.cache"
+_counter = iter(range(10_000))
+
+
+def script(cwd: Path, *turns: dict[str, Any]) -> str:
+    """A scripted model file in ``cwd``; returns ``-m scripted/<file>``."""
+    name = f"idempotent_{next(_counter)}.json"
+    (cwd / name).write_text(json.dumps({"turns": list(turns)}))
+    return f"-m scripted/{name}"
+
+
+def next_input(cell: Any) -> str:
+    payloads = [p for p in cell.reply.get("payload", []) if p.get("source") == "set_next_input"]
+    assert len(payloads) == 1, cell.reply
+    return payloads[0]["text"]
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory: pytest.TempPathFactory):
+    k = Kernel(tmp_path_factory.mktemp("idempotent"))
+    setup = k.run('%load_ext harness_magic\n%config AgentMagics.model = "offline/quickstart"')
+    assert setup.ok, setup.outputs
+    yield k
+    k.close()
+
+
+SALES = "import pandas as pd\nsales = pd.DataFrame({'region': ['n', 's', 'n', 'e'], 'revenue': [3, 5, 7, 2]})"
+
+
+# -- point 4: handed-over code runs as pasted ---------------------------------------------------------
+
+
+def test_agent_code_after_in_runs_as_pasted_twice_with_the_same_names(kernel: Kernel) -> None:
+    assert kernel.run(SALES).ok
+    model = script(kernel.cwd,
+                   code_turn("by_region = sales.groupby('region').revenue.sum()\nsave('by_region', by_region)"),
+                   code_turn("top = by_region.idxmax()\nsave('top', top)"),
+                   answer("North."))
+    assert kernel.run(f"%%agent --reset --in sales {model}\nWhich region sells most?").ok
+    cell = kernel.run("%agent_code")
+    assert cell.ok and "note:" not in cell.stdout, cell.stdout
+    text = next_input(cell)
+    assert "%agent_pull sales" not in text, "the notebook's sales is the very value pushed: no pull"
+    assert "# sales: this notebook's sales is the value pushed (no pull needed)" in text
+    names = []
+    for _round in range(2):
+        ran = kernel.run(text)
+        assert ran.ok, ran.outputs
+        names.append(kernel.value(f"sorted({CACHE}.names())"))
+    assert names[0] == names[1] == ["by_region", "by_region_2", "sales", "top", "top_2"], names
+    assert kernel.value("int(by_region['n'])") == 10 and kernel.value("top") == "n"
+
+
+def test_agent_code_pulls_a_pushed_handle_the_notebook_changed_since(kernel: Kernel) -> None:
+    assert kernel.run(SALES).ok
+    model = script(kernel.cwd, code_turn("total = int(sales.revenue.sum())\nsave('total', total)"), answer("17."))
+    assert kernel.run(f"%%agent --reset --in sales {model}\nTotal?").ok
+    assert kernel.run("sales.loc[0, 'revenue'] = 1000").ok  # the user's own edit after the push
+    cell = kernel.run("%agent_code")
+    text = next_input(cell)
+    assert "%agent_pull sales" in text, "the notebook's sales is no longer what the agent read"
+    assert "note: the cell's %agent_pull sales will refuse to replace notebook variable 'sales'" in cell.stdout
+    assert "not replacing notebook variable 'sales'" in usage_error(kernel.run(text))
+    assert kernel.value("int(sales.revenue.sum())") == 1014, "the user's edit is kept"
+
+
+def test_agent_code_pulls_a_pushed_handle_under_another_variable_name(kernel: Kernel) -> None:
+    assert kernel.run(SALES + "\ndf = sales.copy()\ndel sales").ok
+    model = script(kernel.cwd, code_turn("save('n', len(sales))"), answer("4 rows."))
+    assert kernel.run(f"%%agent --reset --in df=sales {model}\nHow many rows?").ok
+    text = next_input(kernel.run("%agent_code"))
+    assert "%agent_pull sales" in text, "no notebook variable sales yet: the pull binds it"
+    for _round in range(2):
+        ran = kernel.run(text)
+        assert ran.ok, ran.outputs
+    assert kernel.value(f"sorted({CACHE}.names())") == ["n", "n_2", "sales"]
+
+
+def test_the_notebooks_save_of_another_value_is_a_new_handle(kernel: Kernel) -> None:
+    assert kernel.run("%%agent --reset " + script(kernel.cwd, answer("ok")) + "\nHi.").ok
+    assert kernel.value("save('x', [1, 2])") == "x"
+    assert kernel.value("save('x', [1, 2])") == "x", "the same value again: the same handle"
+    assert kernel.value("save('x', [1, 2, 3])") == "x_2", "never a silent overwrite"
+    assert kernel.value(f"{CACHE}.get('x')") == [1, 2]
+    assert kernel.value(f"{CACHE}.retire('x_2') or save('x', [1, 2, 3])") == "x_2", "a retired handle is new"
+
+
+# -- point 5: pulls protect edits -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def pulled(kernel: Kernel) -> Kernel:
+    """A frame the agent saved as ``frame``, pulled into the notebook once."""
+    model = script(kernel.cwd, code_turn("import pandas as pd\nsave('frame', pd.DataFrame({'a': [1, 2], "
+                                         "'b': ['x', 'y']}))"), answer("Saved."))
+    assert kernel.run(f"%%agent --reset {model}\nSave a frame.").ok
+    assert kernel.run("%agent_pull frame").ok
+    return kernel
+
+
+def test_pulling_again_replaces_an_unchanged_pulled_value(pulled: Kernel) -> None:
+    again = pulled.run("%agent_pull frame")
+    assert again.ok and "pulled frame → frame (DataFrame 2×2)" in again.stdout
+
+
+@pytest.mark.parametrize("edit", [
+    "frame['new'] = 1",                 # a column added
+    "frame.loc[0, 'a'] = 99",           # one cell changed through .loc
+    "frame.iloc[1, 1] = 'z'",           # one cell changed through .iloc
+    "frame.sort_values('a', ascending=False, inplace=True)",  # the same rows, another order
+    "frame['a'] = frame['a'].astype('float64')",               # a dtype changed
+    "frame.rename(columns={'b': 'c'}, inplace=True)",          # a column renamed
+])
+def test_a_pulled_frame_edited_in_place_is_not_replaced_without_force(pulled: Kernel, edit: str) -> None:
+    assert pulled.run(edit).ok
+    before = pulled.value("frame.to_json()")
+    message = usage_error(pulled.run("%agent_pull frame"))
+    assert "not replacing notebook variable 'frame'" in message and "changed since the pull" in message
+    assert "--force" in message
+    assert pulled.value("frame.to_json()") == before, "the edit is kept"
+    forced = pulled.run("%agent_pull frame --force")
+    assert forced.ok and pulled.value("frame.shape") == [2, 2]
+    assert pulled.run("%agent_pull frame").ok, "what --force pulled is ours again"
+
+
+def test_a_pulled_array_and_list_edited_in_place_are_not_replaced(kernel: Kernel) -> None:
+    model = script(kernel.cwd, code_turn("import numpy as np\nsave('arr', np.arange(6))\nsave('items', [1, 2])"),
+                   answer("Saved."))
+    assert kernel.run(f"%%agent --reset {model}\nSave.").ok
+    assert kernel.run("%agent_pull arr\n%agent_pull items").ok
+    assert kernel.run("arr[3] = -1\nitems.append(3)").ok
+    assert "changed since the pull" in usage_error(kernel.run("%agent_pull arr"))
+    assert "changed since the pull" in usage_error(kernel.run("%agent_pull items"))
+    assert kernel.value("arr.tolist()") == [0, 1, 2, -1, 4, 5] and kernel.value("items") == [1, 2, 3]
+
+
+def test_a_pulled_name_rebound_to_another_object_is_the_users(pulled: Kernel) -> None:
+    assert pulled.run("import pandas as pd\nframe = pd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})").ok
+    message = usage_error(pulled.run("%agent_pull frame"))
+    assert "'frame' (DataFrame 2×2)" in message and "changed since" not in message, "another object: the user's"
+
+
+def test_out_rebinds_its_own_value_but_not_an_edited_one(kernel: Kernel) -> None:
+    model = script(kernel.cwd, code_turn("save('res', {'k': 1})"), answer("Saved."))
+    assert kernel.run(f"%%agent --reset --out res {model}\nSave.").ok
+    assert kernel.run(f"%%agent --reset --out res {model}\nSave.").ok, "unchanged: re-bound"
+    assert kernel.run("res['k'] = 2").ok
+    message = usage_error(kernel.run(f"%%agent --reset --out res {model}\nSave."))
+    assert "--out" in message and "changed since the pull" in message
+    assert kernel.value("res") == {"k": 2}
