@@ -4,8 +4,11 @@
 or names the first broken record: ``PATH: line L: PROBLEM: why``, where PROBLEM is
 ``edited`` (content changed), ``deleted`` (a gap in the sequence), ``reordered``,
 ``forged`` (its previous-record hash does not match: inserted, or the record before
-it rewritten), ``truncated`` (a last line cut short), ``malformed`` or ``head``
-(``--head`` names a hash the chain no longer reaches: records cut off the end).
+it rewritten), ``truncated`` (a last line cut short), ``malformed`` (not one strict
+JSON object: a duplicate key, ``NaN``/``Infinity``, nesting deeper than a record's,
+a line longer than any record) or ``head`` (``--head`` names a hash the chain no
+longer reaches: records cut off the end). Only a regular file is read: a FIFO or
+device named as PATH is refused (exit 2) instead of waiting on it.
 
 ``tail PATH [-n N]`` prints the last N records as JSON lines.
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from harness_magic.core.text.cli_args import positive_int
@@ -44,8 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             result = verify_file(args.path, head=args.head)
             print(result.message(args.path))
             return EXIT_OK if result.ok else EXIT_BROKEN
-        with open(args.path, "rb"):
-            pass  # a missing file is an error here, not an empty log
+        os.lstat(args.path)  # a missing file is an error here, not an empty log (lstat never blocks on a FIFO)
         for record in read_tail(args.path, args.n):
             print(json.dumps(record, ensure_ascii=False))
         return EXIT_OK

@@ -13,6 +13,15 @@ same swap cannot escape either: a component that became a link fails with
 The opened file must be a regular file; a file with more than one hard link
 (``st_nlink > 1``) is refused unless ``allow_hardlinks`` — a hard link inside
 a root can name any file on the same file system.
+
+:func:`open_regular` and :func:`read_regular` are the one way small
+configuration-like files (workspace memory, a policy file) are read: the open
+never blocks and never follows a final symbolic link (``O_NONBLOCK |
+O_NOFOLLOW``), ``fstat`` on the descriptor must say regular file (a FIFO
+planted in the file's place cannot hang the reader, a device cannot be read
+from), optionally owned by the current user and not writable by group or
+others (:class:`NotOwned`), and at most ``max_bytes`` are read
+(:class:`TooLarge`).
 """
 
 from __future__ import annotations
@@ -23,7 +32,8 @@ import os
 import stat
 from typing import Literal
 
-__all__ = ["open_beneath", "LinkRefused", "HardLinkRefused", "openat2_available", "SYS_OPENAT2"]
+__all__ = ["open_beneath", "open_regular", "read_regular", "LinkRefused", "HardLinkRefused", "NotRegularFile",
+           "NotOwned", "TooLarge", "openat2_available", "SYS_OPENAT2"]
 
 SYS_OPENAT2 = 437
 """openat2's syscall number: the same in the generic table (x86_64, aarch64, riscv64)."""
@@ -38,6 +48,18 @@ class LinkRefused(PermissionError):
 
 class HardLinkRefused(PermissionError):
     """The file has more than one hard link and hard links are not allowed here."""
+
+
+class NotRegularFile(OSError):
+    """The path names a FIFO, a device, a socket or a directory: only regular files are read."""
+
+
+class NotOwned(PermissionError):
+    """The file is owned by another user, or group or others may write it: its content cannot be trusted."""
+
+
+class TooLarge(OSError):
+    """The file holds more than the reader's limit."""
 
 
 class _OpenHow(ctypes.Structure):
@@ -144,3 +166,57 @@ def open_beneath(root: str, relative: str, *, kind: Literal["file", "directory"]
         os.close(fd)
         raise
     return fd
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def open_regular(path: str | os.PathLike[str], *, owned: bool = False, follow_links: bool = False) -> int:
+    """A read-only descriptor for the regular file at ``path``; the open never blocks and never follows a link.
+
+    Raises ``FileNotFoundError``, :class:`LinkRefused` (the last component is a
+    symbolic link, unless ``follow_links``: then the file it names is checked), :class:`NotRegularFile` (FIFO, device, socket, directory),
+    :class:`NotOwned` when ``owned`` and the file belongs to another user or is
+    writable by group or others, or another ``OSError``.
+    """
+    where = os.fspath(path)
+    try:
+        fd = os.open(where, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
+                     | (0 if follow_links else os.O_NOFOLLOW))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LinkRefused(exc.errno, "the file is a symbolic link", where) from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotRegularFile(errno.EINVAL, f"{_kind(info.st_mode)}, not a regular file", where)
+        if owned and info.st_uid != os.geteuid():
+            raise NotOwned(errno.EPERM, f"owned by uid {info.st_uid}, not by you (uid {os.geteuid()})", where)
+        if owned and info.st_mode & 0o022:
+            raise NotOwned(errno.EPERM, f"writable by group or others (mode {stat.S_IMODE(info.st_mode):o})", where)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: str | os.PathLike[str], max_bytes: int, *, owned: bool = False,
+                 follow_links: bool = False) -> bytes:
+    """The bytes of the regular file at ``path`` (:func:`open_regular`), at most ``max_bytes`` of them.
+
+    Raises what :func:`open_regular` raises, and :class:`TooLarge` when the file
+    holds more than ``max_bytes`` (only ``max_bytes + 1`` are ever read).
+    """
+    fd = open_regular(path, owned=owned, follow_links=follow_links)
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise TooLarge(errno.EFBIG, f"over {max_bytes:,} bytes", os.fspath(path))
+    return data

@@ -7,8 +7,12 @@ File format (written by :func:`write_definitions`; a person may edit it)::
       active_user: A user with at least one event in the week, weeks starting Monday.
 
 Reading is strict, because the file outlives the session and anyone with the
-folder can edit it: ``yaml.safe_load`` (no object construction; a tag such as
-``!!python/object`` is refused), no anchors or aliases, at most
+folder can edit it: a regular file opened without blocking or following a link
+(a FIFO planted in its place cannot hang the session), owned by the current
+user and not writable by group or others (another user's file is not "what the
+user approved"); ``yaml.safe_load`` (no object construction; a tag such as
+``!!python/object`` is refused), no anchors or aliases, nesting bounded
+(:func:`~harness_magic.core.text.safe_yaml.load_plain_yaml`), at most
 :data:`WORKSPACE_MEMORY_MAX_BYTES`, at most :data:`MAX_DEFINITIONS` entries,
 names as glossary names, text only. Anything else raises
 :class:`WorkspaceMemoryError` naming the file and the entry at fault; callers
@@ -27,7 +31,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness_magic.core.confinement.safe_open import LinkRefused, NotOwned, NotRegularFile, TooLarge, read_regular
 from harness_magic.core.knowledge.glossary import WORKSPACE_SOURCE, Glossary, Term, normalize_term
+from harness_magic.core.text.safe_yaml import PlainYAMLError, load_plain_yaml
 
 __all__ = ["Definition", "WorkspaceMemoryError", "read_definitions", "write_definitions", "definition_name",
            "with_workspace_terms", "WORKSPACE_MEMORY_MAX_BYTES", "MAX_DEFINITIONS", "DEFINITION_MAX_CHARS",
@@ -72,26 +78,26 @@ def _clean(text: str) -> str:
 
 def read_definitions(path: str | os.PathLike[str]) -> list[Definition]:
     """The definitions in ``path`` (none when it does not exist); WorkspaceMemoryError when malformed."""
-    import yaml
-
     where = str(path)
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(WORKSPACE_MEMORY_MAX_BYTES + 1)
+        data = read_regular(path, WORKSPACE_MEMORY_MAX_BYTES, owned=True)
     except FileNotFoundError:
         return []
+    except TooLarge:
+        raise WorkspaceMemoryError(f"workspace memory {where!r} is over {WORKSPACE_MEMORY_MAX_BYTES} bytes") from None
+    except NotOwned as exc:
+        raise WorkspaceMemoryError(f"workspace memory {where!r} is {exc.strerror}: ignored (whoever can write it "
+                                   "could plant definitions the user never approved)") from None
+    except LinkRefused:
+        raise WorkspaceMemoryError(f"workspace memory {where!r} is a symbolic link: ignored") from None
+    except NotRegularFile as exc:
+        raise WorkspaceMemoryError(f"workspace memory {where!r} is {exc.strerror}: ignored") from None
     except OSError as exc:
         raise WorkspaceMemoryError(f"workspace memory {where!r} cannot be read: {exc.strerror or exc}") from None
-    if len(data) > WORKSPACE_MEMORY_MAX_BYTES:
-        raise WorkspaceMemoryError(f"workspace memory {where!r} is over {WORKSPACE_MEMORY_MAX_BYTES} bytes")
     try:
-        for event in yaml.parse(data, Loader=yaml.SafeLoader):
-            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-                raise WorkspaceMemoryError(f"workspace memory {where!r} uses YAML anchors/aliases; refused")
-        loaded = yaml.safe_load(data)
-    except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise WorkspaceMemoryError(f"workspace memory {where!r} is not plain YAML ({first})") from None
+        loaded = load_plain_yaml(data)
+    except PlainYAMLError as exc:
+        raise WorkspaceMemoryError(f"workspace memory {where!r} is not plain YAML ({exc})") from None
     if loaded is None:
         return []
     if not isinstance(loaded, dict) or set(map(str, loaded)) - {"version", "definitions"}:

@@ -31,7 +31,10 @@ import fcntl
 import getpass
 import hashlib
 import json
+import math
 import os
+import re
+import stat
 import threading
 from typing import Any, Callable, Iterator
 
@@ -40,7 +43,7 @@ from harness_magic.core.transcript.scrub import scrub_data
 __all__ = [
     "AUDIT_KINDS", "GENESIS", "FIELD_MAX_CHARS", "RECORD_MAX_BYTES", "RESERVED_FIELDS",
     "AuditError", "AuditLog", "Redactor", "Verification", "audit", "canonical", "record_hash",
-    "read_tail", "verify_file", "record_decision",
+    "read_tail", "verify_file", "record_decision", "parse_record", "RECORD_MAX_DEPTH", "LINE_MAX_BYTES",
 ]
 
 AUDIT_KINDS: tuple[str, ...] = ("approval", "denial", "refusal", "governed_write", "masking", "export", "pull")
@@ -60,6 +63,14 @@ LIST_MAX_ITEMS = 200
 
 RECORD_MAX_BYTES = 16 * 1024
 """A record stays below this, so reading the last record means reading a bounded tail of the file."""
+
+LINE_MAX_BYTES = RECORD_MAX_BYTES + 1024
+"""A line longer than this is not a record the log wrote (``prev`` and ``hash`` are added after the fit): malformed,
+and never read whole."""
+
+RECORD_MAX_DEPTH = 16
+"""Nesting of a record's JSON (the record itself is level 1): records hold names, lists and small maps. A deeper
+line is malformed, found before ``json.loads`` could recurse into ``RecursionError``."""
 
 FILE_MODE = 0o640
 """Created readable by the owner's group (reviewers), writable only by the owner."""
@@ -91,9 +102,12 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _bounded(value: Any, where: str, redact: Redactor | None = None) -> Any:
+def _bounded(value: Any, where: str, redact: Redactor | None = None, depth: int = 2) -> Any:
     """A JSON-compatible copy with long strings and lists cut (strings passed through ``redact``);
-    raises AuditError on other types."""
+    raises AuditError on other types and on nesting deeper than :data:`RECORD_MAX_DEPTH`."""
+    if depth > RECORD_MAX_DEPTH:
+        raise AuditError(f"audit field {where[:200]} nests deeper than {RECORD_MAX_DEPTH} levels; record names, "
+                         "classes and counts")
     if value is None or isinstance(value, (bool, int)):
         return value
     if isinstance(value, float):
@@ -105,7 +119,7 @@ def _bounded(value: Any, where: str, redact: Redactor | None = None) -> Any:
             value = value[:FIELD_MAX_CHARS] + f"…[cut {len(value) - FIELD_MAX_CHARS} chars]"
         return redact(value) if redact is not None else value
     if isinstance(value, (list, tuple)):
-        items = [_bounded(v, f"{where}[{i}]", redact) for i, v in enumerate(value[:LIST_MAX_ITEMS])]
+        items = [_bounded(v, f"{where}[{i}]", redact, depth + 1) for i, v in enumerate(value[:LIST_MAX_ITEMS])]
         if len(value) > LIST_MAX_ITEMS:
             items.append(f"…[cut {len(value) - LIST_MAX_ITEMS} items]")
         return items
@@ -116,10 +130,85 @@ def _bounded(value: Any, where: str, redact: Redactor | None = None) -> Any:
                 out["…"] = f"[cut {len(value) - LIST_MAX_ITEMS} entries]"
                 break
             key = str(k)[:FIELD_MAX_CHARS]
-            out[redact(key) if redact is not None else key] = _bounded(v, f"{where}[{k!r}]", redact)
+            out[redact(key) if redact is not None else key] = _bounded(v, f"{where}[{k!r}]", redact, depth + 1)
         return out
     raise AuditError(f"audit field {where} is a {type(value).__name__}; record names, classes and counts "
                      "(str, int, float, bool, None, lists and dicts of them)")
+
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKETS = re.compile(rb"[\[\]{}]")
+
+
+def _nesting(raw: bytes) -> int:
+    """The deepest ``[``/``{`` nesting of the JSON text ``raw`` (strings skipped as JSON skips them), without
+    recursion; the cheap count of openers answers first when it cannot exceed the limit."""
+    if raw.count(b"[") + raw.count(b"{") <= RECORD_MAX_DEPTH:
+        return 0
+    depth = deepest = 0
+    for bracket in _BRACKETS.findall(_STRING.sub(b"", raw)):
+        depth += 1 if bracket in (b"[", b"{") else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    record: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in record:  # readers disagree on which one counts (jq and Python keep the last)
+            raise ValueError(f"duplicate key {key[:80]!r}")
+        record[key] = value
+    return record
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} overflows to {value}")
+    return value
+
+
+def parse_record(raw: bytes) -> dict[str, Any]:
+    """One audit line as a JSON object, strictly; ValueError saying why it is not one.
+
+    Refused: a line over :data:`LINE_MAX_BYTES`, nesting deeper than
+    :data:`RECORD_MAX_DEPTH` (checked before parsing), a duplicate key in any
+    object, ``NaN``/``Infinity`` and numbers that overflow to them, text that is
+    not UTF-8 JSON, and any value that is not an object.
+    """
+    if len(raw) > LINE_MAX_BYTES:
+        raise ValueError(f"the line is over {LINE_MAX_BYTES:,} bytes")
+    depth = _nesting(raw)
+    if depth > RECORD_MAX_DEPTH:
+        raise ValueError(f"nested {depth} levels deep (a record nests at most {RECORD_MAX_DEPTH})")
+    record = json.loads(raw, object_pairs_hook=_no_duplicates, parse_constant=_no_constant, parse_float=_finite)
+    if not isinstance(record, dict):
+        raise ValueError(f"a JSON {type(record).__name__}, not an object")
+    return record
+
+
+def _open_regular(path: str | os.PathLike[str], flags: int = os.O_RDONLY, mode: int = 0) -> int:
+    """A descriptor for the regular file at ``path``, opened without blocking (a FIFO in the log's place would hang
+    the reader or the writer) and, for reading, without following a final link; OSError naming what it is otherwise.
+
+    (:func:`harness_magic.core.confinement.safe_open.open_regular` is the general form; the record plane sits beside
+    confinement and cannot import it.)
+    """
+    nofollow = os.O_NOFOLLOW if flags == os.O_RDONLY else 0
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY | nofollow, mode)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"not a regular file (mode {stat.filemode(info.st_mode)}): {os.fspath(path)}")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _fit(record: dict[str, Any]) -> dict[str, Any]:
@@ -145,7 +234,7 @@ def _last_record(fd: int) -> tuple[dict[str, Any] | None, bool]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = parse_record(line)
         except ValueError:
             continue  # a torn last write: chain on from the last whole record; verify reports the torn line
         if isinstance(record, dict) and isinstance(record.get("hash"), str) and isinstance(record.get("seq"), int):
@@ -184,14 +273,10 @@ class AuditLog:
         body = {k: _bounded(v, k, self.redact) for k, v in scrub_data(fields).items()}
         try:
             with self._lock:
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+                fd = _open_regular(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX)
-                    reader = os.open(self.path, os.O_RDONLY)
-                    try:
-                        last, ends_clean = _last_record(reader)
-                    finally:
-                        os.close(reader)
+                    last, ends_clean = _last_record(fd)  # pread ignores O_APPEND's end position
                     record = {"seq": (last["seq"] + 1) if last else 1, "ts": _now(), "kind": kind,
                               "actor": self.actor, **body}
                     record = _fit(record)
@@ -244,7 +329,7 @@ def read_tail(path: str | os.PathLike[str], n: int) -> list[dict[str, Any]]:
     if n < 1:
         return []
     try:
-        with open(path, "rb") as handle:
+        with os.fdopen(_open_regular(path), "rb") as handle:
             size = handle.seek(0, os.SEEK_END)
             start = max(0, size - (n + 1) * RECORD_MAX_BYTES)
             handle.seek(start)
@@ -257,11 +342,9 @@ def read_tail(path: str | os.PathLike[str], n: int) -> list[dict[str, Any]]:
     records = []
     for line in lines:
         try:
-            record = json.loads(line)
+            records.append(parse_record(line))
         except ValueError:
             continue
-        if isinstance(record, dict):
-            records.append(record)
     return records[-n:]
 
 
@@ -290,9 +373,21 @@ class Verification:
 
 
 def _lines(path: str) -> Iterator[tuple[int, bytes, bool]]:
-    """``(line number, bytes, ends with newline)`` for each line of the file."""
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
+    """``(line number, bytes, ends with newline)`` for each line of the file; a line over :data:`LINE_MAX_BYTES`
+    comes as its first ``LINE_MAX_BYTES + 1`` bytes (the rest is skipped unread into memory)."""
+    with os.fdopen(_open_regular(path), "rb") as handle:
+        number = 0
+        while True:
+            raw = handle.readline(LINE_MAX_BYTES + 1)
+            if not raw:
+                return
+            number += 1
+            if len(raw) > LINE_MAX_BYTES and not raw.endswith(b"\n"):
+                rest = raw
+                while rest and not rest.endswith(b"\n"):
+                    rest = handle.readline(LINE_MAX_BYTES)
+                yield number, raw, bool(rest)
+                continue
             yield number, raw.rstrip(b"\n"), raw.endswith(b"\n")
 
 
@@ -302,10 +397,10 @@ def _later_seq(path: str, after: int, seq: int) -> int | None:
         if number <= after:
             continue
         try:
-            record = json.loads(raw)
+            record = parse_record(raw)
         except ValueError:
             continue
-        if isinstance(record, dict) and record.get("seq") == seq:
+        if record.get("seq") == seq:
             return number
     return None
 
@@ -324,9 +419,7 @@ def verify_file(path: str | os.PathLike[str], *, head: str | None = None) -> Ver
             return Verification(False, count, prev if count else None, number, problem, detail)
 
         try:
-            record = json.loads(raw)
-            if not isinstance(record, dict):
-                raise ValueError("not an object")
+            record = parse_record(raw)
         except ValueError as exc:
             if not newline:
                 return broken("truncated", f"the last record is cut off after {len(raw)} bytes ({exc})")

@@ -10,13 +10,17 @@ another agent loads as it is.
 
 Contract of :func:`load_skills`:
 
-* YAML is read with ``yaml.safe_load`` only, and refused before that when it
-  holds a tag (``!!python/...``, ``!foo``), an anchor or an alias (the
-  "billion laughs" bomb needs aliases).
+* YAML is read with ``yaml.safe_load`` only (:func:`~harness_magic.core.text.safe_yaml.load_plain_yaml`),
+  and refused before that when it holds a tag (``!!python/...``, ``!foo``), an
+  anchor or an alias (the "billion laughs" bomb needs aliases), or nests deeper
+  than :data:`~harness_magic.core.text.safe_yaml.YAML_MAX_DEPTH` levels (the
+  parser would recurse into ``RecursionError``).
 * Files over :data:`MAX_SKILL_FILE_BYTES` are refused unread; a ``SKILL.md``
   or skill folder that is a symbolic link resolving outside its skills
-  directory is refused; a name that is not ``[a-z0-9-]`` (no ``/``, ``..``,
-  spaces) is refused.
+  directory is refused; the file itself is opened beneath the skills directory
+  without following links and without blocking, and only a regular file is
+  read (a FIFO or device planted as ``SKILL.md`` is named and skipped); a name
+  that is not ``[a-z0-9-]`` (no ``/``, ``..``, spaces) is refused.
 * A bad skill never stops the others: it is skipped and one line naming the
   file and the field goes to :attr:`SkillSet.errors`.
 """
@@ -29,7 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from harness_magic.core.confinement.safe_open import LinkRefused, open_beneath
 from harness_magic.core.control.skills.rules import SkillRule, SkillRuleError, parse_rules
+from harness_magic.core.text.safe_yaml import PlainYAMLError, load_plain_yaml
 
 __all__ = ["Skill", "SkillSet", "SkillFileError", "load_skills", "parse_skill", "BUILTIN_SKILLS_DIR",
            "SKILL_FILE", "MAX_SKILL_FILE_BYTES", "MAX_FRONT_MATTER_BYTES", "MAX_DESCRIPTION_CHARS",
@@ -175,12 +181,18 @@ def _read_skill(folder: Path, root: str, is_builtin: bool) -> Skill:
     real = path.resolve()
     if not real.is_relative_to(base):
         raise SkillFileError(shown, "path", f"a symbolic link to {real}, outside the skills directory {base}")
-    if not real.is_file():
-        raise SkillFileError(shown, "path", "not a regular file")
-    size = real.stat().st_size
-    if size > MAX_SKILL_FILE_BYTES:
-        raise SkillFileError(shown, "size", f"{size} bytes, more than MAX_SKILL_FILE_BYTES={MAX_SKILL_FILE_BYTES}")
-    with open(real, "rb") as handle:
+    try:  # no link on the way, never blocks (a FIFO swapped in after resolve()), regular files only
+        fd = open_beneath(str(base), str(real.relative_to(base)), allow_hardlinks=True)
+    except LinkRefused:
+        raise SkillFileError(shown, "path", "became a symbolic link while it was read") from None
+    except IsADirectoryError:
+        raise SkillFileError(shown, "path", f"{_kind(real)}, not a regular file") from None
+    except OSError as exc:
+        raise SkillFileError(shown, "path", f"cannot be read ({exc.strerror or exc})") from None
+    with os.fdopen(fd, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > MAX_SKILL_FILE_BYTES:
+            raise SkillFileError(shown, "size", f"{size} bytes, more than MAX_SKILL_FILE_BYTES={MAX_SKILL_FILE_BYTES}")
         raw = handle.read(MAX_SKILL_FILE_BYTES + 1)
     if len(raw) > MAX_SKILL_FILE_BYTES:  # grew after the stat
         raise SkillFileError(shown, "size", f"more than MAX_SKILL_FILE_BYTES={MAX_SKILL_FILE_BYTES}")
@@ -190,6 +202,13 @@ def _read_skill(folder: Path, root: str, is_builtin: bool) -> Skill:
         raise SkillFileError(shown, "encoding", f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
     files = tuple(sorted(p.name for p in real.parent.iterdir() if p.name != SKILL_FILE and not p.name.startswith(".")))
     return parse_skill(text, shown, directory=str(real.parent), builtin=is_builtin, files=files)
+
+
+def _kind(path: Path) -> str:
+    """What a path that is not a regular file is, in words."""
+    checks = (("a FIFO", path.is_fifo), ("a directory", path.is_dir), ("a device", path.is_char_device),
+              ("a device", path.is_block_device), ("a socket", path.is_socket))
+    return next((name for name, test in checks if test()), "not a regular file")
 
 
 def parse_skill(text: str, path: str = SKILL_FILE, *, directory: str = "", builtin: bool = False,
@@ -225,8 +244,6 @@ def parse_skill(text: str, path: str = SKILL_FILE, *, directory: str = "", built
 
 
 def _front_matter(text: str, path: str) -> tuple[dict[str, Any], str]:
-    import yaml
-
     text = text.lstrip("\ufeff")
     lines = text.splitlines(keepends=True)
     if not lines or lines[0].strip() != "---":
@@ -238,18 +255,9 @@ def _front_matter(text: str, path: str) -> tuple[dict[str, Any], str]:
     if len(header.encode("utf-8")) > MAX_FRONT_MATTER_BYTES:
         raise SkillFileError(path, "front matter", f"more than MAX_FRONT_MATTER_BYTES={MAX_FRONT_MATTER_BYTES}")
     try:
-        for token in yaml.scan(header, Loader=yaml.SafeLoader):
-            if isinstance(token, (yaml.TagToken, yaml.AnchorToken, yaml.AliasToken)):
-                what = {yaml.TagToken: "tag", yaml.AnchorToken: "anchor", yaml.AliasToken: "alias"}[type(token)]
-                line = token.start_mark.line + 2
-                raise SkillFileError(path, "front matter", f"YAML {what} on line {line} refused "
-                                                           "(skill files hold plain values only)")
-        meta = yaml.safe_load(header)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" on line {mark.line + 2}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or type(exc).__name__
-        raise SkillFileError(path, "front matter", f"invalid YAML{where}: {problem}") from None
+        meta = load_plain_yaml(header, line_offset=2)
+    except PlainYAMLError as exc:
+        raise SkillFileError(path, "front matter", str(exc)) from None
     if meta is None:
         meta = {}
     if not isinstance(meta, dict):

@@ -34,6 +34,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from harness_magic.core.confinement.safe_open import TooLarge, read_regular
+from harness_magic.core.text.safe_yaml import PlainYAMLError, load_plain_yaml
+
 __all__ = [
     "Actor",
     "GovernancePolicy",
@@ -177,20 +180,19 @@ class GovernancePolicy:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "GovernancePolicy":
-        """Read a YAML policy file (``yaml.safe_load``, at most :data:`POLICY_FILE_MAX_BYTES`)."""
-        import yaml
-
+        """Read a YAML policy file: a regular file (a link is followed; never a FIFO or device), at most :data:`POLICY_FILE_MAX_BYTES`,
+        plain YAML with bounded nesting (:func:`~harness_magic.core.text.safe_yaml.load_plain_yaml`)."""
+        where = os.fspath(path)
         try:
-            with open(path, "rb") as handle:
-                data = handle.read(POLICY_FILE_MAX_BYTES + 1)
+            data = read_regular(path, POLICY_FILE_MAX_BYTES, follow_links=True)
+        except TooLarge:
+            raise PolicyError(f"policy file {where!r} is over {POLICY_FILE_MAX_BYTES:,} bytes") from None
         except OSError as exc:
-            raise PolicyError(f"cannot read policy file {os.fspath(path)!r}: {exc.strerror or exc}") from exc
-        if len(data) > POLICY_FILE_MAX_BYTES:
-            raise PolicyError(f"policy file {os.fspath(path)!r} is over {POLICY_FILE_MAX_BYTES:,} bytes")
+            raise PolicyError(f"cannot read policy file {where!r}: {exc.strerror or exc}") from exc
         try:
-            parsed = yaml.safe_load(data.decode("utf-8"))
-        except (UnicodeDecodeError, yaml.YAMLError) as exc:
-            raise PolicyError(f"policy file {os.fspath(path)!r} is not valid YAML: {exc}"[:500]) from exc
+            parsed = load_plain_yaml(data)
+        except PlainYAMLError as exc:
+            raise PolicyError(f"policy file {where!r} is not valid YAML: {exc}"[:500]) from None
         try:
             return cls.from_config(parsed)
         except PolicyError as exc:
