@@ -45,7 +45,7 @@ from harness_magic.core.knowledge.workspace_memory import (
     read_definitions,
     write_definitions,
 )
-from harness_magic.core.transcript.events import ApprovalStep, AssumptionRecorded, MemoryChanged
+from harness_magic.core.transcript.events import ApprovalStep, AssumptionRecorded, MemoryChanged, Notice
 
 __all__ = ["SessionMemory", "MemoryEntry", "MemoryEntryError", "MEMORY_KINDS", "DEFINITION_KIND",
            "MEMORY_TOOL_NAME", "MAX_ENTRIES", "ENTRY_MAX_CHARS", "SUFFIX_DEFINITIONS_MAX_CHARS", "MEMORY_PREFIX",
@@ -293,6 +293,10 @@ class SessionMemory:
     def _reminder(self, turn: int, max_turns: int) -> str | None:
         if turn != 1:
             return None
+        try:
+            self.definitions()
+        except WorkspaceMemoryError as exc:  # named once per run; the run goes on without the file
+            self._emit(Notice(text=str(exc), level="warning"))
         text = self.suffix_text()
         for entry in self.entries:
             if entry.kind == "assumption":  # this run works under it too
