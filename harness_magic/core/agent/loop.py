@@ -315,9 +315,12 @@ class _HarnessBase:
         run.child_usage = run.child_usage + usage
 
     def log_event(self, name: str, **fields: Any) -> None:
-        """Write an ``event`` record to the current run's log (no-op between runs)."""
+        """Write an ``event`` record to the current run's log (no-op between runs); every string in ``fields`` passes
+        the masking step first, so the log holds what the model saw (a retrieval's snippets too)."""
         run = self._active_run
         if run is not None:
+            if self._masker is not None:
+                fields = self._masker.mask_snapshot(fields)
             run.logger.write("event", name=name, turn=run.turn, **fields)
 
     # -- driving a run ------------------------------------------------------------------

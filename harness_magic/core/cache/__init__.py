@@ -13,6 +13,7 @@ Modules, one job each:
 * :mod:`.spill_dir` — the private directory a cache owns, removed at cleanup.
 * :mod:`.checkpoint` — the checkpoint manifest: versions, validation, writing.
 * :mod:`.session` — :class:`SessionCache`: handles, hot set, spill, hydrate, save/load.
+* :mod:`.guard` — :class:`EntryGuard`: the seam every stored value passes (masking at entry).
 * :mod:`.errors` — the exception hierarchy and :class:`SpillWarning`.
 """
 
@@ -26,6 +27,7 @@ from harness_magic.core.cache.errors import (
     SpillWarning,
     UnknownHandleError,
 )
+from harness_magic.core.cache.guard import ColumnSources, EntryGuard
 from harness_magic.core.cache.names import resolve_handle_name, sanitize_identifier
 from harness_magic.core.cache.session import (
     DEFAULT_HOT_COUNT,
@@ -38,6 +40,8 @@ from harness_magic.core.cache.snapshot import SNAPSHOT_MAX_BYTES, make_snapshot,
 
 __all__ = [
     "SessionCache",
+    "EntryGuard",
+    "ColumnSources",
     "HandleInfo",
     "make_snapshot",
     "snapshot_json",

@@ -75,6 +75,7 @@ from harness_magic.core.cache.errors import (
     SpillWarning,
     UnknownHandleError,
 )
+from harness_magic.core.cache.guard import ColumnSources, EntryGuard
 from harness_magic.core.cache.names import resolve_handle_name
 from harness_magic.core.cache.sizing import estimate_nbytes
 from harness_magic.core.cache.snapshot import make_snapshot
@@ -188,12 +189,34 @@ class SessionCache:
         """After :meth:`load`: engine handles of the checkpoint that could not be re-bound -> why."""
         self._lock = threading.RLock()
         self._finalizer = weakref.finalize(self, self._dir.cleanup)
+        self._guard: EntryGuard | None = None
+
+    @property
+    def guard(self) -> EntryGuard | None:
+        """The :class:`~.guard.EntryGuard` every stored value passes (None: values are stored as given)."""
+        return self._guard
+
+    def set_guard(self, guard: EntryGuard | None) -> None:
+        """Install (or remove) the entry guard; values already stored are not revisited."""
+        self._guard = guard
+
+    def agent_rows(self, name: str, frame: Any) -> Any:
+        """Rows engine value ``name`` produced, in their agent-side form (through the guard)."""
+        return frame if self._guard is None else self._guard.conceal_rows(name, frame)
+
+    def user_value(self, name: str | None, value: Any) -> Any:
+        """``value`` read from ``name`` (or derived from cached values) with real values restored for the user."""
+        return value if self._guard is None else self._guard.reveal(name, value)
 
     # ------------------------------------------------------------------ handles
 
     def put(self, preferred_name: str, value: Any, *, turn: int | None = None, tool: str | None = None,
-            version: str | None = None) -> str:
+            version: str | None = None, sources: ColumnSources | None = None, derived: bool = False) -> str:
         """Store ``value``; return its handle (``preferred_name`` made valid and unique).
+
+        With a guard, what is stored is ``guard.conceal(handle, value, sources)``
+        (``sources``: the query lineage of a connector's result, see :mod:`.guard`; ``derived``: computed on the
+        agent's side, e.g. an interpreter save).
 
         ``version`` is only for an exact copy of a value another cache holds
         (a subagent's inputs, :meth:`copy_to`): the copy keeps that value's
@@ -205,8 +228,14 @@ class SessionCache:
         with self._lock:
             name = resolve_handle_name(preferred_name, self._entries)
             engine = engine_of(value)
-            self._entries[name] = _Entry(name, value, make_snapshot(value), estimate_nbytes(value), turn, tool,
-                                         version=version or _new_version(), spillable=engine is None, engine=engine)
+            head_filter = None
+            if self._guard is not None:
+                guard = self._guard
+                value = guard.conceal(name, value, sources, derived=derived)
+                head_filter = (lambda head: guard.conceal_rows(name, head)) if engine is not None else None
+            self._entries[name] = _Entry(name, value, make_snapshot(value, head_filter), estimate_nbytes(value),
+                                         turn, tool, version=version or _new_version(), spillable=engine is None,
+                                         engine=engine)
             self._touch(name)
             self._enforce(pinned={name})
             return name
@@ -290,6 +319,8 @@ class SessionCache:
             self._recency.pop(name, None)
             if entry.record is not None:
                 self._dir.forget(entry.record.path)
+            if self._guard is not None:
+                self._guard.forget(name)
 
     def __contains__(self, name: object) -> bool:
         with self._lock:

@@ -33,7 +33,7 @@ import itertools
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from harness_magic.core.cache.engine_value import engine_of
 
@@ -98,11 +98,15 @@ def snapshot_json(snapshot: dict[str, Any]) -> str:
     return json.dumps(snapshot, allow_nan=False)
 
 
-def make_snapshot(value: Any) -> dict[str, Any]:
-    """Structured, JSON-serialisable, size-bounded summary of ``value`` (see module doc)."""
+def make_snapshot(value: Any, head_filter: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+    """Structured, JSON-serialisable, size-bounded summary of ``value`` (see module doc).
+
+    ``head_filter`` is applied to the head rows an engine value produces for its snapshot (the cache's
+    :class:`~.guard.EntryGuard` puts them in their agent-side form).
+    """
     for limits in (_DEFAULT, *_TIGHTER):
         try:
-            snapshot = _describe(value, limits)
+            snapshot = _describe(value, limits, head_filter)
             if len(snapshot_json(snapshot)) <= SNAPSHOT_MAX_BYTES:
                 return snapshot
         except Exception as exc:  # a summary must never take the caller down
@@ -119,12 +123,12 @@ def make_snapshot(value: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------- dispatch
 
 
-def _describe(value: Any, lim: _Limits) -> dict[str, Any]:
+def _describe(value: Any, lim: _Limits, head_filter: Callable[[Any], Any] | None = None) -> dict[str, Any]:
     import numpy as np
     import pandas as pd
 
     if engine_of(value) is not None:  # computed by the engine (pushdown), see .engine_value
-        return value.__harness_snapshot__(lambda head: _frame(head, lim))
+        return value.__harness_snapshot__(lambda head: _frame(head_filter(head) if head_filter else head, lim))
     if isinstance(value, pd.DataFrame):
         return _frame(value, lim)
     if isinstance(value, pd.Series):

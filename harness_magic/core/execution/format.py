@@ -37,6 +37,7 @@ import math
 import traceback
 from typing import Any
 
+from harness_magic.core.cache.guard import ColumnSources
 from harness_magic.core.cache.engine_value import engine_of
 from harness_magic.core.cache.names import sanitize_identifier
 from harness_magic.core.cache.snapshot import snapshot_json
@@ -98,8 +99,14 @@ def format_tool_output(
     *,
     turn: int | None = None,
     tool: str | None = None,
+    sources: ColumnSources | None = None,
+    derived: bool = False,
 ) -> ToolOutput:
-    """Model-visible form of any tool result; large values go to ``cache`` (see module doc)."""
+    """Model-visible form of any tool result; large values go to ``cache`` (see module doc).
+
+    ``sources``: the query lineage of a connector's result (output column -> source columns), which the
+    cache's entry guard uses to classify columns renamed by the query; ``derived``: the value was computed on
+    the agent's side (the interpreter's trailing value)."""
     import numpy as np
     import pandas as pd
 
@@ -109,7 +116,7 @@ def format_tool_output(
         return ToolOutput(text=format_exception(value), is_error=True)
     if isinstance(value, (pd.DataFrame, pd.Series, pd.Index, np.ndarray, pd.api.extensions.ExtensionArray)) \
             or engine_of(value) is not None:
-        return _cached(cache, preferred_name, value, turn, tool)
+        return _cached(cache, preferred_name, value, turn, tool, sources, derived)
     if value is None or isinstance(value, (bool, int, float, complex, decimal.Decimal, np.generic,
                                            _dt.date, _dt.time, _dt.timedelta)):
         return ToolOutput(text=truncate_middle(str(value), INLINE_STR_MAX_CHARS))
@@ -129,8 +136,10 @@ def format_tool_output(
     return ToolOutput(text=truncate_middle(_safe_repr(value), REPR_MAX_CHARS))
 
 
-def _cached(cache: Any, preferred_name: str, value: Any, turn: int | None, tool: str | None) -> ToolOutput:
-    handle = cache.put(preferred_name, value, turn=turn, tool=tool)
+def _cached(cache: Any, preferred_name: str, value: Any, turn: int | None, tool: str | None,
+            sources: ColumnSources | None = None, derived: bool = False) -> ToolOutput:
+    lineage = ({} if sources is None else {"sources": sources}) | ({"derived": True} if derived else {})
+    handle = cache.put(preferred_name, value, turn=turn, tool=tool, **lineage)
     return ToolOutput(text=format_handle(cache, handle, preferred_name), handles=[handle])
 
 

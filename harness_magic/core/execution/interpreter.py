@@ -24,6 +24,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Protocol
 
+from harness_magic.core.cache.session import SessionCache
 from harness_magic.core.cache.names import resolve_handle_name, sanitize_identifier
 from harness_magic.core.cache.engine_value import engine_of
 from harness_magic.core.execution.format import format_exception, format_tool_output, truncate_middle
@@ -409,7 +410,7 @@ def _describe_result(
         parts.append("stdout:\n" + truncate_middle(execution.stdout, STDOUT_MAX_CHARS))
         shown.append(parts[-1])
     for expected, value in execution.saved:
-        handle = cache.put(expected, value, turn=turn(), tool="python_interpreter")
+        handle = cache.put(expected, value, turn=turn(), tool="python_interpreter", **_derived(cache))
         handles.append(handle)
         saved_names.update((expected, handle))
         snapshot = json.dumps(cache.snapshot(handle), ensure_ascii=False)
@@ -428,7 +429,7 @@ def _describe_result(
             parts.append(f"Value: `{same}` (saved above)")
     if same is None and execution.error is None and execution.has_value and execution.value is not None:
         formatted = format_tool_output(execution.value, cache, trailing_value_name(code, cache.names(), turn()),
-                                       turn=turn(), tool="python_interpreter")
+                                       turn=turn(), tool="python_interpreter", derived=isinstance(cache, SessionCache))
         handles.extend(formatted.handles)
         parts.append(formatted.text)
         if formatted.handles or not _only_saved_handles(execution.value, saved_names):
@@ -447,10 +448,18 @@ def _describe_result(
                       display_text=None if display == text else display)
 
 
+def _derived(cache: Any) -> dict[str, bool]:
+    """``put`` keywords for a value the interpreter computed (a cache other than :class:`SessionCache` takes none)."""
+    return {"derived": True} if isinstance(cache, SessionCache) else {}
+
+
 def materialize_inputs(cache: Any, names: Collection[str], max_bytes: int,
-                       max_rows: int | None = None) -> dict[str, Any]:
+                       max_rows: int | None = None, *, for_user: bool = False) -> dict[str, Any]:
     """Copy-boundary values of ``names``; engine values (lazy handles) brought in as frames under ``max_bytes``
     bytes and ``max_rows`` rows (None: no row cap).
+
+    The rows of an engine value are in their agent-side form (``cache.agent_rows``: sensitive columns
+    pseudonymised), unless ``for_user`` (a pull: the caller restores real values with ``cache.user_value``).
 
     Raises whatever the engine raises when a value is over the cap or fails
     (e.g. :class:`~harness_magic.core.execution.connectors.lazy.MaterializeLimitError`).
@@ -460,6 +469,8 @@ def materialize_inputs(cache: Any, names: Collection[str], max_bytes: int,
         value = cache.view(name)
         if engine_of(value) is not None:
             value = value.materialize(cache, max_bytes, max_rows=max_rows, handle=name)
+            if not for_user and isinstance(cache, SessionCache):
+                value = cache.agent_rows(name, value)
         inputs[name] = value
     return inputs
 

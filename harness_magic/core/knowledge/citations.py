@@ -22,6 +22,7 @@ HTML cannot make a citation point elsewhere).
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import re
 import weakref
@@ -101,6 +102,10 @@ def record_retrieval(harness: Any, tool: str, sources: Sequence[Source]) -> None
     ledger = ledger_for(harness)
     run = getattr(harness, "current_run", None)
     use_id = getattr(getattr(run, "current_tool_use", None), "id", None)
+    masker = getattr(harness, "masker", None)
+    if masker is not None:  # the ledger feeds citations in the live view and exports: what the model saw
+        sources = [dataclasses.replace(s, snippet=masker.mask(s.snippet)[0], title=masker.mask(s.title)[0])
+                   for s in sources]
     for source in sources:
         ledger.entries[source.source_id] = (source, use_id)
     log = getattr(harness, "log_event", None)

@@ -1,0 +1,516 @@
+"""Sensitive values pseudonymised where they enter the agent's side, restored only for the user.
+
+The first layer of masking (the scanner, :class:`~harness_magic.core.text.masking.Masker`,
+is the second). Contract:
+
+* **At entry.** Every value stored in a session cache passes
+  :meth:`CacheGuard.conceal` (the cache's :class:`~harness_magic.core.cache.EntryGuard`):
+  pushes (``--in``, ``%agent_push``), connector results (files, SQL, DuckDB,
+  Spark), subagent results and interpreter saves alike. Each column of a
+  frame or series (and a plain index) is classified — by configuration and
+  glossary for its name *or any column it was computed from*
+  (:func:`~harness_magic.core.execution.connectors.lineage.column_sources`
+  of the connector's query), else by detection on a bounded sample — and
+  then, by the masking policy of its class:
+
+  ====================  ============================================================
+  ``mask`` pii/restricted  every value replaced by a stable keyed pseudonym shaped like it
+  ``mask`` financial       kept real (sums must be exact); the scanner masks the values by value
+  ``deny`` (any class)     every value replaced by ``[denied CLASS]`` (missing cells stay missing)
+  ``allow``                kept real
+  ====================  ============================================================
+
+  So the worker, snapshots, printed text, errors, spill files, checkpoints
+  and subagents only ever hold pseudonyms: nothing needs to recognise a
+  real value on the way out.
+* **Stable and consistent.** The same value of the same kind gets the same
+  pseudonym in every handle of the session (joins, group-bys and distinct
+  counts stay right); a pseudonym seen again (a derived frame saved back) is
+  left as it is, never pseudonymised twice.
+* **Restored only for the user.** The real value of each concealed handle
+  and the map pseudonym -> real stay in the kernel (never the worker, the
+  log or an export): ``%agent_pull``/``--out`` of a pushed or loaded handle
+  returns exactly what came in, and a derived value has its pseudonyms
+  mapped back (:meth:`Pseudonyms.reveal_value`). Denied values were never
+  there: a derived value holds ``[denied CLASS]``.
+* **Engines get real values for pseudonyms the model compares against.**
+  :meth:`Pseudonyms.query_for_engine` widens a quoted pseudonym that is an
+  operand of ``=``, ``<>`` or ``IN`` against a column to the pseudonym *and*
+  its real value (``email IN ('<pseudonym>', '<real>')``), so ``WHERE email =
+  '<pseudonym>'`` finds the row in a database table (real values) and in a
+  cached handle (pseudonyms) alike; what comes back is concealed again at
+  entry. A pseudonym used anywhere else in the query (a selected literal)
+  is never replaced.
+* **Never crash on data.** A column whose values cannot be read
+  (unhashable cells, an exotic dtype) is left as it is and named in
+  :attr:`Pseudonyms.notes`; the run goes on.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Mapping
+
+from harness_magic.core.cache.engine_value import engine_of
+from harness_magic.core.cache.guard import ColumnSources
+from harness_magic.core.text.masking import ColumnClass, Masker, denied_text
+from harness_magic.core.text.sensitivity import DETECT_SAMPLE_VALUES, DETECTED_KINDS, classify_column, find_sensitive
+
+__all__ = ["Pseudonyms", "CacheGuard", "CLASS_STRENGTH", "NOTES_MAX"]
+
+CLASS_STRENGTH = {"restricted": 3, "pii": 2, "financial": 1}
+"""When a column is computed from several classified ones, it takes the strongest class."""
+NOTES_MAX = 200
+"""Notes kept about columns that could not be classified or concealed (oldest dropped)."""
+_STRING_KINDS = "OSU"
+"""numpy kinds whose values are text (object, str, bytes-as-text)."""
+
+
+class Pseudonyms:
+    """The session's pseudonym map and the rules above; shared by the session's caches (subagents too)."""
+
+    def __init__(self, masker: Masker) -> None:
+        self.masker = masker
+        self._reverse: dict[str, Any] = {}
+        """Pseudonym -> the real value it stands for (kernel only)."""
+        self._forward: dict[tuple[str, str], str] = {}
+        self._lock = threading.RLock()
+        self.notes: list[str] = []
+        """Columns left as they were, and why (bounded by :data:`NOTES_MAX`)."""
+        self._entered: dict[str, dict[str, int]] = {}
+        """Handle -> values replaced at entry per class, until the tool result announcing it is marked."""
+
+    def guard(self) -> CacheGuard:
+        """A new :class:`CacheGuard` for one cache, over this map."""
+        return CacheGuard(self)
+
+    @property
+    def size(self) -> int:
+        """Pseudonyms issued so far."""
+        return len(self._reverse)
+
+    def is_pseudonym(self, text: str) -> bool:
+        return text in self._reverse
+
+    # -- entry ---------------------------------------------------------------------------------
+
+    def conceal(self, handle: str, value: Any, sources: ColumnSources | None, *, derived: bool = False) -> Any:
+        """``value`` in its agent-side form (frames, series and indexes; anything else as it is).
+
+        ``derived``: computed on the agent's side from cached values (an interpreter save). Its pii and
+        restricted columns are concealed again all the same (idempotent on pseudonyms), but the values of
+        its financial columns are not learned for the scanner: a sum the model computed must reach it.
+        """
+        import pandas as pd
+
+        if not self.masker.active or engine_of(value) is not None:
+            return value
+        policy = dict(self.masker.policy)
+        if derived:
+            policy["_derived"] = "yes"
+        if isinstance(value, pd.DataFrame):
+            return self._conceal_frame(handle, value, sources, policy)
+        if isinstance(value, pd.Series):
+            label = "" if value.name is None else str(value.name)
+            cc = self._classify(handle, label, value, sources)
+            out = self._apply(handle, label, value, cc, policy) if cc is not None else value
+            return self._conceal_index(handle, out, sources, policy)
+        if isinstance(value, pd.Index) and not isinstance(value, pd.MultiIndex):
+            label = "" if value.name is None else str(value.name)
+            series = value.to_series()
+            cc = self._classify(handle, label, series, sources)
+            concealed = series if cc is None else self._apply(handle, label, series, cc, policy)
+            return value if concealed is series else pd.Index(concealed.to_numpy(), name=value.name,
+                                                                dtype=concealed.dtype)
+        return value
+
+    def _conceal_frame(self, handle: str, frame: Any, sources: ColumnSources | None,
+                       policy: Mapping[str, str]) -> Any:
+        out = None
+        for i, column in enumerate(frame.columns):
+            label = str(column)
+            series = frame.iloc[:, i]
+            cc = self._classify(handle, label, series, sources)
+            if cc is None:
+                continue
+            concealed = self._apply(handle, label, series, cc, policy)
+            if concealed is not series:
+                if out is None:
+                    out = frame.copy(deep=False)
+                out.isetitem(i, concealed)
+        return self._conceal_index(handle, frame if out is None else out, sources, policy)
+
+    def _conceal_index(self, handle: str, value: Any, sources: ColumnSources | None,
+                       policy: Mapping[str, str]) -> Any:
+        import pandas as pd
+
+        index = value.index
+        if isinstance(index, (pd.MultiIndex, pd.RangeIndex)) or index.dtype.kind not in _STRING_KINDS \
+                and not isinstance(index.dtype, (pd.StringDtype, pd.CategoricalDtype)):
+            return value
+        label = "" if index.name is None else str(index.name)
+        cc = self._classify(handle, label or "(index)", index.to_series(), sources)
+        if cc is None:
+            return value
+        series = index.to_series()
+        concealed = self._apply(handle, label or "(index)", series, cc, policy)
+        if concealed is series:
+            return value
+        out = value.copy(deep=False)
+        out.index = pd.Index(concealed.to_numpy(), name=index.name, dtype=concealed.dtype)
+        return out
+
+    def _classify(self, handle: str, label: str, series: Any, sources: ColumnSources | None) -> ColumnClass | None:
+        declared = self._declared(label, sources)
+        try:
+            sample = series.head(DETECT_SAMPLE_VALUES).tolist()
+            kind = classify_column(sample)
+        except (TypeError, ValueError, AttributeError, OverflowError) as exc:
+            self._note(f"{handle}.{label}: not classified by its values ({type(exc).__name__}: {exc})")
+            kind = None
+        if declared is None:
+            if kind is None:
+                return None
+            declared = ColumnClass(DETECTED_KINDS[kind], "detected", kind)
+        elif kind is not None and declared.kind is None:
+            declared = ColumnClass(declared.cls, declared.source, kind)
+        self.masker.columns.setdefault(handle, {})[label] = declared
+        return declared
+
+    def _declared(self, label: str, sources: ColumnSources | None) -> ColumnClass | None:
+        """The strongest configured class of ``label`` or of any column it is computed from."""
+        refs = {label}
+        if sources:
+            wanted = label.lower()
+            for output, inputs in sources.items():
+                if output.lower() == wanted:
+                    refs |= set(inputs)
+        best: ColumnClass | None = None
+        for ref in sorted(refs):
+            table, _, column = ref.rpartition(".")
+            found = self.masker.declared_class(column, table or None)
+            if found is None:
+                continue
+            if ref.lower() != label.lower():
+                found = ColumnClass(found.cls, f"{found.source}, computed from {ref}", found.kind)
+            if best is None or CLASS_STRENGTH[found.cls] > CLASS_STRENGTH[best.cls]:
+                best = found
+        return best
+
+    def _apply(self, handle: str, label: str, series: Any, cc: ColumnClass, policy: Mapping[str, str]) -> Any:
+        """``series`` concealed by the policy for its class (see the module table)."""
+        action = policy.get(cc.cls, "mask")
+        try:
+            if action == "allow":
+                return series
+            if action == "deny":
+                out = self._map(series, lambda value: denied_text(cc.cls))
+                if out is not series:
+                    self._count(handle, cc.cls, series)
+                return out
+            if cc.cls == "financial":  # stays real: the scanner masks these values by value on the way out
+                if "_derived" not in policy:
+                    self.masker.learn_column(handle, label, cc, _safe_list(series))
+                return series
+            kind = cc.kind or cc.cls
+            out = self._map(series, lambda value: self._pseudonym(kind, cc.cls, value))
+            if out is not series:
+                self._count(handle, cc.cls, series)
+            return out
+        except (TypeError, ValueError, AttributeError, OverflowError) as exc:  # unhashable cells and the like
+            self._note(f"{handle}.{label}: left as it is ({type(exc).__name__}: {exc}); the scanner still applies")
+            self.masker.learn_column(handle, label, cc, _safe_list(series))
+            return series
+
+    def _map(self, series: Any, fn: Callable[[Any], str]) -> Any:
+        """``series`` with each distinct non-missing value replaced by ``fn(value)`` (computed once per value)."""
+        import numpy as np
+        import pandas as pd
+
+        if isinstance(series.dtype, pd.CategoricalDtype):
+            categories = [fn(c) for c in series.cat.categories]
+            if categories == list(series.cat.categories):
+                return series
+            if len(set(categories)) == len(categories):
+                return series.cat.rename_categories(categories)
+            series = series.astype(object)  # two categories denied alike: no longer categories
+        codes, uniques = pd.factorize(series, use_na_sentinel=True)
+        replaced = [fn(u) for u in uniques]
+        if all(isinstance(u, str) and r == u for r, u in zip(replaced, uniques)):
+            return series  # every value already in its agent-side form (pseudonyms saved back)
+        mapped = np.array(replaced + [None], dtype=object)
+        values = mapped[codes]  # -1 (missing) takes the last slot, then the original missing marker below
+        missing = codes < 0
+        if missing.any():
+            values[missing] = series.to_numpy(dtype=object)[missing]
+        dtype = series.dtype if isinstance(series.dtype, pd.StringDtype) else object
+        return pd.Series(values, index=series.index, name=series.name, dtype=dtype)
+
+    def _pseudonym(self, kind: str, cls: str, value: Any) -> str:
+        text = value if isinstance(value, str) else str(value)
+        with self._lock:
+            if text in self._reverse:  # already a pseudonym (a derived value saved back): never twice
+                return text
+            key = (kind, text)
+            found = self._forward.get(key)
+            if found is not None:
+                return found
+            pseudonym = self.masker.pseudonym(kind, text)
+            if pseudonym in self._reverse or pseudonym == text:  # a shaped pseudonym collided: an unshaped one
+                pseudonym = self.masker.pseudonym(cls, text)
+            self._forward[key] = pseudonym
+            self._reverse[pseudonym] = value
+            self.masker.register_pseudonym(text, pseudonym, cls)
+            return pseudonym
+
+    def mask_prompt(self, text: str) -> str:
+        """What the person typed, with each sensitive value replaced by its pseudonym (the one the cache uses for
+        a known value), each pseudonym registered so a query the model writes with it finds the rows."""
+        if not isinstance(text, str) or not text or not self.masker.active:
+            return text
+        masked = self.masker.mask_text(text).text
+        if masked == text:
+            return text
+        for found in find_sensitive(text):
+            pseudonym = self.masker.pseudonym(found.kind, found.value)
+            with self._lock:
+                if pseudonym in masked and pseudonym not in self._reverse:
+                    self._reverse[pseudonym] = found.value
+                    self._forward[(found.kind, found.value)] = pseudonym
+                    self.masker.register_pseudonym(found.value, pseudonym, found.cls)
+        return masked
+
+    def take_entry_counts(self, handles: Any) -> dict[str, int]:
+        """Values replaced at entry per class for ``handles`` (each handle's counts are given once)."""
+        total: dict[str, int] = {}
+        for handle in handles:
+            for cls, n in self._entered.pop(handle, {}).items():
+                total[cls] = total.get(cls, 0) + n
+        return total
+
+    def _count(self, handle: str, cls: str, series: Any) -> None:
+        try:
+            n = int(series.notna().sum())
+        except (TypeError, ValueError):
+            n = len(series)
+        if n:
+            counts = self._entered.setdefault(handle, {})
+            counts[cls] = counts.get(cls, 0) + n
+
+    def _note(self, text: str) -> None:
+        self.notes.append(text)
+        del self.notes[:-NOTES_MAX]
+
+    # -- the user's side -----------------------------------------------------------------------
+
+    def reveal_value(self, value: Any) -> Any:
+        """``value`` with every pseudonym (in text columns, indexes, strings, lists) mapped back to its real value."""
+        import pandas as pd
+
+        if not self._reverse:
+            return value
+        if isinstance(value, str):
+            return self._reverse.get(value, value)
+        if isinstance(value, pd.DataFrame):
+            out = None
+            for i in range(value.shape[1]):
+                series = value.iloc[:, i]
+                revealed = self._reveal_series(series)
+                if revealed is not series:
+                    if out is None:
+                        out = value.copy(deep=False)
+                    out.isetitem(i, revealed)
+            out = value if out is None else out
+            columns = value.columns
+            if not isinstance(columns, pd.MultiIndex):  # a pivot puts values in the column labels
+                labels = self._reveal_plain_index(columns)
+                if labels is not columns:
+                    out = out.copy(deep=False) if out is value else out
+                    out.columns = labels
+            return self._reveal_index(out)
+        if isinstance(value, pd.Series):
+            return self._reveal_index(self._reveal_series(value))
+        if isinstance(value, pd.Index):
+            return self._reveal_plain_index(value)
+        if isinstance(value, list):
+            return [self.reveal_value(v) for v in value]
+        if isinstance(value, tuple):
+            return tuple(self.reveal_value(v) for v in value)
+        return value
+
+    def _reveal_series(self, series: Any) -> Any:
+        import numpy as np
+        import pandas as pd
+
+        if isinstance(series.dtype, pd.CategoricalDtype):
+            categories = list(series.cat.categories)
+            restored = [self._reverse.get(c, c) if isinstance(c, str) else c for c in categories]
+            if restored == categories:
+                return series
+            if len(set(map(repr, restored))) == len(restored):
+                return series.cat.rename_categories(restored)
+            series = series.astype(object)
+        if series.dtype.kind not in _STRING_KINDS and not isinstance(series.dtype, pd.StringDtype):
+            return series
+        try:
+            codes, uniques = pd.factorize(series, use_na_sentinel=True)
+        except TypeError:
+            return series
+        hits = [isinstance(u, str) and u in self._reverse for u in uniques]
+        if not any(hits):
+            return series
+        restored = [self._reverse[u] if hit else u for u, hit in zip(uniques, hits)]
+        values = np.array(restored + [None], dtype=object)[codes]
+        missing = codes < 0
+        if missing.any():
+            values[missing] = series.to_numpy(dtype=object)[missing]
+        out = pd.Series(values, index=series.index, name=series.name, dtype=object)
+        if isinstance(series.dtype, pd.StringDtype) and all(isinstance(r, str) for r in restored):
+            out = out.astype(series.dtype)
+        return out
+
+    def _reveal_index(self, value: Any) -> Any:
+        import pandas as pd
+
+        index = value.index
+        if isinstance(index, pd.MultiIndex):
+            levels = [self._reveal_plain_index(level) for level in index.levels]
+            if all(new is old for new, old in zip(levels, index.levels)):
+                return value
+            try:
+                restored = index.set_levels(levels, verify_integrity=True)
+            except ValueError:
+                return value
+        else:
+            restored = self._reveal_plain_index(index)
+            if restored is index:
+                return value
+        out = value.copy(deep=False)
+        out.index = restored
+        return out
+
+    def _reveal_plain_index(self, index: Any) -> Any:
+        import pandas as pd
+
+        if isinstance(index, pd.RangeIndex):
+            return index
+        series = index.to_series()
+        revealed = self._reveal_series(series)
+        if revealed is series:
+            return index
+        return pd.Index(revealed.to_numpy(), name=index.name, dtype=revealed.dtype)
+
+    def query_for_engine(self, sql: str, dialect: str | None = None) -> str:
+        """``sql`` with each quoted pseudonym compared against a column replaced by its real value (see module doc)."""
+        if not self._reverse or not isinstance(sql, str) or "'" not in sql:
+            return sql
+        candidates = {p for p in _quoted_strings(sql) if p in self._reverse and isinstance(self._reverse[p], str)}
+        if not candidates:
+            return sql
+        import sqlglot
+        from sqlglot import exp
+        from sqlglot.errors import SqlglotError
+
+        from harness_magic.core.execution.connectors.lineage import LINEAGE_MAX_CHARS, SQLGLOT_DIALECTS
+
+        if len(sql) > LINEAGE_MAX_CHARS:
+            return sql
+        try:
+            trees = [t for t in sqlglot.parse(sql, read=SQLGLOT_DIALECTS.get((dialect or "").lower())) if t is not None]
+        except (SqlglotError, RecursionError, ValueError):
+            return sql
+        compared: list[Any] = []
+        elsewhere: set[str] = set()
+        for tree in trees:
+            for literal in tree.find_all(exp.Literal):
+                if literal.is_string and literal.this in candidates:
+                    if _compared_with_column(literal):
+                        compared.append(literal)
+                    else:
+                        elsewhere.add(literal.this)
+        targets = [lit for lit in compared if lit.this not in elsewhere]
+        if not targets:
+            return sql
+        for literal in targets:  # `email = 'p'` -> `email IN ('p', 'real')`: a cached handle holds p, an engine real
+            real = exp.Literal.string(str(self._reverse[literal.this]))
+            parent = literal.parent.parent if isinstance(literal.parent, exp.Tuple) else literal.parent
+            if isinstance(parent, exp.In):
+                parent.append("expressions", real)
+            else:
+                column = parent.right if parent.left is literal else parent.left
+                widened = exp.In(this=column.copy(), expressions=[literal.copy(), real])
+                parent.replace(exp.Not(this=widened) if isinstance(parent, exp.NEQ) else widened)
+        write = SQLGLOT_DIALECTS.get((dialect or "").lower())
+        return ";\n".join(tree.sql(dialect=write) for tree in trees)
+
+
+_LEARN_ROWS = 10_000
+"""Rows of a kept-real classified column (financial) whose values the scanner learns: bounded time per entry."""
+
+
+def _safe_list(series: Any) -> list[Any]:
+    try:
+        return series.head(_LEARN_ROWS).tolist()
+    except (TypeError, ValueError, AttributeError):
+        return []
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _quoted_strings(sql: str) -> set[str]:
+    """Every single-quoted string of ``sql`` (doubled quotes unescaped): a cheap pre-check before parsing."""
+    import re
+
+    return {m.group(1).replace("''", "'") for m in re.finditer(r"'((?:[^']|'')*)'", sql)}
+
+
+def _compared_with_column(literal: Any) -> bool:
+    """The literal is an operand of ``=``/``<>``/``IN`` whose other side is a column."""
+    from sqlglot import exp
+
+    parent = literal.parent
+    if isinstance(parent, exp.Tuple):  # IN ('a', 'b') may be parsed as a tuple
+        parent = parent.parent
+    if isinstance(parent, (exp.EQ, exp.NEQ)):
+        other = parent.right if parent.left is literal else parent.left
+        return isinstance(other, exp.Column)
+    if isinstance(parent, exp.In):
+        return isinstance(parent.this, exp.Column) and literal is not parent.this
+    return False
+
+
+class CacheGuard:
+    """The :class:`~harness_magic.core.cache.EntryGuard` of one cache: conceals at entry, keeps the real values."""
+
+    def __init__(self, pseudonyms: Pseudonyms) -> None:
+        self.pseudonyms = pseudonyms
+        self._real: dict[str, Any] = {}
+        """Handle -> the value as it came in, for the user (only where concealing changed it)."""
+        self._sources: dict[str, ColumnSources | None] = {}
+        """Engine handle -> its query lineage, for the rows it produces later."""
+
+    def conceal(self, handle: str, value: Any, sources: ColumnSources | None, *, derived: bool = False) -> Any:
+        if engine_of(value) is not None:
+            self._sources[handle] = sources
+            return value
+        concealed = self.pseudonyms.conceal(handle, value, sources, derived=derived)
+        if concealed is not value:
+            self._real[handle] = value
+        return concealed
+
+    def conceal_rows(self, handle: str, frame: Any) -> Any:
+        return self.pseudonyms.conceal(handle, frame, self._sources.get(handle))
+
+    def reveal(self, handle: str | None, value: Any) -> Any:
+        if handle is not None and handle in self._real:
+            return self._real[handle]
+        return self.pseudonyms.reveal_value(value)
+
+    def forget(self, handle: str) -> None:
+        self._real.pop(handle, None)
+        self._sources.pop(handle, None)
+
+    def query_for_engine(self, sql: str, dialect: str | None = None) -> str:
+        return self.pseudonyms.query_for_engine(sql, dialect)
