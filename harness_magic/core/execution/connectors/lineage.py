@@ -7,8 +7,11 @@ Contract of :func:`column_sources`:
   (``WITH c AS (SELECT name AS who ...) SELECT upper(who) AS memo`` maps
   ``memo`` to ``name``). Over-approximating is the safe direction: it only
   decides which outputs get a sensitivity class.
-* **Counts carry nothing.** An output whose whole expression is ``COUNT(...)``
-  (``COUNT(DISTINCT email)``) references no column: a count is not the value.
+* **Aggregates that make a new number carry nothing.** A column read only
+  inside ``COUNT``, ``SUM``, ``AVG`` or a spread (``COUNT(DISTINCT email)``,
+  ``ROUND(SUM(amount), 2)``) is not a source: the result is not any row's
+  value, and sums over financial columns must reach the model exact.
+  ``MIN``/``MAX`` return a row's value, so they keep their sources.
 * **Stars pass names through.** ``SELECT * FROM (SELECT name AS who ...)``
   has no projection naming ``who``: every alias defined anywhere in the query
   is listed with its closure, so ``who`` still maps to ``name``.
@@ -97,17 +100,34 @@ def _references(projection: object) -> set[str]:
     from sqlglot import exp
 
     node = projection.unalias() if isinstance(projection, exp.Expression) else projection
-    if isinstance(node, exp.Count):
-        return set()
     refs: set[str] = set()
     for column in node.find_all(exp.Column):
-        if isinstance(column.this, exp.Star):
+        if isinstance(column.this, exp.Star) or _inside_aggregate(column, node):
             continue
         name = column.name.lower()
         refs.add(name)
         if column.table:
             refs.add(f"{column.table.lower()}.{name}")
     return refs
+
+
+def _inside_aggregate(column: object, top: object) -> bool:
+    """The column is read only through an aggregate that yields a new number (count, sum, mean, spread)."""
+    from sqlglot import exp
+
+    node = column.parent
+    while node is not None and node is not top.parent:
+        if isinstance(node, _NEW_NUMBER_AGGREGATES()):
+            return True
+        node = node.parent
+    return False
+
+
+def _NEW_NUMBER_AGGREGATES() -> tuple[type, ...]:  # noqa: N802 - a constant needing a lazy import
+    from sqlglot import exp
+
+    return (exp.Count, exp.Sum, exp.Avg, exp.Stddev, exp.StddevPop, exp.StddevSamp, exp.Variance,
+            exp.VariancePop)
 
 
 def _closure(refs: set[str], aliases: dict[str, set[str]]) -> set[str]:
