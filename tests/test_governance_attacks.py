@@ -275,3 +275,230 @@ def test_a_planted_deep_last_line_does_not_stop_the_next_append(tmp_path):
     record = AuditLog(path, actor="ana").append("approval", tool="t")
     assert record["seq"] == 3  # chained to the last whole record; verify names the planted line
     assert cli("verify", str(path)).stdout.startswith(f"{path}: line 3: malformed: not a JSON record (nested ")
+
+
+# --------------------------------------------------------------------------- governed writes: DuckDB
+
+from harness_magic.core.execution.connectors import ApprovalPolicy, sql_connector  # noqa: E402
+from harness_magic.core.execution.connectors.duckdb_connector import duckdb_connector  # noqa: E402
+from harness_magic.core.execution.connectors.policy import GovernancePolicy  # noqa: E402
+from postgres import postgres_url  # noqa: E402,F401  (session fixture)
+from test_governed_writes import call, duck_rows, run_tools  # noqa: E402
+
+PII_DENY = [{"sensitivity": "pii", "action": "deny"}, {"action": "allow"}]
+"""The policy of the finding: writes touching pii are refused, everything else is allowed."""
+EMAILS = [(1, "ana@example.com"), (2, "bo@example.com"), (3, "cy@example.com")]
+
+
+@pytest.fixture()
+def crm(tmp_path):
+    """A DuckDB file whose pii lives outside ``main``: ``crm.customers``, next to a harmless ``main.open_copy``."""
+    path = str(tmp_path / "warehouse.duckdb")
+    import duckdb
+
+    con = duckdb.connect(path)
+    con.execute("CREATE SCHEMA crm")
+    con.execute("CREATE TABLE crm.customers (id INTEGER, email VARCHAR)")
+    con.executemany("INSERT INTO crm.customers VALUES (?, ?)", EMAILS)
+    con.execute("CREATE TABLE main.open_copy (email VARCHAR)")
+    con.close()
+    return path
+
+
+def denied_by_pii(tmp_path, connector, sql):
+    """Run ``sql`` under PII_DENY; (the tool result, audit records, the approval requests a person saw)."""
+    asked: list = []
+    policy = ApprovalPolicy(governance=GovernancePolicy.from_config(PII_DENY), approver=lambda r: asked.append(r) or True)
+    (result,), records = run_tools(tmp_path, connector, [call(f"{connector.name}__execute", sql=sql)], policy)
+    return result, records, asked
+
+
+@pytest.mark.parametrize("sql", [
+    "UPDATE crm.customers SET email = 'attacker@evil.test'",  # the finding: a table outside main
+    'UPDATE "crm"."customers" SET "email" = \'attacker@evil.test\' WHERE id = 1',  # quoted identifiers
+    'UPDATE "CRM"."Customers" SET email = \'attacker@evil.test\' WHERE id = 1',  # DuckDB folds quoted case
+    "WITH target AS (SELECT id FROM crm.customers WHERE id < 3) "
+    "UPDATE crm.customers SET email = 'attacker@evil.test' WHERE id IN (SELECT id FROM target)",  # CTE-wrapped
+    "DELETE FROM crm.customers WHERE id = 2",
+    "INSERT INTO main.open_copy SELECT email FROM crm.customers",  # pii copied into an unclassed table
+    "INSERT INTO open_copy SELECT email FROM query_table('crm.customers')",  # a table the parser cannot see
+    "CREATE TABLE main.leak AS SELECT * FROM crm.customers",
+])
+def test_a_duckdb_write_touching_pii_in_another_schema_is_refused_by_the_deny_rule(tmp_path, crm, sql):
+    connector = duckdb_connector(name="crm", database=crm)
+    connector.sensitivity = {"crm.customers.email": "pii"}
+    result, records, asked = denied_by_pii(tmp_path, connector, sql)
+    assert result.is_error and "sensitivity=pii" in result.content and "-> deny" in result.content
+    assert asked == []  # the deny rule decides; no person is asked to approve a refused write
+    assert [(r["kind"], r.get("outcome")) for r in records] == [("refusal", None), ("governed_write", "rolled_back")]
+    assert duck_rows(crm, "crm.customers") == EMAILS and duck_rows(crm, "main.open_copy") == []
+
+
+def test_the_duckdb_preview_shows_the_other_schemas_changed_rows(tmp_path, crm):
+    seen = []
+    connector = duckdb_connector(name="crm", database=crm)
+    connector.sensitivity = {"crm.customers.email": "pii"}
+    run_tools(tmp_path, connector, [call("crm__execute", sql="UPDATE crm.customers SET email = 'x' WHERE id = 1")],
+              ApprovalPolicy(approver=lambda r: seen.append(r) or False))
+    (request,) = seen
+    assert request.sensitivity == ("pii",) and request.preflight.tables == (("crm.customers", 1),)
+    assert request.preflight.before["crm.customers"] == [{"id": 1, "email": "ana@example.com"}]
+    assert request.preflight.after["crm.customers"] == [{"id": 1, "email": "x"}]
+    assert duck_rows(crm, "crm.customers") == EMAILS
+
+
+def test_over_the_diff_limit_the_preview_says_so_and_the_deny_rule_still_applies(tmp_path, crm, monkeypatch):
+    from harness_magic.core.execution.connectors import preview
+
+    monkeypatch.setattr(preview, "DIFF_MAX_ROWS", 2)  # the file holds 3 rows: over the limit
+    seen = []
+    connector = duckdb_connector(name="crm", database=crm)
+    connector.sensitivity = {"crm.customers.email": "pii"}
+    sql = "UPDATE crm.customers SET email = 'attacker@evil.test'"
+    run_tools(tmp_path, connector, [call("crm__execute", sql=sql)],
+              ApprovalPolicy(approver=lambda r: seen.append(r) or False))
+    notes = " ".join(seen[0].preflight.notes)
+    assert "over the diff limit" in notes and "tables the statement names: crm.customers" in notes
+    assert seen[0].sensitivity == ("pii",)
+    result, _, asked = denied_by_pii(tmp_path, connector, sql)
+    assert result.is_error and "sensitivity=pii" in result.content and asked == []
+    assert duck_rows(crm, "crm.customers") == EMAILS
+
+
+def test_an_attached_database_cannot_be_reached_by_a_governed_duckdb_write(tmp_path, crm):
+    import duckdb
+
+    other = tmp_path / "other.duckdb"
+    con = duckdb.connect(str(other))
+    con.execute("CREATE TABLE t (email VARCHAR)")
+    con.execute("INSERT INTO t VALUES ('keep@example.com')")
+    con.close()
+    connector = duckdb_connector(name="crm", database=crm)
+    connector.sensitivity = {"t.email": "pii"}
+    calls = [call("crm__execute", sql=f"ATTACH '{other}' AS other; UPDATE other.main.t SET email = 'x'"),
+             call("crm__execute", sql=f"ATTACH '{other}' AS other"),
+             call("crm__execute", sql="UPDATE other.main.t SET email = 'x'")]
+    results, _ = run_tools(tmp_path, connector, calls, ApprovalPolicy(approver=lambda r: True))
+    assert all(r.is_error for r in results), [r.content for r in results]
+    assert "2 statements" in results[0].content
+    assert "other" in results[2].content  # the write connection has no such database
+    assert duck_rows(str(other), "t") == [("keep@example.com",)]
+
+
+# --------------------------------------------------------------------------- governed writes: PostgreSQL
+
+
+@pytest.fixture()
+def pg_crm(postgres_url):  # noqa: F811
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(postgres_url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP SCHEMA IF EXISTS crm_gov CASCADE")
+        conn.exec_driver_sql("CREATE SCHEMA crm_gov")
+        conn.exec_driver_sql("CREATE TABLE crm_gov.customers (id int PRIMARY KEY, email text)")
+        conn.exec_driver_sql("INSERT INTO crm_gov.customers VALUES (1, 'ana@example.com'), (2, 'bo@example.com')")
+        conn.exec_driver_sql("CREATE TABLE crm_gov.open_copy (email text)")
+    yield postgres_url
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP SCHEMA IF EXISTS crm_gov CASCADE")
+    engine.dispose()
+
+
+def pg_rows(url: str) -> list:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.exec_driver_sql(
+                "SELECT id, email FROM crm_gov.customers ORDER BY id").all()] + [tuple(r) for r in conn.exec_driver_sql(
+                "SELECT email FROM crm_gov.open_copy").all()]
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("sql, search_path", [
+    ("UPDATE crm_gov.customers SET email = 'attacker@evil.test'", False),
+    ('UPDATE "crm_gov"."customers" SET email = \'attacker@evil.test\' WHERE id = 1', False),
+    ("WITH t AS (SELECT 1) UPDATE crm_gov.customers SET email = 'x' WHERE id IN (SELECT * FROM t)", False),
+    ("INSERT INTO crm_gov.open_copy SELECT email FROM crm_gov.customers", False),
+    ("UPDATE customers SET email = 'attacker@evil.test'", True),  # resolved through search_path
+])
+def test_a_postgresql_write_to_pii_in_a_non_default_schema_is_refused_by_the_deny_rule(tmp_path, pg_crm, sql,
+                                                                                       search_path):
+    before = pg_rows(pg_crm)
+    url = pg_crm + ("?options=-csearch_path%3Dcrm_gov" if search_path else "")
+    connector = sql_connector(url, name="wh")
+    connector.sensitivity = {"crm_gov.customers.email": "pii"}
+    result, records, asked = denied_by_pii(tmp_path, connector, sql)
+    assert result.is_error and "sensitivity=pii" in result.content and asked == []
+    assert [(r["kind"], r.get("outcome")) for r in records] == [("refusal", None), ("governed_write", "rolled_back")]
+    assert pg_rows(pg_crm) == before
+
+
+# --------------------------------------------------------------------------- approving blind (no preview)
+
+
+@pytest.fixture()
+def shop(tmp_path):
+    import sqlite3
+
+    db = tmp_path / "shop.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE orders (id INTEGER, status TEXT, email TEXT)")
+        conn.executemany("INSERT INTO orders VALUES (?, ?, ?)",
+                         [(1, "open", "a@x.io"), (2, "cancelled", "b@x.io"), (3, "cancelled", "c@x.io")])
+    return db
+
+
+def sqlite_rows(db) -> list:
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT * FROM orders ORDER BY id").fetchall()
+
+
+@pytest.mark.parametrize("sql, shown", [
+    ("DELETE FROM orders WHERE status = 'cancelled'", "not previewed: 2 rows match its WHERE"),
+    ("UPDATE orders SET status = 'x'", "not previewed: 3 rows match its WHERE"),
+    ("DELETE FROM orders WHERE id IN (SELECT id FROM orders LIMIT 1) RETURNING id", "not previewed: row count unknown"),
+    ("INSERT INTO orders SELECT * FROM orders", "not previewed: row count unknown"),
+])
+def test_a_write_that_cannot_be_previewed_says_so_and_shows_the_rows_its_where_matches(tmp_path, shop, sql, shown):
+    from harness_magic.notebook.approval import request_html, request_text
+
+    seen = []
+    before = sqlite_rows(shop)
+    results, _ = run_tools(tmp_path, sql_connector(f"sqlite:///{shop}", name="shop"), [call("shop__execute", sql=sql)],
+                           ApprovalPolicy(approver=lambda r: seen.append(r) or False))
+    (request,) = seen
+    assert shown in request.summary and shown in request.preflight.headline()
+    text = request_text(request)
+    assert text.startswith("NOT PREVIEWED") and shown in text and shown in request_html(request)
+    assert results[0].is_error and sqlite_rows(shop) == before  # denied: nothing ran, the count changed nothing
+
+
+def test_a_count_is_never_run_when_the_where_has_side_effects(tmp_path, shop):
+    from harness_magic.core.execution.connectors.governed import _matching_rows  # noqa: PLC2701 - the seam under test
+
+    connector = sql_connector(f"sqlite:///{shop}", name="shop")
+    rows, why = _matching_rows(connector.connection, "DELETE FROM orders WHERE id = 1")
+    assert (rows, why) == (1, "")
+    rows, why = _matching_rows(connector.connection, "DELETE FROM orders WHERE id = 1; DROP TABLE orders")
+    assert rows is None and why and sqlite_rows(shop)[0][0] == 1
+
+
+def test_an_approved_unpreviewed_write_runs_once_and_the_deny_rule_sees_its_tables(tmp_path, shop):
+    connector = sql_connector(f"sqlite:///{shop}", name="shop")
+    connector.sensitivity = {"orders.email": "pii"}
+    result, records, asked = denied_by_pii(tmp_path, connector, "UPDATE orders SET email = 'evil@x.io'")
+    assert result.is_error and "sensitivity=pii" in result.content and asked == []
+    assert [r["kind"] for r in records] == ["refusal"] and sqlite_rows(shop)[0][2] == "a@x.io"
+    connector.sensitivity = {}
+    (result,), records = run_tools(tmp_path, connector, [call("shop__execute", sql="DELETE FROM orders WHERE id = 1")],
+                                   ApprovalPolicy(approver=lambda r: True))
+    assert not result.is_error and "1 rows affected" in result.content
+    assert [r[0] for r in sqlite_rows(shop)] == [2, 3]
+    write = [r for r in records if r["kind"] == "governed_write"][-1]
+    assert (write["rows"], write["previewed"], write["tables"]) == (1, False, ["orders"])

@@ -59,6 +59,7 @@ __all__ = [
     "SIDE_EFFECT_FUNCTIONS",
     "SIDE_EFFECT_PREFIXES",
     "parser_dialect",
+    "sqlglot_dialect",
 ]
 
 _SEVERITY = {"read": 0, "write": 1, "destructive": 2}
@@ -153,6 +154,11 @@ _SQLGLOT_DIALECTS = {"postgresql": "postgres", "mssql": "tsql", "mariadb": "mysq
                      "redshift": "redshift", "trino": "trino", "presto": "presto", "spark": "spark",
                      "databricks": "databricks", "hive": "hive", "clickhouse": "clickhouse", "duckdb": "duckdb"}
 """SQLAlchemy dialect name -> sqlglot dialect."""
+
+
+def sqlglot_dialect(dialect: str | None) -> str | None:
+    """The sqlglot dialect for a SQLAlchemy dialect name (``postgresql`` -> ``postgres``); None: sqlglot's default."""
+    return _SQLGLOT_DIALECTS.get((dialect or "").lower())
 
 
 def parser_dialect(dialect: str | None) -> str:

@@ -4,15 +4,20 @@ On PostgreSQL and a DuckDB database file, ``execute`` is a previewed tool
 (:mod:`.preview`): the guard only refuses what the policy refuses outright
 (e.g. a ``prod`` connector without ``allow_writes``); the statement then runs
 in a transaction, the approver sees the preflight summary, and the write is
-committed or rolled back. Other SQL engines keep the direct path (approve,
-then run in its own transaction): the policy treats those writes as
-unpreviewable. Every previewed write is audited (``governed_write``) with its
+committed or rolled back. Other SQL engines (SQLite, ...) cannot preview: the
+tool asks first, with a preflight that says "not previewed" and the number of
+rows the statement's ``WHERE`` matches, counted by a read-only ``SELECT
+COUNT(*)`` when the statement is a simple ``UPDATE``/``DELETE`` (else "row
+count unknown"), then runs it in its own transaction; the policy treats those
+writes as unpreviewable. Every write is audited (``governed_write``) with its
 outcome and row count; the audit never holds row values.
 
-The connector's ``sensitivity`` option (``{"table.column" or "column": class}``)
-classes the data: a previewed write touching a table with a classed column
-(or any table, for a bare column name) carries those classes in its approval
-request, so the policy table can key on them.
+The connector's ``sensitivity`` option (``{"[schema.]table.column" or
+"column": class}``) classes the data: a write carries in its approval request
+the classes of every table it touches (:mod:`.touched`: the tables the
+statement names in any schema or attached database, read or written, plus
+those the engine's preview reports), so the policy table can key on them. A
+statement whose tables cannot be determined carries every class configured.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import dataclasses
 from typing import Any, Callable, Mapping
 
 from harness_magic.core.execution.connectors.approval import ApprovalRequest
-from harness_magic.core.execution.connectors.classify import SQLClassificationError, classify_sql
+from harness_magic.core.execution.connectors.classify import SQLClassificationError, classify_sql, sqlglot_dialect
 from harness_magic.core.execution.connectors.policy import ENVIRONMENTS, PolicyError
 from harness_magic.core.execution.connectors.preview import (
     DuckDBPreview,
@@ -31,6 +36,13 @@ from harness_magic.core.execution.connectors.preview import (
     preview_refusal,
 )
 from harness_magic.core.execution.connectors.registry import Connector, ToolContext
+from harness_magic.core.execution.connectors.touched import (
+    Touched,
+    classes_touched,
+    count_query,
+    table_ref,
+    tables_named,
+)
 from harness_magic.core.execution.tools import ToolError
 from harness_magic.core.transcript.audit import AuditError, audit
 from harness_magic.core.transcript.events import Notice
@@ -47,11 +59,39 @@ def govern(connector: Connector, environment: str, allow_writes: bool | None) ->
     connector.allow_writes = allow_writes is True
 
 
-def _classes(tables: tuple[tuple[str, Any], ...], sensitivity: Mapping[str, str]) -> tuple[str, ...]:
-    names = {t.lower().rsplit(".", 1)[-1].strip('"') for t, _ in tables}
-    found = {cls for key, cls in sensitivity.items() if cls != "none" and
-             ("." not in key or key.lower().rsplit(".", 1)[0].rsplit(".", 1)[-1] in names)}
-    return tuple(sorted(found))
+def _sensitivity(named: Touched, reported: tuple[tuple[str, Any], ...], dialect: str,
+                 sensitivity: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(classes of the tables the statement names and the engine reports, notes for the approver)."""
+    refs = [table_ref(name, sqlglot_dialect(dialect)) for name, _ in reported]
+    unknown = named.unknown or ("the engine reported a table name that cannot be read" if None in refs else "")
+    classes = classes_touched([*named.tables, *(r for r in refs if r is not None)], sensitivity,
+                              unknown=bool(unknown))
+    notes: list[str] = []
+    if unknown:
+        notes.append(f"the tables this statement touches cannot be determined ({unknown}): it counts as touching "
+                     f"every sensitive table{' (' + ', '.join(classes) + ')' if classes else ''}")
+    seen = {(r.name.lower(), r.schema.lower()) for r in refs if r is not None}
+    extra = [str(t) for t in named.tables if (t.name.lower(), t.schema.lower()) not in seen]
+    if extra and reported:
+        notes.append(f"the statement also names {', '.join(extra)} (read, or changed where the preview cannot "
+                     "count)")
+    elif extra:
+        notes.append(f"tables the statement names: {', '.join(extra)}")
+    return classes, tuple(notes)
+
+
+def _matching_rows(db: Any, sql: str) -> tuple[int | None, str]:
+    """(rows a simple UPDATE/DELETE's WHERE matches, counted read-only, or None; why not, when None)."""
+    query = count_query(sql, sqlglot_dialect(db.dialect))
+    if query is None:
+        return None, "not a simple UPDATE/DELETE of one table, so its rows are not counted before it runs"
+    try:
+        if not classify_sql(query, db.dialect).is_read:  # its WHERE calls something with side effects
+            return None, "its WHERE is not a plain read, so its rows are not counted before it runs"
+        frame, _ = db.query(query, 1)
+        return int(frame.iloc[0, 0]), ""
+    except Exception as exc:  # the count is advice for the approver: its failure is said, never fatal
+        return None, f"counting its rows failed ({type(exc).__name__})"
 
 
 def _classify(sql: str, dialect: str) -> Any:
@@ -73,11 +113,14 @@ def _write_classifier(dialect: str) -> Callable[[dict[str, Any]], tuple[str, str
 
 
 def run_governed(backend: Any, direct: Callable[[str], int | None], sql: str, dialect: str,
-                 context: ToolContext, connector: Connector) -> str:
+                 context: ToolContext, connector: Connector,
+                 count_rows: Callable[[str], tuple[int | None, str]] | None = None) -> str:
     """One governed write: previewed and then asked when it can be, else asked first and run directly.
 
-    Both paths ask through ``context.approve`` (the policy sees ``previewable``)
-    and audit a ``governed_write`` with the outcome.
+    Both paths ask through ``context.approve`` (the policy sees ``previewable``
+    and the sensitivity of every table touched) and audit a ``governed_write``
+    with the outcome. ``count_rows(sql)`` gives the rows an unpreviewed write's
+    ``WHERE`` matches (read-only) and why not when it cannot; None: unknown.
     """
     classification = _classify(sql, dialect)
     kind = "write" if classification.kind == "read" else classification.kind
@@ -88,8 +131,11 @@ def run_governed(backend: Any, direct: Callable[[str], int | None], sql: str, di
     if context.approve is None:
         raise ToolError("Refused: this write tool needs the approval guard (install the connector registry).")
 
+    named = tables_named(sql, sqlglot_dialect(dialect))
+
     def on_outcome(preflight: Preflight | None, outcome: str, previewed: bool = True) -> None:
         tables = [t for t, _ in preflight.tables] if preflight is not None else []
+        tables += [str(t) for t in named.tables if str(t) not in tables]
         rows = preflight.rows_affected if preflight is not None else None
         try:
             audit(harness.audit, "governed_write", connector=connector.name, environment=connector.environment,
@@ -101,38 +147,45 @@ def run_governed(backend: Any, direct: Callable[[str], int | None], sql: str, di
 
     why_not = preview_refusal(classification, sql, dialect)
     if why_not is not None:
+        sensitivity, notes = _sensitivity(named, (), dialect, connector.sensitivity)
+        matching, not_counted = count_rows(sql) if count_rows is not None and len(classification.statements) == 1 else (
+            None, "the engine gives no row count before it runs")
         preflight = Preflight(statement=sql, engine=dialect, kind=kind,
                               keyword=classification.statements[0].keyword, rows_affected=None, previewed=False,
-                              notes=(f"no preview: {why_not}",))
+                              notes=(f"no preview: {why_not}", *((not_counted,) if not_counted else ()), *notes),
+                              rows_matching=matching)
         decision = context.approve(ApprovalRequest(
             tool=context.tool_name, connector=connector.name, safety=kind, arguments={"sql": sql},
-            summary=f"{sql} [{classification.summary}] NO PREVIEW: {why_not}", tool_use_id=use_id,
-            previewable=False, preflight=preflight))
+            summary=f"{sql} [{classification.summary}] NO PREVIEW: {why_not}; {preflight.headline()}",
+            tool_use_id=use_id, previewable=False, preflight=preflight, sensitivity=sensitivity))
         if not decision.approved:
             raise ToolError(f"Not run: {context.tool_name} is a {kind} call and was denied ({decision.reason}). "
                             "Nothing was executed or changed.")
         if len(classification.statements) > 1:
             raise ToolError(f"Refused: {len(classification.statements)} statements; send one statement per call.")
         try:
-            count = direct(sql)
+            done = direct(sql)
         except ToolError:
             on_outcome(None, "failed", False)
             raise
-        on_outcome(dataclasses.replace(preflight, rows_affected=count), "committed", False)
-        affected = f"{count:,} rows affected" if count is not None and count >= 0 else "row count unknown"
+        done = done if done is not None and done >= 0 else None  # -1: the driver gives no count
+        on_outcome(dataclasses.replace(preflight, rows_affected=done), "committed", False)
+        affected = f"{done:,} rows affected" if done is not None else "row count unknown"
         return f"Executed {classification.statements[0].keyword} ({kind}) without a preview; {affected}."
 
     def approve(preflight: Preflight) -> Any:
+        sensitivity, notes = _sensitivity(named, preflight.tables, dialect, connector.sensitivity)
+        preflight = dataclasses.replace(preflight, notes=preflight.notes + notes)
         return context.approve(ApprovalRequest(
             tool=context.tool_name, connector=connector.name, safety=kind, arguments={"sql": sql},
             summary=preflight.headline(), tool_use_id=use_id, previewable=True, preflight=preflight,
-            sensitivity=_classes(preflight.tables, connector.sensitivity)))
+            sensitivity=sensitivity))
 
     return governed_write(backend, sql, classification, approve, on_outcome=on_outcome)
 
 
 def add_sql_execute(connector: Connector, db: Any) -> None:
-    """Add ``execute`` to a sql connector: previewed on PostgreSQL, direct elsewhere."""
+    """Add ``execute`` to a sql connector: previewed on PostgreSQL, asked first (with its matching rows) elsewhere."""
     classify = _write_classifier(db.dialect)
     if db.dialect == "postgresql":
 
@@ -143,41 +196,20 @@ def add_sql_execute(connector: Connector, db: Any) -> None:
             Args:
                 sql: Exactly one statement (no BEGIN/COMMIT/ROLLBACK: the preview transaction is managed for you).
             """
-            return run_governed(PostgresPreview(db), db.execute, sql, db.dialect, context, connector)
+            return run_governed(PostgresPreview(db), db.execute, sql, db.dialect, context, connector,
+                                count_rows=lambda statement: _matching_rows(db, statement))
 
         return
 
-    @connector.tool(safety="write", classify=classify)
-    def execute(sql: str, context: ToolContext) -> str:  # noqa: F811 - the direct path for engines without a preview
-        """Run one data-changing statement (INSERT, UPDATE, CREATE, ...) after the user approves it.
+    @connector.tool(safety="write", classify=classify, previewed=True)
+    def execute(sql: str, context: ToolContext) -> str:  # noqa: F811 - engines without a preview transaction
+        """Run one data-changing statement (INSERT, UPDATE, CREATE, ...) after the user approves it; it cannot be previewed here, so the approval shows how many rows its WHERE matches.
 
         Args:
             sql: Exactly one statement.
         """
-        classification = _classify(sql, db.dialect)
-        if len(classification.statements) > 1:
-            raise ToolError(f"Refused: {len(classification.statements)} statements; send one statement per call.")
-        try:
-            count = db.execute(sql)
-        except ToolError:
-            _audit_direct(context, connector, sql, None, "failed")
-            raise
-        _audit_direct(context, connector, sql, count if count >= 0 else None, "committed")
-        affected = f"{count:,} rows affected" if count >= 0 else "row count unknown"
-        return f"Executed {classification.statements[0].keyword} ({classification.kind}); {affected}."
-
-
-def _audit_direct(context: ToolContext, connector: Connector, sql: str, rows: int | None, outcome: str) -> None:
-    """A ``governed_write`` record for a write run without a preview (approved by the guard before it ran)."""
-    harness = context.harness
-    run = getattr(harness, "current_run", None)
-    use_id = getattr(getattr(run, "current_tool_use", None), "id", None)
-    try:
-        audit(getattr(harness, "audit", None), "governed_write", connector=connector.name,
-              environment=connector.environment, statement=sql, tables=[], rows=rows, outcome=outcome,
-              previewed=False, tool_use_id=use_id)
-    except AuditError as exc:  # the outcome stands; the user is told the log missed it
-        harness.emit(Notice(text=f"The audit log could not record a {outcome} write: {exc}", level="warning"))
+        return run_governed(None, db.execute, sql, db.dialect, context, connector,
+                            count_rows=lambda statement: _matching_rows(db, statement))
 
 
 def add_duckdb_execute(connector: Connector, database: str, timeout_s: float) -> None:

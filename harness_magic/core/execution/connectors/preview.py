@@ -26,11 +26,14 @@ Backends:
     preview nobody answers (:data:`PREVIEW_HOLD_MAX_S`).
 ``duckdb`` (:class:`DuckDBPreview`)
     a database file opened with :data:`DUCKDB_WRITE_CONFIG` (no access to other
-    files); before the statement, tables up to :data:`DIFF_MAX_ROWS` rows in
-    all are copied into temporary tables inside the transaction, and
-    ``EXCEPT ALL`` both ways gives the rows before and after; the copies are
-    dropped before the user is asked. A timer interrupts a statement over the
-    timeout.
+    files); before the statement, the tables of every schema and attached
+    database (``duckdb_tables()``; ``crm.customers``, ``other.main.t``), up to
+    :data:`DIFF_MAX_ROWS` rows in all, are copied into temporary tables inside
+    the transaction, and ``EXCEPT ALL`` both ways gives the rows before and
+    after; the copies are dropped before the user is asked. Over the limit the
+    preview says so in a note and lists created and dropped tables only; the
+    policy then applies by the tables the statement names
+    (:mod:`.touched`). A timer interrupts a statement over the timeout.
 
 Only statements whose effects a rollback undoes are previewed
 (:func:`preview_refusal`): one DML or DDL statement (:data:`PREVIEWABLE`)
@@ -152,6 +155,8 @@ class Preflight:
     previewed: bool = True
     """The statement ran inside a transaction that is still open (deny rolls it back)."""
     notes: tuple[str, ...] = ()
+    rows_matching: int | None = None
+    """Not previewed: the rows its ``WHERE`` matches, counted read-only before it runs (None: unknown)."""
 
     @property
     def undo(self) -> str:
@@ -164,8 +169,12 @@ class Preflight:
         return f"not previewed: it runs for real once approved; {after_commit}"
 
     def headline(self) -> str:
-        rows = f"{self.rows_affected:,} rows affected" if self.rows_affected is not None else "row count n/a"
         tables = ", ".join(f"{t} ({n:,})" if n is not None else t for t, n in self.tables) or "none reported"
+        if not self.previewed:
+            rows = (f"{self.rows_matching:,} rows match its WHERE (counted read-only, before it runs)"
+                    if self.rows_matching is not None else "row count unknown (the engine gives none before it runs)")
+            return f"{self.keyword} ({self.kind}) on {self.engine}, not previewed: {rows}; tables: {tables}"
+        rows = f"{self.rows_affected:,} rows affected" if self.rows_affected is not None else "row count n/a"
         return f"{self.keyword} ({self.kind}) on {self.engine}: {rows}; tables touched: {tables}"
 
     def text(self) -> str:
@@ -373,12 +382,22 @@ class DuckDBPreview:
         self._con: Any = None
         self._copies: dict[str, str] = {}
         self._tables_before: set[str] = set()
+        self._qualified: dict[str, str] = {}
         self._notes: list[str] = []
 
-    def _tables(self) -> list[tuple[str, int]]:
-        return [(name, int(n or 0)) for name, n in self._con.execute(
-            "SELECT table_name, estimated_size FROM duckdb_tables() WHERE NOT temporary "
-            "AND database_name = current_database() AND schema_name = 'main' ORDER BY 1").fetchall()]
+    def _tables(self) -> dict[str, tuple[str, int]]:
+        """``{display name: (qualified SQL name, estimated rows)}`` for every table of every schema and attached
+        database (not temporary, not internal); tables of ``main`` in the file's own database keep their bare name."""
+        rows = self._con.execute(
+            "SELECT database_name, schema_name, table_name, estimated_size, database_name = current_database() "
+            "FROM duckdb_tables() WHERE NOT temporary AND NOT internal AND database_name NOT IN ('system', 'temp') "
+            "ORDER BY 1, 2, 3").fetchall()
+        out: dict[str, tuple[str, int]] = {}
+        for database, schema, name, size, own in rows:
+            shown = [name] if own and schema == "main" else [schema, name] if own else [database, schema, name]
+            out[".".join(_shown(p) for p in shown)] = (".".join(f'"{_ident(p)}"' for p in (database, schema, name)),
+                                                        int(size or 0))
+        return out
 
     def run(self, sql: str) -> int | None:
         import duckdb
@@ -390,14 +409,18 @@ class DuckDBPreview:
             self._con = duckdb.connect(self.path, config=DUCKDB_WRITE_CONFIG)
             self._con.execute("BEGIN TRANSACTION")
             tables = self._tables()
-            self._tables_before = {name for name, _ in tables}
-            if sum(n for _, n in tables) <= DIFF_MAX_ROWS:
-                for i, (name, _) in enumerate(tables):
+            self._tables_before = set(tables)
+            self._qualified = {name: qualified for name, (qualified, _) in tables.items()}
+            total = sum(n for _, n in tables.values())
+            if total <= DIFF_MAX_ROWS:
+                for i, (name, (qualified, _)) in enumerate(tables.items()):
                     copy = f"__preview_before_{i}"
-                    self._con.execute(f'CREATE TEMP TABLE {copy} AS SELECT * FROM main."{_ident(name)}"')
+                    self._con.execute(f"CREATE TEMP TABLE {copy} AS SELECT * FROM {qualified}")
                     self._copies[name] = copy
             else:
-                self._notes.append(f"tables hold over {DIFF_MAX_ROWS:,} rows: no before/after sample")
+                self._notes.append(f"over the diff limit: the database holds about {total:,} rows (more than "
+                                   f"{DIFF_MAX_ROWS:,}), so the changed rows are neither counted per table nor "
+                                   "sampled; the policy applies to the tables the statement names")
             return self._execute(statements[0])
         except duckdb.InterruptException as exc:
             raise ToolError(f"The statement timed out after {self.timeout_s:g} s and was cancelled; "
@@ -438,7 +461,7 @@ class DuckDBPreview:
         before: dict[str, list[dict[str, Any]]] = {}
         after: dict[str, list[dict[str, Any]]] = {}
         touched: list[tuple[str, int | None]] = []
-        now = {name for name, _ in self._tables()}
+        now = set(self._tables())
         for name in sorted(now - self._tables_before):
             touched.append((name, None))
             self._notes.append(f"creates table {name}")
@@ -448,7 +471,7 @@ class DuckDBPreview:
         for name, copy in self._copies.items():
             if name not in now:
                 continue
-            table = f'main."{_ident(name)}"'
+            table = self._qualified[name]
             gone_sql = f"SELECT * FROM {copy} EXCEPT ALL SELECT * FROM {table}"
             new_sql = f"SELECT * FROM {table} EXCEPT ALL SELECT * FROM {copy}"
             try:
@@ -493,3 +516,9 @@ class DuckDBPreview:
 
 def _ident(name: str) -> str:
     return name.replace('"', '""')
+
+
+def _shown(part: str) -> str:
+    """A name part as SQL would need it: bare when it is a plain lower-case identifier, else quoted."""
+    return part if part.isidentifier() and part.isascii() and part == part.lower() else f'"{_ident(part)}"'
+
