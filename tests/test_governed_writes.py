@@ -243,12 +243,17 @@ def ledger(tmp_path):
     return path
 
 
-def duck_balances(path):
+def duck_rows(path, table):
+    """Every row of ``table``, sorted, as another connection sees it."""
     con = duckdb.connect(path, config=DUCKDB_WRITE_CONFIG)  # same config: the same in-process database
     try:
-        return dict(con.execute("SELECT id, balance FROM accounts ORDER BY id").fetchall())
+        return con.execute(f"SELECT * FROM {table} ORDER BY ALL").fetchall()
     finally:
         con.close()
+
+
+def duck_balances(path):
+    return dict(duck_rows(path, "accounts"))
 
 
 @pytest.mark.parametrize("approve", [False, True])
