@@ -359,3 +359,30 @@ def test_column_lineage_follows_aliases_ctes_and_stars_but_not_counts():
     assert column_sources("this is not ((( sql") is None
     deep = "SELECT " + "(" * 400 + "1" + ")" * 400
     assert column_sources(deep) is None
+
+
+def test_a_lazy_engine_handle_serves_pseudonyms_to_its_snapshot_the_worker_and_later_queries(tmp_path, server):
+    pytest.importorskip("duckdb")
+    csv = tmp_path / "customers.csv"
+    people().to_csv(csv, index=False)
+    server.replies = [
+        {"tool_calls": [{"id": "c0", **call("load_connectors", connector_name="lake")}]},
+        {"tool_calls": [{"id": "c1", **call("lake__query", sql="SELECT name AS who, notes, email FROM customers",
+                                            name="q", lazy=True)}]},
+        {"tool_calls": [{"id": "c2", **call("python_interpreter", code="print(q.to_string())")}]},
+        {"tool_calls": [{"id": "c3", **call("lake__query", sql="SELECT who AS again, upper(who) AS loud FROM q",
+                                            name="q2")}]},
+        {"text": "done"}]
+    session = make_session(tmp_path, server, [glossary(tmp_path),
+                                              {"type": "duckdb", "name": "lake", "files": {"customers": str(csv)}}])
+    try:
+        result = session.ask("go")
+        assert result.status == "completed", result.error
+        assert session.cache.location("q") == "duckdb"
+        assert leaks(sent(server)) == [] and leaks(logged(tmp_path)) == []
+        q2 = session.cache.get("q2")
+        frame = session.cache.get("frame") if "frame" in session.cache else None
+        assert frame is None and all(session.pseudonyms.is_pseudonym(v) for v in q2["again"])  # same pseudonyms as q's
+        assert session.cache.user_value("q2", q2)["again"].tolist() == NAMES
+    finally:
+        session.close()

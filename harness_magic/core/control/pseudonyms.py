@@ -188,13 +188,26 @@ class Pseudonyms:
         best: ColumnClass | None = None
         for ref in sorted(refs):
             table, _, column = ref.rpartition(".")
-            found = self.masker.declared_class(column, table or None)
+            found = self.masker.declared_class(column, table or None) or self._handle_class(column, table)
             if found is None:
                 continue
             if ref.lower() != label.lower():
                 found = ColumnClass(found.cls, f"{found.source}, computed from {ref}", found.kind)
             if best is None or CLASS_STRENGTH[found.cls] > CLASS_STRENGTH[best.cls]:
                 best = found
+        return best
+
+    def _handle_class(self, column: str, table: str) -> ColumnClass | None:
+        """The class a cached handle's column got (a query over a lazy handle reads the engine's real rows):
+        ``table``'s when the query names it, else the strongest of any handle's column of that name."""
+        wanted = column.lower()
+        best: ColumnClass | None = None
+        for handle, classes in list(self.masker.columns.items()):
+            if table and handle.lower() != table.lower():
+                continue
+            for name, cc in classes.items():
+                if name.lower() == wanted and (best is None or CLASS_STRENGTH[cc.cls] > CLASS_STRENGTH[best.cls]):
+                    best = ColumnClass(cc.cls, f"{cc.source}, column of {handle}", cc.kind)
         return best
 
     def _apply(self, handle: str, label: str, series: Any, cc: ColumnClass, policy: Mapping[str, str]) -> Any:
