@@ -170,3 +170,84 @@ def test_out_rebinds_its_own_value_but_not_an_edited_one(kernel: Kernel) -> None
     message = usage_error(kernel.run(f"%%agent --reset --out res {model}\nSave."))
     assert "--out" in message and "changed since the pull" in message
     assert kernel.value("res") == {"k": 2}
+
+
+# -- point 3: configuration cells are idempotent ----------------------------------------------------------
+
+
+def test_setting_connectors_again_keeps_the_unchanged_ones_and_says_which(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.csv").write_text("region,revenue\nnorth,3\nsouth,5\n")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "guide.md").write_text("# Revenue\n\nRevenue is net of refunds.\n")
+    crm = {"type": "duckdb", "name": "crm", "files": {"sales": str(tmp_path / "a.csv")}}
+    docs = {"type": "docs", "name": "docs", "roots": [str(tmp_path / "docs")]}
+    k = Kernel(tmp_path)
+    try:
+        assert k.run(f'%load_ext harness_magic\n%config AgentMagics.model = "offline/quickstart"\n'
+                     f"%config AgentMagics.connectors = {[crm, docs]!r}").ok
+        engine = f"id({MAGICS}.session.connectors.registry['crm'].engine)"
+        first = k.value(engine)
+        same = k.run(f"%config AgentMagics.connectors = {[crm, docs]!r}\n{MAGICS}.session")
+        assert same.ok and "rebuilt" not in same.stdout, same.outputs
+        assert k.value(engine) == first, "the DuckDB engine (its connection) is the same object"
+        governed = k.run(f"%config AgentMagics.connectors = {[crm, dict(docs, environment='dev')]!r}\n"
+                         f"{MAGICS}.session")
+        assert governed.ok and "connectors: crm kept, docs rebuilt" in governed.stdout, governed.outputs
+        assert "tools were rebuilt" not in governed.stdout, "the loop around the conversation is the same"
+        moved = dict(docs, roots=[str(tmp_path)])
+        changed = k.run(f"%config AgentMagics.connectors = {[crm, moved]!r}\n{MAGICS}.session")
+        assert changed.ok and "connectors: crm kept, docs rebuilt" in changed.stdout, changed.outputs
+        assert k.value(engine) == first
+        dropped = k.run(f"%config AgentMagics.connectors = {[crm]!r}\n{MAGICS}.session")
+        assert "connectors: crm kept, docs removed" in dropped.stdout
+        assert k.value(f"{MAGICS}.session.connectors.registry.names") == ["crm"]
+    finally:
+        k.close()
+
+
+def test_add_connector_in_a_cell_run_twice_keeps_or_replaces_and_says_so(kernel: Kernel) -> None:
+    (kernel.cwd / "crm.csv").write_text("customer_id,region\n1,north\n")
+    cell = textwrap.dedent("""\
+        from harness_magic.core.execution.connectors import duckdb_connector
+        from harness_magic.notebook.magics import agent_session
+        crm = agent_session().add_connector(duckdb_connector({"customers": PATH}, name="crm"))
+    """)
+    assert kernel.run(cell.replace("PATH", repr(str(kernel.cwd / "crm.csv")))).ok
+    again = kernel.run(cell.replace("PATH", repr(str(kernel.cwd / "crm.csv"))))
+    assert again.ok and "connector 'crm' is already registered with this configuration: kept" in again.stdout
+    (kernel.cwd / "moved.csv").write_text("customer_id,region\n1,north\n")
+    moved = kernel.run(cell.replace("PATH", repr(str(kernel.cwd / "moved.csv"))))
+    assert moved.ok and "connector 'crm' replaced: its configuration changed (files)" in moved.stdout
+    assert kernel.value("agent_session().connectors.registry['crm'] is crm")
+
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+@pytest.mark.parametrize("notebook", ["governed_data", "connectors_sql", "scale_out"])
+def test_a_shipped_notebooks_add_connector_cells_run_twice_in_one_kernel(notebook: str) -> None:
+    """Every cell up to the one that calls ``add_connector`` (the data set-up included), twice, in one kernel
+    under the notebook's own kernelspec."""
+    nbclient = pytest.importorskip("nbclient")
+    import nbformat
+
+    if notebook == "scale_out":
+        pytest.importorskip("pyspark")
+    nb = nbformat.read(NOTEBOOKS / f"{notebook}.ipynb", as_version=4)
+    last = max(i for i, c in enumerate(nb.cells) if "add_connector(" in c.source)
+    nb.cells = nb.cells[:last + 1]
+    client = nbclient.NotebookClient(nb, timeout=300, kernel_name=nb.metadata.kernelspec.name,
+                                     resources={"metadata": {"path": str(NOTEBOOKS)}})
+    with client.setup_kernel():
+        outputs = []
+        for _round in range(2):
+            for index, cell in enumerate(nb.cells):
+                client.execute_cell(cell, index)  # raises CellExecutionError on an error
+            outputs.append("".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", [])))
+        if notebook == "scale_out":
+            nb.cells.append(nbformat.v4.new_code_cell("spark.engine.close()"))
+            client.execute_cell(nb.cells[-1], len(nb.cells) - 1)
+    assert "already loaded" not in outputs[0] + outputs[1], "the harness kernel's %load_ext is quiet"
+    assert "already registered" not in outputs[0]
+    assert "replaced: its configuration changed" in outputs[1], "each pass makes a new working folder"

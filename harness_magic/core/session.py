@@ -116,6 +116,9 @@ class AgentSession:
         """The :class:`~harness_magic.core.execution.connectors.InstalledConnectors` of this session, or None."""
         self.default_approver: Callable[[Any], Any] | None = None
         """Approver given to :meth:`add_connector` policies that have none (the notebook sets its prompt)."""
+        self.notify: Callable[[str], None] = lambda message: None
+        """Told what a configuration call did that the caller may not expect (a connector kept or replaced by
+        :meth:`add_connector`); the notebook prints it in the cell."""
         if connectors is not None:
             self.connectors = connectors.install(self.harness)
         if subagents:
@@ -125,9 +128,15 @@ class AgentSession:
 
     def add_connector(self, connector: Any, *, approval: Any | None = None) -> Any:
         """Register a connector (hidden until the model loads it); creates the registry on first use.
+        Returns the connector registered under its name now.
 
-        ``approval`` (an ApprovalPolicy) replaces the registry's policy when given.
-        A policy without an approver gets :attr:`default_approver`, if set.
+        Idempotent, so the cell that calls it can run again: under a name in
+        use, the same configuration keeps the registered connector (its state
+        too: the one returned) and another replaces it
+        (:meth:`~.execution.connectors.ConnectorRegistry.put`); either is told
+        to :attr:`notify`. ``approval`` (an ApprovalPolicy) replaces the
+        registry's policy when given. A policy without an approver gets
+        :attr:`default_approver`, if set.
         """
         from harness_magic.core.execution.connectors import ConnectorRegistry
 
@@ -138,7 +147,10 @@ class AgentSession:
         policy = self.connectors.registry.approval
         if policy.approver is None and self.default_approver is not None:
             policy.approver = self.default_approver
-        return self.connectors.registry.register(connector)
+        registration = self.connectors.registry.put(connector)
+        if registration.message:
+            self.notify(registration.message)
+        return registration.connector
 
     def enable_subagents(self, **options: Any) -> ToolSpec:
         """Add the ``subagent`` tool (again: the same tool, or new options replace it); each subagent run gets its

@@ -291,7 +291,9 @@ class AgentMagics(Magics):
             self._stale = False
             connectors = None
             if self._connectors_dirty:
-                connectors = self._configured_connectors(self._session.default_approver)
+                installed = self._session.connectors
+                connectors = self._configured_connectors(self._session.default_approver,
+                                                         installed.registry if installed is not None else None)
                 self._connectors_dirty = False
             for note in self._session.reconfigure(self._config(), connectors=connectors):
                 print(f"agent settings changed: {note}; conversation and cache kept")
@@ -305,6 +307,7 @@ class AgentMagics(Magics):
             connectors = self._configured_connectors(approver)
             self._session = AgentSession(self._config(), connectors=connectors, subagents=self.subagents)
             self._session.default_approver = approver
+            self._session.notify = print  # add_connector run again: "connector 'crm' ... kept" / "replaced"
             from harness_magic.notebook.questions import StdinAnswerer
 
             self._session.answerer = StdinAnswerer()
@@ -313,11 +316,14 @@ class AgentMagics(Magics):
             self._stale = self._connectors_dirty = False
         return self._session
 
-    def _configured_connectors(self, approver: Any) -> Any:
-        """The registry for :attr:`connectors` (asking through ``approver``), or None when there are none."""
-        if not self.connectors:
+    def _configured_connectors(self, approver: Any, registry: Any = None) -> Any:
+        """The registry for :attr:`connectors` (asking through ``approver``), or None when there are none.
+        Given the session's ``registry``, the list is applied to it in place instead (unchanged entries keep
+        their connectors, state and all; the cell says which were kept and rebuilt) and None is returned."""
+        if not self.connectors and registry is None:
             return None
         from harness_magic.core.execution.connectors import ApprovalPolicy, connectors_from_config
+        from harness_magic.core.execution.connectors.config import apply_config
         from harness_magic.core.execution.connectors.policy import current_actor, governance_from
 
         try:
@@ -325,9 +331,14 @@ class AgentMagics(Magics):
                                       actor=current_actor(self.actor_role))
             entries = [dict(c, workspace_memory=c.get("workspace_memory", self.workspace_memory))
                        if c.get("type") == "glossary" else c for c in self.connectors]  # approved definitions
-            return connectors_from_config(entries, approval=approval)
+            if registry is None:
+                return connectors_from_config(entries, approval=approval)
+            summary = apply_config(registry, entries, approval=approval if entries else None).summary
         except (KeyError, TypeError, ValueError, OSError) as exc:
             raise UsageError(f"AgentMagics.connectors: {type(exc).__name__}: {exc}") from None
+        if summary:
+            print(summary)
+        return None
 
     def record_for(self, result: Any) -> Any:
         """The run record a result belongs to (a bare one for foreign results); its usage includes subagents."""

@@ -5,6 +5,11 @@ registers an instance of each class and the final-output formatter for
 ``RunResult``; :func:`unload_extension` removes exactly what it registered
 (magics still owned by these instances, registry entries, configurables,
 formatters) and closes the session.
+
+``%load_ext harness_magic`` where it is already loaded (the harness kernel
+loads it at start, and the example notebooks' first cell loads it too, so they
+also run in a plain kernel) is quiet: the extension wraps IPython's
+``%load_ext`` for its own name only, and unloading puts IPython's back.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ _RESULT_TYPE = ("harness_magic.core.agent.result", "RunResult")
 stays cheap)."""
 _LOADED: dict[int, list[Magics]] = {}
 """Shell id -> the Magics instances the extension registered there, in :func:`magics_classes` order."""
+_EXTENSION_NAME = "harness_magic"
+_IPYTHON_LOAD_EXT: dict[int, Any] = {}
+"""Shell id -> IPython's ``%load_ext`` function that :func:`_quiet_load_ext` wrapped there."""
 
 
 def magics_classes() -> tuple[type[Magics], ...]:
@@ -103,6 +111,35 @@ def load_extension(shell: Any) -> None:
     magics.observe(_prestart_when_asked, names="prestart_sandbox")  # %config ... = True after loading
     if magics.prestart_sandbox:
         _prestart_sandbox(magics)
+    _quiet_load_ext(shell)
+
+
+def _quiet_load_ext(shell: Any) -> None:
+    """Wrap ``%load_ext`` so that loading this extension again prints nothing (IPython prints "already
+    loaded"); every other name goes to IPython's own."""
+    table = shell.magics_manager.magics.get("line", {})
+    original = table.get("load_ext")
+    if original is None or id(shell) in _IPYTHON_LOAD_EXT:
+        return
+
+    def load_ext(module_str: str) -> Any:
+        if module_str.strip() == _EXTENSION_NAME and id(shell) in _LOADED:
+            return None
+        return original(module_str)
+
+    load_ext.__doc__ = original.__doc__
+    load_ext.__wrapped_load_ext__ = original  # type: ignore[attr-defined]  # what _restore_load_ext looks for
+    _IPYTHON_LOAD_EXT[id(shell)] = original
+    shell.magics_manager.register_function(load_ext, "line", "load_ext")
+
+
+def _restore_load_ext(shell: Any) -> None:
+    """Put IPython's ``%load_ext`` back (unless another extension has replaced the wrapper since)."""
+    original = _IPYTHON_LOAD_EXT.pop(id(shell), None)
+    table = shell.magics_manager.magics.get("line", {})
+    current = table.get("load_ext")
+    if original is not None and getattr(current, "__wrapped_load_ext__", None) is original:
+        table["load_ext"] = original
 
 
 def _prestart_when_asked(change: Any) -> None:
@@ -131,6 +168,7 @@ def unload_extension(shell: Any) -> None:
     if registered is None:
         return
     registered[0].unobserve(_prestart_when_asked, names="prestart_sandbox")
+    _restore_load_ext(shell)
     manager = shell.magics_manager
     for instance in registered:
         for kind, names in instance.magics.items():

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from harness_magic.core.execution.connectors.registry import Connector, ToolContext
+from harness_magic.core.execution.connectors.sameness import records_configuration
 from harness_magic.core.knowledge.citations import Source, record_retrieval
 from harness_magic.core.knowledge.embed import make_embedder
 from harness_magic.core.knowledge.extract import ExtractionLimits
@@ -155,6 +156,7 @@ class DocsConnector(Connector):
                 f"{chunk.text}{after}")
 
 
+@records_configuration
 def docs_connector(roots: Sequence[str | os.PathLike] | str, *, name: str = "docs", description: str | None = None,
                    index_path: str | os.PathLike | None = None, embedding_model: str | None = None,
                    embedding_options: dict[str, Any] | None = None, extract_timeout_s: float | None = None,
@@ -267,6 +269,7 @@ class GlossaryConnector(Connector):
         return body
 
 
+@records_configuration
 def glossary_connector(files: Sequence[str | os.PathLike] | str, *, name: str = "glossary",
                        description: str | None = None,
                        workspace_memory: str | os.PathLike | None = None) -> GlossaryConnector:

@@ -49,6 +49,7 @@ from harness_magic.core.execution.connectors.lazy import (
 )
 from harness_magic.core.execution.connectors.progress import Progress, progress_reporter
 from harness_magic.core.execution.connectors.registry import Connector, ConnectorResult, ToolContext
+from harness_magic.core.execution.connectors.sameness import records_configuration
 from harness_magic.core.execution.tools import ToolError
 
 __all__ = [
@@ -86,6 +87,7 @@ def lazy_rebinder(connectors: Any) -> Callable[[str, dict[str, str], Any], LazyR
     return definition_rebinder(connectors, LazyRelation.__harness_engine__, DuckDBEngine, _check_read_only)
 
 
+@records_configuration
 def duckdb_connector(
     files: Mapping[str, str | os.PathLike[str]] | None = None,
     *,

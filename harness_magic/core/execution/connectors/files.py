@@ -25,6 +25,7 @@ import stat as _stat
 from harness_magic.core.execution.connectors._results import DEFAULT_MAX_ROWS, cap_rows, truncation_note
 from harness_magic.core.confinement.safe_open import HardLinkRefused, LinkRefused, open_beneath
 from harness_magic.core.execution.connectors.registry import Connector, ConnectorResult
+from harness_magic.core.execution.connectors.sameness import records_configuration
 from harness_magic.core.execution.tools import ToolError
 
 __all__ = ["files_connector", "FileRoots", "DATA_SUFFIXES"]
@@ -175,6 +176,7 @@ def _read(path: Any, kind: str, cap: int, sheet: str | None, suffix: str = "") -
     return (frame.iloc[:cap] if truncated else frame), truncated
 
 
+@records_configuration
 def files_connector(
     roots: Iterable[str | os.PathLike[str]] | Mapping[str, str | os.PathLike[str]],
     *,

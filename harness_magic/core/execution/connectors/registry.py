@@ -58,6 +58,7 @@ __all__ = [
     "ConnectorRegistry",
     "ConnectorResult",
     "InstalledConnectors",
+    "Registration",
     "ToolContext",
     "Classifier",
     "tool_from_function",
@@ -270,6 +271,9 @@ class Connector:
         """``dev``, ``staging`` or ``prod`` (see :mod:`.policy`); set by the builder or configuration."""
         self.allow_writes = False
         """The connector's configuration explicitly allows writes (``prod`` requires it)."""
+        self.configuration: dict[str, Any] | None = None
+        """How a builder made it (its name and arguments, :func:`.sameness.records_configuration`); None for a
+        connector built by hand. What :meth:`ConnectorRegistry.put` compares to keep or replace a connector."""
 
     def __repr__(self) -> str:
         return f"Connector({self.name!r}, tools={self.tool_names})"
@@ -357,6 +361,29 @@ class Connector:
 # --------------------------------------------------------------------------- registry
 
 
+@dataclass(frozen=True)
+class Registration:
+    """What :meth:`ConnectorRegistry.put` did with a connector."""
+
+    connector: Connector
+    """The connector registered now under that name (the earlier one when it was kept)."""
+    outcome: Literal["added", "kept", "replaced"]
+    """``kept``: one of that name with the same configuration was registered (it stays, state and all);
+    ``replaced``: one of that name with another configuration was (the new one took its place)."""
+    changed: tuple[str, ...] = ()
+    """For ``replaced``: what differed (``files``, ``database``, ``tools``...)."""
+
+    @property
+    def message(self) -> str:
+        """One line saying what happened, for the cell (``""`` for ``added``)."""
+        name = self.connector.name
+        if self.outcome == "kept":
+            return f"connector {name!r} is already registered with this configuration: kept (its state too)"
+        if self.outcome == "replaced":
+            return f"connector {name!r} replaced: its configuration changed ({', '.join(self.changed)})"
+        return ""
+
+
 class ConnectorRegistry:
     """Connectors available to a session, and the approval policy for their tools."""
 
@@ -378,6 +405,37 @@ class ConnectorRegistry:
         self._connectors[connector.name] = connector
         for installed in self._installed:
             installed._add_connector(connector)
+        return connector
+
+    def put(self, connector: Connector) -> Registration:
+        """Register ``connector``; under a name in use, keep the registered one when its configuration is the
+        same (:func:`.sameness.differences`), else replace it (harnesses swap its tools; a connector their
+        conversation loaded stays loaded). A replaced connector is not closed: handles made through it (lazy
+        engine handles) keep working."""
+        if not isinstance(connector, Connector):
+            raise TypeError(f"put() needs a Connector, got {type(connector).__name__}")
+        registered = self._connectors.get(connector.name)
+        if registered is None:
+            return Registration(self.register(connector), "added")
+        from harness_magic.core.execution.connectors.sameness import differences
+
+        changed = differences(registered, connector)
+        if not changed:
+            return Registration(registered, "kept")
+        if not connector.tools:
+            raise ValueError(f"connector {connector.name!r} has no tools")
+        self._connectors[connector.name] = connector  # the same place in the catalogue
+        for installed in self._installed:
+            installed._replace_connector(registered, connector)
+        return Registration(connector, "replaced", tuple(changed))
+
+    def remove(self, name: str) -> Connector:
+        """Take connector ``name`` out (harnesses drop its tools); returns it. KeyError naming the registered
+        ones when there is none."""
+        connector = self[name]
+        del self._connectors[name]
+        for installed in self._installed:
+            installed._remove_connector(connector)
         return connector
 
     def connector(self, name: str, description: str) -> Connector:
@@ -457,6 +515,27 @@ class InstalledConnectors:
             self._specs[spec.name] = spec
             self._owner[spec.name] = connector
         self._refresh_load_spec()
+
+    def _remove_connector(self, connector: Connector) -> bool:
+        """Drop ``connector``'s tools from the harness; returns whether the conversation had loaded it."""
+        for name in [n for n, owner in self._owner.items() if owner is connector]:
+            self.harness.remove_tool(name)
+            del self._specs[name], self._owner[name]
+        was_loaded = connector.name in self.loaded
+        if was_loaded:
+            self.loaded.remove(connector.name)
+        self._refresh_load_spec()
+        return was_loaded
+
+    def _replace_connector(self, old: Connector, new: Connector) -> None:
+        """``new``'s tools in place of ``old``'s, visible when the conversation had loaded ``old``."""
+        was_loaded = self._remove_connector(old)
+        self._add_connector(new)
+        if was_loaded:
+            for spec in self._specs.values():
+                if spec.connector == new.name:
+                    spec.visible = True
+            self.loaded.append(new.name)
 
     def _bind(self, connector: Connector, template: ToolSpec) -> Callable[..., Any]:
         fn = template.handler

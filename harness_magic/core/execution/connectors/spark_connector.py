@@ -75,6 +75,7 @@ from harness_magic.core.execution.connectors.lazy import (
 )
 from harness_magic.core.execution.connectors.progress import Progress, progress_reporter
 from harness_magic.core.execution.connectors.registry import Connector, ConnectorResult, ToolContext
+from harness_magic.core.execution.connectors.sameness import records_configuration
 from harness_magic.core.execution.connectors.spark_engine import (
     COUNT_BUDGET_S,
     EXECUTE_RESULT_ROWS,
@@ -131,6 +132,7 @@ def spark_rebinder(connectors: Any) -> Callable[[str, dict[str, str], Any], Lazy
                                others=lazy_rebinder(connectors))
 
 
+@records_configuration
 def spark_connector(
     remote: str | None = None,
     *,
@@ -157,6 +159,7 @@ def spark_connector(
         name, description or "Apache Spark SQL (Spark Connect): list and describe tables, run queries whose "
                              "results stay in Spark as lazy handles; cached frames are tables by handle name.")
     connector.engine = engine  # type: ignore[attr-defined]
+    connector.dialect = "spark"
     engine.connector_name = name  # type: ignore[attr-defined]  # lazy handles' checkpoint definitions name it
 
     @connector.tool()

@@ -50,6 +50,7 @@ from harness_magic.core.execution.connectors._results import (
 from harness_magic.core.execution.connectors.classify import SQLClassificationError, classify_sql
 from harness_magic.core.execution.connectors.governed import add_sql_execute, govern
 from harness_magic.core.execution.connectors.registry import Connector, ConnectorResult
+from harness_magic.core.execution.connectors.sameness import records_configuration
 from harness_magic.core.execution.tools import ToolError
 
 __all__ = ["sql_connector", "SQLConnection"]
@@ -495,6 +496,7 @@ def _classify(sql: str, dialect: str) -> Any:
         raise ToolError(f"Cannot run this SQL: {exc}.") from None
 
 
+@records_configuration
 def sql_connector(
     url_or_engine: Any,
     *,
