@@ -386,3 +386,41 @@ def test_a_lazy_engine_handle_serves_pseudonyms_to_its_snapshot_the_worker_and_l
         assert session.cache.user_value("q2", q2)["again"].tolist() == NAMES
     finally:
         session.close()
+
+
+# -- the notebook: a real kernel -----------------------------------------------------------------
+
+
+@pytest.mark.kernel
+def test_in_a_kernel_the_cell_shows_pseudonyms_and_pull_and_out_restore_the_real_values(tmp_path):
+    pytest.importorskip("jupyter_client")
+    from test_magics import Kernel, script
+
+    glossary(tmp_path)
+    kernel = Kernel(tmp_path)
+    try:
+        setup = kernel.run(
+            "%load_ext harness_magic\n%config AgentMagics.run_dir = 'runs'\n"
+            "%config AgentMagics.connectors = [{'type': 'glossary', 'files': ['terms.yaml']}]\n"
+            "import pandas as pd\n"
+            f"customers = pd.DataFrame({{'id': [1, 2, 3], 'name': {NAMES!r}, 'notes': {NOTES!r}, "
+            f"'email': {LONG_EMAILS!r}, 'amount': {AMOUNTS!r}}})")
+        assert setup.ok, setup.outputs
+        code = ("print(customers[['name', 'notes', 'email']])\n"
+                "save('big_spenders', customers[customers.amount > 1000][['name', 'email', 'amount']])")
+        model = script(kernel, {"tool_calls": [{"name": "python_interpreter", "arguments": {"code": code}}]},
+                       {"text": "Two big spenders."})
+        run = kernel.run(f"%%agent {model} --in customers --out big_spenders=top\nWho spends most?")
+        assert run.ok, run.outputs
+        shown = json.dumps(run.outputs, ensure_ascii=False)
+        assert leaks(shown) == []  # the saved notebook holds what the model saw
+        assert kernel.value("sorted(top['name'])") == sorted(NAMES[:2])  # --out restores
+        pulled = kernel.run("%agent_pull big_spenders again")
+        assert pulled.ok, pulled.outputs
+        assert kernel.value("list(again['email'])") == LONG_EMAILS[:2]
+        assert kernel.value("list(customers['name'])") == NAMES  # the user's own frame is untouched
+        listed = kernel.run("%agent_vars customers")
+        text = json.dumps(listed.outputs, ensure_ascii=False)
+        assert leaks(text) == [] and "notes restricted (glossary)" in text
+    finally:
+        kernel.close()
