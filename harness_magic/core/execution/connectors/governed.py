@@ -203,7 +203,9 @@ def add_sql_execute(connector: Connector, db: Any) -> None:
 
     @connector.tool(safety="write", classify=classify, previewed=True)
     def execute(sql: str, context: ToolContext) -> str:  # noqa: F811 - engines without a preview transaction
-        """Run one data-changing statement (INSERT, UPDATE, CREATE, ...) after the user approves it; it cannot be previewed here, so the approval shows how many rows its WHERE matches.
+        """Run one data-changing statement (INSERT, UPDATE, CREATE, ...) after the user approves it.
+
+        This engine has no preview transaction: the approval says so and shows how many rows the WHERE matches.
 
         Args:
             sql: Exactly one statement.
