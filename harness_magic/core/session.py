@@ -23,7 +23,7 @@ from harness_magic.core.execution.interpreter import (
     make_interpreter_tools,
 )
 from harness_magic.core.agent.loop import Harness, RunResult
-from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.providers.provider import AsyncProviderAdapter, ProviderAdapter
 from harness_magic.core.execution.tools import ToolSpec
 
 __all__ = ["AgentConfig", "AgentSession", "SessionBackend", "BackendStart", "SANDBOX_MODES", "DEFAULT_MODEL"]
@@ -94,6 +94,10 @@ class AgentSession:
         if adapter is not None:
             self._adapters[adapter.model] = adapter
         self.runs: list[RunResult] = []
+        from harness_magic.core.control.reruns import RunTimeline
+
+        self.timeline = RunTimeline()
+        """The runs in the conversation, by run key: asking with a key again replaces its run (:mod:`.control.reruns`)."""
         self._subagent_options: dict[str, Any] | None = None
         self._extra_tools = list(extra_tools or [])
         self._handlers: list[EventHandler] = []
@@ -351,10 +355,14 @@ class AgentSession:
         if log is None:
             raise ValueError("no run to retry yet: pass the path of a run log")
         harness = self.harness
-        with harness.overriding(adapter=self.adapter_for(model) if model is not None else None):
-            self._fresh_worker()
-            self.prestart()
-            result = retry_from(log, from_turn, harness, session_id=self.session_id)
+        run = self.timeline.begin(self, uuid.uuid4().hex[:12], None)
+        try:
+            with harness.overriding(adapter=self.adapter_for(model) if model is not None else None):
+                self._fresh_worker()
+                self.prestart()
+                result = retry_from(log, from_turn, harness, run_id=run.run_id, session_id=self.session_id)
+        finally:
+            self.timeline.end(self, run)
         self.runs.append(result)
         return result
 
@@ -372,27 +380,60 @@ class AgentSession:
         return remove
 
     def ask(self, prompt: str, *, model: str | None = None, max_turns: int | None = None,
-            budgets: Budgets | None = None) -> RunResult:
+            budgets: Budgets | None = None, run_key: str | None = None, replace: bool = True) -> RunResult:
         """Continue the conversation with ``prompt``; returns the run's result.
 
-        ``budgets`` replaces the configured budgets for this run only.
+        ``budgets`` replaces the configured budgets for this run only. ``run_key``
+        names where the run comes from (a notebook cell's id). Asking with a key
+        that ran before replaces that run (``replace``, the default): the session
+        goes back to how that run found it, later runs included (conversation,
+        handles it made, memory, plan, loaded connectors, offline models' places;
+        see :mod:`~harness_magic.core.control.reruns`), the run's transcript begins
+        with a notice saying so, and :attr:`timeline` ``.last_rewind`` holds it.
+        ``replace=False`` appends to the conversation as a run without a key does.
         """
+        from harness_magic.core.control.reruns import announce_rewind, check_run_key
+
         harness = self.harness
         if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
             raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
+        if run_key is not None:
+            check_run_key(run_key)
         adapter = self.adapter_for(model) if model is not None else None
         previous_budgets = self.budget_guard.budgets
         if budgets is not None:
             self._set_budgets(budgets)
+        run_id = uuid.uuid4().hex[:12]
+        rewind = self.timeline.rewind(self, run_key, by=run_id) if run_key is not None and replace else None
+        keyed = {"run_key": run_key, "supersedes": list(rewind.superseded) if rewind else []} if run_key else None
+        run = self.timeline.begin(self, run_id, run_key)
         try:
-            with harness.overriding(adapter=adapter, max_turns=max_turns):
+            with harness.overriding(adapter=adapter, max_turns=max_turns, log_extra=keyed), \
+                    announce_rewind(harness, rewind):
                 self._fresh_worker()
                 self.prestart()  # beside the first model request
-                result = harness.ask_result(prompt, session_id=self.session_id)
+                result = harness.ask_result(prompt, run_id=run_id, session_id=self.session_id)
         finally:
             self._set_budgets(previous_budgets)
+            self.timeline.end(self, run)
         self.runs.append(result)
         return result
+
+    def script_places(self) -> dict[str, Any]:
+        """Each offline model's place in its script or recording, by model id (real models have none)."""
+        return {model: adapter.script_place() for model, adapter in self._adapters.items()
+                if isinstance(adapter, (ProviderAdapter, AsyncProviderAdapter)) and adapter.script_place() is not None}
+
+    def seek_scripts(self, places: dict[str, Any]) -> None:
+        """Put offline models back at ``places`` (from :meth:`script_places`); one not named there was first used
+        after they were taken, and starts over."""
+        for model, adapter in self._adapters.items():
+            if not isinstance(adapter, (ProviderAdapter, AsyncProviderAdapter)):
+                continue
+            if model in places:
+                adapter.seek(places[model])
+            else:
+                adapter.rewind()
 
     def new_conversation(self) -> None:
         """Forget the conversation; keep the cache. Scripted and replay models start over."""

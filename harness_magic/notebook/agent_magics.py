@@ -56,6 +56,7 @@ from harness_magic.notebook.arguments import (
     validate_model,
 )
 from harness_magic.notebook.bindings import Bindings, pulled_value, push_value
+from harness_magic.notebook.cells import CellTracker
 from harness_magic.notebook.errors import AgentRunError
 from harness_magic.notebook.live import live_renderer, settle, show_live
 from harness_magic.notebook.tables import export_rows_html, handle_rows, pairs_html, rows_text
@@ -260,6 +261,8 @@ class AgentMagics(Magics):
         self._stale = False
         self._connectors_dirty = False
         self._rejected: dict[str, Any] = {}
+        self.cells = CellTracker()
+        """Names the cell each ``%%agent`` run comes from (fed by the shell's ``pre_run_cell``; see :mod:`.cells`)."""
         self.bindings = Bindings(lambda: self.shell.user_ns)
         """The notebook variables ``--out``/``%agent_pull`` bound (they may be bound again without --force)."""
 
@@ -390,6 +393,9 @@ class AgentMagics(Magics):
     @argument("--out", dest="outputs", action="append", default=[], metavar="HANDLE[=NAME]",
               help="After the run, copy handle HANDLE into the notebook as NAME (default HANDLE). Repeatable.")
     @argument("--force", action="store_true", help="With --out: replace notebook variables of those names.")
+    @argument("--continue", dest="continue_run", action="store_true",
+              help="Add this run after the latest one, keeping this cell's earlier runs in the conversation (handles "
+                   "made again get suffixes). Without it, running the cell again replaces its previous run.")
     @argument("--max-turns", type=int, default=None, help="Turn limit for this cell.")
     @argument("--max-tokens", type=int, default=None, metavar="N",
               help="Token budget for this cell (default: AgentMagics.max_tokens).")
@@ -404,10 +410,14 @@ class AgentMagics(Magics):
         """Ask the data agent; the cell body is the prompt.
 
         Successive cells continue one conversation over one session cache.
-        The agent's code runs in its own interpreter: it sees only cached
-        handles, never this notebook's variables.
+        Running a cell again replaces its previous run (and the runs after
+        it): the conversation and handles read as before it, so Run All twice
+        ends as Run All once; ``--continue`` appends instead. The agent's code
+        runs in its own interpreter: it sees only cached handles, never this
+        notebook's variables.
         """
         args = parse_argstring(self.agent, line)
+        run_key = self.cells.run_key(line, cell or "")
         prompt = (cell or "").strip("\n")
         if not prompt.strip():
             raise UsageError("%%agent needs a prompt: write it in the cell body below the %%agent line")
@@ -442,6 +452,7 @@ class AgentMagics(Magics):
         if args.model is not None and model.startswith(OFFLINE_PREFIXES):
             session.rewind_offline_models(model)  # this cell plays its script from the start (Run All twice)
         notes = [self._push(value, handle) for value, handle in inputs]
+        pushed = [handle for _value, handle in inputs]
         if notes:
             prompt += "\n\n(Inputs copied from the notebook into the cache: " + "; ".join(notes) + ".)"
 
@@ -453,7 +464,8 @@ class AgentMagics(Magics):
 
         try:
             result = session.ask(prompt, model=model, max_turns=args.max_turns,
-                                 budgets=session.config.budgets().merged(**limits))
+                                 budgets=session.config.budgets().merged(**limits), run_key=run_key,
+                                 replace=not args.continue_run)
         except PromptTooLarge as exc:
             raise UsageError(str(exc)) from None
         finally:
@@ -465,22 +477,35 @@ class AgentMagics(Magics):
         if result.status == "error" and self.raise_on_error:
             self._show_result(result)
             raise AgentRunError(result)
-        missing = [h for h, _ in outputs if h not in session.cache]
+        found = {h: self._out_handle(h, result.handles, pushed) for h, _ in outputs}
+        bound = [(found[h], n) for h, n in outputs if found[h] is not None]
+        missing = [h for h, _ in outputs if found[h] is None]
         if not args.force:
             try:
-                self.bindings.refuse([(h, n) for h, n in outputs if h not in missing], "--out",
-                                     "add --force to the %%agent line to replace (nothing was bound)")
+                self.bindings.refuse(bound, "--out", "add --force to the %%agent line to replace (nothing was bound)")
             except UsageError:
                 self._show_result(result)
                 raise
-        for handle, name in outputs:
-            if handle in session.cache:
-                print(f"--out: {self._bind(handle, name)}")
+        for handle, name in bound:
+            print(f"--out: {self._bind(handle, name)}")
         if missing:
             self._show_result(result)
-            raise UsageError(f"--out: no handle {', '.join(map(repr, missing))} after the run; "
-                             f"handles: {', '.join(session.cache.names()) or '(none)'}")
+            older = [h for h in missing if h in session.cache]
+            raise UsageError(f"--out: no handle {', '.join(map(repr, missing))} after the run"
+                             + (f" (this run saved none under that name: the cache's {', '.join(map(repr, older))} "
+                                f"is from an earlier run; %agent_pull copies it)" if older else "")
+                             + f"; this run's handles: {', '.join(result.handles) or '(none)'}")
         return result
+
+    def _out_handle(self, handle: str, made: Any, pushed: list[str]) -> str | None:
+        """The handle ``--out HANDLE`` binds: the last one this run saved under that name (``HANDLE`` or a
+        suffixed ``HANDLE_2``...), else the one this cell pushed as ``HANDLE``; None: never an older run's."""
+        from harness_magic.core.cache.names import saved_as
+
+        own = saved_as(handle, tuple(made))
+        if own is not None and own in self.session.cache:
+            return own
+        return handle if handle in pushed and handle in self.session.cache else None
 
     def _show_result(self, result: Any) -> None:
         """Display the final form now (before an error ends the cell and the value is not shown)."""

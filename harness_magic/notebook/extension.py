@@ -93,6 +93,7 @@ def load_extension(shell: Any) -> None:
         registered.append(instance)
     if magics not in shell.configurables:  # register_magics already lists it: %config would run twice
         shell.configurables.append(magics)
+    shell.events.register("pre_run_cell", magics.cells.started)  # which cell each %%agent run comes from
     from harness_magic.core import export
 
     def as_html(result: Any) -> str:
@@ -168,6 +169,8 @@ def unload_extension(shell: Any) -> None:
     if registered is None:
         return
     registered[0].unobserve(_prestart_when_asked, names="prestart_sandbox")
+    if registered[0].cells.started in shell.events.callbacks["pre_run_cell"]:
+        shell.events.unregister("pre_run_cell", registered[0].cells.started)
     _restore_load_ext(shell)
     manager = shell.magics_manager
     for instance in registered:

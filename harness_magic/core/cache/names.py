@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import keyword
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
-__all__ = ["sanitize_identifier", "resolve_handle_name", "MAX_HANDLE_LENGTH"]
+__all__ = ["sanitize_identifier", "resolve_handle_name", "saved_as", "MAX_HANDLE_LENGTH"]
 
 MAX_HANDLE_LENGTH = 60
 """Handles are typed by the model in code; long names waste tokens."""
@@ -32,3 +32,11 @@ def resolve_handle_name(preferred: str, taken: Collection[str]) -> str:
     while f"{base}_{n}" in taken:
         n += 1
     return f"{base}_{n}"
+
+
+def saved_as(preferred: str, handles: Sequence[str]) -> str | None:
+    """The last of ``handles`` a put of ``preferred`` could have been given (:func:`resolve_handle_name`: the
+    name made valid, or it with a ``_2``, ``_3``... suffix), or None: which handle a run saved "under that name"."""
+    base = re.escape(sanitize_identifier(preferred))
+    pattern = re.compile(rf"{base}(?:_(?:[2-9]|[1-9][0-9]+))?")
+    return next((h for h in reversed(handles) if pattern.fullmatch(h)), None)

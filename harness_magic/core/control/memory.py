@@ -32,7 +32,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from harness_magic.core.execution.connectors.approval import ApprovalDecision, ApprovalRequest
 from harness_magic.core.execution.tools import ToolError, ToolSpec
@@ -164,6 +164,14 @@ class SessionMemory:
         entry = self.entries.pop(n - 1)
         self._changed("session", "removed", entry.kind, entry.text)
         return entry
+
+    def withdraw(self, entries: Iterable[MemoryEntry]) -> int:
+        """Remove these very entries where they are still kept (an entry the user edited since is a new one,
+        theirs); returns how many went. A re-run cell withdraws what its previous run recorded, quietly: the
+        run's notice names them."""
+        gone = [e for e in entries if any(e is kept for kept in self.entries)]
+        self.entries[:] = [kept for kept in self.entries if not any(kept is e for e in gone)]
+        return len(gone)
 
     def clear(self) -> int:
         """Forget every session entry (workspace memory is kept); returns how many there were."""

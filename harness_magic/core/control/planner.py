@@ -13,8 +13,8 @@ and is cleared by :meth:`Planner.clear` (a new conversation).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
 
 from harness_magic.core.execution.tools import ToolError, ToolSpec
 
@@ -112,6 +112,15 @@ class Planner:
     def clear(self) -> None:
         """Forget the plan (a new conversation)."""
         self.items = []
+        self.version += 1
+
+    def state(self) -> tuple[PlanItem, ...]:
+        """A copy of the plan as it is now (for :meth:`restore`)."""
+        return tuple(replace(item) for item in self.items)
+
+    def restore(self, state: Sequence[PlanItem]) -> None:
+        """Put back a plan from :meth:`state` (a re-run cell starts from the plan its previous run found)."""
+        self.items = [replace(item) for item in state]
         self.version += 1
 
     def counts(self) -> dict[str, int]:

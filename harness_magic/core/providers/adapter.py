@@ -24,7 +24,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from harness_magic.core.providers.errors import ProviderError
-from harness_magic.core.providers.offline import is_offline_model, offline_transport
+from harness_magic.core.providers.offline import ReplayModel, ScriptedModel, is_offline_model, offline_transport
 from harness_magic.core.providers.payload import assemble_payload, render_message, render_tool, thaw
 from harness_magic.core.providers.response import ProviderResponse, normalise_response
 from harness_magic.core.providers.transport import LiteLLMTransport, TextCallback, import_litellm
@@ -141,6 +141,17 @@ class _AdapterBase:
             return False
         rewind()
         return True
+
+    def script_place(self) -> Any:
+        """An offline model's place in its script or recording (for :meth:`seek`); None for real providers."""
+        transport = self.transport
+        return transport.place() if isinstance(transport, (ScriptedModel, ReplayModel)) else None
+
+    def seek(self, place: Any) -> None:
+        """Put an offline model back at ``place`` (from :meth:`script_place`); nothing for None or real providers."""
+        transport = self.transport
+        if place is not None and isinstance(transport, (ScriptedModel, ReplayModel)):
+            transport.seek(place)
 
     # -- capabilities -------------------------------------------------------------------------
 

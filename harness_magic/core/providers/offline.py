@@ -133,6 +133,15 @@ class ScriptedModel:
         self._calls = 0
         self._previous_prompt = ""
 
+    def place(self) -> tuple[int, int, str]:
+        """Where the script stands (for :meth:`seek`): the next turn, the tool calls numbered, the last prompt."""
+        return self.position, self._calls, self._previous_prompt
+
+    def seek(self, place: tuple[int, int, str]) -> None:
+        """Go back to a :meth:`place`: a re-run cell plays the turns its previous run played, with the same
+        cached-token estimates."""
+        self.position, self._calls, self._previous_prompt = place
+
     @property
     def remaining(self) -> int:
         return len(self.turns) - self.position
@@ -204,6 +213,14 @@ class ReplayModel:
     def rewind(self) -> None:
         """Play the recording again from its start turn."""
         self.position = self.start_turn - 1
+
+    def place(self) -> int:
+        """The next recorded turn (for :meth:`seek`)."""
+        return self.position
+
+    def seek(self, place: int) -> None:
+        """Go back to a :meth:`place` (a re-run cell plays the turns its previous run played)."""
+        self.position = place
 
     def _respond(self, on_text: Callable[[str], None] | None) -> dict[str, Any]:
         from harness_magic.core.transcript.messages import ToolUseBlock, message_from_dict

@@ -21,6 +21,10 @@ per line, appended as the run goes — the whole history is never rewritten:
 ``run_end``
     status, final text, error, totals, and messages appended after the last
     call (the final tool results of a cut-off or interrupted run).
+``superseded``
+    appended after ``run_end`` when the run's cell was run again
+    (:func:`mark_superseded`): the id of the run that replaced it (``by``) and
+    the cell's ``run_key``. The run's own records stay as they were.
 
 :func:`reconstruct_transcript` rebuilds the exact message list from a log.
 """
@@ -38,7 +42,7 @@ from typing import Any, Sequence
 from harness_magic.core.transcript.messages import Message, message_from_dict, message_to_dict
 from harness_magic.core.transcript.scrub import scrub
 
-__all__ = ["RunLogger", "read_log", "reconstruct_transcript", "system_hash", "LOG_SUFFIX"]
+__all__ = ["RunLogger", "read_log", "reconstruct_transcript", "mark_superseded", "system_hash", "LOG_SUFFIX"]
 
 LOG_SUFFIX = ".jsonl"
 
@@ -102,6 +106,13 @@ class RunLogger:
     def close(self) -> None:
         if not self._file.closed:
             self._file.close()
+
+
+def mark_superseded(path: str | os.PathLike[str], run_id: str, *, by: str, run_key: str | None) -> None:
+    """Append a ``superseded`` record to the finished run log at ``path``: run ``by`` replaced it."""
+    record = {"type": "superseded", "run_id": run_id, "time": _now(), "by": by, "run_key": run_key}
+    with open(path, "a", encoding="utf-8") as file:
+        file.write(_dumps(record) + "\n")
 
 
 def read_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

@@ -604,9 +604,17 @@ class InstalledConnectors:
 
     def unload_all(self) -> None:
         """Hide every connector tool again (a fresh conversation)."""
+        self.restore_loaded(())
+
+    def restore_loaded(self, names: Iterable[str]) -> None:
+        """Show exactly the tools of the connectors ``names`` (those still registered), hiding the others: a
+        re-run cell starts from the connectors loaded when its previous run began."""
+        keep = [n for n in dict.fromkeys(names) if n in self.registry]
+        for name in keep:
+            self._add_connector(self.registry[name])
         for spec in self._specs.values():
-            spec.visible = False
-        self.loaded.clear()
+            spec.visible = spec.connector in keep
+        self.loaded[:] = keep
 
     # -- approval ----------------------------------------------------------------------------
 
