@@ -502,3 +502,15 @@ def test_an_approved_unpreviewed_write_runs_once_and_the_deny_rule_sees_its_tabl
     assert [r[0] for r in sqlite_rows(shop)] == [2, 3]
     write = [r for r in records if r["kind"] == "governed_write"][-1]
     assert (write["rows"], write["previewed"], write["tables"]) == (1, False, ["orders"])
+
+
+def test_a_caller_field_nested_deeper_than_a_record_may_be_is_refused_by_name_and_not_written(tmp_path):
+    from harness_magic.core.transcript.audit import RECORD_MAX_DEPTH, AuditError
+
+    path = tmp_path / "audit.jsonl"
+    nested: object = "x"
+    for _ in range(DEEP):
+        nested = [nested]
+    with pytest.raises(AuditError, match=f"audit field tables.* nests deeper than {RECORD_MAX_DEPTH} levels"):
+        AuditLog(path, actor="ana").append("governed_write", tables=nested)
+    assert not path.exists() or path.read_text() == ""

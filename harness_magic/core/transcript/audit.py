@@ -102,12 +102,9 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _bounded(value: Any, where: str, redact: Redactor | None = None, depth: int = 2) -> Any:
+def _bounded(value: Any, where: str, redact: Redactor | None = None) -> Any:
     """A JSON-compatible copy with long strings and lists cut (strings passed through ``redact``);
-    raises AuditError on other types and on nesting deeper than :data:`RECORD_MAX_DEPTH`."""
-    if depth > RECORD_MAX_DEPTH:
-        raise AuditError(f"audit field {where[:200]} nests deeper than {RECORD_MAX_DEPTH} levels; record names, "
-                         "classes and counts")
+    raises AuditError on other types. Nesting is checked before (:func:`_check_depth`)."""
     if value is None or isinstance(value, (bool, int)):
         return value
     if isinstance(value, float):
@@ -119,7 +116,7 @@ def _bounded(value: Any, where: str, redact: Redactor | None = None, depth: int 
             value = value[:FIELD_MAX_CHARS] + f"…[cut {len(value) - FIELD_MAX_CHARS} chars]"
         return redact(value) if redact is not None else value
     if isinstance(value, (list, tuple)):
-        items = [_bounded(v, f"{where}[{i}]", redact, depth + 1) for i, v in enumerate(value[:LIST_MAX_ITEMS])]
+        items = [_bounded(v, f"{where}[{i}]", redact) for i, v in enumerate(value[:LIST_MAX_ITEMS])]
         if len(value) > LIST_MAX_ITEMS:
             items.append(f"…[cut {len(value) - LIST_MAX_ITEMS} items]")
         return items
@@ -130,10 +127,23 @@ def _bounded(value: Any, where: str, redact: Redactor | None = None, depth: int 
                 out["…"] = f"[cut {len(value) - LIST_MAX_ITEMS} entries]"
                 break
             key = str(k)[:FIELD_MAX_CHARS]
-            out[redact(key) if redact is not None else key] = _bounded(v, f"{where}[{k!r}]", redact, depth + 1)
+            out[redact(key) if redact is not None else key] = _bounded(v, f"{where}[{k!r}]", redact)
         return out
     raise AuditError(f"audit field {where} is a {type(value).__name__}; record names, classes and counts "
                      "(str, int, float, bool, None, lists and dicts of them)")
+
+
+def _check_depth(fields: dict[str, Any]) -> None:
+    """AuditError naming the first field that nests deeper than :data:`RECORD_MAX_DEPTH` (walked without recursion)."""
+    stack: list[tuple[Any, int, str]] = [(v, 2, k) for k, v in fields.items()]
+    while stack:
+        value, depth, where = stack.pop()
+        if isinstance(value, (list, tuple, dict)):
+            if depth > RECORD_MAX_DEPTH:
+                raise AuditError(f"audit field {where[:200]} nests deeper than {RECORD_MAX_DEPTH} levels; record names, "
+                                 "classes and counts")
+            items = value.values() if isinstance(value, dict) else value
+            stack.extend((item, depth + 1, where) for item in items)
 
 
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -270,6 +280,7 @@ class AuditLog:
         reserved = sorted(RESERVED_FIELDS & set(fields))
         if reserved:
             raise AuditError(f"audit fields {', '.join(reserved)} are set by the log; rename them")
+        _check_depth(fields)  # before the scrubber, which walks the fields recursively
         body = {k: _bounded(v, k, self.redact) for k, v in scrub_data(fields).items()}
         try:
             with self._lock:
