@@ -73,7 +73,6 @@ class Pseudonyms:
         self.masker = masker
         self._reverse: dict[str, Any] = {}
         """Pseudonym -> the real value it stands for (kernel only)."""
-        self._forward: dict[tuple[str, str], str] = {}
         self._lock = threading.RLock()
         self.notes: list[str] = []
         """Columns left as they were, and why (bounded by :data:`NOTES_MAX`)."""
@@ -217,7 +216,7 @@ class Pseudonyms:
             if action == "allow":
                 return series
             if action == "deny":
-                out = self._map(series, lambda value: denied_text(cc.cls))
+                out = self._map(series, lambda values: [denied_text(cc.cls)] * len(values))
                 if out is not series:
                     self._count(handle, cc.cls, series)
                 return out
@@ -226,7 +225,7 @@ class Pseudonyms:
                     self.masker.learn_column(handle, label, cc, _safe_list(series))
                 return series
             kind = cc.kind or cc.cls
-            out = self._map(series, lambda value: self._pseudonym(kind, cc.cls, value))
+            out = self._map(series, lambda values: self._pseudonyms_of(kind, cc.cls, values))
             if out is not series:
                 self._count(handle, cc.cls, series)
             return out
@@ -235,20 +234,21 @@ class Pseudonyms:
             self.masker.learn_column(handle, label, cc, _safe_list(series))
             return series
 
-    def _map(self, series: Any, fn: Callable[[Any], str]) -> Any:
-        """``series`` with each distinct non-missing value replaced by ``fn(value)`` (computed once per value)."""
+    def _map(self, series: Any, fn: Callable[[list[Any]], list[str]]) -> Any:
+        """``series`` with each distinct non-missing value replaced (``fn`` maps the list of distinct values)."""
         import numpy as np
         import pandas as pd
 
         if isinstance(series.dtype, pd.CategoricalDtype):
-            categories = [fn(c) for c in series.cat.categories]
+            categories = fn(list(series.cat.categories))
             if categories == list(series.cat.categories):
                 return series
             if len(set(categories)) == len(categories):
                 return series.cat.rename_categories(categories)
             series = series.astype(object)  # two categories denied alike: no longer categories
         codes, uniques = pd.factorize(series, use_na_sentinel=True)
-        replaced = [fn(u) for u in uniques]
+        uniques = np.asarray(uniques, dtype=object).tolist()
+        replaced = fn(uniques)
         if all(isinstance(u, str) and r == u for r, u in zip(replaced, uniques)):
             return series  # every value already in its agent-side form (pseudonyms saved back)
         mapped = np.array(replaced + [None], dtype=object)
@@ -259,22 +259,24 @@ class Pseudonyms:
         dtype = series.dtype if isinstance(series.dtype, pd.StringDtype) else object
         return pd.Series(values, index=series.index, name=series.name, dtype=dtype)
 
-    def _pseudonym(self, kind: str, cls: str, value: Any) -> str:
-        text = value if isinstance(value, str) else str(value)
+    def _pseudonyms_of(self, kind: str, cls: str, values: list[Any]) -> list[str]:
+        """The pseudonym of each of ``values`` (distinct), issuing new ones (one keyed hash each, in bulk)."""
+        texts = [v if isinstance(v, str) else str(v) for v in values]
+        reverse = self._reverse
         with self._lock:
-            if text in self._reverse:  # already a pseudonym (a derived value saved back): never twice
-                return text
-            key = (kind, text)
-            found = self._forward.get(key)
-            if found is not None:
-                return found
-            pseudonym = self.masker.pseudonym(kind, text)
-            if pseudonym in self._reverse or pseudonym == text:  # a shaped pseudonym collided: an unshaped one
-                pseudonym = self.masker.pseudonym(cls, text)
-            self._forward[key] = pseudonym
-            self._reverse[pseudonym] = value
-            self.masker.register_pseudonym(text, pseudonym, cls)
-            return pseudonym
+            out = list(texts)
+            fresh = [i for i, t in enumerate(texts) if t not in reverse]  # a pseudonym saved back stays itself
+            issued = []
+            for i, pseudonym in zip(fresh, self.masker.pseudonyms(kind, [texts[i] for i in fresh])):
+                held = reverse.get(pseudonym, _NONE)
+                if held is not _NONE and held != values[i] or pseudonym == texts[i]:
+                    pseudonym = self.masker.pseudonym(cls, texts[i])  # a shaped pseudonym collided: unshaped
+                if pseudonym not in reverse:
+                    reverse[pseudonym] = values[i]
+                    issued.append((texts[i], pseudonym))
+                out[i] = pseudonym
+            self.masker.register_pseudonyms(issued, cls)
+        return out
 
     def mask_prompt(self, text: str) -> str:
         """What the person typed, with each sensitive value replaced by its pseudonym (the one the cache uses for
@@ -289,7 +291,6 @@ class Pseudonyms:
             with self._lock:
                 if pseudonym in masked and pseudonym not in self._reverse:
                     self._reverse[pseudonym] = found.value
-                    self._forward[(found.kind, found.value)] = pseudonym
                     self.masker.register_pseudonym(found.value, pseudonym, found.cls)
         return masked
 
@@ -369,6 +370,7 @@ class Pseudonyms:
             codes, uniques = pd.factorize(series, use_na_sentinel=True)
         except TypeError:
             return series
+        uniques = np.asarray(uniques, dtype=object).tolist()
         hits = [isinstance(u, str) and u in self._reverse for u in uniques]
         if not any(hits):
             return series
@@ -457,6 +459,8 @@ class Pseudonyms:
         return ";\n".join(tree.sql(dialect=write) for tree in trees)
 
 
+_NONE = object()
+"""No value held for a pseudonym (a real value may be None)."""
 _LEARN_ROWS = 10_000
 """Rows of a kept-real classified column (financial) whose values the scanner learns: bounded time per entry."""
 

@@ -5,7 +5,7 @@ Contract of :class:`Masker`:
 * **Policy.** ``{class: action}`` over :data:`~.sensitivity.SENSITIVITY_CLASSES`;
   missing classes take :data:`DEFAULT_POLICY` (``pii`` and ``financial``
   masked, ``restricted`` denied). :func:`check_policy` names a bad class or action.
-* **Stable pseudonyms.** ``mask`` replaces a value by a keyed hash (HMAC-SHA256
+* **Stable pseudonyms.** ``mask`` replaces a value by a keyed hash (keyed BLAKE2b
   with a per-masker random key) shaped like the original: an e-mail stays an
   e-mail, a card keeps its length, separators and last four digits, a phone its
   ``+`` and separators. The same value gets the same pseudonym for the life of
@@ -19,26 +19,53 @@ Contract of :class:`Masker`:
   recognises, so its values seen in snapshots and cached frames are masked
   wherever they appear. Known values are bounded by :data:`KNOWN_VALUES_MAX`
   and shorter ones than :data:`KNOWN_VALUE_MIN_CHARS` are not tracked.
+* **Cut values.** A known value cut where the text goes on with ``...`` or
+  ``…`` (pandas cuts cells at ``display.max_colwidth``, snapshots at 60, 30 or
+  16 characters) is masked by its prefix when at least
+  :data:`KNOWN_PREFIX_MIN_CHARS` of it are left; a cut e-mail, international
+  phone or card is recognised by :func:`~.sensitivity.find_sensitive`. The cut
+  mark stays, the pseudonym stands for the whole value.
+* **Numbers by value.** A numeric value of a classified column (an amount
+  classed ``financial``) is matched by value, whatever its format: ``99000.5``,
+  ``99000.50``, ``99,000.50``, ``9.90005e4``, ``99_000.5`` (and their negation)
+  are one value. Only learned values: a number computed and printed is never
+  touched unless it equals one of them. Rounded (``99000.49`` for a printed
+  ``99000.4912``) or spelled-out forms are not matched.
+* **Never crash on data.** :meth:`Masker.learn_column` skips missing values of
+  every kind (``None``, NaN, ``pd.NA``, ``NaT``) and values that are not one
+  value (containers, bytes) or cannot be read; they count in
+  :attr:`Masker.unread`.
 * **Not covered.** Values encoded (base64, hex, reversed, split over several
-  lines or chunks of a literal) are not recognised: the masker sees text, not
-  intent.
+  lines or chunks of a literal, spaced out or joined by zero-width characters)
+  are not recognised, nor a value cut without a mark (``s[:20]``) unless a
+  pattern still finds what is left: the masker sees text, not intent.
 
 Pure: imports neither pandas nor the agent.
 """
 
 from __future__ import annotations
 
+import bisect
+import decimal
 import hashlib
-import hmac
+import numbers
 import re
 import secrets
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from harness_magic.core.text.sensitivity import DETECTED_KINDS, SENSITIVITY_CLASSES, classify_cell, find_sensitive
+from harness_magic.core.text.sensitivity import (
+    CUT_MARK,
+    DETECTED_KINDS,
+    SENSITIVITY_CLASSES,
+    classify_cell,
+    find_sensitive,
+    is_missing,
+)
 
 __all__ = ["Masker", "Masked", "ColumnClass", "MASK_ACTIONS", "DEFAULT_POLICY", "KNOWN_VALUES_MAX",
-           "KNOWN_VALUE_MIN_CHARS", "check_policy", "denied_text", "sensitivity_text"]
+           "KNOWN_VALUE_MIN_CHARS", "KNOWN_PREFIX_MIN_CHARS", "CUT_PREFIX_MAX_CHARS", "check_policy", "denied_text",
+           "sensitivity_text"]
 
 MASK_ACTIONS = ("allow", "mask", "deny")
 DEFAULT_POLICY = {"pii": "mask", "financial": "mask", "restricted": "deny"}
@@ -46,7 +73,48 @@ DEFAULT_POLICY = {"pii": "mask", "financial": "mask", "restricted": "deny"}
 KNOWN_VALUES_MAX = 50_000
 """Known values of classified columns kept for masking: bounds memory and the matcher's size."""
 KNOWN_VALUE_MIN_CHARS = 3
-"""Shorter values are not tracked as known values: two letters or digits match everywhere and say nothing."""
+"""Shorter values are not tracked as known values: two letters or digits match everywhere and say nothing.
+For numbers: digits before the point plus significant digits after it (``250``, ``12.5``; not ``7`` or ``0.5``)."""
+KNOWN_PREFIX_MIN_CHARS = 8
+"""Fewest characters of a known value left before a cut mark for the cut text to be masked as that value: a
+shorter start (``Ann...``) is shared by too many ordinary words."""
+CUT_PREFIX_MAX_CHARS = 200
+"""Characters before a cut mark compared with known values: more than any cell pandas (50) or a snapshot (60)
+shows before cutting it."""
+_NUMBER = re.compile(r"(?<![\w.])(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d[\d_]*(?:\.\d*)?(?:[eE][-+]?\d+)?"
+                     r"|\.\d+(?:[eE][-+]?\d+)?)(?!\w)(?!\.\d)")
+"""A number as Python, pandas and people print it: ``99000.5``, ``99,000.50``, ``9.90005e+04``, ``99_000.5``."""
+_NUMBER_EXPONENT_MAX = 400
+"""Exponents past this are not numbers anyone's data holds (and ``Decimal`` work on them is not free)."""
+
+
+def number_key(value: Any) -> decimal.Decimal | None:
+    """The magnitude of a number or numeric text as an exact ``Decimal`` (``99000.50`` and ``9.90005e4`` give one
+    key), or None for text that is not a number, NaN, infinities and booleans."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        text = value.replace(",", "").replace("_", "").strip()
+    elif isinstance(value, (numbers.Real, decimal.Decimal)):
+        try:
+            text = str(value)
+        except Exception:
+            return None
+    else:
+        return None
+    try:
+        key = abs(decimal.Decimal(text))
+    except (decimal.InvalidOperation, ValueError, TypeError):
+        return None
+    if not key.is_finite() or abs(key.adjusted()) > _NUMBER_EXPONENT_MAX:
+        return None
+    return key
+
+
+def _number_digits(key: decimal.Decimal) -> int:
+    """Digits a number shows: ``250`` -> 3, ``12.5`` -> 3, ``0.5`` -> 1 (see :data:`KNOWN_VALUE_MIN_CHARS`)."""
+    sign, digits, exponent = key.normalize().as_tuple()
+    return len(digits) + max(int(exponent), 0)
 
 
 def check_policy(policy: Any) -> dict[str, str]:
@@ -103,13 +171,48 @@ class _Trie:
     def __init__(self) -> None:
         self.values: dict[str, str] = {}
         self._regex: re.Pattern[str] | None = None
+        self._sorted: list[str] | None = None
+        self._heads: set[str] = set()
+        """The first :data:`KNOWN_PREFIX_MIN_CHARS` characters of each value that long (a cheap first check)."""
 
     def add(self, value: str, cls: str) -> bool:
         if value in self.values or len(self.values) >= KNOWN_VALUES_MAX:
             return False
         self.values[value] = cls
-        self._regex = None
+        self._regex = self._sorted = None
+        if len(value) >= KNOWN_PREFIX_MIN_CHARS:
+            self._heads.add(value[:KNOWN_PREFIX_MIN_CHARS])
         return True
+
+    def completion(self, prefix: str) -> str | None:
+        """The known value ``prefix`` starts (the first in order when several do), or None."""
+        if prefix[:KNOWN_PREFIX_MIN_CHARS] not in self._heads:
+            return None
+        if self._sorted is None:
+            self._sorted = sorted(self.values)
+        i = bisect.bisect_left(self._sorted, prefix)
+        if i < len(self._sorted) and self._sorted[i].startswith(prefix):
+            return self._sorted[i]
+        return None
+
+    def cut_spans(self, text: str) -> list[tuple[int, int, str]]:
+        """``(start, end, known value)`` for each known value cut in ``text``: its start, at least
+        :data:`KNOWN_PREFIX_MIN_CHARS` long and at a word boundary, right before a cut mark."""
+        if not self._heads:
+            return []
+        spans: list[tuple[int, int, str]] = []
+        floor = 0
+        for mark in CUT_MARK.finditer(text):
+            end = mark.start()
+            for start in range(max(floor, end - CUT_PREFIX_MAX_CHARS), end - KNOWN_PREFIX_MIN_CHARS + 1):
+                if start and (text[start - 1].isalnum() or text[start - 1] == "_"):
+                    continue  # the known-value matcher's own rule: never from inside a word
+                value = self.completion(text[start:end])
+                if value is not None:
+                    spans.append((start, end, value))
+                    break
+            floor = mark.end()
+        return spans
 
     def regex(self) -> re.Pattern[str] | None:
         if self._regex is None and self.values:
@@ -150,6 +253,14 @@ class Masker:
         """Known value -> its detected kind (memo): a known e-mail still gets an e-mail-shaped pseudonym."""
         self.columns: dict[str, dict[str, ColumnClass]] = {}
         """Handle -> column -> class, for the handles :meth:`learn_column` was told about (``%agent_vars``)."""
+        self._numbers: dict[decimal.Decimal, str] = {}
+        """Known numeric values (magnitudes, :func:`number_key`) -> class: matched by value in any format."""
+        self.unread = 0
+        """Values :meth:`learn_column` could not read as one value (containers, bytes, a failing ``str``)."""
+        self._pseudonyms: dict[str, str] = {}
+        """Real value -> the pseudonym it got at entry (:meth:`register_pseudonym`): text masks it the same way."""
+        self._issued: set[str] = set()
+        """Pseudonyms issued at entry: what the agent's side holds, never masked again."""
 
     @property
     def policy(self) -> dict[str, str]:
@@ -174,59 +285,93 @@ class Masker:
                 return value
         return None
 
+    def register_pseudonym(self, real: str, pseudonym: str, cls: str) -> None:
+        """``real`` (of class ``cls``) was replaced by ``pseudonym`` at entry: text holding ``real`` gets the same
+        pseudonym (a prompt naming a customer finds her rows), and ``pseudonym`` is never masked again."""
+        self._issued.add(pseudonym)
+        if len(self._pseudonyms) < KNOWN_VALUES_MAX:
+            self._pseudonyms[real] = pseudonym
+        text = real.strip()
+        if len(text) >= KNOWN_VALUE_MIN_CHARS:
+            self._known.add(text, cls)
+
+    def register_pseudonyms(self, pairs: list[tuple[str, str]], cls: str) -> None:
+        """:meth:`register_pseudonym` for many ``(real, pseudonym)`` pairs (what entry issues for a column); every
+        pseudonym is remembered, real values only up to :data:`KNOWN_VALUES_MAX`."""
+        self._issued.update(p for _, p in pairs)
+        for real, pseudonym in pairs:
+            if len(self._pseudonyms) >= KNOWN_VALUES_MAX:
+                break
+            self._pseudonyms[real] = pseudonym
+            text = real.strip()
+            if len(text) >= KNOWN_VALUE_MIN_CHARS:
+                self._known.add(text, cls)
+
+    def is_pseudonym(self, text: str) -> bool:
+        """``text`` is a pseudonym issued at entry."""
+        return text in self._issued
+
     def learn_column(self, handle: str, column: str, cls: ColumnClass, values: Iterable[Any]) -> None:
-        """Record ``column`` of ``handle`` as ``cls`` and track its ``values`` as known sensitive values."""
+        """Record ``column`` of ``handle`` as ``cls`` and track its ``values`` as known sensitive values
+        (pseudonyms issued at entry excepted: they are what the agent may see).
+
+        Numbers are tracked by value (:func:`number_key`), text as text. Never raises on a value: missing
+        ones are skipped, those that are not one value or cannot be read are counted in :attr:`unread`."""
         self.columns.setdefault(handle, {})[str(column)] = cls
         for value in values:
-            if value is None or isinstance(value, bool) or value != value:
+            if is_missing(value):
                 continue
-            text = str(value).strip()
-            if len(text) >= KNOWN_VALUE_MIN_CHARS and not self._known.add(text, cls.cls):
-                if len(self._known.values) >= KNOWN_VALUES_MAX:
-                    break
+            if self.known_values >= KNOWN_VALUES_MAX:
+                break
+            if isinstance(value, (numbers.Real, decimal.Decimal)) and not isinstance(value, bool):
+                try:
+                    key = number_key(str(value))
+                except Exception:  # an int subclass whose str fails
+                    self.unread += 1
+                    continue
+                if key is not None and _number_digits(key) >= KNOWN_VALUE_MIN_CHARS:
+                    self._numbers.setdefault(key, cls.cls)
+                continue
+            if not isinstance(value, (str, numbers.Number, bool)) and not _is_scalar(value):
+                self.unread += 1  # a list, dict, bytes or array in a cell: not one value
+                continue
+            try:
+                text = str(value).strip()
+            except Exception:
+                self.unread += 1
+                continue
+            if text in self._issued:
+                continue
+            if len(text) >= KNOWN_VALUE_MIN_CHARS:
+                self._known.add(text, cls.cls)
+                if cls.cls == "financial" and cls.kind is None and (text[:1].isdigit() or text[:1] == "."):
+                    key = number_key(text)  # an amount held as text is matched by value too (not a card's digits)
+                    if key is not None and _number_digits(key) >= KNOWN_VALUE_MIN_CHARS:
+                        self._numbers.setdefault(key, cls.cls)
 
     @property
     def known_values(self) -> int:
-        return len(self._known.values)
+        """Known values tracked: texts and numbers (bounded together by :data:`KNOWN_VALUES_MAX`)."""
+        return len(self._known.values) + len(self._numbers)
 
-    def pseudonym(self, kind: str, value: str) -> str:
-        """The stable, format-shaped stand-in for ``value`` of ``kind`` (a detected kind, or a class)."""
-        digest = hmac.new(self._key, f"{kind}\0{value}".encode(), hashlib.sha256).digest()
-        stream = iter(digest * 4)
+    def pseudonym(self, kind: str, value: str, *, cut: bool = False) -> str:
+        """The stable, format-shaped stand-in for ``value`` of ``kind`` (a detected kind, or a class); ``cut``:
+        ``value`` is the start of a value cut in the text (nothing of what it shows is kept)."""
+        digest = hashlib.blake2b(f"{kind}\0{'cut' if cut else ''}\0{value}".encode(), key=self._key).digest()
+        return _shaped(kind, value, digest, cut)
+
+    def pseudonyms(self, kind: str, values: list[str]) -> list[str]:
+        """:meth:`pseudonym` of each of ``values`` (whole values), in one pass: what entry uses for a column."""
+        key, prefix = self._key, f"{kind}\0\0".encode()
+        blake2b = hashlib.blake2b
+        digests = [blake2b(prefix + value.encode(), key=key).digest() for value in values]
         if kind == "email":
-            local, _, domain = value.rpartition("@")
-            tld = domain.rsplit(".", 1)[-1]
-            return f"user-{digest[:4].hex()}@{digest[4:7].hex()}.{tld}"
-        if kind in ("card", "phone", "national_id"):
-            digits = sum(ch.isdigit() for ch in value)
-            keep = 4 if kind == "card" else 0  # a card's last four digits are what receipts show
-            out, seen = [], 0
-            for ch in value:
-                if ch.isdigit():
-                    seen += 1
-                    if seen > digits - keep:
-                        out.append(ch)
-                    else:
-                        out.append(str(next(stream) % 10))
-                else:
-                    out.append(ch)
-            text = "".join(out)
-            return f"9{text[1:]}" if kind == "national_id" else text  # 9xx: never an issued SSN
-        if kind == "iban":
-            out = [value[:2]]
-            for ch in value[2:]:
-                if ch.isdigit():
-                    out.append(str(next(stream) % 10))
-                elif ch.isalpha():
-                    out.append(chr(ord("A") + next(stream) % 26))
-                else:
-                    out.append(ch)
-            return "".join(out)
-        if kind == "ip":
-            if ":" in value:
-                return "fd00:" + ":".join(digest[i:i + 2].hex() for i in range(0, 8, 2)) + "::1"
-            return f"10.{digest[0]}.{digest[1]}.{digest[2]}"
-        return f"<{kind}:{digest[:5].hex()}>"
+            return [f"user-{d[:4].hex()}@{d[4:7].hex()}.{v.rpartition('@')[2].rsplit('.', 1)[-1]}"
+                    for v, d in zip(values, digests)]
+        if kind not in _SHAPED_KINDS:
+            return [f"<{kind}:{d[:5].hex()}>" for d in digests]
+        return [_shaped(kind, v, d, False) for v, d in zip(values, digests)]
+
 
     def mask_text(self, text: str) -> Masked:
         """``text`` with every sensitive value masked or denied by the policy, and the counts per class."""
@@ -242,18 +387,29 @@ class Masker:
                 cls = self._known.values.get(value)
                 if cls is None or policy[cls] == "allow":
                     continue
-                if value not in self._kinds:
-                    kind = classify_cell(value)
-                    self._kinds[value] = kind if kind is not None and DETECTED_KINDS[kind] == cls else None
                 spans.append((match.start(), match.end(),
-                               self._replace(cls, self._kinds[value], value, policy, counts)))
+                               self._replace(cls, self._kind(value, cls), value, policy, counts)))
         taken = _Spans(spans)
+        for start, end, value in self._known.cut_spans(text) if "..." in text or "…" in text else ():
+            cls = self._known.values[value]
+            if policy[cls] != "allow" and not taken.overlaps(start, end):
+                taken.add(start, end)
+                spans.append((start, end, self._replace(cls, self._kind(value, cls), value, policy, counts)))
+        if self._numbers:
+            for match in _NUMBER.finditer(text):
+                key = number_key(match.group())
+                cls = self._numbers.get(key) if key is not None else None
+                if cls is None or policy[cls] == "allow" or taken.overlaps(match.start(), match.end()):
+                    continue
+                taken.add(match.start(), match.end())
+                spans.append((match.start(), match.end(), self._replace(cls, None, _number_text(key), policy, counts)))
         for found in find_sensitive(text):
-            if policy[found.cls] == "allow" or taken.overlaps(found.start, found.end):
+            if policy[found.cls] == "allow" or found.value in self._issued or taken.overlaps(found.start, found.end):
                 continue
             known = self._known.values.get(found.value)
             cls = known if known is not None and DETECTED_KINDS[found.kind] != known else found.cls
-            spans.append((found.start, found.end, self._replace(cls, found.kind, found.value, policy, counts)))
+            spans.append((found.start, found.end,
+                          self._replace(cls, found.kind, found.value, policy, counts, cut=found.cut)))
         if not spans:
             return Masked(text)
         spans.sort()
@@ -265,12 +421,20 @@ class Masker:
         out.append(text[at:])
         return Masked("".join(out), counts)
 
-    def _replace(self, cls: str, kind: str | None, value: str, policy: Mapping[str, str], counts: dict[str, int]
-                 ) -> str:
+    def _kind(self, value: str, cls: str) -> str | None:
+        """The detected kind of known ``value`` when it agrees with its class (memo): a known e-mail still gets an
+        e-mail-shaped pseudonym."""
+        if value not in self._kinds:
+            kind = classify_cell(value)
+            self._kinds[value] = kind if kind is not None and DETECTED_KINDS[kind] == cls else None
+        return self._kinds[value]
+
+    def _replace(self, cls: str, kind: str | None, value: str, policy: Mapping[str, str], counts: dict[str, int],
+                 *, cut: bool = False) -> str:
         counts[cls] = counts.get(cls, 0) + 1
         if policy[cls] == "deny":
             return denied_text(cls)
-        return self.pseudonym(kind or cls, value)
+        return self._pseudonyms.get(value) or self.pseudonym(kind or cls, value, cut=cut)
 
     def mask_value(self, value: Any, counts: dict[str, int] | None = None) -> Any:
         """``value`` (a snapshot: dicts, lists, strings) with every string and key masked; others as they are."""
@@ -285,11 +449,23 @@ class Masker:
                     for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             return type(value)(self.mask_value(v, counts) for v in value)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            text = str(value)
-            if text in self._known.values:
-                return self.mask_value(text, counts)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and self._numbers:
+            key = number_key(value)
+            if key is not None and key in self._numbers:
+                return self.mask_value(str(value), counts)
         return value
+
+
+def _number_text(key: decimal.Decimal) -> str:
+    """One text per numeric value (``99000.5`` for ``99000.50`` and ``9.90005e4``): its pseudonym's seed."""
+    return format(key.normalize(), "f")
+
+
+def _is_scalar(value: Any) -> bool:
+    """A one-value cell that is not a string or number (a date, a numpy scalar): not a container or bytes."""
+    if isinstance(value, (bytes, bytearray, memoryview, list, tuple, dict, set, frozenset)):
+        return False
+    return not hasattr(value, "__len__") or hasattr(value, "isoformat")
 
 
 class _Spans:
@@ -298,10 +474,55 @@ class _Spans:
     def __init__(self, spans: list[tuple[int, int, str]]) -> None:
         self._spans = sorted((s, e) for s, e, _ in spans)
 
-    def overlaps(self, start: int, end: int) -> bool:
-        import bisect
+    def add(self, start: int, end: int) -> None:
+        bisect.insort(self._spans, (start, end))
 
+    def overlaps(self, start: int, end: int) -> bool:
         i = bisect.bisect_right(self._spans, (start, float("inf")))
         if i and self._spans[i - 1][1] > start:
             return True
         return i < len(self._spans) and self._spans[i][0] < end
+
+_SHAPED_KINDS = ("email", "card", "phone", "national_id", "iban", "ip")
+"""Kinds whose pseudonym keeps the value's shape; any other kind (a class) gets ``<kind:hex>``."""
+
+
+def _shaped(kind: str, value: str, digest: bytes, cut: bool) -> str:
+    """The pseudonym of ``value`` of ``kind`` from its keyed ``digest`` (see :meth:`Masker.pseudonym`)."""
+    stream = iter(digest * 4)
+    if kind == "email":
+        local, _, domain = value.rpartition("@")
+        if cut:
+            return f"user-{digest[:4].hex()}@{digest[4:7].hex()}"
+        tld = domain.rsplit(".", 1)[-1]
+        return f"user-{digest[:4].hex()}@{digest[4:7].hex()}.{tld}"
+    if kind in ("card", "phone", "national_id"):
+        digits = sum(ch.isdigit() for ch in value)
+        keep = 4 if kind == "card" and not cut else 0  # a card's last four digits are what receipts show
+        out, seen = [], 0
+        for ch in value:
+            if ch.isdigit():
+                seen += 1
+                if seen > digits - keep:
+                    out.append(ch)
+                else:
+                    out.append(str(next(stream) % 10))
+            else:
+                out.append(ch)
+        text = "".join(out)
+        return f"9{text[1:]}" if kind == "national_id" else text  # 9xx: never an issued SSN
+    if kind == "iban":
+        out = [value[:2]]
+        for ch in value[2:]:
+            if ch.isdigit():
+                out.append(str(next(stream) % 10))
+            elif ch.isalpha():
+                out.append(chr(ord("A") + next(stream) % 26))
+            else:
+                out.append(ch)
+        return "".join(out)
+    if kind == "ip":
+        if ":" in value:
+            return "fd00:" + ":".join(digest[i:i + 2].hex() for i in range(0, 8, 2)) + "::1"
+        return f"10.{digest[0]}.{digest[1]}.{digest[2]}"
+    return f"<{kind}:{digest[:5].hex()}>"
