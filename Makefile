@@ -26,8 +26,13 @@ test: $(STAMP)
 bench: $(STAMP)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
+# JupyterLab refuses to run as root without --allow-root: given only when make runs as root (a container).
+# LAB_ARGS passes more options, e.g. make lab LAB_ARGS="--no-browser --port 8899".
+LAB_ARGS ?=
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks
+	$(BIN)/jupyter lab notebooks $(ALLOW_ROOT) $(LAB_ARGS)
 
 clean:
 	rm -rf $(VENV) runs test-artifacts

@@ -160,7 +160,8 @@ def test_no_second_handle_for_a_value_the_code_saved_or_read(tmp_path, sandbox) 
     tools = recorder.current.tools
     assert "Value: `sales` (saved above)" in tools[0].result and tools[0].result.count("Saved as") == 1
     assert export.display_result_text(tools[0]).count("sales") <= 1  # people read the handle once
-    assert tools[1].result == "Value: `sales` (the handle, unchanged)"
+    assert tools[1].result.startswith("Value: `sales` (the handle, unchanged; no new handle)\nSnapshot: {")
+    assert '"columns"' in tools[1].result and "units" in tools[1].result, "the look the model asked for"
     assert tools[2].result.startswith("Saved as `by_region`\n")
 
 

@@ -314,6 +314,7 @@ class AgentSession:
         self.planner: Planner | None = Planner() if self.config.planner else None
         if self.planner is not None:
             harness.add_tool(self.planner.tool())
+            harness.subscribe(self.planner.finish_run)  # a completed run closes its in-progress steps
         self.progress: ProgressTracker | None = None
         if self.config.reminders:
             self.progress = ProgressTracker(track_plan=self.planner is not None,

@@ -17,6 +17,11 @@ Session memory lives as long as the kernel's session: ``%%agent --new`` and
 ``%agent_memory clear`` forgets it. The text after N or KIND is taken verbatim (quotes and apostrophes included),
 then cleaned as the agent's own entries are (one line, bounded). A bad N
 gives one line naming it and the range.
+
+In a notebook, entry and definition texts render as Markdown through the
+project's safe renderer (:func:`~harness_magic.core.text.safe_markdown.markdown_to_html`:
+no raw HTML, no remote images, only web links): the agent writes them, and a
+prompt-injected one must not become active. The terminal shows the text as written.
 """
 
 from __future__ import annotations
@@ -106,12 +111,22 @@ class MemoryMagics(Magics):
         else:
             plain.append(f"workspace memory {path}: {count(len(definitions), 'approved definition')}")
             plain += [f"  {d.name}: {d.text}" for d in definitions]
-        e = html.escape
-        cells = "".join(f"<tr><td>{e(n)}</td><td>{e(k)}</td><td style='text-align:left'>{e(t)}</td>"
+        e, md = html.escape, _inline_markdown
+        cells = "".join(f"<tr><td>{e(n)}</td><td>{e(k)}</td><td style='text-align:left'>{md(t)}</td>"
                         f"<td>{e(o)}</td></tr>" for n, k, t, o in rows)
         table = (f"<table><tr><th>#</th><th>kind</th><th>text</th><th>from</th></tr>{cells}</table>"
                  if rows else "")
-        defs = "".join(f"<li><b>{e(d.name)}</b>: {e(d.text)}</li>" for d in definitions)
+        defs = "".join(f"<li><b>{e(d.name)}</b>: {md(d.text)}</li>" for d in definitions)
         html_text = (f"<div class='agent-memory'><b>{e(plain[0])}</b>{table}"
                      f"<div>{e(plain[len(rows) + 1])}</div>{f'<ul>{defs}</ul>' if defs else ''}</div>")
         self._agent.show(html_text, "\n".join(plain))
+
+
+def _inline_markdown(text: str) -> str:
+    """One line of Markdown as safe HTML (:func:`~harness_magic.core.text.safe_markdown.markdown_to_html`),
+    without the paragraph around it, so it sits in a table cell or a list item."""
+    from harness_magic.core.text.safe_markdown import markdown_to_html
+
+    rendered = markdown_to_html(text).strip()
+    inner = rendered[len("<p>"):-len("</p>")]
+    return inner if rendered.startswith("<p>") and rendered.endswith("</p>") and "<p>" not in inner else rendered

@@ -13,7 +13,8 @@ into a harness (:meth:`SessionMemory.install`):
   cache, stay the same from cell to cell;
 * an event subscriber: a question the user answered (a
   :class:`~harness_magic.core.transcript.events.QuestionStep` with source
-  ``user``) is recorded as an accepted assumption.
+  ``user``) is recorded as an accepted assumption; a later answer to the same
+  question replaces it (two contradictory answers never both ride along).
 
 Every change emits :class:`~harness_magic.core.transcript.events.MemoryChanged`
 (and a recorded assumption :class:`~harness_magic.core.transcript.events.AssumptionRecorded`),
@@ -87,6 +88,9 @@ class MemoryEntry:
     """Cleaned text (one line, at most :data:`ENTRY_MAX_CHARS`)."""
     source: str = "model"
     """``model`` (the remember tool), ``user`` (``%agent_memory``) or ``question`` (an answered question)."""
+    question: str = ""
+    """For an answered question (source ``question``): the question, cleaned; a later answer to it replaces
+    this entry."""
 
 
 def clean_text(text: Any, limit: int = ENTRY_MAX_CHARS, what: str = "text") -> str:
@@ -117,14 +121,16 @@ class SessionMemory:
 
     # -- session entries ------------------------------------------------------------------
 
-    def add(self, kind: str, text: Any, source: str = "user", *, tool_use_id: str | None = None) -> tuple[int, bool]:
+    def add(self, kind: str, text: Any, source: str = "user", *, tool_use_id: str | None = None,
+            question: str = "") -> tuple[int, bool]:
         """Record an entry; returns (its number, whether it is new). MemoryEntryError for a bad kind/text or a full
-        memory. An entry equal to one already kept is not added twice."""
+        memory. An entry equal to one already kept is not added twice. ``question``: the question an answer
+        entry answers (:meth:`answered`)."""
         if kind not in MEMORY_KINDS:
             raise MemoryEntryError(f"kind {kind!r} is not one of {', '.join(MEMORY_KINDS)}")
         if source not in _SOURCES:
             raise MemoryEntryError(f"source {source!r} is not one of {', '.join(_SOURCES)}")
-        entry = MemoryEntry(kind, clean_text(text), source)
+        entry = MemoryEntry(kind, clean_text(text), source, question)
         for number, kept in enumerate(self.entries, 1):
             if (kept.kind, kept.text) == (entry.kind, entry.text):
                 return number, False
@@ -314,10 +320,26 @@ class SessionMemory:
     def _on_event(self, event: Any) -> None:
         if event.kind == "question_step" and event.source == "user" and (event.answer or "").strip():
             try:
-                self.add("assumption", f"{event.question} → {event.answer}", "question",
-                         tool_use_id=event.tool_use_id)
+                self.answered(event.question, event.answer, tool_use_id=event.tool_use_id)
             except MemoryEntryError:
                 pass  # full or empty: the answer is still in the conversation
+
+    def answered(self, question: Any, answer: Any, *, tool_use_id: str | None = None) -> tuple[int, bool]:
+        """Record the user's ``answer`` to ``question`` as an assumption (``question → answer``); an earlier
+        answer to the same question is replaced in its place (the same answer again changes nothing).
+        Returns (the entry's number, whether memory changed)."""
+        key = clean_text(question, what="question")
+        entry = MemoryEntry("assumption", clean_text(f"{key} → {clean_text(answer, what='answer')}"), "question",
+                            key)
+        for number, kept in enumerate(self.entries, 1):
+            if kept.source == "question" and kept.question == key:
+                if kept.text == entry.text:
+                    return number, False
+                self.entries[number - 1] = entry
+                self._changed("session", "edited", entry.kind, entry.text)
+                self._emit(AssumptionRecorded(text=entry.text, source="question", tool_use_id=tool_use_id))
+                return number, True
+        return self.add("assumption", entry.text, "question", tool_use_id=tool_use_id, question=key)
 
     def _emit(self, event: Any) -> None:
         if self._harness is not None:

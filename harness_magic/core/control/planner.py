@@ -8,7 +8,10 @@ list after a change. The progress tracker in
 as progress.
 
 The plan lives with the conversation: it survives across runs of one session
-and is cleared by :meth:`Planner.clear` (a new conversation).
+and is cleared by :meth:`Planner.clear` (a new conversation). A run that
+completes (the model gave its answer) closes the steps it left in progress
+(:meth:`Planner.finish_run`): the answer is that step's end, and the plan the
+next run sees, and the state panel shows, must not say it is still under way.
 """
 
 from __future__ import annotations
@@ -108,6 +111,15 @@ class Planner:
                 return item
         known = ", ".join(str(i.id) for i in self.items) or "none yet"
         raise ToolError(f"no plan item {item_id}; known ids: {known}")
+
+    def finish_run(self, event: Any) -> None:
+        """Event handler (``harness.subscribe``): when a run finishes ``completed``, its in-progress steps are
+        done; other endings (turn or budget limit, error, interrupt) leave them in progress, as they are."""
+        if getattr(event, "kind", None) == "run_finished" and getattr(event.result, "status", None) == "completed":
+            for item in self.items:
+                if item.status == "in_progress":
+                    item.status = "done"
+                    self.version += 1
 
     def clear(self) -> None:
         """Forget the plan (a new conversation)."""

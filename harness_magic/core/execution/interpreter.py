@@ -399,7 +399,8 @@ def _describe_result(
     handle saved in the call (``save(...)`` as the last line: the ``Saved as`` line already names it).
 
     A trailing value that holds the same data as a value saved in the call, or as a handle the call read
-    unchanged, gets no handle of its own: the text names the existing one. Others are cached under
+    unchanged, gets no handle of its own: the text names the existing one (with that handle's snapshot when
+    it was read, not saved: the model asked to look at it, and must see it). Others are cached under
     :func:`trailing_value_name`."""
     parts: list[str] = []
     shown: list[str] = []
@@ -423,7 +424,8 @@ def _describe_result(
         if same is None:
             same = next((n for n, v in sorted((inputs or {}).items()) if _same_value(value, v)), None)
             if same is not None:
-                parts.append(f"Value: `{same}` (the handle, unchanged)")
+                snapshot = json.dumps(cache.snapshot(same), ensure_ascii=False)
+                parts.append(f"Value: `{same}` (the handle, unchanged; no new handle)\nSnapshot: {snapshot}")
                 shown.append(parts[-1])
         else:
             parts.append(f"Value: `{same}` (saved above)")

@@ -30,7 +30,7 @@ Where each part comes from:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Literal
 
 __all__ = [
@@ -263,6 +263,7 @@ class RunState:
         elif kind == "run_finished":
             result = event.result
             self.status = str(getattr(result, "status", ""))
+            self.close_plan()
             self.set_answer(getattr(result, "text", "") or "")
             self._approvals.clear()
             self.approvals_pending = []
@@ -331,6 +332,13 @@ class RunState:
         """Nothing beyond the goal to show (the views then show no panel)."""
         return not (self.plan or self.approvals_pending or self.questions or self.checks or self.assumptions
                     or self.skills or self.trailer.confidence or self.trailer.open_questions)
+
+    def close_plan(self) -> None:
+        """A completed run's in-progress steps are done (as :meth:`.control.planner.Planner.finish_run` marks
+        them); a run that ended otherwise keeps them in progress."""
+        if self.status == "completed":
+            self.plan = [replace(p, status="done") if p.status == "in_progress" else p
+                         for p in self.plan]
 
     def plan_summary(self) -> str:
         counts = {s: sum(1 for p in self.plan if p.status == s) for s in ("done", "in_progress", "blocked", "pending")}
@@ -423,5 +431,6 @@ def state_from_log(records: Iterable[dict[str, Any]], tool_calls: Iterable[Any],
             skill = _one_line(call.input.get("name", ""))
             if skill and skill not in state.skills:
                 state.skills.append(skill)
+    state.close_plan()
     state.set_answer(answer)
     return state
