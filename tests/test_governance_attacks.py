@@ -323,6 +323,8 @@ def denied_by_pii(tmp_path, connector, sql):
     "INSERT INTO main.open_copy SELECT email FROM crm.customers",  # pii copied into an unclassed table
     "INSERT INTO open_copy SELECT email FROM query_table('crm.customers')",  # a table the parser cannot see
     "CREATE TABLE main.leak AS SELECT * FROM crm.customers",
+    "INSERT INTO open_copy SELECT email FROM " + "(SELECT email FROM " * 400 + "crm.customers" + ") s" * 400,  # too
+    # deep for the parser: its tables are unknown, so it counts as touching every sensitive table
 ])
 def test_a_duckdb_write_touching_pii_in_another_schema_is_refused_by_the_deny_rule(tmp_path, crm, sql):
     connector = duckdb_connector(name="crm", database=crm)
@@ -345,6 +347,20 @@ def test_the_duckdb_preview_shows_the_other_schemas_changed_rows(tmp_path, crm):
     assert request.preflight.before["crm.customers"] == [{"id": 1, "email": "ana@example.com"}]
     assert request.preflight.after["crm.customers"] == [{"id": 1, "email": "x"}]
     assert duck_rows(crm, "crm.customers") == EMAILS
+
+
+def test_a_write_whose_tables_cannot_be_determined_says_so_and_carries_every_configured_class(tmp_path, crm):
+    seen = []
+    connector = duckdb_connector(name="crm", database=crm)
+    connector.sensitivity = {"crm.customers.email": "pii", "crm.customers.note": "restricted"}
+    sql = "INSERT INTO open_copy SELECT email FROM query_table('crm.customers')"
+    run_tools(tmp_path, connector, [call("crm__execute", sql=sql)],
+              ApprovalPolicy(approver=lambda r: seen.append(r) or False))
+    (request,) = seen
+    assert request.sensitivity == ("pii", "restricted")
+    assert any("cannot be determined (it reads through a table function" in n and "every sensitive table" in n
+               for n in request.preflight.notes), request.preflight.notes
+    assert duck_rows(crm, "main.open_copy") == []
 
 
 def test_over_the_diff_limit_the_preview_says_so_and_the_deny_rule_still_applies(tmp_path, crm, monkeypatch):

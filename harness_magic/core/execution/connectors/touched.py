@@ -27,6 +27,7 @@ the engine allows (see :mod:`.preview` and the connectors).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -64,10 +65,24 @@ class Touched:
     """Non-empty when the tables cannot be determined: the reason, in words (then every sensitive table counts)."""
 
 
+class _QuietCommandFallback(logging.Filter):
+    """Drops sqlglot's "Falling back to parsing as a 'Command'" warning: an opaque command is reported here instead
+    (as unknown tables), and the warning would print the statement on the kernel's stderr."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Falling back to parsing as a 'Command'" not in record.getMessage()
+
+
+_QUIET = _QuietCommandFallback()
+
+
 def _parse(sql: str, dialect: str | None) -> Any:
     import sqlglot
     from sqlglot.errors import SqlglotError
 
+    logger = logging.getLogger("sqlglot")
+    if _QUIET not in logger.filters:
+        logger.addFilter(_QUIET)
     try:
         return sqlglot.parse(sql, read=dialect)
     except (SqlglotError, RecursionError, ValueError) as exc:
