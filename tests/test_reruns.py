@@ -152,6 +152,17 @@ def test_handles_replaced_since_the_run_are_not_retired(tmp_path):
     assert s.cache.get("x") == "the user's own x" and again.handles == ("x_2",), "never a silent overwrite"
 
 
+def test_a_verification_rule_set_again_by_a_rerun_configuration_cell_checks_once(tmp_path):
+    s = scripted(tmp_path, code("import pandas as pd\nsave('growth', pd.DataFrame({'region': ['west']}))"),
+                 answer("Saved."))
+    for _cell_run in range(2):
+        s.verifier.require_columns(["region", "growth"], handles="growth*")
+    s.ask("Grow?", run_key="c1")
+    result = s.harness.messages[2].tool_results[0].content
+    assert result.count("require_columns(region, growth)") == 1, result
+    assert [o.rule for o in s.verifier.history] == ["require_columns(region, growth)"]
+
+
 # -- --continue ---------------------------------------------------------------------------------
 
 

@@ -228,9 +228,13 @@ class Verifier:
                 for f in check_answer(text, sources)]
 
     def check_handle(self, tool: str, handle: str, value: Any) -> list[CheckOutcome]:
-        """Apply every matching rule to ``value``."""
-        outcomes = []
+        """Apply every matching rule to ``value``; a rule added again under the same name, handles and tools (a
+        configuration cell run twice) is applied once, as its latest definition."""
+        latest: dict[tuple[str, str, str], Rule] = {}
         for rule in self.rules:
+            latest[(rule.name, rule.handles, rule.tools)] = rule
+        outcomes = []
+        for rule in latest.values():
             if not rule.applies(tool, handle):
                 continue
             try:
