@@ -6,35 +6,20 @@ Real kernels (jupyter_client) with scripted models: nothing reaches a network.
 
 from __future__ import annotations
 
-import json
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 pytest.importorskip("jupyter_client")
 
+from test_first_hour_magics import next_input, script  # noqa: E402
 from test_magics import Kernel, answer, code_turn, usage_error  # noqa: E402
 
 pytestmark = pytest.mark.kernel
 
 MAGICS = "get_ipython().magics_manager.registry['AgentMagics']"
 CACHE = f"{MAGICS}.session.cache"
-_counter = iter(range(10_000))
-
-
-def script(cwd: Path, *turns: dict[str, Any]) -> str:
-    """A scripted model file in ``cwd``; returns ``-m scripted/<file>``."""
-    name = f"idempotent_{next(_counter)}.json"
-    (cwd / name).write_text(json.dumps({"turns": list(turns)}))
-    return f"-m scripted/{name}"
-
-
-def next_input(cell: Any) -> str:
-    payloads = [p for p in cell.reply.get("payload", []) if p.get("source") == "set_next_input"]
-    assert len(payloads) == 1, cell.reply
-    return payloads[0]["text"]
 
 
 @pytest.fixture(scope="module")
