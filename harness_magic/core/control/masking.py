@@ -27,6 +27,8 @@ __all__ = ["SessionMasking", "SCAN_ROWS", "column_classes_text", "declared_class
 
 SCAN_ROWS = 10_000
 """Rows of an in-memory frame whose classified columns' values are tracked: bounded time per tool result."""
+NOTES_MAX = 100
+"""Notes kept about columns that could not be read: enough to name the problem, bounded for long sessions."""
 
 
 class SessionMasking:
@@ -39,6 +41,8 @@ class SessionMasking:
     def __init__(self, policy: Callable[[], Mapping[str, str]],
                  declared: Callable[[], Mapping[str, ColumnClass]] | None = None) -> None:
         self.masker = Masker(policy, declared=declared)
+        self.notes: list[str] = []
+        """Columns whose values could not be read, each named (the run goes on; ``%agent_connectors`` lists them)."""
         self._seen: dict[str, str] = {}
         """Handle -> version already scanned (a handle's value never changes; a new version is rescanned)."""
 
@@ -54,7 +58,10 @@ class SessionMasking:
             if name not in cache or self._seen.get(name) == version:
                 continue
             self._seen[name] = version
-            self.classify(cache, name)
+            try:
+                self.classify(cache, name)
+            except Exception as exc:  # never crash on data: the handle is named, the run goes on
+                self._note(f"{name}: not classified ({type(exc).__name__}: {str(exc)[:120]})")
 
     def mask(self, text: str) -> tuple[str, dict[str, int]]:
         masked = self.masker.mask_text(text)
@@ -73,9 +80,14 @@ class SessionMasking:
         frame = _in_memory_frame(cache, name)
         found: dict[str, ColumnClass] = {}
         for column in columns:
-            values = _column_values(frame, column, sample)
-            kind = classify_column(values)
             cls = self.masker.declared_class(column)
+            try:  # never crash on data: a column that cannot be read keeps its configured class, if any
+                values = _column_values(frame, column, sample)
+                kind = classify_column(values)
+            except Exception as exc:
+                values, kind = [], None
+                self._note(f"{name}.{column}: values not read ({type(exc).__name__}); "
+                           f"{'classed by configuration only' if cls else 'left unclassified'}")
             if cls is None:
                 if kind is None:
                     continue
@@ -83,8 +95,16 @@ class SessionMasking:
             found[column] = cls
             # every value of a classified column is tracked, even those a pattern recognises: the free-text
             # pattern can miss a value where printing puts others beside it (a phone next to a card)
+            unread = self.masker.unread
             self.masker.learn_column(name, column, cls, values)
+            if self.masker.unread > unread:
+                self._note(f"{name}.{column}: {self.masker.unread - unread} value(s) not one value "
+                           f"(lists, bytes...): not tracked")
         return found
+
+    def _note(self, text: str) -> None:
+        if len(self.notes) < NOTES_MAX:
+            self.notes.append(text)
 
     def column_rows(self, cache: Any, name: str) -> list[tuple[str, str]]:
         """``(column, "pii (detected email)")`` for each sensitive column of ``name`` (classified now if new)."""
@@ -109,8 +129,8 @@ def _column_values(frame: Any, column: str, sample: list[Any]) -> list[Any]:
     if frame is not None:
         try:
             data = frame[column] if hasattr(frame, "columns") else frame
-            return data.head(SCAN_ROWS).tolist()
-        except (KeyError, TypeError, AttributeError):
+            return list(data.head(SCAN_ROWS).tolist())
+        except Exception:  # not one column (a duplicate or MultiIndex label), or an exotic dtype: the sample
             pass
     return [row.get(column) for row in sample if isinstance(row, dict)]
 
@@ -154,6 +174,7 @@ def sensitivity_report(masking: SessionMasking, registry: Any) -> str:
         lines.append(f"  {column}: {c.cls} ({c.source})")
     for handle, classes in masking.masker.columns.items():
         lines.append(f"  result {handle}: {column_classes_text(classes)}")
+    lines.extend(f"  note: {note}" for note in masking.notes)
     if len(lines) == 1:
         lines.append("  no sensitive columns configured or found yet")
     return "\n".join(lines)

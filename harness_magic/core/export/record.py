@@ -92,6 +92,8 @@ class ToolRecord:
     """Base64 PNGs the call drew."""
     subagent: "RunRecord | None" = None
     """The nested transcript when this call ran a subagent."""
+    masked: dict[str, int] = field(default_factory=dict)
+    """Values masked or denied in what the model read of this call, per sensitivity class (never the values)."""
 
     @property
     def kind(self) -> str:
@@ -268,6 +270,10 @@ def apply_event(record: RunRecord, event: Any, state: Any) -> None:
     elif isinstance(event, Notice):
         record.items.append(("notice", event.level, event.text))
     elif isinstance(event, MaskingApplied):  # counts only: the values never reach a record
+        tool = record.tool(event.tool_use_id) if event.tool_use_id else None
+        if tool is not None:  # the call's own section says it too: a masked figure is not a computed one
+            for cls, n in event.counts:
+                tool.masked[cls] = tool.masked.get(cls, 0) + n
         what = ", ".join(f"{n} {cls}" for cls, n in event.counts)
         record.items.append(("notice", "info", f"sensitive values masked before the model saw this {event.where}: "
                                                f"{what}"))

@@ -17,6 +17,7 @@ __all__ = [
     "printed_output",
     "hidden_chars_note",
     "tool_summary",
+    "masked_text",
     "render_footer_text",
     "copy_key",
     "RESULT_PREVIEW_CHARS",
@@ -103,7 +104,14 @@ def tool_summary(tool: ToolRecord, now: float | None = None) -> str:
         bits.append("interrupted")
     if tool.handles:
         bits.append("→ " + ", ".join(tool.handles))
+    if tool.masked:
+        bits.append(masked_text(tool.masked))
     return " · ".join(bits)
+
+
+def masked_text(counts: dict[str, int]) -> str:
+    """``masked: 2 pii, 1 financial`` — what a call's section says when masking changed what the model read."""
+    return "masked: " + ", ".join(f"{n} {cls}" for cls, n in sorted(counts.items()))
 
 
 

@@ -10,10 +10,29 @@ Contract:
   when a validator accepts it: ``python-stdnum`` (Luhn for cards, IBAN check
   digits, US SSN rules), ``phonenumbers`` (a number valid in its region),
   ``email-validator`` (syntax only, no DNS) and :mod:`ipaddress`.
-* **Free text is conservative about phones.** In running text a phone needs a
-  leading ``+`` or a separator (``-``, space, dot, parentheses): bare digit runs
-  are counts and ids far more often. A cell of a column is checked as a whole,
-  bare digits included.
+* **Free text: only where it is sure** (issue 36). Printed output, errors and
+  documents are scanned by :func:`find_sensitive` with the strict rules: a phone
+  in international form (``+`` and a valid country code) or in the national
+  format of :data:`DEFAULT_PHONE_REGION` with its usual grouping (``(212)
+  555-0134``, ``212-555-0134``, ``212.555.0134``; never digit runs split by a
+  single space, never a local number without its area code); a card with a
+  valid Luhn digit, 13-19 digits and a card's grouping (groups of four with one
+  separator throughout, Amex 4-6-5, or 14-16 contiguous digits that start
+  like a card brand of that length); an IBAN with its check digits; an SSN with its
+  dashes. A digit run that is a whole number printed by Python or pandas (a
+  count, sum, index, epoch timestamp, decimal) is never taken: recall belongs
+  to classification at entry, whose values the masker tracks by value.
+* **Cut values.** A value cut by pandas or a snapshot (followed by ``...`` or
+  ``…``) is still recognised when what is left says what it was: an e-mail's
+  local part and ``@``, an international phone with at least
+  :data:`CUT_PHONE_MIN_DIGITS` digits, a card's first twelve or more digits
+  in a card grouping (``Found.cut``).
+* **Cells are classified as a whole.** :func:`classify_cell` (column
+  classification at entry, not free text) also takes bare digit runs and
+  space-grouped numbers that are a valid phone in the region.
+* **Never crash on data.** Missing values of every kind (``None``, NaN,
+  ``pd.NA``, ``NaT``) are skipped; containers, bytes and values whose ``str``
+  fails are not one value and are never classified.
 * **Bounded.** :func:`classify_column` reads at most :data:`DETECT_SAMPLE_VALUES`
   values; :func:`find_sensitive` is linear in the text (each regex is).
 
@@ -24,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import numbers
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping
@@ -34,7 +54,10 @@ __all__ = [
     "DETECT_SAMPLE_VALUES",
     "DETECT_MIN_SHARE",
     "DEFAULT_PHONE_REGION",
+    "CUT_MARK",
     "Found",
+    "is_missing",
+    "cell_text",
     "find_sensitive",
     "classify_cell",
     "classify_column",
@@ -59,11 +82,11 @@ _CELL_MAX_CHARS = 120
 
 _EMAIL = r"(?P<email>[A-Za-z0-9._%+\-]{1,64}@[A-Za-z0-9\-]{1,63}(?:\.[A-Za-z0-9\-]{1,63})*\.[A-Za-z]{2,24})"
 _IBAN = r"(?P<iban>\b[A-Z]{2}\d{2}(?:[ ]?[A-Z0-9]{4}){2,7}(?:[ ]?[A-Z0-9]{1,4})?\b)"
-_CARD = r"(?P<card>(?<![\d\-])\d(?:[ \-]?\d){12,18}(?![\d\-]))"
+_CARD = r"(?P<card>(?<![\d\-])(?<!\d\.)\d(?:[ \-]?\d){12,18}(?![\d\-])(?!\.\d))"
 _SSN = r"(?P<national_id>(?<![\d\-])\d{3}-\d{2}-\d{4}(?![\d\-]))"
 _IPV4 = r"(?P<ipv4>(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.]))"
 _IPV6 = r"(?P<ipv6>(?<![0-9A-Fa-f:])(?:[0-9A-Fa-f]{1,4}:){2,7}:?[0-9A-Fa-f]{0,4}(?:::?[0-9A-Fa-f]{1,4})*(?![0-9A-Fa-f:]))"
-_PHONE = r"(?P<phone>(?<![\w+])(?:\+\d{1,3}[ \-.]?)?(?:\(\d{1,5}\)[ \-.]?|\d{1,5}[ \-.])(?:\d{1,6}[ \-.]){0,5}\d{2,8}(?![\w]))"
+_PHONE = (r"(?P<phone>(?<![\w+.\-])(?:\+\d{7,15}(?!\w)|(?:\+\d{1,3}[ \-.]?)?(?:\(\d{1,5}\)[ \-.]?|\d{1,5}[ \-.])(?:\d{1,6}[ \-.]){0,5}\d{2,8}(?!\w)(?![.\-]\d)))")
 _START = r"(?=[\d+(]|[A-Z]{2}\d|[0-9A-Fa-f]{1,4}:|[A-Za-z0-9._%+\-]{1,64}@)"
 """Where any alternative can start: checked first, it makes the scan about three times faster."""
 _PATTERN = re.compile(_START + "(?:" + "|".join((_EMAIL, _IBAN, _SSN, _CARD, _IPV4, _IPV6, _PHONE)) + ")")
@@ -79,6 +102,8 @@ class Found:
     kind: str
     """A key of :data:`DETECTED_KINDS`."""
     value: str
+    cut: bool = False
+    """The value was cut where the text goes on with ``...``/``…``: ``value`` is its start only."""
 
     @property
     def cls(self) -> str:
@@ -91,10 +116,72 @@ def _digits(text: str) -> str:
 
 _DATE_LIKE = re.compile(r"\d{4}[-./]\d{1,2}[-./]\d{1,2}|\d{1,2}[-./]\d{1,2}[-./]\d{2,4}")
 """Dates look like phone numbers to a regex; they never are one."""
+_NATIONAL_SHAPE = re.compile(r"\(\d{1,5}\) ?\d{1,6}(?:([\-.])\d{1,8}(?:\1\d{1,8})*)?|\d{1,5}([\-.])\d{1,6}(?:\2\d{1,8})*")
+"""A national phone grouped as people write it: an area code in parentheses, or one ``-``/``.`` throughout
+(never single spaces: ``3 100000`` is two numbers printed side by side)."""
+_GROUPS = re.compile(r"\d+")
+_CARD_BRANDS = (
+    (("4",), (13, 16, 19)),  # Visa
+    (tuple(str(n) for n in range(51, 56)) + tuple(str(n) for n in range(2221, 2721)), (16,)),  # Mastercard
+    (("34", "37"), (15,)),  # American Express
+    (("6011", "65") + tuple(str(n) for n in range(644, 650)), (16, 17, 18, 19)),  # Discover
+    (tuple(str(n) for n in range(3528, 3590)), (16, 17, 18, 19)),  # JCB
+    (("36", "38", "39") + tuple(str(n) for n in range(300, 306)), (14, 15, 16, 17, 18, 19)),  # Diners Club
+    (("62",), (16, 17, 18, 19)),  # UnionPay
+)
+"""Issuer prefixes and lengths of the major card brands: an ungrouped digit run is a card only if it starts like
+one of these at its length (an epoch timestamp in ms or ns starts with 1 and is never taken)."""
+_CARD_GROUPINGS = ((4, 6, 5), (4, 6, 4))
+"""Card groupings other than fours (American Express, Diners Club)."""
+_CONTIGUOUS_CARD_LENGTHS = (14, 15, 16)
+"""Lengths at which an ungrouped digit run in text can be a card: 13 and 19 digits are rare cards and common
+sums, hashes and epoch nanoseconds (a column of them is still classified, and its values tracked)."""
+
+
+def _card_grouping(value: str, digits: str) -> bool:
+    """A card as cards are printed: contiguous with a brand's prefix and length, or groups of four (the last
+    shorter) or 4-6-5 with one separator throughout."""
+    separators = set(re.findall(r"[ \-]", value))
+    if not separators:
+        return len(digits) in _CONTIGUOUS_CARD_LENGTHS and any(
+            len(digits) in lengths and digits.startswith(prefixes) for prefixes, lengths in _CARD_BRANDS)
+    if len(separators) != 1:
+        return False
+    groups = tuple(len(g) for g in _GROUPS.findall(value))
+    return groups in _CARD_GROUPINGS or (all(g == 4 for g in groups[:-1]) and 1 <= groups[-1] <= 4)
+
+
+def _phone(value: str, strict: bool) -> bool:
+    """A valid phone number with its area code; ``strict`` (free text): international, or the national format's
+    grouping of :data:`DEFAULT_PHONE_REGION` (see the module contract)."""
+    import phonenumbers
+
+    digits = _digits(value)
+    if not PHONE_MIN_DIGITS <= len(digits) <= 15 or _DATE_LIKE.match(value):
+        return False
+    international = value.startswith("+")
+    if strict and not international and not _NATIONAL_SHAPE.fullmatch(value) and not value.startswith("0"):
+        return False  # cheap refusal before parsing: most candidates in printed output end here
+    try:
+        number = phonenumbers.parse(value, None if international else DEFAULT_PHONE_REGION)
+    except phonenumbers.NumberParseException:
+        return False
+    if not phonenumbers.is_valid_number(number):
+        return False
+    if phonenumbers.is_possible_number_with_reason(number) == phonenumbers.ValidationResult.IS_POSSIBLE_LOCAL_ONLY:
+        return False  # 310-0000: a local number without its area code is any count beside a small integer
+    if not strict or international:
+        return True
+    national = phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.NATIONAL)
+    if value == national:  # the region's own format (020 7946 0958 in GB): trunk zero or parentheses
+        return True
+    same_groups = [len(g) for g in _GROUPS.findall(value)] == [len(g) for g in _GROUPS.findall(national)]
+    return same_groups and _NATIONAL_SHAPE.fullmatch(value) is not None
 
 
 @functools.lru_cache(maxsize=VALIDATION_MEMO)
-def _valid(kind: str, value: str, *, bare_phone: bool = False) -> bool:
+def _valid(kind: str, value: str, *, strict: bool = True) -> bool:
+    """Whether ``value`` is a ``kind``; ``strict`` for free text, else a cell checked as a whole."""
     if kind == "email":
         from email_validator import EmailNotValidError, validate_email
 
@@ -111,7 +198,9 @@ def _valid(kind: str, value: str, *, bare_phone: bool = False) -> bool:
         from stdnum import luhn
 
         digits = _digits(value)
-        return CARD_MIN_DIGITS <= len(digits) <= 19 and len(set(digits)) > 1 and luhn.is_valid(digits)
+        if not (CARD_MIN_DIGITS <= len(digits) <= 19 and len(set(digits)) > 1 and luhn.is_valid(digits)):
+            return False
+        return not strict or _card_grouping(value, digits)
     if kind == "national_id":
         from stdnum.us import ssn
 
@@ -123,16 +212,7 @@ def _valid(kind: str, value: str, *, bare_phone: bool = False) -> bool:
             return False
         return kind == "ipv6" or value.count(".") == 3
     if kind == "phone":
-        import phonenumbers
-
-        digits = _digits(value)
-        if not PHONE_MIN_DIGITS <= len(digits) <= 15 or (not bare_phone and digits == value.lstrip("+")) or _DATE_LIKE.match(value):
-            return False
-        try:
-            number = phonenumbers.parse(value, None if value.startswith("+") else DEFAULT_PHONE_REGION)
-        except phonenumbers.NumberParseException:
-            return False
-        return phonenumbers.is_valid_number(number)
+        return _phone(value, strict)
     return False
 
 
@@ -140,10 +220,25 @@ PHONE_MIN_DIGITS = 7
 """Fewest digits of a phone number (with its area code) that detection takes as one."""
 CARD_MIN_DIGITS = 13
 """Fewest digits of a payment card number (ISO/IEC 7812)."""
+CUT_PHONE_MIN_DIGITS = 6
+"""Fewest digits (country code included) of a cut international phone taken as one: ``+44 20 79...``."""
+CUT_CARD_MIN_DIGITS = 12
+"""Fewest digits of a cut card taken as one: three groups of four say it is a card, fewer say little."""
+CUT_WINDOW_CHARS = 200
+"""Characters before a cut mark searched for a cut value: longer than any cell pandas or a snapshot cuts."""
 _SEPARATOR = re.compile(r"[ \-.()]+")
 """What stands between digit groups: after a failed digit run, the next candidate starts past one."""
 _GROUP_END = re.compile(r"\d(?=[ \-.]\d)")
 """Where a run of digit groups can be cut: after a digit followed by a separator and another digit."""
+CUT_MARK = re.compile(r"\.\.\.|…")
+"""What pandas (``...``), snapshots and summaries (``…``) put where they cut a text."""
+_CUT = re.compile(
+    r"(?:(?P<email>(?<![A-Za-z0-9._%+\-])[A-Za-z0-9_%+\-][A-Za-z0-9._%+\-]{0,63}@[A-Za-z0-9.\-]{0,253})"
+    r"|(?P<phone>(?<![\w+])\+\d{1,3}(?:[ \-.]?\d{1,6}){1,5})"
+    r"|(?P<card>(?<![\d\-.])(?:\d{4}(?P<sep>[ \-])\d{4}(?P=sep)\d{4}(?:(?P=sep)\d{1,4}){0,2}(?P=sep)?"
+    r"|[2-6]\d{11,18})))\Z")
+"""A value cut where the text ends (searched up to a cut mark): an e-mail's start up to or past its ``@``, an
+international phone, a card's first groups."""
 
 
 @functools.lru_cache(maxsize=VALIDATION_MEMO)
@@ -166,14 +261,50 @@ def _shorter(value: str) -> tuple[int, str] | None:
     return None
 
 
+def _cut_valid(kind: str, value: str) -> bool:
+    """Whether the start of a cut value still says it is a ``kind`` (see :data:`_CUT`)."""
+    if kind == "phone":
+        import phonenumbers
+
+        digits = _digits(value)
+        return len(digits) >= CUT_PHONE_MIN_DIGITS and any(
+            digits[:n].isdigit() and int(digits[:n]) in phonenumbers.COUNTRY_CODE_TO_REGION_CODE for n in (1, 2, 3))
+    if kind == "card":
+        return len(_digits(value.rstrip(" -"))) >= CUT_CARD_MIN_DIGITS
+    return "@" in value
+
+
+def _cut_values(text: str) -> list[Found]:
+    """Values cut by a mark in ``text`` (pandas ``...``, ``…``): each ends where its mark starts."""
+    found: list[Found] = []
+    for mark in CUT_MARK.finditer(text):
+        end = mark.start()
+        match = _CUT.search(text, max(0, end - CUT_WINDOW_CHARS), end)
+        if match is None or (found and found[-1].end > match.start()):
+            continue
+        kind = match.lastgroup or ""
+        value = match.group()
+        if _cut_valid(kind, value):
+            found.append(Found(match.start(), end, kind, value, cut=True))
+    return found
+
+
 def find_sensitive(text: str) -> Iterator[Found]:
     """Each validated sensitive value in ``text``, left to right, never overlapping.
 
+    Values cut by a mark come first (an e-mail cut after its domain's first dot still parses whole).
     A candidate that fails validation does not hide what starts inside it: a digit run is cut at
     its group boundaries (:func:`_shorter`), and otherwise the scan resumes one character later.
     """
-    pos = 0
+    cut = _cut_values(text) if "..." in text or "…" in text else []
+    pos, at = 0, 0
     while (match := _PATTERN.search(text, pos)) is not None:
+        while at < len(cut) and cut[at].end <= match.start():
+            yield cut[at]
+            at += 1
+        if at < len(cut) and cut[at].start < match.end():  # inside a cut value: it is the value
+            pos = max(cut[at].end, match.start() + 1)
+            continue
         kind = match.lastgroup or ""
         value = match.group()
         if _valid(kind, value):
@@ -181,48 +312,74 @@ def find_sensitive(text: str) -> Iterator[Found]:
             pos = match.end()
             continue
         if kind in ("card", "phone") and (shorter := _shorter(value)) is not None:
-            cut, short_kind = shorter
-            yield Found(match.start(), match.start() + cut, short_kind, value[:cut])
-            pos = match.start() + cut
+            end, short_kind = shorter
+            yield Found(match.start(), match.start() + end, short_kind, value[:end])
+            pos = match.start() + end
             continue
         if kind in ("card", "phone"):  # no value starts inside a digit group (the look-behinds): skip to the next
             gap = _SEPARATOR.search(value)
             pos = match.start() + (gap.end() if gap else len(value))
         else:
             pos = match.start() + 1
+    yield from cut[at:]
+
+
+def is_missing(value: Any) -> bool:
+    """Whether ``value`` is an empty cell: None, NaN, ``pd.NA``, ``NaT`` (never raises, whatever ``value`` is)."""
+    if value is None:
+        return True
+    try:
+        return bool(value != value)
+    except Exception:  # pd.NA's truth is ambiguous; an array compares element-wise
+        return type(value).__name__ in ("NAType", "NaTType")
+
+
+def cell_text(value: Any) -> str | None:
+    """The text of a cell that can be one sensitive value (a string or an integer), stripped; None otherwise.
+
+    Containers, bytes, floats, booleans, dates and values whose ``str`` fails are not one value."""
+    if isinstance(value, bool) or not isinstance(value, (str, numbers.Integral)):
+        return None
+    try:
+        return str(value).strip()
+    except Exception:  # an int subclass with a broken __str__
+        return None
 
 
 def classify_cell(value: Any) -> str | None:
-    """The kind of one cell's whole value (bare-digit phones included), or None."""
-    if value is None or isinstance(value, (bool, float)):
-        return None
-    text = str(value).strip()
+    """The kind of one cell's whole value (bare-digit phones included), or None. Never raises on a value."""
+    text = cell_text(value)
     if not text or len(text) > _CELL_MAX_CHARS:
         return None
     match = _PATTERN.fullmatch(text)
     if match is not None:
         kind = match.lastgroup or ""
-        if _valid(kind, text):
+        if _valid(kind, text, strict=False):
             return "ip" if kind in ("ipv4", "ipv6") else kind
-    if text.isdigit() or text.startswith("+"):
-        if _valid("card", text):
+    if _CELL_NUMBER.fullmatch(text):
+        if _valid("card", text, strict=False):
             return "card"
-        if _valid("phone", text, bare_phone=True):
+        if _valid("phone", text, strict=False):
             return "phone"
     return None
+
+
+_CELL_NUMBER = re.compile(r"\+?[\d ()\-.]+")
+"""A cell that can be a card or phone written any way (checked as a whole, not found in text)."""
 
 
 def classify_column(values: Iterable[Any]) -> str | None:
     """The kind most of a column's sampled values have (:data:`DETECT_MIN_SHARE`), or None.
 
-    Reads at most :data:`DETECT_SAMPLE_VALUES` values; empty cells do not count.
+    Reads at most :data:`DETECT_SAMPLE_VALUES` values; empty cells (None, NaN, ``pd.NA``, ``NaT``, blank)
+    do not count. Never raises on a value.
     """
     counts: dict[str, int] = {}
     seen = 0
     for i, value in enumerate(values):
         if i >= DETECT_SAMPLE_VALUES:
             break
-        if value is None or (isinstance(value, str) and not value.strip()) or value != value:  # NaN
+        if is_missing(value) or (isinstance(value, str) and not value.strip()):
             continue
         seen += 1
         kind = classify_cell(value)
