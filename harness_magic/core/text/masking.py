@@ -5,7 +5,7 @@ Contract of :class:`Masker`:
 * **Policy.** ``{class: action}`` over :data:`~.sensitivity.SENSITIVITY_CLASSES`;
   missing classes take :data:`DEFAULT_POLICY` (``pii`` and ``financial``
   masked, ``restricted`` denied). :func:`check_policy` names a bad class or action.
-* **Stable pseudonyms.** ``mask`` replaces a value by a keyed hash (HMAC-SHA256
+* **Stable pseudonyms.** ``mask`` replaces a value by a keyed hash (keyed BLAKE2b
   with a per-masker random key) shaped like the original: an e-mail stays an
   e-mail, a card keeps its length, separators and last four digits, a phone its
   ``+`` and separators. The same value gets the same pseudonym for the life of
@@ -48,7 +48,6 @@ from __future__ import annotations
 import bisect
 import decimal
 import hashlib
-import hmac
 import numbers
 import re
 import secrets
@@ -258,6 +257,10 @@ class Masker:
         """Known numeric values (magnitudes, :func:`number_key`) -> class: matched by value in any format."""
         self.unread = 0
         """Values :meth:`learn_column` could not read as one value (containers, bytes, a failing ``str``)."""
+        self._pseudonyms: dict[str, str] = {}
+        """Real value -> the pseudonym it got at entry (:meth:`register_pseudonym`): text masks it the same way."""
+        self._issued: set[str] = set()
+        """Pseudonyms issued at entry: what the agent's side holds, never masked again."""
 
     @property
     def policy(self) -> dict[str, str]:
@@ -282,8 +285,35 @@ class Masker:
                 return value
         return None
 
+    def register_pseudonym(self, real: str, pseudonym: str, cls: str) -> None:
+        """``real`` (of class ``cls``) was replaced by ``pseudonym`` at entry: text holding ``real`` gets the same
+        pseudonym (a prompt naming a customer finds her rows), and ``pseudonym`` is never masked again."""
+        self._issued.add(pseudonym)
+        if len(self._pseudonyms) < KNOWN_VALUES_MAX:
+            self._pseudonyms[real] = pseudonym
+        text = real.strip()
+        if len(text) >= KNOWN_VALUE_MIN_CHARS:
+            self._known.add(text, cls)
+
+    def register_pseudonyms(self, pairs: list[tuple[str, str]], cls: str) -> None:
+        """:meth:`register_pseudonym` for many ``(real, pseudonym)`` pairs (what entry issues for a column); every
+        pseudonym is remembered, real values only up to :data:`KNOWN_VALUES_MAX`."""
+        self._issued.update(p for _, p in pairs)
+        for real, pseudonym in pairs:
+            if len(self._pseudonyms) >= KNOWN_VALUES_MAX:
+                break
+            self._pseudonyms[real] = pseudonym
+            text = real.strip()
+            if len(text) >= KNOWN_VALUE_MIN_CHARS:
+                self._known.add(text, cls)
+
+    def is_pseudonym(self, text: str) -> bool:
+        """``text`` is a pseudonym issued at entry."""
+        return text in self._issued
+
     def learn_column(self, handle: str, column: str, cls: ColumnClass, values: Iterable[Any]) -> None:
         """Record ``column`` of ``handle`` as ``cls`` and track its ``values`` as known sensitive values
+        (pseudonyms issued at entry excepted: they are what the agent may see).
 
         Numbers are tracked by value (:func:`number_key`), text as text. Never raises on a value: missing
         ones are skipped, those that are not one value or cannot be read are counted in :attr:`unread`."""
@@ -310,6 +340,8 @@ class Masker:
             except Exception:
                 self.unread += 1
                 continue
+            if text in self._issued:
+                continue
             if len(text) >= KNOWN_VALUE_MIN_CHARS:
                 self._known.add(text, cls.cls)
                 if cls.cls == "financial" and cls.kind is None and (text[:1].isdigit() or text[:1] == "."):
@@ -325,44 +357,21 @@ class Masker:
     def pseudonym(self, kind: str, value: str, *, cut: bool = False) -> str:
         """The stable, format-shaped stand-in for ``value`` of ``kind`` (a detected kind, or a class); ``cut``:
         ``value`` is the start of a value cut in the text (nothing of what it shows is kept)."""
-        digest = hmac.new(self._key, f"{kind}\0{'cut' if cut else ''}\0{value}".encode(), hashlib.sha256).digest()
-        stream = iter(digest * 4)
+        digest = hashlib.blake2b(f"{kind}\0{'cut' if cut else ''}\0{value}".encode(), key=self._key).digest()
+        return _shaped(kind, value, digest, cut)
+
+    def pseudonyms(self, kind: str, values: list[str]) -> list[str]:
+        """:meth:`pseudonym` of each of ``values`` (whole values), in one pass: what entry uses for a column."""
+        key, prefix = self._key, f"{kind}\0\0".encode()
+        blake2b = hashlib.blake2b
+        digests = [blake2b(prefix + value.encode(), key=key).digest() for value in values]
         if kind == "email":
-            local, _, domain = value.rpartition("@")
-            if cut:
-                return f"user-{digest[:4].hex()}@{digest[4:7].hex()}"
-            tld = domain.rsplit(".", 1)[-1]
-            return f"user-{digest[:4].hex()}@{digest[4:7].hex()}.{tld}"
-        if kind in ("card", "phone", "national_id"):
-            digits = sum(ch.isdigit() for ch in value)
-            keep = 4 if kind == "card" and not cut else 0  # a card's last four digits are what receipts show
-            out, seen = [], 0
-            for ch in value:
-                if ch.isdigit():
-                    seen += 1
-                    if seen > digits - keep:
-                        out.append(ch)
-                    else:
-                        out.append(str(next(stream) % 10))
-                else:
-                    out.append(ch)
-            text = "".join(out)
-            return f"9{text[1:]}" if kind == "national_id" else text  # 9xx: never an issued SSN
-        if kind == "iban":
-            out = [value[:2]]
-            for ch in value[2:]:
-                if ch.isdigit():
-                    out.append(str(next(stream) % 10))
-                elif ch.isalpha():
-                    out.append(chr(ord("A") + next(stream) % 26))
-                else:
-                    out.append(ch)
-            return "".join(out)
-        if kind == "ip":
-            if ":" in value:
-                return "fd00:" + ":".join(digest[i:i + 2].hex() for i in range(0, 8, 2)) + "::1"
-            return f"10.{digest[0]}.{digest[1]}.{digest[2]}"
-        return f"<{kind}:{digest[:5].hex()}>"
+            return [f"user-{d[:4].hex()}@{d[4:7].hex()}.{v.rpartition('@')[2].rsplit('.', 1)[-1]}"
+                    for v, d in zip(values, digests)]
+        if kind not in _SHAPED_KINDS:
+            return [f"<{kind}:{d[:5].hex()}>" for d in digests]
+        return [_shaped(kind, v, d, False) for v, d in zip(values, digests)]
+
 
     def mask_text(self, text: str) -> Masked:
         """``text`` with every sensitive value masked or denied by the policy, and the counts per class."""
@@ -395,7 +404,7 @@ class Masker:
                 taken.add(match.start(), match.end())
                 spans.append((match.start(), match.end(), self._replace(cls, None, _number_text(key), policy, counts)))
         for found in find_sensitive(text):
-            if policy[found.cls] == "allow" or taken.overlaps(found.start, found.end):
+            if policy[found.cls] == "allow" or found.value in self._issued or taken.overlaps(found.start, found.end):
                 continue
             known = self._known.values.get(found.value)
             cls = known if known is not None and DETECTED_KINDS[found.kind] != known else found.cls
@@ -425,7 +434,7 @@ class Masker:
         counts[cls] = counts.get(cls, 0) + 1
         if policy[cls] == "deny":
             return denied_text(cls)
-        return self.pseudonym(kind or cls, value, cut=cut)
+        return self._pseudonyms.get(value) or self.pseudonym(kind or cls, value, cut=cut)
 
     def mask_value(self, value: Any, counts: dict[str, int] | None = None) -> Any:
         """``value`` (a snapshot: dicts, lists, strings) with every string and key masked; others as they are."""
@@ -473,3 +482,47 @@ class _Spans:
         if i and self._spans[i - 1][1] > start:
             return True
         return i < len(self._spans) and self._spans[i][0] < end
+
+_SHAPED_KINDS = ("email", "card", "phone", "national_id", "iban", "ip")
+"""Kinds whose pseudonym keeps the value's shape; any other kind (a class) gets ``<kind:hex>``."""
+
+
+def _shaped(kind: str, value: str, digest: bytes, cut: bool) -> str:
+    """The pseudonym of ``value`` of ``kind`` from its keyed ``digest`` (see :meth:`Masker.pseudonym`)."""
+    stream = iter(digest * 4)
+    if kind == "email":
+        local, _, domain = value.rpartition("@")
+        if cut:
+            return f"user-{digest[:4].hex()}@{digest[4:7].hex()}"
+        tld = domain.rsplit(".", 1)[-1]
+        return f"user-{digest[:4].hex()}@{digest[4:7].hex()}.{tld}"
+    if kind in ("card", "phone", "national_id"):
+        digits = sum(ch.isdigit() for ch in value)
+        keep = 4 if kind == "card" and not cut else 0  # a card's last four digits are what receipts show
+        out, seen = [], 0
+        for ch in value:
+            if ch.isdigit():
+                seen += 1
+                if seen > digits - keep:
+                    out.append(ch)
+                else:
+                    out.append(str(next(stream) % 10))
+            else:
+                out.append(ch)
+        text = "".join(out)
+        return f"9{text[1:]}" if kind == "national_id" else text  # 9xx: never an issued SSN
+    if kind == "iban":
+        out = [value[:2]]
+        for ch in value[2:]:
+            if ch.isdigit():
+                out.append(str(next(stream) % 10))
+            elif ch.isalpha():
+                out.append(chr(ord("A") + next(stream) % 26))
+            else:
+                out.append(ch)
+        return "".join(out)
+    if kind == "ip":
+        if ":" in value:
+            return "fd00:" + ":".join(digest[i:i + 2].hex() for i in range(0, 8, 2)) + "::1"
+        return f"10.{digest[0]}.{digest[1]}.{digest[2]}"
+    return f"<{kind}:{digest[:5].hex()}>"
