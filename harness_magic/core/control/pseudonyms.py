@@ -13,12 +13,11 @@ is the second). Contract:
   of the connector's query), else by detection on a bounded sample — and
   then, by the masking policy of its class:
 
-  ====================  ============================================================
-  ``mask`` pii/restricted  every value replaced by a stable keyed pseudonym shaped like it
-  ``mask`` financial       kept real (sums must be exact); the scanner masks the values by value
-  ``deny`` (any class)     every value replaced by ``[denied CLASS]`` (missing cells stay missing)
-  ``allow``                kept real
-  ====================  ============================================================
+  - ``mask`` pii or restricted: every value replaced by a stable keyed pseudonym shaped like it;
+  - ``mask`` financial: numbers kept real (sums must be exact; the scanner masks the values by value on
+    the way out), text (card numbers, IBANs) pseudonymised like pii;
+  - ``deny`` (any class): every value replaced by ``[denied CLASS]`` (missing cells stay missing);
+  - ``allow``: kept real.
 
   So the worker, snapshots, printed text, errors, spill files, checkpoints
   and subagents only ever hold pseudonyms: nothing needs to recognise a
@@ -220,7 +219,7 @@ class Pseudonyms:
                 if out is not series:
                     self._count(handle, cc.cls, series)
                 return out
-            if cc.cls == "financial":  # stays real: the scanner masks these values by value on the way out
+            if cc.cls == "financial" and _numeric(series):  # amounts stay real (exact sums); the scanner masks them
                 if "_derived" not in policy:
                     self.masker.learn_column(handle, label, cc, _safe_list(series))
                 return series
@@ -463,6 +462,13 @@ _NONE = object()
 """No value held for a pseudonym (a real value may be None)."""
 _LEARN_ROWS = 10_000
 """Rows of a kept-real classified column (financial) whose values the scanner learns: bounded time per entry."""
+
+
+def _numeric(series: Any) -> bool:
+    """Numbers (plain or nullable), not text: a card or IBAN classed financial is an identifier, pseudonymised."""
+    import pandas as pd
+
+    return pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(series.dtype)
 
 
 def _safe_list(series: Any) -> list[Any]:
