@@ -530,3 +530,23 @@ def test_a_caller_field_nested_deeper_than_a_record_may_be_is_refused_by_name_an
     with pytest.raises(AuditError, match=f"audit field tables.* nests deeper than {RECORD_MAX_DEPTH} levels"):
         AuditLog(path, actor="ana").append("governed_write", tables=nested)
     assert not path.exists() or path.read_text() == ""
+
+
+# --------------------------------------------------------------------------- glossary files
+
+
+@pytest.mark.timeout(LOADER_TIMEOUT_S)
+@pytest.mark.parametrize("plant, named", [
+    ("deep", "is not valid YAML: YAML nested deeper than 32 levels on line 1"),
+    ("fifo", "cannot be read: a FIFO, not a regular file"),
+])
+def test_a_planted_glossary_file_is_refused_by_name_not_a_crash_or_a_hang(tmp_path, plant, named):
+    from harness_magic.core.knowledge.glossary import GlossaryError, load_glossary
+
+    path = tmp_path / "glossary.yaml"
+    if plant == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_text("terms: " + "[" * DEEP + "]" * DEEP + "\n")
+    with pytest.raises(GlossaryError, match=named):
+        load_glossary([path])

@@ -26,7 +26,9 @@ along links: a metric brings its tables and owners; a table brings the
 metrics defined on it and its owners.
 
 YAML is read with ``yaml.safe_load`` (no object construction) after refusing
-anchors/aliases (their expansion is unbounded), up to ``GLOSSARY_MAX_BYTES``.
+tags, anchors/aliases (their expansion is unbounded) and nesting deeper than
+:data:`~harness_magic.core.text.safe_yaml.YAML_MAX_DEPTH`, from a regular file
+(never a FIFO or device), up to ``GLOSSARY_MAX_BYTES``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
+
+from harness_magic.core.confinement.safe_open import TooLarge, read_regular
+from harness_magic.core.text.safe_yaml import PlainYAMLError, load_plain_yaml
 
 __all__ = ["Glossary", "Term", "Owner", "GlossaryError", "load_glossary", "normalize_term", "GLOSSARY_MAX_BYTES",
            "WORKSPACE_SOURCE", "sensitive_columns"]
@@ -247,23 +252,20 @@ def _text(value: Any, where: str) -> str:
 
 
 def _read_yaml(path: Path) -> Any:
-    import yaml
-
-    try:
-        size = path.stat().st_size
+    where = str(path)
+    try:  # a regular file only (a FIFO in its place would hang the session), at most GLOSSARY_MAX_BYTES
+        data = read_regular(path, GLOSSARY_MAX_BYTES, follow_links=True)
+    except TooLarge:
+        raise GlossaryError(f"glossary file {where!r} is over {GLOSSARY_MAX_BYTES} bytes, the limit") from None
     except OSError as exc:
-        raise GlossaryError(f"glossary file {str(path)!r} cannot be read: {exc.strerror or exc}") from None
-    if size > GLOSSARY_MAX_BYTES:
-        raise GlossaryError(f"glossary file {str(path)!r} is {size} bytes; the limit is {GLOSSARY_MAX_BYTES}")
-    with open(path, "rb") as handle:
-        data = handle.read(GLOSSARY_MAX_BYTES + 1)
+        raise GlossaryError(f"glossary file {where!r} cannot be read: {exc.strerror or exc}") from None
     try:
-        for event in yaml.parse(data, Loader=yaml.SafeLoader):
-            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-                raise GlossaryError(f"glossary file {str(path)!r} uses YAML anchors/aliases; write entries out")
-        return yaml.safe_load(data), hashlib.sha256(data).hexdigest()
-    except yaml.YAMLError as exc:
-        raise GlossaryError(f"glossary file {str(path)!r} is not valid YAML: {exc}") from None
+        return load_plain_yaml(data), hashlib.sha256(data).hexdigest()
+    except PlainYAMLError as exc:
+        if exc.reason in ("anchor", "alias"):
+            raise GlossaryError(f"glossary file {where!r} uses YAML anchors/aliases; write entries out ({exc})") \
+                from None
+        raise GlossaryError(f"glossary file {where!r} is not valid YAML: {exc}") from None
 
 
 def load_glossary(files: Sequence[str | os.PathLike]) -> Glossary:

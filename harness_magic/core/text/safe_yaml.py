@@ -27,10 +27,11 @@ YAML_MAX_DEPTH = 32
 
 
 class PlainYAMLError(ValueError):
-    """The text is not plain YAML; ``str()`` is one line saying why and where, ``line`` is 1-based (or None)."""
+    """The text is not plain YAML; ``str()`` is one line saying why and where, ``line`` is 1-based (or None), and
+    ``reason`` one of ``tag``, ``anchor``, ``alias``, ``depth``, ``syntax``."""
 
-    def __init__(self, message: str, line: int | None = None) -> None:
-        self.line = line
+    def __init__(self, message: str, line: int | None = None, reason: str = "syntax") -> None:
+        self.line, self.reason = line, reason
         super().__init__(message)
 
 
@@ -43,7 +44,7 @@ def _on(line: int | None) -> str:
 
 
 def _refused(what: str, line: int | None) -> PlainYAMLError:
-    return PlainYAMLError(f"YAML {what}{_on(line)} refused (plain values only)", line)
+    return PlainYAMLError(f"YAML {what}{_on(line)} refused (plain values only)", line, what)
 
 
 def load_plain_yaml(text: str | bytes, *, max_depth: int = YAML_MAX_DEPTH, line_offset: int = 1) -> Any:
@@ -67,7 +68,7 @@ def load_plain_yaml(text: str | bytes, *, max_depth: int = YAML_MAX_DEPTH, line_
             if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
                 depth += 1
                 if depth > max_depth:
-                    raise PlainYAMLError(f"YAML nested deeper than {max_depth} levels{_on(line)}", line)
+                    raise PlainYAMLError(f"YAML nested deeper than {max_depth} levels{_on(line)}", line, "depth")
             elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
                 depth -= 1
         return yaml.safe_load(text)
@@ -78,7 +79,8 @@ def load_plain_yaml(text: str | bytes, *, max_depth: int = YAML_MAX_DEPTH, line_
         problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
         raise PlainYAMLError(f"invalid YAML{_on(line)}: {problem}", line) from None
     except RecursionError:  # not reachable with the depth bound; kept so no parser recursion ever escapes
-        raise PlainYAMLError(f"YAML nested too deeply to parse (the limit is {max_depth} levels)") from None
+        raise PlainYAMLError(f"YAML nested too deeply to parse (the limit is {max_depth} levels)", None,
+                             "depth") from None
 
 
 def _implicit(event: Any) -> bool:
