@@ -173,7 +173,8 @@ class Preflight:
         if not self.previewed:
             rows = (f"{self.rows_matching:,} rows match its WHERE (counted read-only, before it runs)"
                     if self.rows_matching is not None else "row count unknown (the engine gives none before it runs)")
-            return f"{self.keyword} ({self.kind}) on {self.engine}, not previewed: {rows}; tables: {tables}"
+            return f"{self.keyword} ({self.kind}) on {self.engine}, not previewed: {rows}" + (
+                f"; tables: {tables}" if self.tables else "")
         rows = f"{self.rows_affected:,} rows affected" if self.rows_affected is not None else "row count n/a"
         return f"{self.keyword} ({self.kind}) on {self.engine}: {rows}; tables touched: {tables}"
 
