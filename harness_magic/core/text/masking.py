@@ -7,7 +7,7 @@ Contract of :class:`Masker`:
   masked, ``restricted`` denied). :func:`check_policy` names a bad class or action.
 * **Stable pseudonyms.** ``mask`` replaces a value by a keyed hash (keyed BLAKE2b
   with a per-masker random key) shaped like the original: an e-mail stays an
-  e-mail, a card keeps its length, separators and last four digits, a phone its
+  e-mail, a card keeps its length, separators, first digit (the network) and last four digits, a phone its
   ``+`` and separators. The same value gets the same pseudonym for the life of
   the masker (one session), so counts, joins and group-bys the model reasons
   about stay consistent; a pseudonym does not reveal its value.
@@ -499,11 +499,12 @@ def _shaped(kind: str, value: str, digest: bytes, cut: bool) -> str:
     if kind in ("card", "phone", "national_id"):
         digits = sum(ch.isdigit() for ch in value)
         keep = 4 if kind == "card" and not cut else 0  # a card's last four digits are what receipts show
+        brand = 1 if kind == "card" and not cut else 0  # ... and its first digit names the network (4: Visa)
         out, seen = [], 0
         for ch in value:
             if ch.isdigit():
                 seen += 1
-                if seen > digits - keep:
+                if seen > digits - keep or seen <= brand:
                     out.append(ch)
                 else:
                     out.append(str(next(stream) % 10))
