@@ -304,6 +304,7 @@ def test_a_count_beside_a_small_integer_reaches_the_model_unchanged(server, tmp_
 
 
 def test_a_masked_tool_result_is_marked_with_class_and_count_in_the_live_view_and_the_log(tmp_path):
+    pytest.importorskip("ipywidgets")
     from rich.console import Console
 
     from harness_magic.core.export import RunRecorder, export_runs, tool_summary
@@ -311,6 +312,7 @@ def test_a_masked_tool_result_is_marked_with_class_and_count_in_the_live_view_an
     from harness_magic.core.providers.provider import ProviderAdapter
     from harness_magic.core.session import AgentConfig, AgentSession
     from harness_magic.notebook.render import TerminalRenderer
+    from harness_magic.notebook.render.widgets import WidgetRunView
 
     turns = [{"tool_calls": [call("python_interpreter", code="print('ann.lee@acme-mail.com', 'bo@x.org', "
                                                              "'4111 1111 1111 1111')")]},
@@ -321,10 +323,15 @@ def test_a_masked_tool_result_is_marked_with_class_and_count_in_the_live_view_an
     recorder, screen = RunRecorder(), io.StringIO()
     session.subscribe(recorder)
     session.subscribe(TerminalRenderer(Console(file=screen, force_terminal=False, color_system=None, width=160)))
+    view = WidgetRunView()  # the notebook's live view
+    session.subscribe(view)
     try:
         assert session.ask("who?").status == "completed"
+        titles = [accordion.get_title(0) for accordion, _, _ in view.transcript.tools.values()]
     finally:
+        view.close()
         session.close()
+    assert "masked: 1 financial, 2 pii" in titles[0] and "masked" not in titles[1]
     masked_call, plain_call = recorder.records[-1].tools
     assert masked_call.masked == {"pii": 2, "financial": 1} and plain_call.masked == {}
     assert "masked: 1 financial, 2 pii" in tool_summary(masked_call)
