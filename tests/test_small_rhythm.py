@@ -308,3 +308,45 @@ def test_every_shipped_notebook_uses_the_harness_kernel_which_is_installed() -> 
         kernelspec = json.loads(path.read_text())["metadata"]["kernelspec"]
         assert kernelspec["name"] == "harness-agent", path.name
         assert kernelspec["display_name"] == spec["display_name"], path.name
+
+
+# -- the fingerprint behind "a pull protects edits" -------------------------------------------------------------
+
+
+def test_the_fingerprint_reads_every_value_kind_and_never_raises() -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from value_matrix import CASES, build
+
+    from harness_magic.core.cache.fingerprint import fingerprint
+
+    for case in sorted(CASES):
+        value = build(case)
+        assert fingerprint(value) == fingerprint(build(case)), f"{case}: the same value, the same fingerprint"
+
+    class Hostile(list):
+        def __repr__(self) -> str:
+            raise RuntimeError("no")
+
+    assert fingerprint(Hostile([1])) is None and fingerprint(object()) is None
+
+
+def test_the_fingerprint_sees_edits_a_version_counter_would_miss() -> None:
+    import numpy as np
+    import pandas as pd
+
+    from harness_magic.core.cache.fingerprint import fingerprint
+
+    frame = pd.DataFrame({"a": [1, 2, 3], "tags": [["x"], ["y"], ["z"]]}, index=pd.Index([1, "a", (2, 3)]))
+    before = fingerprint(frame)
+    frame.at[1, "tags"] = ["changed"]
+    assert fingerprint(frame) != before, "an unhashable cell changed in place"
+    big = pd.DataFrame({"v": np.arange(3_000_000, dtype="float64"), "w": 1.0, "x": 2.0, "y": 3.0})
+    before = fingerprint(big)  # 12 M cells: over the full-hash limit, sampled
+    big.iloc[0, 0] = -1.0
+    assert fingerprint(big) != before, "the head is always in the sample"
+    array = np.zeros((4, 4))
+    before = fingerprint(array)
+    array[3, 3] = 1
+    assert fingerprint(array) != before and fingerprint(array.T) != fingerprint(array)

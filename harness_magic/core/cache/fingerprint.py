@@ -17,7 +17,9 @@ object. :func:`fingerprint` reads a value's structure and its data:
 Contract: equal fingerprints are taken to mean "unchanged"; an edit to data
 inside the hashed part always changes the fingerprint (up to hash collisions).
 Beyond the full-hash limits an edit to a row outside the sample can go
-unnoticed (a shape, column or dtype change never does). A value with no cheap
+unnoticed (a shape, column or dtype change never does); so can one in a frame
+of more than :data:`SAMPLE_ROWS` rows whose cells pandas cannot hash (lists in
+an object column), read through the ``repr`` of a sample. A value with no cheap
 fingerprint (an arbitrary object, a huge ``repr``) gets ``None``: callers then
 fall back to identity. Pure: pandas and NumPy are imported only when the value
 is theirs.
@@ -69,7 +71,9 @@ def _pandas(value: Any) -> tuple[Any, ...]:
     index = not isinstance(value, pd.Index)
     try:
         data = _digest(pd.util.hash_pandas_object(part, index=index).to_numpy().tobytes())  # order counts
-    except TypeError:  # unhashable cells (lists, dicts in an object column): their repr instead
+    except (TypeError, ValueError):  # unhashable cells (lists, tuples in an object column or index): their repr
+        if rows > SAMPLE_ROWS:
+            part = frame.iloc[_sample_positions(rows)]
         data = _digest(repr(part.to_dict("split")).encode("utf-8", "surrogatepass"))
     return ("pandas", *structure, data)
 
@@ -91,7 +95,14 @@ def _numpy(value: Any) -> tuple[Any, ...]:
 
 def fingerprint(value: Any) -> tuple[Any, ...] | None:
     """A small comparable tuple describing ``value``'s structure and data (see the module docstring); None when
-    the value has no cheap fingerprint."""
+    the value has no cheap fingerprint, or reading it fails (never raises)."""
+    try:
+        return _fingerprint(value)
+    except Exception:  # an odd value (a subclass with a broken repr, a frame pandas cannot hash): identity only
+        return None
+
+
+def _fingerprint(value: Any) -> tuple[Any, ...] | None:
     module = type(value).__module__.split(".")[0]
     if module == "pandas" and type(value).__name__ in ("DataFrame", "Series") or (
             module == "pandas" and type(value).__name__.endswith("Index")):
@@ -102,10 +113,7 @@ def fingerprint(value: Any) -> tuple[Any, ...] | None:
         text = value if isinstance(value, bytes) else repr(value).encode("utf-8", "surrogatepass")
         return ("scalar", type(value).__name__, _digest(text))
     if type(value) in (list, tuple, dict, set, frozenset):
-        try:
-            text = repr(value)
-        except Exception:
-            return None
+        text = repr(value)
         if len(text) > REPR_MAX_CHARS:
             return None
         return ("container", type(value).__name__, len(value), _digest(text.encode("utf-8", "surrogatepass")))
