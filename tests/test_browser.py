@@ -470,7 +470,7 @@ def append(row: str) -> str:
 agent_session().add_connector(store)"""
 
 
-def test_a_write_waiting_for_approval_shows_on_the_status_line_and_its_wait_apart_from_tool_time(lab) -> None:
+def test_a_write_waiting_for_approval_shows_on_the_status_line_is_approved_by_a_click_and_its_wait_apart(lab) -> None:
     from playwright.sync_api import sync_playwright
 
     script = {"turns": [
@@ -486,8 +486,8 @@ def test_a_write_waiting_for_approval_shows_on_the_status_line_and_its_wait_apar
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1400})
             _open_and_run_all(page, url, "approve.ipynb")
-            prompt = page.locator(".jp-Stdin-input").first
-            prompt.wait_for(state="visible", timeout=RUN_TIMEOUT_MS)
+            approve = page.locator(".agent-run-view .agent-prompt-approval .agent-prompt-approve").first
+            approve.wait_for(state="visible", timeout=RUN_TIMEOUT_MS)
             status = page.locator(".agent-run-view .agent-status-line")
             assert "waiting for approval: store__append" in status.inner_text()
             title = page.locator(".agent-run-view .agent-tool .jupyter-widget-Collapse-header").last
@@ -499,12 +499,12 @@ def test_a_write_waiting_for_approval_shows_on_the_status_line_and_its_wait_apar
             # The tick rounds to whole seconds, so "2" means at least 1.5 s of waiting; the
             # pause makes the kernel's measured wait clearly longer than that.
             time.sleep(0.6)
-            prompt.fill("y")
-            prompt.press("Enter")
+            approve.click()
             page.wait_for_selector(".agent-final .agent-footer", timeout=RUN_TIMEOUT_MS)
             page.wait_for_function(
                 "() => [...document.querySelectorAll('.jp-OutputArea-output')]"
                 ".some(o => o.innerText.includes(\"kept ['r1']\"))", timeout=RUN_TIMEOUT_MS)
+            assert page.locator(".jp-Stdin-input").count() == 0, "never a stdin box"
             page.locator(".agent-final .agent-transcript > summary").click()
             summary = page.locator(".agent-final .agent-tool > summary").last.inner_text()
             assert "store__append" in summary and "approval wait" in summary, summary
@@ -630,7 +630,7 @@ def _click_every_link(page: Any) -> None:
 # -- a clarifying question: asked in the cell, answered in its text box ------------------------------
 
 
-def test_a_question_is_shown_in_the_cell_and_answered_through_its_text_box(lab) -> None:
+def test_a_question_is_shown_in_the_cell_and_answered_through_its_text_box_with_enter(lab) -> None:
     from playwright.sync_api import sync_playwright
 
     script = {"turns": [
@@ -650,10 +650,11 @@ def test_a_question_is_shown_in_the_cell_and_answered_through_its_text_box(lab) 
             dialogs: list[str] = []
             page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
             _open_and_run_all(page, url, "ask.ipynb")
-            prompt = page.locator(".jp-Stdin-input").first
+            prompt = page.locator(".agent-run-view .agent-prompt-text input").first
             prompt.wait_for(state="visible", timeout=RUN_TIMEOUT_MS)
             question = page.locator(".agent-question").first
-            assert "Which week start?" in question.inner_text() and "Sunday" in question.inner_text()
+            assert "Which week start?" in question.inner_text()
+            assert page.locator(".agent-prompt .agent-prompt-option").all_inner_texts() == ["Monday", "Sunday"]
             assert question.locator("strong").inner_text() == "week" and question.locator("img").count() == 0
             page.wait_for_function(
                 "() => [...document.querySelectorAll('.agent-run-view .agent-status-line')]"
@@ -662,7 +663,7 @@ def test_a_question_is_shown_in_the_cell_and_answered_through_its_text_box(lab) 
                 "() => [...document.querySelectorAll('.agent-run-view .agent-tool .jupyter-widget-Collapse-header')]"
                 ".some(h => /ask_user.*waiting for your answer [1-9]/.test(h.innerText))", timeout=10_000)
             page.screenshot(path=str(ARTIFACTS / "jupyterlab-question-waiting.png"), full_page=False)
-            prompt.fill("1")
+            prompt.fill("Monday")
             prompt.press("Enter")
             page.wait_for_selector(".agent-final .agent-footer", timeout=RUN_TIMEOUT_MS)
             page.wait_for_function(
@@ -712,16 +713,15 @@ def test_the_state_panel_shows_plan_question_assumption_verification_and_confide
             dialogs: list[str] = []
             page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
             _open_and_run_all(page, url, "state.ipynb")
-            prompt = page.locator(".jp-Stdin-input").first
-            prompt.wait_for(state="visible", timeout=RUN_TIMEOUT_MS)
+            option = page.locator(".agent-run-view .agent-prompt-option", has_text="Monday-based").first
+            option.wait_for(state="visible", timeout=RUN_TIMEOUT_MS)
             live = page.locator(".agent-run-view .agent-state").first
             live.wait_for(state="visible", timeout=10_000)
             text = live.inner_text()
             assert "Pick the week" in text and "waiting for you:" in text and "Which week counts" in text, text
             assert live.locator("img").count() == 0
             page.screenshot(path=str(ARTIFACTS / "jupyterlab-state-live.png"), full_page=False)
-            prompt.fill("1")
-            prompt.press("Enter")
+            option.click()
             page.wait_for_selector(".agent-final .agent-footer", timeout=RUN_TIMEOUT_MS)
             page.wait_for_function(
                 "() => [...document.querySelectorAll('.jp-OutputArea-output')]"

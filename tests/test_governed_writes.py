@@ -425,11 +425,10 @@ def test_a_policy_file_loads_and_the_first_matching_rule_decides(tmp_path):
 @pytest.mark.kernel
 @pytest.mark.parametrize("reply", ["y", "n"])
 def test_in_a_notebook_the_prod_write_is_previewed_in_the_cell_and_committed_only_on_yes(tmp_path, ledger, reply):
-    import queue
     import textwrap
-    import time
 
-    from test_magics import CELL_TIMEOUT_S, Cell, Kernel, script
+    from lab_frontend import run_answering
+    from test_magics import Kernel, script
 
     kernel = Kernel(tmp_path)
     try:
@@ -446,22 +445,13 @@ def test_in_a_notebook_the_prod_write_is_previewed_in_the_cell_and_committed_onl
                                                              "arguments": {"connector_name": "ledger"}}]},
                        {"text": "", "tool_calls": [{"name": "ledger__execute", "arguments": {"sql": UPDATE}}]},
                        {"text": "Done."})
-        cell = Cell(kernel.kc.execute(f"%%agent {model}\nDouble the first balances.", allow_stdin=True))
-        prompts: list[str] = []
-        deadline = time.monotonic() + CELL_TIMEOUT_S
-        while not prompts and time.monotonic() < deadline:
-            try:
-                msg = kernel.kc.get_stdin_msg(timeout=1)
-            except queue.Empty:
-                continue
-            if msg["msg_type"] == "input_request":
-                prompts.append(msg["content"]["prompt"])
-                kernel.kc.input(reply)
-        kernel.collect(cell)
+        cell, prompts = run_answering(kernel, f"%%agent {model}\nDouble the first balances.", reply)
         assert cell.ok, cell.outputs
-        assert prompts == ["Commit ledger__execute? [y/N] "]
-        shown = next(h for h in cell.data("text/html") if "agent-approval" in h)
-        assert "agent-preflight" in shown and "3 rows affected" in shown and "prod" in shown
+        (prompt,) = prompts
+        assert prompt.labels == ["Commit", "Deny"], "a previewed write's transaction is open: commit or not"
+        shown = prompt.header
+        assert "agent-approval" in shown and "agent-preflight" in shown and "3 rows affected" in shown
+        assert "prod" in shown
         records = [json.loads(line) for line in (tmp_path / ".harness_audit.jsonl").read_text().splitlines()]
         write = [r for r in records if r["kind"] == "governed_write"]
         assert write[-1]["outcome"] == ("committed" if reply == "y" else "rolled_back")

@@ -8,17 +8,16 @@ scripted files, so nothing needs a key.
 from __future__ import annotations
 
 import json
-import queue
 import re
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("jupyter_client")
 
-from test_magics import CELL_TIMEOUT_S, Cell, Kernel, answer, code_turn, usage_error  # noqa: E402
+from test_magics import Cell, Kernel, answer, code_turn, usage_error  # noqa: E402
+from lab_frontend import run_answering  # noqa: E402
 
 pytestmark = pytest.mark.kernel
 
@@ -147,28 +146,13 @@ def _write_model(kernel: Kernel, text: str) -> str:
                   calls(("notes__add", {"text": text})), answer("Done."))
 
 
-def run_answering(kernel: Kernel, code: str, reply: str) -> tuple[Cell, list[str]]:
-    """Run ``code`` with stdin allowed, answering each input request with ``reply``."""
-    cell = Cell(kernel.kc.execute(code, allow_stdin=True))
-    prompts: list[str] = []
-    deadline = time.monotonic() + CELL_TIMEOUT_S
-    while not prompts and time.monotonic() < deadline:
-        try:
-            msg = kernel.kc.get_stdin_msg(timeout=1)
-        except queue.Empty:
-            continue
-        if msg["msg_type"] == "input_request":
-            prompts.append(msg["content"]["prompt"])
-            kernel.kc.input(reply)
-    return kernel.collect(cell), prompts
-
-
 def test_approved_write_runs_after_the_prompt_in_the_cell(kernel: Kernel, notes: None) -> None:
     cell, prompts = run_answering(kernel, f"%%agent --new {_write_model(kernel, 'yes please')}\nNote it.", "y")
     assert cell.ok, cell.outputs
-    assert prompts == ["Approve notes__add? [y/N] "]
-    request = next(h for h in cell.data("text/html") if "agent-approval" in h)
-    assert "notes__add" in request and "write" in request and "yes please" in request
+    (prompt,) = prompts
+    assert prompt.labels == ["Approve", "Deny"] and prompt.state == "answered"
+    request = prompt.header
+    assert "agent-approval" in request and "notes__add" in request and "write" in request and "yes please" in request
     assert kernel.value("written") == ["yes please"]
     assert kernel.value("_.status") == "completed"
 
@@ -176,19 +160,19 @@ def test_approved_write_runs_after_the_prompt_in_the_cell(kernel: Kernel, notes:
 def test_denied_write_does_not_run_and_the_model_gets_an_error(kernel: Kernel, notes: None) -> None:
     cell, prompts = run_answering(kernel, f"%%agent --new {_write_model(kernel, '<b>no</b>')}\nNote it.", "n")
     assert cell.ok and prompts, cell.outputs
-    request = next(h for h in cell.data("text/html") if "agent-approval" in h)
+    request = prompts[0].header
     assert "&lt;b&gt;no&lt;/b&gt;" in request and "<b>no</b>" not in request
     assert "<b>no</b>" not in kernel.value("written")
     assert "the user denied it" in cell.result["text/html"]
 
 
-def test_without_stdin_the_write_is_denied_with_a_reason(kernel: Kernel, notes: None) -> None:
+def test_without_a_person_the_write_is_denied_with_a_reason(kernel: Kernel, notes: None) -> None:
     # nbclient and nbval execute with allow_stdin=False
     cell = kernel.collect(Cell(kernel.kc.execute(f"%%agent --new {_write_model(kernel, 'unseen')}\nNote it.",
                                                  allow_stdin=False)))
     assert cell.ok, cell.outputs
     assert "unseen" not in kernel.value("written")
-    assert "interactive front end" in cell.result["text/html"]
+    assert "nobody can approve it here" in cell.result["text/html"]
 
 
 # -- %agent_sandbox ------------------------------------------------------------------------------

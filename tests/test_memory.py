@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -308,7 +306,8 @@ def test_an_oversized_workspace_file_is_refused_before_parsing(tmp_path):
 # -- real kernels ---------------------------------------------------------------------------------
 
 jupyter_client = pytest.importorskip("jupyter_client")
-from test_magics import CELL_TIMEOUT_S, Cell, Kernel, usage_error  # noqa: E402
+from lab_frontend import run_answering  # noqa: E402
+from test_magics import Cell, Kernel, usage_error  # noqa: E402
 
 
 def start(cwd: Path) -> Kernel:
@@ -317,21 +316,6 @@ def start(cwd: Path) -> Kernel:
                       '%config AgentMagics.live = "off"')
     assert cell.ok, cell.outputs
     return kernel
-
-
-def run_answering(kernel: Kernel, code: str, reply: str) -> tuple[Cell, list[str]]:
-    cell = Cell(kernel.kc.execute(code, allow_stdin=True))
-    prompts: list[str] = []
-    deadline = time.monotonic() + CELL_TIMEOUT_S
-    while not prompts and time.monotonic() < deadline:
-        try:
-            msg = kernel.kc.get_stdin_msg(timeout=1)
-        except queue.Empty:
-            continue
-        if msg["msg_type"] == "input_request":
-            prompts.append(msg["content"]["prompt"])
-            kernel.kc.input(reply)
-    return kernel.collect(cell), prompts
 
 
 @pytest.mark.kernel
@@ -374,9 +358,9 @@ def test_an_approved_definition_survives_a_kernel_restart_and_the_glossary_serve
     kernel = start(tmp_path)
     try:
         cell, prompts = run_answering(kernel, f"%%agent {definition_script(tmp_path, 'approve')}\nKeep it.", "y")
-        assert cell.ok and prompts == ["Approve remember? [y/N] "], cell.outputs
-        request = next(h for h in cell.data("text/html") if "agent-approval" in h)
-        assert "active_user" in request and "workspace memory" in request
+        assert cell.ok and [p.labels for p in prompts] == [["Approve", "Deny"]], cell.outputs
+        request = prompts[0].header
+        assert "agent-approval" in request and "active_user" in request and "workspace memory" in request
     finally:
         kernel.close()
     assert read_definitions(tmp_path / ".harness_memory.yaml") == [Definition("active_user", ACTIVE)]

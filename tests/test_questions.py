@@ -1,15 +1,12 @@
 """ask_user: questions through an answerer, no-answer cases, limits, logging, the ambiguity nudge, bounds.
 
-Core tests drive a real :class:`AgentSession` with a scripted model; kernel
-tests drive ``%%agent`` in a real kernel, answering through stdin as the
-notebook's front end does.
+Core tests drive a real :class:`AgentSession` with a scripted model. How the
+notebook and the terminal ask (a widget, a prompt the timeout cancels) is
+``test_asking.py``; only the typed-reply rule and a bad setting are here.
 """
 
 from __future__ import annotations
 
-import json
-import queue
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -297,35 +294,18 @@ def test_a_typed_number_picks_an_option_other_text_is_the_answer_and_empty_is_no
     assert answer_for(QuestionRequest("Which week start?", ("Monday", "Sunday")), typed) == expected
 
 
-def test_the_question_box_renders_model_markdown_inert_and_escapes_options_and_why() -> None:
-    from harness_magic.notebook.questions import question_html, question_text
+def test_the_question_text_escapes_control_characters() -> None:
+    from harness_magic.notebook.questions import question_text
 
-    request = QuestionRequest("Pick **one** <img src=x onerror=alert(1)> [x](javascript:alert(1))",
-                              ("<b>bold</b>",), "<script>why</script>", timeout_s=60)
-    shown = question_html(request)
-    assert "<strong>one</strong>" in shown and "<img" not in shown and "href" not in shown
-    assert "<script>" not in shown and "<b>bold</b>" not in shown
-    assert "&lt;b&gt;bold&lt;/b&gt;" in shown and "60 s" in shown
-    text = question_text(QuestionRequest("a\x1b]0;pwned\x07b"))
-    assert "\x1b" not in text and "a\\x1b]0;pwned\\x07b" in text
+    text = question_text(QuestionRequest("a\x1b]0;pwned\x07b", ("Mon\x1b[2Jday",)))
+    assert "\x1b" not in text and "a\\x1b]0;pwned\\x07b" in text and "1. Mon\\x1b[2Jday" in text
 
 
-def test_the_deadline_ends_a_blocking_wait_on_the_main_thread_and_restores_the_handler() -> None:
-    from harness_magic.notebook.questions import AnswerTimedOut, deadline
-
-    before = signal.getsignal(signal.SIGALRM)
-    with pytest.raises(AnswerTimedOut):
-        with deadline(0.2):
-            time.sleep(30)
-    assert not issubclass(AnswerTimedOut, Exception), "ipykernel's input loop swallows Exceptions"
-    assert signal.getsignal(signal.SIGALRM) is before and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-
-
-# -- a real kernel: the question in the cell, answered through stdin ---------------------------------
+# -- a real kernel: a bad setting ---------------------------------------------------------------------
 
 jupyter_client = pytest.importorskip("jupyter_client")
 
-from tests.test_magics import CELL_TIMEOUT_S, Cell, Kernel  # noqa: E402
+from tests.test_magics import Kernel  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -336,96 +316,6 @@ def kernel(tmp_path_factory: pytest.TempPathFactory):
     assert setup.ok, setup.outputs
     yield k
     k.close()
-
-
-_scripts = iter(range(10_000))
-
-
-def scripted(kernel: Kernel, *turns: dict[str, Any]) -> str:
-    name = f"questions_{next(_scripts)}.json"
-    (kernel.cwd / name).write_text(json.dumps({"turns": list(turns)}))
-    return f"-m scripted/{name}"
-
-
-def run_with_stdin(kernel: Kernel, code: str, reply: str | None) -> tuple[Cell, list[str]]:
-    """Run ``code`` with stdin allowed; answer the first input request with ``reply`` (None: never answer)."""
-    cell = Cell(kernel.kc.execute(code, allow_stdin=True))
-    prompts: list[str] = []
-    deadline = time.monotonic() + CELL_TIMEOUT_S
-    while not prompts and time.monotonic() < deadline:
-        try:
-            msg = kernel.kc.get_stdin_msg(timeout=1)
-        except queue.Empty:
-            continue
-        if msg["msg_type"] == "input_request":
-            prompts.append(msg["content"]["prompt"])
-            if reply is not None:
-                kernel.kc.input(reply)
-    return kernel.collect(cell), prompts
-
-
-def last_log_questions(kernel: Kernel) -> list[dict[str, Any]]:
-    logs = sorted((kernel.cwd / "runs").glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
-    return [r for r in read_log(str(logs[-1])) if r.get("type") == "event" and r.get("event") == "question"]
-
-
-def test_in_a_kernel_the_question_shows_in_the_cell_and_an_option_number_answers_it(kernel: Kernel) -> None:
-    model = scripted(kernel, ask("Which **week** start? <script>alert(1)</script>", ["Monday", "Sunday"],
-                                 "WAU depends on it"), {"text": "Done."})
-    cell, prompts = run_with_stdin(kernel, f"%%agent --new {model}\nWhy did weekly active users drop?", "1")
-    assert cell.ok, cell.outputs
-    assert prompts == ["Answer (1-2 or text): "]
-    shown = next(h for h in cell.data("text/html") if "agent-question" in h)
-    assert "<strong>week</strong>" in shown and "<script>" not in shown and "&lt;script&gt;" in shown
-    assert "<li>Monday</li>" in shown and "WAU depends on it" in shown
-    (logged,) = last_log_questions(kernel)
-    assert logged["answer"] == "Monday" and logged["source"] == "user"
-
-
-def test_in_a_kernel_an_unanswered_question_times_out_into_a_recorded_assumption(kernel: Kernel) -> None:
-    setup = kernel.run("%config AgentMagics.question_timeout_s = 1.0")
-    assert setup.ok, setup.outputs
-    model = scripted(kernel, ask("Which definition of active?"),
-                     {"text": "", "tool_calls": [{"name": "remember", "arguments": {
-                         "kind": "assumption", "text": "active = at least one event in the week"}}]},
-                     {"text": "WAU fell 8%."})
-    try:
-        cell, prompts = run_with_stdin(kernel, f"%%agent --new {model}\nWhy did weekly active users drop?", None)
-    finally:
-        kernel.run("%config AgentMagics.question_timeout_s = 300.0")
-    assert cell.ok, cell.outputs
-    assert prompts and "no answer after 1 s" in cell.stdout
-    (logged,) = last_log_questions(kernel)
-    assert logged["source"] == "timeout" and logged["answer"] is None
-    assumptions = kernel.value("get_ipython().magics_manager.registry['AgentMagics'].records[-1].state.assumptions")
-    assert "active = at least one event in the week" in " ".join(assumptions)
-
-
-def test_in_a_kernel_an_interrupt_answers_no_answer_and_the_run_finishes(kernel: Kernel) -> None:
-    model = scripted(kernel, ask("Which week?"), {"text": "Went on without it."})
-    cell = Cell(kernel.kc.execute(f"%%agent --new {model}\nCount orders last week.", allow_stdin=True))
-    deadline = time.monotonic() + CELL_TIMEOUT_S
-    while time.monotonic() < deadline:
-        try:
-            if kernel.kc.get_stdin_msg(timeout=1)["msg_type"] == "input_request":
-                break
-        except queue.Empty:
-            continue
-    kernel.km.interrupt_kernel()
-    kernel.collect(cell)
-    assert cell.ok, cell.outputs
-    (logged,) = last_log_questions(kernel)
-    assert logged["source"] == "interrupt"
-    assert kernel.value("_.text") == "Went on without it."
-
-
-def test_in_a_kernel_without_stdin_the_question_gets_no_answer_at_once(kernel: Kernel) -> None:
-    # nbclient and nbval execute with allow_stdin=False
-    model = scripted(kernel, ask("Which week?"), {"text": "Done."})
-    cell = kernel.collect(Cell(kernel.kc.execute(f"%%agent --new {model}\nCount orders.", allow_stdin=False)))
-    assert cell.ok, cell.outputs
-    (logged,) = last_log_questions(kernel)
-    assert logged["source"] == "no_person"
 
 
 @pytest.mark.parametrize("line, words", [

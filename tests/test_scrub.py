@@ -173,22 +173,24 @@ def test_escape_and_osc_bytes_from_the_model_and_the_data_never_reach_the_termin
     assert "Answer" in printed
 
 
-def test_the_text_approval_prompt_shows_control_bytes_escaped(monkeypatch):
-    pytest.importorskip("IPython")
-    import builtins
-
-    import IPython.display
+def test_the_text_approval_prompt_shows_control_bytes_escaped():
+    import io
+    import os
+    import threading
 
     from harness_magic.core.execution.connectors import ApprovalRequest
-    from harness_magic.notebook.approval import StdinApprover, request_text
+    from harness_magic.notebook.approval import request_text
+    from harness_magic.notebook.asking import PersonAsker
 
     request = ApprovalRequest(tool=f"sql_query{HOSTILE}", connector="db", safety="write",
                               summary=f"DROP TABLE users{HOSTILE}", arguments={"sql": f"select 1 {HOSTILE}"})
-    shown, prompts = [], []
-    monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False: shown.append(obj))
-    monkeypatch.setattr(builtins, "input", lambda prompt="": prompts.append(prompt) or "n")
-    decision = StdinApprover()(request)
+    keyboard, tty = os.openpty()  # a real terminal: the prompt is read from it, "n" typed on it
+    screen = io.StringIO()
+    with os.fdopen(tty, "rb", buffering=0) as stdin:
+        threading.Timer(0.1, os.write, args=(keyboard, b"n\n")).start()
+        decision = PersonAsker(None, stdin=stdin, stdout=screen, approval_timeout_s=lambda: 10.0).approve(request)
+    os.close(keyboard)
     assert not decision.approved
-    for text in (request_text(request), shown[0]["text/plain"], prompts[0]):
+    for text in (request_text(request), screen.getvalue()):
         assert "\x1b" not in text and "\r" not in text and "\x07" not in text
         assert "\\x1b" in text

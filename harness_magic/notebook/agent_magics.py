@@ -150,8 +150,9 @@ class AgentMagics(Magics):
                    "(column listed, values never sent).").tag(config=True)
     max_questions = Integer(3, help="Clarifying questions (ask_user) one run may ask; over it the agent is told "
                             "to state its assumption and go on (0: never asks).").tag(config=True)
-    question_timeout_s = Float(300.0, allow_none=True, help="Seconds a question waits for your answer in the "
-                               "cell before the agent goes on under a stated assumption; None: no limit."
+    question_timeout_s = Float(300.0, allow_none=True, help="Seconds a question or an approval waits for you in "
+                               "the cell; then it is withdrawn: the agent goes on under an assumption it states, "
+                               "a write is not approved. Other cells stay runnable meanwhile. None: no limit."
                                ).tag(config=True)
 
     # -- validation -------------------------------------------------------------------------
@@ -261,6 +262,8 @@ class AgentMagics(Magics):
         self._stale = False
         self._connectors_dirty = False
         self._rejected: dict[str, Any] = {}
+        self._prompt_host: Any = None
+        """The live view of the latest run (its questions show in it while it runs), or None."""
         self.cells = CellTracker()
         """Names the cell each ``%%agent`` run comes from (fed by the shell's ``pre_run_cell``; see :mod:`.cells`)."""
         self.bindings = Bindings(lambda: self.shell.user_ns)
@@ -304,16 +307,16 @@ class AgentMagics(Magics):
             from harness_magic.core.export import RunRecorder
             from harness_magic.core.session import AgentSession
 
-            from harness_magic.notebook.approval import StdinApprover
+            from harness_magic.notebook.asking import PersonAsker
 
-            approver = StdinApprover()
+            asker = PersonAsker(self.shell, host=lambda: self._prompt_host,
+                                approval_timeout_s=lambda: self.question_timeout_s)
+            approver = asker.approve  # a widget in the cell, a prompt in a terminal: never a stdin request
             connectors = self._configured_connectors(approver)
             self._session = AgentSession(self._config(), connectors=connectors, subagents=self.subagents)
             self._session.default_approver = approver
             self._session.notify = print  # add_connector run again: "connector 'crm' ... kept" / "replaced"
-            from harness_magic.notebook.questions import StdinAnswerer
-
-            self._session.answerer = StdinAnswerer()
+            self._session.answerer = asker.answer
             self._recorder = RunRecorder()
             self._session.subscribe(self._recorder)
             self._stale = self._connectors_dirty = False
@@ -368,8 +371,11 @@ class AgentMagics(Magics):
         return getattr(self.shell, "kernel", None) is not None
 
     def live_renderer(self) -> tuple[Any, Any]:
-        """(event handler or None, widget to display or None) for a run now, as :attr:`live` asks."""
-        return live_renderer(self.live, self._in_kernel(), self)
+        """(event handler or None, widget to display or None) for a run now, as :attr:`live` asks; a widget
+        view is also where that run's questions and approvals show."""
+        handler, widget = live_renderer(self.live, self._in_kernel(), self)
+        self._prompt_host = handler if widget is not None else None
+        return handler, widget
 
     @property
     def recorder(self) -> Any:

@@ -1,10 +1,8 @@
-"""Approve or deny a connector's tool call from the cell that is running.
+"""How a request to approve a connector's (or memory's) write looks, in the cell and in a terminal.
 
-The agent asks while the cell executes, and a busy kernel processes no widget
-clicks, so buttons could never answer. The kernel's stdin request can: the
-approver shows what is asked (escaped HTML) and then calls ``input()``, which
-JupyterLab and Notebook render as a text box in the cell and terminal IPython
-as a prompt. A front end without stdin (nbclient, nbval) denies the call.
+Asking is :mod:`.asking`: in a notebook :func:`request_html` heads a widget
+with Approve and Deny buttons (Commit for a previewed write); in a terminal
+:func:`request_text` is printed above a ``[y/N]`` prompt the timeout cancels.
 The plain-text request and the prompt show control characters escaped
 (:func:`~harness_magic.core.transcript.scrub.escape_control`): the model's arguments
 cannot rewrite the terminal around the question.
@@ -24,13 +22,13 @@ from typing import Any
 
 from harness_magic.core.transcript.scrub import escape_control
 
-__all__ = ["StdinApprover", "request_html", "request_text", "APPROVE_ANSWERS", "NO_STDIN_REASON"]
+__all__ = ["request_html", "request_text", "approve_verb", "APPROVE_ANSWERS", "NO_PERSON_REASON"]
 
 APPROVE_ANSWERS = ("y", "yes")
 """Answers that approve; anything else (an empty line included) denies."""
-NO_STDIN_REASON = ("it needs approval, and approving needs an interactive front end that answers input() "
-                   "(this one has no stdin)")
-"""Reason given to the model when the front end cannot prompt."""
+NO_PERSON_REASON = ("it needs approval, and nobody can approve it here (this front end takes no input from a "
+                    "person: nbclient, nbval, a pipe)")
+"""Reason given to the model when there is no person to ask."""
 ARGUMENTS_PREVIEW_CHARS = 2000
 """Arguments longer than this are cut in the display (the model's full call still runs as asked)."""
 
@@ -86,7 +84,6 @@ def _preflight_html(preflight: Any) -> str:
     return f'<div class="agent-preflight" style="margin:4px 0">{"".join(parts)}</div>'
 
 
-
 def request_html(request: Any) -> str:
     """The request as an escaped HTML box."""
     e = html.escape
@@ -105,20 +102,6 @@ def request_html(request: Any) -> str:
             f'<pre style="margin:2px 0">{e(_arguments(request))}</pre></div>')
 
 
-class StdinApprover:
-    """``approver(request) -> ApprovalDecision`` that asks in the running cell through ``input()``."""
-
-    def __call__(self, request: Any) -> Any:
-        from IPython.core.error import StdinNotImplementedError
-        from IPython.display import display
-
-        from harness_magic.core.execution.connectors import ApprovalDecision
-
-        display({"text/html": request_html(request), "text/plain": request_text(request)}, raw=True)
-        try:
-            verb = "Commit" if request.preflight is not None and request.preflight.previewed else "Approve"
-            answer = input(escape_control(f"{verb} {request.tool}? [y/N] "))
-        except (StdinNotImplementedError, EOFError):
-            return ApprovalDecision(False, NO_STDIN_REASON)
-        approved = answer.strip().lower() in APPROVE_ANSWERS
-        return ApprovalDecision(approved, "approved by the user" if approved else "the user denied it")
+def approve_verb(request: Any) -> str:
+    """``Commit`` for a previewed write (its transaction is open), else ``Approve``."""
+    return "Commit" if request.preflight is not None and request.preflight.previewed else "Approve"

@@ -56,7 +56,7 @@ def state_html(state: RunState, *, live: bool = False) -> str:
             parts.append(_row(label, _e(q.question) + options, "waiting"))
         else:
             wait = f", {q.wait_s:.1f} s" if q.wait_s is not None else ""
-            parts.append(_row("asked:", f"{_e(q.question)} → <b>{_e(q.answer or '(no answer)')}</b> "
+            parts.append(_row("asked:", f"{_e(q.question)} → <b>{_e(q.shown_answer)}</b> "
                               f'<span style="{_MUTED}">({_e(q.source or "?")}{wait})</span>', "question"))
     if state.skills:
         parts.append(_row("skills:", _e(", ".join(state.skills)), "skills"))

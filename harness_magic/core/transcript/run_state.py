@@ -209,6 +209,18 @@ class QuestionState:
     wait_s: float | None = None
     tool_use_id: str | None = None
 
+    @property
+    def shown_answer(self) -> str:
+        """The answer as the state shows it; a question nobody answered says why (withdrawn when its wait ran
+        out or was interrupted, so the person sees the question was taken back, not ignored)."""
+        if self.answer:
+            return self.answer
+        return _NO_ANSWER_SHOWN.get(self.source or "", "(no answer)")
+
+
+_NO_ANSWER_SHOWN = {"timeout": "(withdrawn: no answer in time)", "interrupt": "(withdrawn: interrupted)"}
+"""How an answerless question reads in the state, by its source (other sources: "(no answer)")."""
+
 
 @dataclass
 class RunState:
@@ -366,7 +378,7 @@ class RunState:
                 out.append(f"waiting for you: {q.question}{options}")
             else:
                 wait = f", {q.wait_s:.1f} s" if q.wait_s is not None else ""
-                out.append(f"asked: {q.question} → {q.answer or '(no answer)'} ({q.source or '?'}{wait})")
+                out.append(f"asked: {q.question} → {q.shown_answer} ({q.source or '?'}{wait})")
         if self.skills:
             out.append("skills: " + ", ".join(self.skills))
         if self.checks:

@@ -30,6 +30,7 @@ from harness_magic.core.export.state_view import state_html
 from harness_magic.core.transcript.events import (
     ApprovalStep,
     AssistantMessage,
+    AssumptionRecorded,
     EngineProgress,
     Notice,
     QuestionStep,
@@ -84,6 +85,24 @@ class _Transcript:
         children = list(self.box.children)
         at = next((i for i, child in enumerate(children) if entry is not None and child is entry[0]), len(children))
         self.box.children = (*children[:at], widget, *children[at:])
+
+    def _insert_after(self, widget: Any, tool_use_id: str | None) -> None:
+        """Put ``widget`` just below the section of call ``tool_use_id`` (at the end when there is none)."""
+        entry = self.tools.get(tool_use_id) if tool_use_id else None
+        children = list(self.box.children)
+        at = next((i + 1 for i, child in enumerate(children) if entry is not None and child is entry[0]),
+                  len(children))
+        self.box.children = (*children[:at], widget, *children[at:])
+
+    def holder_of(self, tool_use_id: str | None) -> "_Transcript | None":
+        """The transcript (this one, or a subagent's nested in it) that shows call ``tool_use_id``."""
+        if tool_use_id in self.tools:
+            return self
+        for inner in self.nested.values():
+            found = inner.holder_of(tool_use_id)
+            if found is not None:
+                return found
+        return None
 
     def _set_text(self) -> None:
         self.text_widget.value = f'<div class="agent-text">{export.render_markdown_safe(self.text)}</div>'
@@ -195,6 +214,8 @@ class WidgetRunView:
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
+        self._prompts: list[Any] = []
+        """Questions and approvals shown in this view (:class:`~harness_magic.notebook.prompt_widget.PromptBox`)."""
         self._set_status("starting")
 
     def _set_status(self, state: str) -> None:
@@ -224,6 +245,18 @@ class WidgetRunView:
         """Stop the ticker and close every widget of the view (the front end drops them)."""
         self._stop.set()
         _close_tree(self.widget)
+
+    def place_prompt(self, prompt: Any) -> bool:
+        """Show a question's or approval's prompt (a :class:`~harness_magic.notebook.prompt_widget.PromptBox`)
+        just below its call's section, a subagent's inside that subagent's section, at the end when the call
+        is not shown; False once this view no longer shows a run in progress (the caller shows it alone)."""
+        with self._lock:
+            if self._stop.is_set():
+                return False
+            holder = self.transcript.holder_of(prompt.tool_use_id) or self.transcript
+            holder._insert_after(prompt.widget, prompt.tool_use_id)
+            self._prompts.append(prompt)
+            return True
 
     def __call__(self, event: Any) -> None:
         with self._lock:
@@ -294,6 +327,10 @@ class WidgetRunView:
         elif isinstance(event, EngineProgress) and transcript is self.transcript:
             self._set_status("thinking" if event.done else f"{event.engine} query "
                              f"{'running' if event.percent is None else f'{event.percent:.0f}%'}")
+        elif isinstance(event, AssumptionRecorded) and event.source == "model":
+            for prompt in self._prompts:  # the assumption a withdrawn question left the agent to make
+                if prompt.show_assumption(event.text):
+                    break
         elif isinstance(event, ReminderAdded):
             pass  # what the model saw, not what the user needs: shown only in the transcript's model view
         elif isinstance(event, Notice):
