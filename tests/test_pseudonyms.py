@@ -424,3 +424,16 @@ def test_in_a_kernel_the_cell_shows_pseudonyms_and_pull_and_out_restore_the_real
         assert leaks(text) == [] and "notes restricted (glossary)" in text
     finally:
         kernel.close()
+
+
+def test_a_pseudonym_assigned_by_an_update_is_never_made_real():
+    from harness_magic.core.control.pseudonyms import Pseudonyms
+    from harness_magic.core.text.masking import ColumnClass, Masker
+
+    pseudonyms = Pseudonyms(Masker(declared=lambda: {"name": ColumnClass("pii", "config")}))
+    fake = pseudonyms.conceal("t", people(), None)["name"].iloc[0]
+    # writing the real value into another (unclassified) column would carry it out on the next read
+    assigned = f"UPDATE customers SET city = '{fake}' WHERE id = 2"
+    assert pseudonyms.query_for_engine(assigned, "duckdb") == assigned
+    filtered = pseudonyms.query_for_engine(f"UPDATE customers SET status = 'x' WHERE name = '{fake}'", "duckdb")
+    assert NAMES[0] in filtered and "SET status = 'x'" in filtered

@@ -497,6 +497,8 @@ def _compared_with_column(literal: Any) -> bool:
     if isinstance(parent, exp.Tuple):  # IN ('a', 'b') may be parsed as a tuple
         parent = parent.parent
     if isinstance(parent, (exp.EQ, exp.NEQ)):
+        if isinstance(parent.parent, exp.Update) and parent.arg_key == "expressions":
+            return False  # `SET email = '<pseudonym>'` is an assignment: the pseudonym is what gets written
         other = parent.right if parent.left is literal else parent.left
         return isinstance(other, exp.Column)
     if isinstance(parent, exp.In):
