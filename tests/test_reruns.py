@@ -288,12 +288,14 @@ def test_a_cell_run_twice_in_a_kernel_replaces_its_run_and_out_binds_its_own_han
     first = run_in_cell(kernel, source, "9f1c-cell")
     assert first.ok, (first.stderr, first.errors)
     length = kernel.value(f"len({SESSION}.harness.messages)")
+    assert kernel.run("%agent_pull qoq_growth mine").ok
     again = run_in_cell(kernel, source, "9f1c-cell")
     assert again.ok, (again.stderr, again.errors)
     assert "--out: qoq_growth → growth" in again.stdout
     assert kernel.value(f"len({SESSION}.harness.messages)") == length
     assert kernel.value(f"{SESSION}.cache.names()") == ["qoq_growth"]
     assert kernel.value("growth") == {"west": 17.4}
+    assert kernel.value("mine") == {"west": 17.4}, "a pull is a copy: the retired handle's value stays the user's"
     key = kernel.value(f"{SESSION}.timeline.last_rewind.run_key")
     assert key == "cell:9f1c-cell"
     html = "".join(str(d) for d in again.data("text/html"))
