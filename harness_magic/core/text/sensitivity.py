@@ -151,6 +151,21 @@ def _card_grouping(value: str, digits: str) -> bool:
     return groups in _CARD_GROUPINGS or (all(g == 4 for g in groups[:-1]) and 1 <= groups[-1] <= 4)
 
 
+_TRUNK = re.compile(r"0\d")
+"""A national number written with its trunk zero (``020 7946 0958``): a printed number never starts so."""
+
+
+@functools.lru_cache(maxsize=None)
+def _national_lengths(region: str) -> frozenset[int]:
+    """Digit counts a national number of ``region`` can have as written: its possible lengths, and one more
+    for a trunk or national prefix (``0`` in Europe, ``1`` in North America)."""
+    import phonenumbers
+
+    metadata = phonenumbers.PhoneMetadata.metadata_for_region(region)
+    lengths = set(metadata.general_desc.possible_length) if metadata is not None else set(range(7, 16))
+    return frozenset(lengths | {n + 1 for n in lengths})
+
+
 def _phone(value: str, strict: bool) -> bool:
     """A valid phone number with its area code; ``strict`` (free text): international, or the national format's
     grouping of :data:`DEFAULT_PHONE_REGION` (see the module contract)."""
@@ -160,8 +175,11 @@ def _phone(value: str, strict: bool) -> bool:
     if not PHONE_MIN_DIGITS <= len(digits) <= 15 or _DATE_LIKE.match(value):
         return False
     international = value.startswith("+")
-    if strict and not international and not _NATIONAL_SHAPE.fullmatch(value) and not value.startswith("0"):
-        return False  # cheap refusal before parsing: most candidates in printed output end here
+    if strict and not international:  # cheap refusals before parsing: most candidates in printed output end here
+        if len(digits) not in _national_lengths(DEFAULT_PHONE_REGION):
+            return False
+        if not _NATIONAL_SHAPE.fullmatch(value) and not _TRUNK.match(value):
+            return False
     try:
         number = phonenumbers.parse(value, None if international else DEFAULT_PHONE_REGION)
     except phonenumbers.NumberParseException:
