@@ -13,6 +13,7 @@ from __future__ import annotations
 import _thread
 import json
 import os
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -494,3 +495,56 @@ def test_in_a_kernel_the_live_view_holds_the_box_and_a_write_is_approved_by_a_cl
     assert prompt.kind == "approval" and prompt.labels == ["Approve", "Deny"] and prompt.state == "answered"
     assert "store__append" in prompt.header and "r1" in prompt.header
     assert kernel.value("kept") == ["r1"]
+
+
+# -- terminal IPython in a pseudo-terminal -------------------------------------------------------------
+
+
+def _ipython_in_a_terminal(tmp_path: Path, turns: list[dict[str, Any]]) -> Any:
+    pexpect = pytest.importorskip("pexpect")
+    ipython = Path(sys.executable).with_name("ipython")
+    if not ipython.exists():
+        pytest.skip("ipython script not installed next to the interpreter")
+    (tmp_path / "model.json").write_text(json.dumps({"turns": turns}))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "TERM": "xterm-256color",
+           "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    child = pexpect.spawn(str(ipython), ["--simple-prompt", "--no-banner", "--colors=NoColor"], cwd=str(tmp_path),
+                          env=env, dimensions=(50, 120), encoding="utf-8", timeout=120)
+    child.expect(r"In \[1\]: ")
+    child.sendline("%load_ext harness_magic")
+    child.expect(r"In \[2\]: ")
+    child.sendline("%config AgentMagics.sandbox = 'inprocess'")
+    child.expect(r"In \[3\]: ")
+    child.sendline("%config AgentMagics.question_timeout_s = 2.0")
+    child.expect(r"In \[4\]: ")
+    child.sendline("run = get_ipython().run_cell_magic('agent', '-m scripted/model.json', 'Which week?')")
+    return child
+
+
+def test_in_terminal_ipython_a_typed_number_answers_the_question(tmp_path: Path) -> None:
+    child = _ipython_in_a_terminal(tmp_path, [ask("Which week start?", ["Monday", "Sunday"]), {"text": "Done."}])
+    try:
+        child.expect_exact("Answer (1-2 or text): ")
+        child.sendline("2")
+        child.expect(r"In \[5\]: ")
+        child.sendline("print('result:', run.status, any('The user answered: Sunday' in str(b.content) "
+                       "for m in run.messages for b in m.content if hasattr(b, 'tool_use_id')))")
+        child.expect("result: completed True")
+        child.expect(r"In \[6\]: ")
+    finally:
+        child.sendline("exit")
+        child.close(force=True)
+
+
+def test_in_terminal_ipython_the_timeout_cancels_the_prompt_and_half_typed_text_never_runs(tmp_path: Path) -> None:
+    child = _ipython_in_a_terminal(tmp_path, [ask("Which week start?", ["Monday", "Sunday"]), {"text": "Done."}])
+    try:
+        child.expect_exact("Answer (1-2 or text): ")
+        child.send("marker_never_run = 1")  # typed, never sent: discarded when the question is withdrawn
+        child.expect_exact("no answer after 2 s")
+        child.expect(r"In \[5\]: ")
+        child.sendline("print('defined:', 'marker_never_run' in globals(), run.status)")
+        child.expect("defined: False completed")
+    finally:
+        child.sendline("exit")
+        child.close(force=True)
