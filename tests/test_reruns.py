@@ -65,6 +65,17 @@ def test_running_the_latest_cell_again_rewinds_the_conversation_and_gives_its_ha
     assert [r.run_id for r in s.timeline.runs] == [again.run_id]
 
 
+def test_the_notice_says_how_much_of_the_conversation_the_rerun_continues_from(tmp_path):
+    s = scripted(tmp_path, answer("First."), answer("Second."))
+    s.ask("One?", run_key="c1")
+    second = s.ask("Two?", run_key="c2")
+    notices = []
+    s.subscribe(lambda e: notices.append(e.text) if e.kind == "notice" else None)
+    s.ask("Two?", run_key="c2")
+    assert notices[0] == (f"Re-run: this cell's previous run ({second.run_id}) is out of the conversation, which "
+                          "continues from the 2 messages before it. The old run stays in its log, marked superseded.")
+
+
 def test_a_run_without_a_key_or_with_another_key_appends(tmp_path):
     s = scripted(tmp_path, answer("One."), answer("Two."), answer("Three."))
     s.ask("Same words.")
@@ -100,7 +111,8 @@ def test_rerunning_an_earlier_cell_takes_back_the_runs_after_it_and_says_what_wa
     assert s.harness.messages == list(first.messages), "every tool use still has its result"
     text = next(t for t in notices if t.startswith("Re-run"))
     assert first.run_id in text and second.run_id in text and "1 run after it" in text
-    assert "as before that run (0 messages), then this run" in text and "Run the later cells again" in text
+    assert "which now starts again with this run" in text and "Run the later cells again" in text
+    assert "Handles retired, so this run's get the same names: summary, chart_data." in text
     assert again.handles == ("summary",)
     again2 = s.ask("Chart it.", run_key="c2")
     assert s.timeline.last_rewind is None, "c2's run was already taken back: it simply runs"

@@ -139,15 +139,17 @@ class Rewind:
 
     def text(self) -> str:
         """One paragraph for the cell: what was superseded and how the conversation reads now."""
-        kept = f"{self.messages} message{'s' if self.messages != 1 else ''}"
+        kept = _count(self.messages, "message")
         if self.later:
+            reads = (f"which now reads as before that run ({kept}), then this run" if self.messages else
+                     "which now starts again with this run")
             head = (f"Re-run of an earlier cell: its previous run ({self.replaced}) and the "
                     f"{_count(len(self.later), 'run')} after it ({_names(self.later)}) are out of the conversation, "
-                    f"which now reads as before that run ({kept}), then this run. Run the later cells again to "
-                    "bring theirs back.")
+                    f"{reads}. Run the later cells again to bring theirs back.")
         else:
-            head = (f"Re-run: this cell's previous run ({self.replaced}) is out of the conversation, which "
-                    f"continues from the {kept} before it.")
+            reads = (f"which continues from the {kept} before it" if self.messages else
+                     "which starts again with this run")
+            head = f"Re-run: this cell's previous run ({self.replaced}) is out of the conversation, {reads}."
         parts = [head]
         if self.retired:
             parts.append(f"Handles retired, so this run's get the same names: {_names(self.retired)}.")
