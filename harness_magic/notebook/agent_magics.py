@@ -2,7 +2,7 @@
 
 Magics (``%load_ext harness_magic``):
 
-``%%agent [-m M] [--new] [--reset] [--in NAME[=HANDLE] ...] [--out HANDLE[=NAME] ...] [--force] [--max-turns N]
+``%%agent [-m M] [--new] [--reset] [--in NAME[=HANDLE] ...] [--out HANDLE[=NAME] ...] [--force] [--continue] [--max-turns N]
 [--max-tokens N] [--max-cost USD] [--max-wall S] [--max-tool-calls N]``
     Ask the agent; the cell body is the prompt, verbatim. The cell's value is
     the :class:`~harness_magic.core.agent.loop.RunResult`, shown as the final output
@@ -10,6 +10,9 @@ Magics (``%load_ext harness_magic``):
     run that ends in error raises :class:`~.errors.AgentRunError` after its
     output is shown (``raise_on_error``), so Run All stops there. A cell naming
     an offline model with ``-m`` plays it from its start each time it runs.
+    Running a cell again replaces its previous run (the cell is known by the
+    id the front end sends, see :mod:`.cells`; what is taken back:
+    :mod:`harness_magic.core.control.reruns`); ``--continue`` appends instead.
 ``%agent_vars [HANDLE]``
     Every cached handle, or one handle's snapshot.
 ``%agent_push NAME [HANDLE]`` / ``%agent_pull HANDLE [NAME] [--force]``
