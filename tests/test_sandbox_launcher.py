@@ -287,6 +287,31 @@ def test_a_launcher_that_does_not_start_properly_is_stopped(monkeypatch, mode, m
     assert own_roots() == roots  # its root directory is gone too
 
 
+def test_a_launcher_still_starting_at_exit_is_killed_not_waited_for():
+    """The exit handler (:meth:`LauncherClient.stop_starting`) ends a start at once: no launcher outlives the kernel."""
+    roots = own_roots()
+    outcome: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            fake("never_ready")  # would wait LAUNCHER_START_TIMEOUT_S (120 s) for its ready message
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=start, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while LauncherClient.stop_starting() == 0:  # as soon as the launcher process exists
+        assert time.monotonic() < deadline, "the fake launcher never started"
+        time.sleep(0.01)
+    thread.join(timeout=10)
+    assert not thread.is_alive(), "the start ended at once"
+    assert isinstance(outcome[0], SandboxUnavailableError)
+    assert "failed to start: it was killed by SIGKILL" in str(outcome[0])  # killed and reaped
+    assert own_roots() == roots
+    assert LauncherClient.stop_starting() == 0, "a finished start is no longer listed"
+
+
 def test_an_oversized_request_is_refused_before_it_is_sent():
     client = fake("ok")
     try:

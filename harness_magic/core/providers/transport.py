@@ -40,6 +40,7 @@ from harness_magic.core.providers.errors import (
     ProviderHTTPError,
     ProviderUnreachable,
 )
+from harness_magic.core.providers.litellm_exit import guard_litellm_finalizers
 from harness_magic.core.providers.offline import OFFLINE_PREFIXES, is_offline_model
 from harness_magic.core.providers.payload import thaw
 from harness_magic.core.transcript.scrub import register_secret
@@ -85,11 +86,13 @@ class Transport(Protocol):
 
 
 def import_litellm() -> Any:
-    """litellm, imported on first use and offline-safe: local cost map, no debug chatter."""
+    """litellm, imported on first use and offline-safe: local cost map, no debug chatter, and its HTTP
+    handlers' finalizers skipped while the interpreter finalizes (:mod:`.litellm_exit`: exits never hang)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
 
     litellm.suppress_debug_info = True
+    guard_litellm_finalizers()
     return litellm
 
 

@@ -20,6 +20,8 @@ Contracts:
   *retired*: its process is killed and reaped (its workers die with it through
   ``PR_SET_PDEATHSIG``) and it is never used again; :meth:`shared` starts a new
   one. Its root directory stays until exit (live sessions keep their files there).
+- At exit a launcher still starting is killed, not waited for (:meth:`LauncherClient.stop_starting`):
+  the thread waiting for it reads EOF and its start fails; a ready one is closed.
 - Every failure raises :class:`SandboxUnavailableError` saying what happened,
   e.g. "the sandbox launcher (pid 123) did not answer a 'spawn' request within 30 s".
 """
@@ -133,6 +135,9 @@ class LauncherClient:
     _shared_lock = threading.Lock()
     _warm_failure: SandboxUnavailableError | None = None
     """Why the latest :meth:`warm` start failed, kept for the next :meth:`shared` call to raise (once)."""
+    _starting: set[LauncherClient] = set()
+    """Launchers started but not ready yet (:meth:`stop_starting` kills them at exit)."""
+    _starting_lock = threading.Lock()
 
     def __init__(self, command: Sequence[str] | None = None) -> None:
         sweep_stale_roots(_shm_root())
@@ -169,6 +174,8 @@ class LauncherClient:
             child.close()
         self.sock = parent
         self.pid = self.process.pid
+        with LauncherClient._starting_lock:
+            LauncherClient._starting.add(self)
         try:
             self._await_ready()
         except _Fault as exc:
@@ -180,6 +187,9 @@ class LauncherClient:
             self.retire("its start was interrupted")
             shutil.rmtree(self.root, ignore_errors=True)
             raise
+        finally:
+            with LauncherClient._starting_lock:
+                LauncherClient._starting.discard(self)
 
     def _await_ready(self) -> None:
         """The launcher's first datagram: ``{"op": "ready", "pid": <its pid>}``."""
@@ -236,6 +246,24 @@ class LauncherClient:
         except SandboxUnavailableError as exc:
             with cls._shared_lock:
                 cls._warm_failure = exc
+
+    @classmethod
+    def stop_starting(cls) -> int:
+        """Kill every launcher still starting; how many. Run at exit: a start is stopped, never waited for.
+
+        The thread waiting for its ready message then reads EOF at once and its
+        start fails (:class:`SandboxUnavailableError`, raised in that thread).
+        Without this, an exit right after the first model request failed left
+        a launcher warming up (seconds of imports) after the kernel was gone.
+        """
+        with cls._starting_lock:
+            starting = list(cls._starting)
+        for client in starting:
+            try:
+                client.process.kill()
+            except OSError:
+                pass  # it ended on its own
+        return len(starting)
 
     def alive(self) -> bool:
         """Whether this launcher still serves requests (not retired, process running)."""
@@ -410,6 +438,9 @@ class LauncherClient:
                     pass
             self.retire(self.broken)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+atexit.register(LauncherClient.stop_starting)
 
 
 def _ended(code: int) -> str:
