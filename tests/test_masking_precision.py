@@ -37,6 +37,25 @@ def call(tool, /, **arguments):
     return {"name": tool, "arguments": arguments}
 
 
+def scripted_run(tmp_path, turns, *subscribers):
+    """One ``AgentSession`` run (default masking, in-process interpreter) against a scripted model: the result,
+    and the tool results' text the model read."""
+    from harness_magic.core.providers.offline import ScriptedModel
+    from harness_magic.core.providers.provider import ProviderAdapter
+    from harness_magic.core.session import AgentConfig, AgentSession
+
+    session = AgentSession(AgentConfig(model="scripted/p", sandbox="inprocess", run_dir=str(tmp_path / "runs")),
+                           adapter=ProviderAdapter("scripted/p", transport=ScriptedModel(turns)))
+    for subscriber in subscribers:
+        session.subscribe(subscriber)
+    try:
+        result = session.ask("go")
+    finally:
+        session.close()
+    assert result.status == "completed", result.error
+    return result, "\n".join(str(b.content) for m in result.messages for b in m.content if hasattr(b, "tool_use_id"))
+
+
 # -- the false-positive corpus -------------------------------------------------------------------
 
 
@@ -253,23 +272,12 @@ def test_a_known_value_cut_shorter_than_the_named_minimum_is_not_guessed():
 
 
 def test_a_long_email_printed_cut_reaches_the_model_without_its_name(tmp_path):
-    from harness_magic.core.providers.offline import ScriptedModel
-    from harness_magic.core.providers.provider import ProviderAdapter
-    from harness_magic.core.session import AgentConfig, AgentSession
-
     code = ("import pandas as pd\n"
             f"df = pd.DataFrame({{'email': [{LONG_EMAIL!r}, {LONG_LOCAL!r}], 'n': [1, 2]}})\n"
             "save('people', df)\nprint(df)\nprint(df.email.str[:20] + '...')")
     turns = [{"tool_calls": [call("python_interpreter", code=code)]},
              {"tool_calls": [call("python_interpreter", code="print(people)")]}, {"text": "done"}]
-    session = AgentSession(AgentConfig(model="scripted/p", sandbox="inprocess", run_dir=str(tmp_path / "runs")),
-                           adapter=ProviderAdapter("scripted/p", transport=ScriptedModel(turns)))
-    try:
-        result = session.ask("show them")
-    finally:
-        session.close()
-    assert result.status == "completed", result.error
-    sent = "\n".join(str(b.content) for m in result.messages for b in m.content if hasattr(b, "tool_use_id"))
+    _, sent = scripted_run(tmp_path, turns)
     assert "..." in sent
     for name_part in ("alexandra", "konstantinopoulou", "vanderbilt"):
         assert name_part not in sent
@@ -308,9 +316,6 @@ def test_a_masked_tool_result_is_marked_with_class_and_count_in_the_live_view_an
     from rich.console import Console
 
     from harness_magic.core.export import RunRecorder, export_runs, tool_summary
-    from harness_magic.core.providers.offline import ScriptedModel
-    from harness_magic.core.providers.provider import ProviderAdapter
-    from harness_magic.core.session import AgentConfig, AgentSession
     from harness_magic.notebook.render import TerminalRenderer
     from harness_magic.notebook.render.widgets import WidgetRunView
 
@@ -318,19 +323,14 @@ def test_a_masked_tool_result_is_marked_with_class_and_count_in_the_live_view_an
                                                              "'4111 1111 1111 1111')")]},
              {"tool_calls": [call("python_interpreter", code="print('call', 3, 100000)")]},
              {"text": "done"}]
-    session = AgentSession(AgentConfig(model="scripted/p", sandbox="inprocess", run_dir=str(tmp_path / "runs")),
-                           adapter=ProviderAdapter("scripted/p", transport=ScriptedModel(turns)))
     recorder, screen = RunRecorder(), io.StringIO()
-    session.subscribe(recorder)
-    session.subscribe(TerminalRenderer(Console(file=screen, force_terminal=False, color_system=None, width=160)))
     view = WidgetRunView()  # the notebook's live view
-    session.subscribe(view)
     try:
-        assert session.ask("who?").status == "completed"
+        scripted_run(tmp_path, turns, recorder,
+                     TerminalRenderer(Console(file=screen, force_terminal=False, color_system=None, width=160)), view)
         titles = [accordion.get_title(0) for accordion, _, _ in view.transcript.tools.values()]
     finally:
         view.close()
-        session.close()
     assert "masked: 1 financial, 2 pii" in titles[0] and "masked" not in titles[1]
     masked_call, plain_call = recorder.records[-1].tools
     assert masked_call.masked == {"pii": 2, "financial": 1} and plain_call.masked == {}
