@@ -191,6 +191,17 @@ def test_replace_false_appends_as_before_and_new_handles_get_suffixes(tmp_path):
     assert s.cache.names() == ["qoq_growth"] and third.handles == ("qoq_growth",)
 
 
+def test_a_retry_cell_run_again_replaces_its_retry_and_retries_the_same_run(tmp_path):
+    s = scripted(tmp_path, code("save('g', 1)"), answer("One."), code("save('g', 2)"), answer("Two."))
+    first = s.ask("Grow?", run_key="c1")
+    retried = s.retry(1, run_key="retry-cell")
+    again = s.retry(1, run_key="retry-cell")
+    assert retried.handles == again.handles == ("g_2",) and s.cache.names() == ["g", "g_2"]
+    assert s.timeline.last_rewind.superseded == (retried.run_id,)
+    assert read_log(again.run_file)[0]["retry"]["of_run"] == first.run_id, "not a retry of the retry"
+    assert s.harness.messages == list(retried.messages)
+
+
 # -- the record keeps every run ------------------------------------------------------------------
 
 
@@ -336,3 +347,13 @@ def test_without_a_cell_id_the_cell_is_known_by_its_text(kernel: Kernel):
     assert run_in_cell(kernel, source, None).ok, "the script is back where the first run found it"
     assert kernel.value(f"{SESSION}.timeline.last_rewind.run_key").startswith("source:")
     assert kernel.value(f"len({SESSION}.harness.messages)") == 2
+
+
+def test_a_retry_cell_run_twice_in_a_kernel_gives_the_same_names(kernel: Kernel):
+    use_script(kernel, code("save('g', 1)"), answer("One."), code("save('g', 2)"), answer("Two."))
+    assert run_in_cell(kernel, "%%agent\nGrow?", "agent-cell").ok
+    for _run in range(2):
+        cell = run_in_cell(kernel, "%agent_retry --from-turn 1", "retry-cell")
+        assert cell.ok, (cell.stderr, cell.errors)
+    assert kernel.value(f"{SESSION}.cache.names()") == ["g", "g_2"]
+    assert kernel.value(f"{SESSION}.timeline.last_rewind.run_key") == "cell:retry-cell"

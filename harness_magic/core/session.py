@@ -348,22 +348,24 @@ class AgentSession:
         if self.progress is not None:
             self.progress.budgets = budgets
 
-    def retry(self, from_turn: int, log: str | None = None, *, model: str | None = None) -> RunResult:
-        """Retry a run (default: the latest) from turn ``from_turn`` with this session's model and cache."""
+    def retry(self, from_turn: int, log: str | None = None, *, model: str | None = None,
+              run_key: str | None = None, replace: bool = True) -> RunResult:
+        """Retry a run (default: the latest) from turn ``from_turn`` with this session's model and cache.
+
+        ``run_key`` and ``replace`` as for :meth:`ask`: the retry's cell run again replaces its previous retry
+        (which is then no longer the latest run, so the default retries the same run again).
+        """
         from harness_magic.core.control.replay import retry_from
 
-        log = log or self.harness.run_file
-        if log is None:
-            raise ValueError("no run to retry yet: pass the path of a run log")
         harness = self.harness
-        run = self.timeline.begin(self, uuid.uuid4().hex[:12], None)
-        try:
+        with self.timeline.running(self, run_key, replace=replace) as run_id:
+            log = log or self.timeline.latest_log() or harness.run_file
+            if log is None:
+                raise ValueError("no run to retry yet: pass the path of a run log")
             with harness.overriding(adapter=self.adapter_for(model) if model is not None else None):
                 self._fresh_worker()
                 self.prestart()
-                result = retry_from(log, from_turn, harness, run_id=run.run_id, session_id=self.session_id)
-        finally:
-            self.timeline.end(self, run)
+                result = retry_from(log, from_turn, harness, run_id=run_id, session_id=self.session_id)
         self.runs.append(result)
         return result
 
@@ -393,7 +395,7 @@ class AgentSession:
         with a notice saying so, and :attr:`timeline` ``.last_rewind`` holds it.
         ``replace=False`` appends to the conversation as a run without a key does.
         """
-        from harness_magic.core.control.reruns import announce_rewind, check_run_key
+        from harness_magic.core.control.reruns import check_run_key
 
         harness = self.harness
         if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
@@ -404,19 +406,14 @@ class AgentSession:
         previous_budgets = self.budget_guard.budgets
         if budgets is not None:
             self._set_budgets(budgets)
-        run_id = uuid.uuid4().hex[:12]
-        rewind = self.timeline.rewind(self, run_key, by=run_id) if run_key is not None and replace else None
-        keyed = {"run_key": run_key, "supersedes": list(rewind.superseded) if rewind else []} if run_key else None
-        run = self.timeline.begin(self, run_id, run_key)
         try:
-            with harness.overriding(adapter=adapter, max_turns=max_turns, log_extra=keyed), \
-                    announce_rewind(harness, rewind):
+            with self.timeline.running(self, run_key, replace=replace) as run_id, \
+                    harness.overriding(adapter=adapter, max_turns=max_turns):
                 self._fresh_worker()
                 self.prestart()  # beside the first model request
                 result = harness.ask_result(prompt, run_id=run_id, session_id=self.session_id)
         finally:
             self._set_budgets(previous_budgets)
-            self.timeline.end(self, run)
         self.runs.append(result)
         return result
 

@@ -426,7 +426,7 @@ class AgentMagics(Magics):
         notebook's variables.
         """
         args = parse_argstring(self.agent, line)
-        run_key = self.cells.run_key(line, cell or "")
+        run_key = self.cells.run_key(f"%%agent {line}\n{cell or ''}", cell or "")
         prompt = (cell or "").strip("\n")
         if not prompt.strip():
             raise UsageError("%%agent needs a prompt: write it in the cell body below the %%agent line")

@@ -1,4 +1,4 @@
-"""Which cell an ``%%agent`` run comes from: the run key the core ties re-runs to.
+"""Which cell an ``%%agent`` (or ``%agent_retry``) run comes from: the run key the core ties re-runs to.
 
 JupyterLab (and other front ends on ipykernel 6+) send the cell's id with
 every execution; IPython hands it to the ``pre_run_cell`` event as
@@ -10,9 +10,9 @@ progress into a *run key*:
 * ``source:<digest>`` otherwise (terminal IPython, nbclient and nbval send no
   id): a SHA-256 of the cell's text, so running the same text again is a re-run,
   and two cells with the same text count as one;
-* a second ``%%agent`` run started within one execution (code calling
-  ``run_cell_magic`` twice) gets ``#2``, ``#3``... after the key, so it does not
-  replace the first.
+* a second run started within one execution (code calling ``run_cell_magic``
+  twice, two ``%agent_retry`` lines) gets ``#2``, ``#3``... after the key, so it
+  does not replace the first.
 
 A magic called outside any execution the tracker saw (the shell's
 ``run_cell_magic`` from a script) is keyed by its own text.
@@ -57,11 +57,12 @@ class CellTracker:
         self._source = raw if isinstance(raw, str) else None
         self._runs = 0
 
-    def run_key(self, line: str, cell: str) -> str:
-        """The run key of an ``%%agent`` run with this magic ``line`` and ``cell`` body (see the module docstring)."""
-        body = cell.strip()
-        if self._source is None or body not in self._source:  # not called from the execution we saw
-            return SOURCE_KEY_PREFIX + _digest(f"%%agent {line}\n{cell}")
+    def run_key(self, magic: str, anchor: str) -> str:
+        """The run key of a run started by ``magic`` (the magic's own text, e.g. ``%%agent --in x\nPrompt``);
+        ``anchor`` is the part of it the cell holds verbatim (a cell magic's body, a line magic's arguments).
+        See the module docstring."""
+        if self._source is None or anchor.strip() not in self._source:  # not called from the execution we saw
+            return SOURCE_KEY_PREFIX + _digest(magic)
         self._runs += 1
         key = CELL_KEY_PREFIX + self._cell_id if self._cell_id else SOURCE_KEY_PREFIX + _digest(self._source)
         return key if self._runs == 1 else f"{key}#{self._runs}"

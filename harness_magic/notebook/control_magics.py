@@ -128,11 +128,13 @@ class ControlMagics(Magics):
     @argument("-m", "--model", default=None, help="Model for the retry (default: AgentMagics.model).")
     @line_magic
     def agent_retry(self, line: str) -> Any:
-        """Retry a run from turn N: the transcript before it is re-used, the model continues."""
+        """Retry a run from turn N: the transcript before it is re-used, the model continues. Run again, the cell
+        replaces its previous retry (and retries the same run)."""
         args = parse_argstring(self.agent_retry, line)
+        run_key = self._agent.cells.run_key(f"%agent_retry {line}", line)
         session = self._agent.session
-        log = _log_path(args.log) if args.log else session.harness.run_file
-        if log is None:
+        log = _log_path(args.log) if args.log else None
+        if log is None and session.harness.run_file is None:
             raise UsageError("%agent_retry: no run yet in this session; pass --log PATH")
         model = args.model if args.model is not None else self._agent.model
         if args.model is not None:
@@ -141,7 +143,7 @@ class ControlMagics(Magics):
         unsubscribe = session.subscribe(handler) if handler is not None else None
         result = None
         try:
-            result = session.retry(args.from_turn, log, model=model)
+            result = session.retry(args.from_turn, log, model=model, run_key=run_key)
             return result
         except ValueError as exc:
             raise UsageError(f"%agent_retry: {exc}") from None

@@ -41,6 +41,7 @@ appends as before.
 from __future__ import annotations
 
 import contextlib
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Protocol
 
@@ -183,6 +184,32 @@ class RunTimeline:
     def runs(self) -> list[TimelineRun]:
         """The runs not superseded, oldest first."""
         return list(self._runs)
+
+    @contextlib.contextmanager
+    def running(self, host: TimelineHost, run_key: str | None, *, replace: bool = True) -> Iterator[str]:
+        """Around one run on ``host``'s harness; yields the id the run must take (``run_id=``).
+
+        A ``run_key`` that ran before is rewound first (``replace``; see :meth:`rewind`), the run's
+        ``run_start`` carries its ``run_key`` and the runs it ``supersedes``, its transcript opens with the
+        rewind's notice (:func:`announce_rewind`), and the run goes on the timeline when the block ends,
+        also on error. A bad ``run_key`` raises ValueError before anything changes.
+        """
+        if run_key is not None:
+            check_run_key(run_key)
+        run_id = uuid.uuid4().hex[:12]
+        rewind = self.rewind(host, run_key, by=run_id) if run_key is not None and replace else None
+        harness = host.harness
+        keyed = {"run_key": run_key, "supersedes": list(rewind.superseded) if rewind else []} if run_key else None
+        run = self.begin(host, run_id, run_key)
+        try:
+            with harness.overriding(log_extra=keyed), announce_rewind(harness, rewind):
+                yield run_id
+        finally:
+            self.end(host, run)
+
+    def latest_log(self) -> str | None:
+        """The log of the latest run on the timeline (None: no run yet)."""
+        return self._runs[-1].run_file if self._runs else None
 
     def begin(self, host: TimelineHost, run_id: str, run_key: str | None) -> TimelineRun:
         """Note the session as run ``run_id`` finds it; call :meth:`end` when the run is over (also on error)."""
