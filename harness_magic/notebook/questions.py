@@ -33,8 +33,11 @@ def question_html(request: Any) -> str:
     from harness_magic.core.text.safe_markdown import markdown_to_html
 
     why = f'<div style="color:#57606a">why: {html.escape(request.why)}</div>' if request.why else ""
+    body = markdown_to_html(request.question).strip()
+    if body.count("<p>") == 1 and body.startswith("<p>") and body.endswith("</p>"):  # one line: no margins
+        body = f"<div>{body[3:-4]}</div>"
     return (f'<div class="agent-question" style="border-left:3px solid #0969da;padding:2px 8px">'
-            f'<b style="color:#0969da">The agent asks</b>{markdown_to_html(request.question)}{why}</div>')
+            f'<b style="color:#0969da">The agent asks</b>{body}{why}</div>')
 
 
 def waiting_note(request: Any) -> str:
