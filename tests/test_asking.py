@@ -231,6 +231,46 @@ def test_without_a_person_a_write_is_denied_at_once() -> None:
     assert front.box is None
 
 
+# -- the kernel seam -----------------------------------------------------------------------------------
+
+
+def test_only_a_kernel_with_a_shell_channel_thread_can_route_widget_messages() -> None:
+    from types import SimpleNamespace
+
+    from harness_magic.notebook.kernel_comms import kernel_comms
+
+    assert kernel_comms(None) is None, "terminal IPython"
+    assert kernel_comms(SimpleNamespace(shell_channel_thread=None)) is None, "a kernel without subshells"
+
+
+def test_routing_sends_the_widgets_messages_to_one_subshell_and_stops_on_exit() -> None:
+    from types import SimpleNamespace
+
+    from harness_magic.notebook.kernel_comms import SubshellComms
+
+    created: list[str] = []
+
+    class Loop:  # the shell-channel thread's loop runs the callback on its own thread
+        def add_callback(self, fn: Callable[[], None]) -> None:
+            threading.Thread(target=fn).start()
+
+    class Manager:
+        def _create_subshell(self) -> str:
+            assert threading.current_thread() is not threading.main_thread()
+            created.append("sub-1")
+            return "sub-1"
+
+    kernel = SimpleNamespace(shell_channel_thread=SimpleNamespace(io_loop=Loop(), manager=Manager()))
+    comm = SimpleNamespace()
+    comms = SubshellComms(kernel)
+    with comms.routing([SimpleNamespace(comm=comm), SimpleNamespace(comm=None)]):
+        assert comm._reply_subshell_for({"content": {"event": "click"}}, None) == "sub-1"
+    assert not hasattr(comm, "_reply_subshell_for"), "after the wait the main shell gets them again"
+    with comms.routing([SimpleNamespace(comm=comm)]):
+        pass
+    assert created == ["sub-1"] and comms.subshell_id == "sub-1", "one subshell per kernel"
+
+
 # -- where the box shows -------------------------------------------------------------------------------
 
 
