@@ -182,6 +182,10 @@ def test_replace_false_appends_as_before_and_new_handles_get_suffixes(tmp_path):
     s = scripted(tmp_path, code("save('qoq_growth', 1)"), answer("First."), code("save('qoq_growth', 2)"),
                  answer("Second."))
     first = s.ask("Grow?", run_key="cell-a")
+    s.ask("Grow?", run_key="cell-a")
+    s.rewind_offline_models()
+    first = s.ask("Grow?", run_key="cell-a")
+    assert s.timeline.last_rewind is not None
     second = s.ask("Grow?", run_key="cell-a", replace=False)
     assert second.handles == ("qoq_growth_2",) and s.cache.names() == ["qoq_growth", "qoq_growth_2"]
     assert len(s.harness.messages) == 2 * len(first.messages) and s.timeline.last_rewind is None

@@ -178,7 +178,7 @@ class RunTimeline:
         self.superseded: dict[str, str] = {}
         """Run id -> id of the run that replaced it (every run ever taken back, for records and exports)."""
         self.last_rewind: Rewind | None = None
-        """What the latest keyed run took back (None: it replaced nothing)."""
+        """What the latest run took back (None: it replaced nothing)."""
 
     @property
     def runs(self) -> list[TimelineRun]:
@@ -198,6 +198,7 @@ class RunTimeline:
             check_run_key(run_key)
         run_id = uuid.uuid4().hex[:12]
         rewind = self.rewind(host, run_key, by=run_id) if run_key is not None and replace else None
+        self.last_rewind = rewind
         harness = host.harness
         keyed = {"run_key": run_key, "supersedes": list(rewind.superseded) if rewind else []} if run_key else None
         run = self.begin(host, run_id, run_key)
