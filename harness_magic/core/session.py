@@ -115,6 +115,9 @@ class AgentSession:
         self.masking = SessionMasking(lambda: self.config.masking, lambda: declared_classes(
             self.connectors.registry if self.connectors is not None else None))
         """The one masking step between tool results and the provider (``config.masking``; issue 24)."""
+        self.pseudonyms = self.masking.pseudonyms
+        """Sensitive columns pseudonymised where values enter the cache, restored on pull (the first layer)."""
+        self.cache.set_guard(self.pseudonyms.guard())
         self.harness = self._build_harness(adapter or self.adapter_for(self.config.model))
         self.connectors: Any | None = None
         """The :class:`~harness_magic.core.execution.connectors.InstalledConnectors` of this session, or None."""
@@ -173,7 +176,14 @@ class AgentSession:
         # a preset (domain) subagent reads this session's connectors, filtered, and skills, as they are then
         options.setdefault("preset_connectors", lambda: self.connectors.registry if self.connectors else None)
         options.setdefault("preset_skills", lambda: self.skills.skill_set)
+        options.setdefault("cache_factory", self._subagent_cache)
         return enable_subagents(self.harness, **options)
+
+    def _subagent_cache(self) -> SessionCache:
+        """A subagent's fresh cache: its own values, the session's pseudonyms at entry (a preset reads connectors)."""
+        cache = SessionCache()
+        cache.set_guard(self.pseudonyms.guard())
+        return cache
 
     def disable_subagents(self) -> None:
         """Withdraw the ``subagent`` tool from the next request on (a no-op when it is not offered)."""
@@ -411,7 +421,9 @@ class AgentSession:
                     harness.overriding(adapter=adapter, max_turns=max_turns):
                 self._fresh_worker()
                 self.prestart()  # beside the first model request
-                result = harness.ask_result(prompt, run_id=run_id, session_id=self.session_id)
+                # a sensitive value the person typed becomes the pseudonym the agent's side knows it by
+                result = harness.ask_result(self.pseudonyms.mask_prompt(prompt), run_id=run_id,
+                                            session_id=self.session_id)
         finally:
             self._set_budgets(previous_budgets)
         self.runs.append(result)
@@ -510,10 +522,35 @@ class AgentSession:
         loaded = load_checkpoint(directory, self.connectors.registry if self.connectors is not None else None,
                                  hot_count=self.config.hot_count, memory_budget_bytes=self.config.memory_budget_bytes,
                                  spill_dir=self.config.spill_dir)
+        self._guard_loaded(loaded)
         old, self.cache = self.cache, loaded
         self._rebuild_harness()
         old.close()
         return loaded
+
+    def _guard_loaded(self, cache: SessionCache) -> None:
+        """Put a loaded checkpoint's values through the entry guard: a checkpoint written elsewhere (or before
+        masking) may hold real values; each handle keeps its name."""
+        from harness_magic.core.cache.errors import CacheError
+
+        guard = self.pseudonyms.guard()
+        for info in cache.entries():
+            if info.location not in ("memory", "disk"):
+                continue  # engine handles: rows are concealed when the engine produces them
+            try:
+                value = cache.get(info.name)
+            except CacheError:  # a damaged or changed file: never decoded, refused by name when it is read
+                continue
+            concealed = guard.conceal(info.name, value, None)
+            if concealed is not value:
+                cache.retire(info.name)
+                cache.put(info.name, concealed, turn=info.turn, tool=info.tool)
+        cache.set_guard(guard)
+        for info in cache.entries():
+            if info.location not in ("memory", "disk"):  # snapshot the engine's head rows again, concealed
+                value = cache.get(info.name)
+                cache.retire(info.name)
+                cache.put(info.name, value, turn=info.turn, tool=info.tool)
 
     def close(self) -> None:
         """Close the backend (a start under way is waited for and closed: no worker is left) and the cache."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
+from harness_magic.core.cache.session import SessionCache
 from harness_magic.core.text.masking import ColumnClass, Masker
 from harness_magic.core.text.sensitivity import DETECTED_KINDS, classify_column
 
@@ -45,12 +46,24 @@ class SessionMasking:
         """Columns whose values could not be read, each named (the run goes on; ``%agent_connectors`` lists them)."""
         self._seen: dict[str, str] = {}
         """Handle -> version already scanned (a handle's value never changes; a new version is rescanned)."""
+        from harness_magic.core.control.pseudonyms import Pseudonyms
+
+        self.pseudonyms = Pseudonyms(self.masker)
+        """The first layer: sensitive columns pseudonymised where values enter a cache (its guards)."""
+        self._entry_counts: dict[str, int] = {}
 
     # -- ResultMasker --------------------------------------------------------------------------
 
     def observe(self, cache: Any, handles: Sequence[str]) -> None:
         """Classify the columns of each new handle and track their values (bounded by :data:`SCAN_ROWS`)."""
         if not handles or not self.masker.active:
+            return
+        if isinstance(cache, SessionCache) and cache.guard is not None:
+            # classified and concealed where the values came in (core/control/pseudonyms.py): what was
+            # replaced there is counted with this tool result, so the mark shows where the model reads it
+            if self.pseudonyms is not None:
+                for cls, n in self.pseudonyms.take_entry_counts(handles).items():
+                    self._entry_counts[cls] = self._entry_counts.get(cls, 0) + n
             return
         versions = cache.versions() if hasattr(cache, "versions") else {}
         for name in handles:
@@ -65,7 +78,11 @@ class SessionMasking:
 
     def mask(self, text: str) -> tuple[str, dict[str, int]]:
         masked = self.masker.mask_text(text)
-        return masked.text, masked.counts
+        counts = dict(masked.counts)
+        for cls, n in self._entry_counts.items():  # values concealed at entry of the handles just observed
+            counts[cls] = counts.get(cls, 0) + n
+        self._entry_counts = {}
+        return masked.text, counts
 
     def mask_snapshot(self, snapshot: dict[str, Any]) -> dict[str, Any]:
         return self.masker.mask_value(snapshot)

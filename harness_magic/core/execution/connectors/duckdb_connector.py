@@ -117,6 +117,7 @@ def duckdb_connector(
         name, description or "In-process DuckDB SQL over cached DataFrame handles (by handle name) and "
                              "configured files; results come back as handles.")
     connector.engine = engine  # type: ignore[attr-defined]
+    connector.dialect = "duckdb"
     engine.connector_name = connector.name
     govern(connector, environment, allow_writes)
 

@@ -47,6 +47,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Sequence
 
+from harness_magic.core.cache.session import SessionCache
+from harness_magic.core.execution.connectors.lineage import column_sources
 from harness_magic.core.execution.connectors.approval import ApprovalDecision, ApprovalPolicy, ApprovalRequest
 from harness_magic.core.execution.connectors.guard import ApprovalGuard
 from harness_magic.core.transcript.events import Notice
@@ -100,6 +102,24 @@ class ConnectorResult:
     note: str = ""
     name: str | None = None
     """Preferred cache handle (defaults to the tool's result name)."""
+
+
+ECHO_HIDDEN = "'[value hidden]'"
+"""What a quoted value in an engine's error becomes when the model's own SQL does not hold it."""
+
+
+def hide_echoed_values(message: str, sql: str) -> str:
+    """``message`` (an engine's error) with every quoted value (single or double quotes) the model's ``sql`` does
+    not contain hidden.
+
+    Engines echo data in errors ("Could not convert string 'Alice Smith' to INT32"): the value never entered
+    the agent's side, so its error must not carry it there. What the model wrote itself stays readable.
+    """
+    def hide(match: re.Match[str]) -> str:
+        inner = match.group(1) if match.group(1) is not None else match.group(2)
+        return match.group() if inner in sql else ECHO_HIDDEN
+
+    return re.sub(r"'((?:[^'\\\n]|\\.|''){1,2000})'|\"((?:[^\"\\\n]|\\.){1,2000})\"", hide, message)
 
 
 # --------------------------------------------------------------------------- schema from hints
@@ -274,6 +294,8 @@ class Connector:
         self.configuration: dict[str, Any] | None = None
         """How a builder made it (its name and arguments, :func:`.sameness.records_configuration`); None for a
         connector built by hand. What :meth:`ConnectorRegistry.put` compares to keep or replace a connector."""
+        self.dialect: str | None = None
+        """SQL dialect of its tools' ``sql`` arguments (``duckdb``, ``postgresql``...), for query lineage."""
 
     def __repr__(self) -> str:
         return f"Connector({self.name!r}, tools={self.tool_names})"
@@ -556,14 +578,26 @@ class InstalledConnectors:
             if context_name is not None:
                 approve = self._approver(template, connector) if connector.previews(template.name) else None
                 arguments[context_name] = ToolContext(harness.cache, harness, template.name, approve)
-            value = fn(**arguments)
+            sql = arguments.get("sql")
+            sources = None
+            if isinstance(sql, str):
+                sources = column_sources(sql, connector.dialect)
+                guard = harness.cache.guard if isinstance(harness.cache, SessionCache) else None
+                if guard is not None:  # a pseudonym the query compares against means its real value
+                    arguments["sql"] = guard.query_for_engine(sql, connector.dialect)
+            try:
+                value = fn(**arguments)
+            except ToolError as exc:
+                if not isinstance(sql, str):
+                    raise
+                raise ToolError(hide_echoed_values(str(exc), sql)) from None
             if isinstance(value, ConnectorResult):
                 output = format_tool_output(value.value, harness.cache, value.name or preferred,
-                                            turn=harness.current_turn, tool=template.name)
+                                            turn=harness.current_turn, tool=template.name, sources=sources)
                 text = f"{value.note}\n{output.text}" if value.note else output.text
                 return dataclasses.replace(output, text=text)
             return format_tool_output(value, harness.cache, preferred, turn=harness.current_turn,
-                                      tool=template.name)
+                                      tool=template.name, sources=sources)
 
         handler.__name__ = template.name
         return handler

@@ -535,6 +535,7 @@ def sql_connector(
     if warnings:
         text += " WARNING: " + "; ".join(warnings) + "."
     connector = Connector(name, text)
+    connector.dialect = db.dialect
     govern(connector, environment, allow_writes)
     connector.connection = db  # type: ignore[attr-defined]
     connector.safety_warnings = warnings  # type: ignore[attr-defined]
