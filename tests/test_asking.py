@@ -25,7 +25,7 @@ import pytest
 from harness_magic.core.control.questions import QuestionRequest
 from harness_magic.core.execution.connectors import ApprovalDecision, ApprovalRequest
 from harness_magic.notebook.approval import NO_PERSON_REASON
-from harness_magic.notebook.asking import NO_ROUTE_NOTICE, PersonAsker
+from harness_magic.notebook.asking import NO_ROUTE_REASON, PersonAsker
 from harness_magic.notebook.prompt_widget import PromptBox
 
 pytest.importorskip("ipywidgets")
@@ -179,10 +179,13 @@ def test_without_a_person_the_question_gets_no_answer_at_once_and_nothing_is_sho
     assert time.monotonic() - started < 0.5 and front.box is None
 
 
-def test_a_kernel_that_cannot_route_widget_messages_says_so_and_gets_no_answer(capsys) -> None:
-    asker = PersonAsker(FakeShell(), router=lambda: None)
+def test_a_kernel_that_cannot_route_widget_messages_says_so_and_nobody_is_asked(capsys) -> None:
+    front = FrontEnd()
+    asker = PersonAsker(FakeShell(), host=lambda: front, router=lambda: None, approval_timeout_s=lambda: 5.0)
     assert asker.answer(QUESTION) is None
-    assert NO_ROUTE_NOTICE in capsys.readouterr().out
+    assert asker.approve(WRITE) == ApprovalDecision(False, f"it needs approval, and {NO_ROUTE_REASON}")
+    shown = capsys.readouterr().out
+    assert shown.count(NO_ROUTE_REASON) == 2 and front.box is None, "said in the cell; no box nobody can click"
 
 
 # -- approvals in the cell ----------------------------------------------------------------------------

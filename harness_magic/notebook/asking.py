@@ -51,13 +51,12 @@ from harness_magic.notebook.prompt_widget import PromptBox
 from harness_magic.notebook.questions import answer_for, question_html, question_text, waiting_note
 from harness_magic.notebook.terminal_prompt import read_line
 
-__all__ = ["PersonAsker", "PromptHost", "Presence", "NO_ROUTE_NOTICE"]
+__all__ = ["PersonAsker", "PromptHost", "Presence", "NO_ROUTE_REASON"]
 
 Presence = Literal["widgets", "terminal"] | None
 
-NO_ROUTE_NOTICE = ("The agent asked a question this kernel cannot take an answer to while the cell runs "
-                   "(it needs ipykernel 7.4 or later); it goes on without one.")
-"""Shown in the cell where the front end has a person but the kernel cannot hear the widget."""
+NO_ROUTE_REASON = "this kernel cannot take a click while the cell runs (it needs ipykernel 7.4 or later)"
+"""Why a front end with a person still cannot answer: the kernel cannot hear the widget during the cell."""
 
 
 class PromptHost(Protocol):
@@ -132,15 +131,20 @@ class PersonAsker:
             return None if typed is None else answer_for(request, typed)
         if where is None:
             return None
+        router = self._router()
+        if router is None:
+            print(f"The agent's question gets no answer: {NO_ROUTE_REASON}.", file=self.stdout)
+            return None
         box = PromptBox("question", question_html(request),
                         [(option, option, "agent-prompt-option") for option in request.options],
                         free_text=True, note=waiting_note(request), tool_use_id=request.tool_use_id)
-        reply = self._wait_in_cell(box, request.timeout_s, {
-            "timeout": f"withdrawn: no answer within {request.timeout_s or 0:g} s; "
-                       "the agent goes on under an assumption it states",
-            "interrupt": "withdrawn: interrupted; the agent goes on under an assumption it states"})
-        if reply is None:
-            return None
+        try:
+            reply = self._wait_in_cell(box, router, request.timeout_s,
+                                       "withdrawn: interrupted; the agent goes on under an assumption it states")
+        except TimeoutError:  # the core hears "timed out" and words the no-answer for the model
+            box.close("withdrawn", f"withdrawn: no answer within {request.timeout_s:g} s; "
+                                   "the agent goes on under an assumption it states")
+            raise
         box.close("answered", f"answered: {reply}")
         return reply
 
@@ -152,7 +156,6 @@ class PersonAsker:
         timeout_s = self._approval_timeout_s()
         verb = approve_verb(request)
         where = self.presence()
-        timed_out = ApprovalDecision(False, f"nobody approved it within {timeout_s or 0:g} s")
         if where == "terminal":
             print(request_text(request), file=self.stdout)
             try:
@@ -160,47 +163,41 @@ class PersonAsker:
                                   stdin=self.stdin, stdout=self.stdout)
             except TimeoutError:
                 print(f"no answer after {timeout_s:g} s: not approved", file=self.stdout)
-                return timed_out
+                return ApprovalDecision(False, f"nobody approved it within {timeout_s:g} s")
             if typed is None:
                 return ApprovalDecision(False, NO_PERSON_REASON)
             return _decision(typed.strip().lower() in APPROVE_ANSWERS)
         if where is None:
             return ApprovalDecision(False, NO_PERSON_REASON)
+        router = self._router()
+        if router is None:
+            print(f"A write the agent asked for is not approved: {NO_ROUTE_REASON}.", file=self.stdout)
+            return ApprovalDecision(False, f"it needs approval, and {NO_ROUTE_REASON}")
         limit = f" No answer within {timeout_s:g} s: not approved." if timeout_s else ""
         box = PromptBox("approval", request_html(request),
                         [(verb, True, "agent-prompt-approve"), ("Deny", False, "agent-prompt-deny")],
                         note=f"{verb} runs it; Deny tells the agent you refused.{limit}",
                         tool_use_id=request.tool_use_id)
-        reply = self._wait_in_cell(box, timeout_s, {
-            "timeout": f"withdrawn: no answer within {timeout_s or 0:g} s; not approved, it did not run",
-            "interrupt": "withdrawn: interrupted; not approved, it did not run"}, raise_on_timeout=False)
-        if reply is None:
-            return timed_out
+        try:
+            reply = self._wait_in_cell(box, router, timeout_s, "withdrawn: interrupted; not approved, it did not run")
+        except TimeoutError:
+            box.close("withdrawn", f"withdrawn: no answer within {timeout_s:g} s; not approved, it did not run")
+            return ApprovalDecision(False, f"nobody approved it within {timeout_s:g} s")
         box.close("answered", f"{'approved' if reply else 'denied'} by you")
         return _decision(bool(reply))
 
     # -- the widget's wait --------------------------------------------------------------------
 
-    def _wait_in_cell(self, box: PromptBox, timeout_s: float | None, withdrawn: dict[str, str], *,
-                      raise_on_timeout: bool = True) -> Any:
-        """Show ``box`` and wait for its answer. None when nothing can answer (no route); when the time
-        passes the box is withdrawn and TimeoutError raised (None with ``raise_on_timeout`` False); an
-        interrupt withdraws the box and propagates."""
-        router = self._router()
-        if router is None:
-            print(NO_ROUTE_NOTICE, file=self.stdout)
-            return None
+    def _wait_in_cell(self, box: PromptBox, router: CommRouter, timeout_s: float | None, interrupted: str) -> Any:
+        """Show ``box`` and return its answer, its controls' messages routed meanwhile; TimeoutError when
+        the time passes (the caller withdraws the box); an interrupt withdraws it (``interrupted``) and
+        propagates."""
         with router.routing(box.controls):
             self._show(box)
             try:
                 return box.wait(timeout_s)
-            except TimeoutError:
-                box.close("withdrawn", withdrawn["timeout"])
-                if raise_on_timeout:  # a question: the core hears "timed out" and words the no-answer
-                    raise
-                return None
             except KeyboardInterrupt:
-                box.close("withdrawn", withdrawn["interrupt"])
+                box.close("withdrawn", interrupted)
                 raise
 
     def _show(self, box: PromptBox) -> None:
