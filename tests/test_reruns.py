@@ -244,6 +244,41 @@ def test_a_bad_run_key_is_refused_before_anything_changes(tmp_path, key):
     assert len(s.harness.messages) == 2 and len(s.runs) == 1
 
 
+# -- which cell a run comes from (the notebook's run key) -------------------------------------------
+
+
+def test_the_cell_tracker_keys_a_run_by_cell_id_else_by_text():
+    from types import SimpleNamespace
+
+    from harness_magic.notebook.cells import CellTracker
+
+    cells = CellTracker()
+    cells.started(SimpleNamespace(cell_id="4e1f-cell", raw_cell="%%agent --in sales\nWhich region?"))
+    assert cells.run_key("%%agent --in sales\nWhich region?", "Which region?") == "cell:4e1f-cell"
+    cells.started(SimpleNamespace(cell_id="4e1f-cell", raw_cell="%%agent\nEdited question?"))
+    assert cells.run_key("%%agent \nEdited question?", "Edited question?") == "cell:4e1f-cell", "same cell, edited"
+    cells.started(SimpleNamespace(cell_id=None, raw_cell="%%agent\nHi"))
+    by_text = cells.run_key("%%agent \nHi", "Hi")
+    cells.started(SimpleNamespace(cell_id=None, raw_cell="%%agent\nHi"))
+    assert by_text.startswith("source:") and cells.run_key("%%agent \nHi", "Hi") == by_text
+
+
+def test_hostile_or_odd_cell_ids_and_calls_outside_a_cell_still_give_bounded_distinct_keys():
+    from types import SimpleNamespace
+
+    from harness_magic.core.control.reruns import check_run_key
+    from harness_magic.notebook.cells import CellTracker
+
+    cells = CellTracker()
+    source = "run_agent('a')\nrun_agent('b')"
+    cells.started(SimpleNamespace(cell_id="x" * 100_000 + "\n\x1b[2J", raw_cell=source))
+    first, second = cells.run_key("%%agent \na", "a"), cells.run_key("%%agent \nb", "b")
+    assert check_run_key(first) and check_run_key(second) and len(first) < 100
+    assert second == first + "#2", "two runs from one execution do not replace each other"
+    outside = cells.run_key("%%agent \nnot in this cell", "not in this cell")
+    assert outside.startswith("source:") and outside != first
+
+
 # -- what the model is sent (litellm over HTTP) -----------------------------------------------------
 
 
