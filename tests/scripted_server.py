@@ -7,7 +7,10 @@ body. Replies are dicts:
 ``{"text": str, "tool_calls": [{"id", "name", "arguments": dict}], "usage": {...}}``
     a completion; streamed as SSE when the request asks for ``stream``.
 ``{"status": 429, "error": "..."}``
-    an HTTP error.
+    an HTTP error (``"body": {...}`` sends that JSON body instead of the OpenAI-style one).
+``{"empty_stream": True}``
+    a streamed request gets a 200 with an empty body, as llama-cpp-python answers one over its
+    context window (a request that does not stream takes the next reply).
 
 ``ScriptedServer(strict=True)`` validates each request as OpenAI does (see
 :func:`strict_apis.openai_problems`) and answers a violation with HTTP 400
@@ -20,7 +23,8 @@ assistant and tool ``content`` must be a string (a list of parts is answered
 with HTTP 500 "N validation errors", as that server does). ``models`` (ids)
 makes ``GET /v1/models`` answer with that list (else 404), and
 ``served_model`` answers a request for any other model with a vLLM-style 404.
-Request headers are kept in ``headers`` (one dict per request).
+Request headers are kept in ``headers`` (one dict per request). ``v1_only=True`` serves the API
+under ``/v1`` only, as llama-cpp-python does: other paths get its 404 ``{"detail": "Not Found"}``.
 
 Run as a process (a real server with its own socket and pid)::
 
@@ -48,7 +52,7 @@ DEFAULT_USAGE = {"prompt_tokens": 100, "completion_tokens": 20, "cached_tokens":
 class ScriptedServer:
     def __init__(self, replies: list[dict[str, Any]] | None = None, *, strict: bool = False,
                  strict_fields: bool = False, string_content: bool = False, models: list[str] | None = None,
-                 served_model: str | None = None, on_request: Any = None) -> None:
+                 served_model: str | None = None, on_request: Any = None, v1_only: bool = False) -> None:
         self.replies: list[dict[str, Any]] = list(replies or [])
         self.strict = strict or strict_fields
         self.strict_fields = strict_fields
@@ -56,6 +60,9 @@ class ScriptedServer:
         self.models = models
         self.served_model = served_model
         self.on_request = on_request
+        self.v1_only = v1_only
+        self.paths: list[str] = []
+        """Every request's method and path, in order (``"POST /v1/chat/completions"``)."""
         self.rejections: list[str] = []
         self.requests: list[dict[str, Any]] = []
         self.raw_requests: list[bytes] = []
@@ -75,7 +82,19 @@ class ScriptedServer:
                 self.end_headers()
                 self.wfile.write(payload)
 
+            def _outside_v1(self, method: str) -> bool:
+                """Record the request's path; answer 404 (and True) for one outside /v1 when ``v1_only``."""
+                with server._lock:
+                    server.paths.append(f"{method} {self.path}")
+                if server.v1_only and not self.path.startswith("/v1/"):
+                    self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                    self._json(404, {"detail": "Not Found"})
+                    return True
+                return False
+
             def do_GET(self) -> None:  # noqa: N802
+                if self._outside_v1("GET"):
+                    return
                 if self.path.rstrip("/").endswith("/models") and server.models is not None:
                     self._json(200, {"object": "list", "data": [
                         {"id": m, "object": "model", "owned_by": "test"} for m in server.models]})
@@ -83,6 +102,8 @@ class ScriptedServer:
                     self._json(404, {"detail": "Not Found"})
 
             def do_POST(self) -> None:  # noqa: N802
+                if self._outside_v1("POST"):
+                    return
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
                 with server._lock:
@@ -109,13 +130,22 @@ class ScriptedServer:
                                          "message": f"The model `{asked}` does not exist."})
                         return
                     else:
+                        while server.replies and server.replies[0].get("empty_stream") \
+                                and not server.requests[-1].get("stream"):
+                            server.replies.pop(0)  # only a streamed request gets the empty body
                         reply = server.replies.pop(0) if server.replies else {"status": 500, "error": "script exhausted"}
                 if reply.get("delay"):
                     time.sleep(reply["delay"])
+                if reply.get("empty_stream"):
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if "status" in reply:
                     kind = "invalid_request_error" if reply["status"] == 400 else "server_error"
-                    payload = json.dumps({"error": {"message": reply.get("error", "error"), "type": kind,
-                                                    "code": reply["status"]}}).encode()
+                    payload = json.dumps(reply.get("body") or {"error": {
+                        "message": reply.get("error", "error"), "type": kind, "code": reply["status"]}}).encode()
                     self.send_response(reply["status"])
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(payload)))

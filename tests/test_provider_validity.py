@@ -16,6 +16,7 @@ import pytest
 from harness_magic import Harness, ProviderAdapter, SessionCache, ToolSpec, reconstruct_transcript
 from harness_magic.core.transcript.events import ContextCompacted, TextDelta
 from harness_magic.core.agent.loop import NO_ANSWER_TEXT, PromptTooLarge
+from harness_magic.core.agent.run import INTERRUPTED_ANSWER_NOTE
 from harness_magic.core.transcript.messages import Message
 from harness_magic.core.providers.provider import EMPTY_TOOL_RESULT_TEXT, ModelRouteError, check_model_route
 from scripted_server import ScriptedServer
@@ -197,7 +198,11 @@ def test_interrupt_while_streaming_the_first_answer_then_follow_up(anthropic, tm
     unsubscribe = h.subscribe(stop)
     interrupted = h.ask_result("Tell me a lot.")
     unsubscribe()
-    assert interrupted.status == "interrupted" and interrupted.rolled_back and h.messages == []
+    # the text already streamed is the answer so far, and stays in the conversation marked as cut off
+    assert interrupted.status == "interrupted" and not interrupted.rolled_back
+    assert interrupted.text and "A long streamed answer that is cut off.".startswith(interrupted.text)
+    assert [m.role for m in h.messages] == ["user", "assistant"]
+    assert h.messages[1].text == interrupted.text + INTERRUPTED_ANSWER_NOTE
     follow = h.ask_result("Short answer please.")
     assert follow.status == "completed" and anthropic.rejections == []
 

@@ -52,7 +52,7 @@ from harness_magic.core.transcript.scrub import scrub
 
 __all__ = ["Run", "RunHost", "ReminderHook", "Check", "ToolGuard", "ToolValidator", "ResultMasker", "RUN_ENDINGS",
            "PARTIAL_OUTPUT_MAX_CHARS", "INTERRUPTED_RESULT", "SKIPPED_RESULT", "ROLLED_BACK_NOTE",
-           "COMPACT_AT", "COMPACT_TO"]
+           "INTERRUPTED_ANSWER_NOTE", "COMPACT_AT", "COMPACT_TO"]
 
 ReminderHook = Callable[[int, int], "str | None"]
 """``hook(turn, max_turns) -> text | None``: text is appended to the conversation suffix."""
@@ -73,6 +73,8 @@ SKIPPED_RESULT = "Not run: the run stopped ({reason}) before this tool call."
 """Error result for tool calls left unanswered when a run stops early."""
 ROLLED_BACK_NOTE = "no model answer yet, so the prompt was taken back out of the conversation"
 """Added to the error of a run that failed before the model answered anything."""
+INTERRUPTED_ANSWER_NOTE = "\n\n[interrupted by the user here]"
+"""Ends the kept part of an answer an interrupt cut off (in the conversation; the run's text is the part itself)."""
 COMPACT_AT = 0.9
 """Compact when a request's estimate passes this share of the input window (estimates are approximate)."""
 COMPACT_TO = 0.6
@@ -191,6 +193,10 @@ class Run:
         """Tool use id -> text it printed so far (:meth:`tool_printed`), bounded."""
         self.logged_upto = len(history)
         self.final_text = ""
+        self.streamed: list[str] = []
+        """Text the model streamed in the provider call in progress (kept as the answer so far on an interrupt)."""
+        self.kept_partial = False
+        """True when an interrupt cut the model's answer and its streamed text was kept (:meth:`stopped_by`)."""
 
     @property
     def run_file(self) -> str:
@@ -220,6 +226,7 @@ class Run:
             raise StopRun("max_turns_exceeded", f"reached max_turns={max_turns} without a final answer")
         self.turn += 1
         h.emit(TurnStarted(turn=self.turn, max_turns=max_turns))
+        self.streamed = []
         reminders = []
         for hook in h.reminder_hooks:
             text = hook(self.turn, max_turns)
@@ -233,7 +240,8 @@ class Run:
         return h.system, list(self.history), tools, reminders
 
     def _fit_window(self, tools: list[ToolSpec]) -> None:
-        """Compact the history when the request would pass :data:`COMPACT_AT` of the input window."""
+        """Compact the history when the request would pass :data:`COMPACT_AT` of the input window; when keeping
+        the latest turns whole is still over it, everything but the last message is summarised."""
         h = self.h
         adapter = h.adapter
         system = h.system
@@ -249,6 +257,11 @@ class Run:
             return adapter.estimate_messages_tokens(system, messages, tools)
 
         compacted, report = compact(self.history, estimate, int(limit * COMPACT_TO))
+        if (report.tokens_after if report is not None else tokens) > limit:
+            # the latest turns alone are over the window (e.g. one a context overflow showed): keep only the last
+            deeper, deep_report = compact(self.history, estimate, int(limit * COMPACT_TO), keep_recent=1)
+            if deep_report is not None:
+                compacted, report = deeper, deep_report
         if report is not None:
             self.history[:] = compacted
             self.logged_upto = len(self.history)
@@ -279,6 +292,7 @@ class Run:
             messages.append(Message(role="user", content=(block,)))
 
     def on_text(self, text: str) -> None:
+        self.streamed.append(text)
         self.h.emit(TextDelta(turn=self.turn, text=text))
 
     def tool_printed(self, text: str) -> None:
@@ -481,7 +495,7 @@ class Run:
         driver emits :class:`~harness_magic.core.transcript.events.RunFinished`.
         """
         history = self.history
-        rolled_back = status != "completed" and self.responses == 0
+        rolled_back = status != "completed" and self.responses == 0 and not self.kept_partial
         if rolled_back:  # nothing answered: the conversation is as before the run (the log keeps the attempt)
             del history[self.start_len :]
             self.logged_upto = len(history)
@@ -495,7 +509,8 @@ class Run:
         appended = history[self.logged_upto :]
         self.logged_upto = len(history)
         error = scrub(error)
-        text = (self.final_text or NO_ANSWER_TEXT) if status == "completed" else ""
+        text = (self.final_text or NO_ANSWER_TEXT) if status == "completed" else \
+            (self.final_text if self.kept_partial else "")
         turns = self.responses + (1 if sent else 0)
         result = RunResult(
             status=status,
@@ -551,6 +566,13 @@ class Run:
             return self.finish("error", f"provider error: {exc}", sent=calling and exc.request_sent)
         if isinstance(exc, (ValueError, OSError)):  # e.g. a broken offline script or log
             return self.finish("error", f"{type(exc).__name__}: {exc}")
+        if calling and "".join(self.streamed).strip():  # paragraphs already on screen stay the answer so far
+            partial = "".join(self.streamed)
+            kept = TextBlock(text=partial + INTERRUPTED_ANSWER_NOTE)
+            self.history.append(Message(role="assistant", content=(kept,)))
+            self.final_text, self.kept_partial = partial, True
+            return self.finish("interrupted", "interrupted by the user while the model was answering; the text it "
+                                              "had written is kept as the answer so far", sent=True)
         return self.finish("interrupted", "interrupted by the user", sent=calling)
 
     def turn_finished(self, response: ProviderResponse) -> None:

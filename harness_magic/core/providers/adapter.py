@@ -5,12 +5,16 @@ contract: ``complete(system, messages, tools, on_text)`` returns a
 :class:`~harness_magic.core.providers.response.ProviderResponse` or raises
 :class:`~harness_magic.core.providers.errors.ProviderError` after at most
 ``max_retries`` retries with exponential backoff (a refused connection, an
-authentication refusal or a model the server does not serve is never
-retried). A response carries in ``notices`` the transport's one-line notice
+authentication refusal, a model the server does not serve or a request over the
+model's context window is never retried). A response carries in ``notices`` the transport's one-line notice
 (the placeholder key was sent) the first time it exists. Adapters never mutate the
 messages they are given; they re-render only the messages that changed since
 the previous request (renderings are shared read-only), decide prompt-cache
-markers (``prompt_caching``), know the model's input limit, and estimate
+markers (``prompt_caching``), know the model's input limit (capped by the window a
+context overflow showed: the server's refusal, or an empty answer to a request within
+:data:`~harness_magic.core.providers.overflow.NEAR_WINDOW_SHARE` of the window, raises
+:class:`~harness_magic.core.providers.errors.ContextWindowExceeded` naming the prompt's size,
+the window and ``context_window``, and the next request is compacted to fit), and estimate
 token counts (litellm's counter for real models, characters / 4 otherwise).
 """
 
@@ -23,8 +27,9 @@ import json
 import time
 from typing import Any, Callable, Sequence
 
-from harness_magic.core.providers.errors import ProviderError
+from harness_magic.core.providers.errors import ContextWindowExceeded, ProviderError
 from harness_magic.core.providers.offline import ReplayModel, ScriptedModel, is_offline_model, offline_transport
+from harness_magic.core.providers.overflow import NEAR_WINDOW_SHARE, learned_window, overflow_error
 from harness_magic.core.providers.payload import assemble_payload, render_message, render_tool, thaw
 from harness_magic.core.providers.response import ProviderResponse, normalise_response
 from harness_magic.core.providers.transport import LiteLLMTransport, TextCallback, import_litellm
@@ -121,6 +126,8 @@ class _AdapterBase:
         """The most recent rendered payload (for inspection and benchmarks)."""
         self._caching_resolved: bool | None = None
         self._limit_resolved: int | None | bool = False
+        self._learned_window: int | None = None
+        """The window a context overflow showed, in estimate units (None: none seen); caps :attr:`max_input_tokens`."""
         self._memo = _RenderMemo()
         self._tool_memo: dict[int, tuple[Any, dict[str, Any]]] = {}
         self._prefix_tokens: dict[tuple[Any, ...], int] = {}
@@ -184,12 +191,17 @@ class _AdapterBase:
 
     @property
     def max_input_tokens(self) -> int | None:
-        """The model's input-token limit: :attr:`context_window`, else litellm's model info, else None."""
+        """The model's input-token limit: :attr:`context_window`, else litellm's model info, else None;
+        never above the window a context overflow showed (:meth:`complete` learns it)."""
         if self.context_window is not None:
-            return self.context_window
-        if self._limit_resolved is False:
-            self._limit_resolved = self._lookup_limit()
-        return self._limit_resolved  # type: ignore[return-value]
+            known = self.context_window
+        else:
+            if self._limit_resolved is False:
+                self._limit_resolved = self._lookup_limit()
+            known = self._limit_resolved  # type: ignore[assignment]
+        if self._learned_window is None:
+            return known
+        return min(known, self._learned_window) if known else self._learned_window
 
     def _lookup_limit(self) -> int | None:
         declared = getattr(self.transport, "max_input_tokens", None)
@@ -319,6 +331,29 @@ class _AdapterBase:
             raise final from exc
         raise exc
 
+    def _overflow(self, cause: ContextWindowExceeded | None, system: str, messages: Sequence[Message],
+                  tools: Sequence[Any]) -> ContextWindowExceeded:
+        """The error for a request that did not fit (``cause``: the server's refusal; None: an empty answer
+        near the window); learns the window so the next request is compacted to fit it."""
+        estimate = self.estimate_tokens(system, messages, tools)
+        window = cause.window if cause is not None else None
+        server_prompt = cause.prompt_tokens if cause is not None else None
+        self._learned_window = learned_window(window, server_prompt, estimate)
+        url = cause.url if cause is not None else (self.api_base or self.model)
+        return overflow_error(cause, url=url, estimate=estimate, window=window or self.context_window,
+                              setting=self.context_window)
+
+    def _settled(self, response: ProviderResponse, system: str, messages: Sequence[Message],
+                 tools: Sequence[Any]) -> ProviderResponse:
+        """``response``, unless it is empty (no text, no tool call) after a request near the window: an overflow."""
+        message = response.message
+        if message.text.strip() or message.tool_uses:
+            return response
+        limit = self.max_input_tokens
+        if limit and self.estimate_tokens(system, messages, tools) >= limit * NEAR_WINDOW_SHARE:
+            raise self._overflow(None, system, messages, tools)
+        return response
+
     def _with_notices(self, response: ProviderResponse) -> ProviderResponse:
         """``response`` carrying the transport's pending notice (each notice is handed out once)."""
         notice = getattr(self.transport, "notice", None)
@@ -346,10 +381,14 @@ class ProviderAdapter(_AdapterBase):
         attempt = 0
         while True:
             try:
-                return self._with_notices(normalise_response(self.transport.complete(payload, on_text)))
+                response = normalise_response(self.transport.complete(payload, on_text))
+            except ContextWindowExceeded as exc:
+                raise self._overflow(exc, system, messages, tools) from exc
             except ProviderError as exc:
                 self._sleep(self._retry_delay(exc, attempt))
                 attempt += 1
+            else:
+                return self._with_notices(self._settled(response, system, messages, tools))
 
 
 class AsyncProviderAdapter(_AdapterBase):
@@ -370,7 +409,11 @@ class AsyncProviderAdapter(_AdapterBase):
         attempt = 0
         while True:
             try:
-                return self._with_notices(normalise_response(await self.transport.acomplete(payload, on_text)))
+                response = normalise_response(await self.transport.acomplete(payload, on_text))
+            except ContextWindowExceeded as exc:
+                raise self._overflow(exc, system, messages, tools) from exc
             except ProviderError as exc:
                 await self._sleep(self._retry_delay(exc, attempt))
                 attempt += 1
+            else:
+                return self._with_notices(self._settled(response, system, messages, tools))

@@ -6,6 +6,8 @@
     └── ProviderError            the call failed (after retries, or not retryable)
         ├── ModelRouteError      (also a ValueError) litellm cannot route the model id; nothing was sent
         ├── ProviderUnreachable  no connection to the server (refused, unresolvable, timed out); no HTTP status
+        ├── ContextWindowExceeded the request did not fit the model's context window (the server said so, or
+        │                        answered nothing to a prompt near it); ``prompt_tokens``, ``window``
         └── ProviderHTTPError    the server answered with an HTTP error status (``status_code`` is what it sent)
             ├── ProviderAuthError    401/403: the server refused the credentials
             └── ModelNotServed       404 / model not found; ``served`` lists what ``GET {api_base}/models`` offered
@@ -20,7 +22,7 @@ from __future__ import annotations
 from harness_magic.core.transcript.scrub import scrub
 
 __all__ = ["ProviderError", "ModelRouteError", "ProviderUnreachable", "ProviderHTTPError", "ProviderAuthError",
-           "ModelNotServed"]
+           "ModelNotServed", "ContextWindowExceeded"]
 
 
 class ProviderError(Exception):
@@ -70,3 +72,20 @@ class ModelNotServed(ProviderHTTPError):
         super().__init__(message, status_code=status_code, url=url)
         self.model = model
         self.served = served
+
+
+class ContextWindowExceeded(ProviderError):
+    """The request did not fit the model's context window; never retried (the same request fails the same way).
+
+    ``prompt_tokens`` and ``window`` are the server's numbers when it gave them
+    (else None: the adapter fills in its estimate); ``server_said`` is its error
+    line (None for an empty answer); ``status_code`` the HTTP status it sent, if any.
+    """
+
+    def __init__(self, message: str, *, url: str, prompt_tokens: int | None = None, window: int | None = None,
+                 server_said: str | None = None, status_code: int | None = None) -> None:
+        super().__init__(message, status_code=status_code)
+        self.url = url
+        self.prompt_tokens = prompt_tokens
+        self.window = window
+        self.server_said = server_said

@@ -18,6 +18,14 @@ are others. Contract of :class:`LiteLLMTransport`:
   ``GET {api_base}/models`` offers, asked once within :data:`MODELS_LIST_TIMEOUT_S`);
   a status only litellm made up is never reported as HTTP. ``request_sent``
   is False when nothing reached a provider (no route, no key, no connection);
+  a request over the model's context window is :class:`ContextWindowExceeded`
+  (the server's numbers when it gave them, see :mod:`.overflow`); a 404 at the
+  chat endpoint of an ``api_base`` that does not end in ``/v1`` says so and
+  suggests the ``/v1`` form; the server's model list (``{api_base}/models``,
+  else ``{api_base}/v1/models``) is named whenever it gives one;
+- a stream from an ``api_base`` that ended with nothing (no text, no tool call,
+  no finish reason from the server) is asked once more without streaming
+  (llama-cpp-python reports an overflow only then);
 - with ``api_base`` set and the provider's key neither given nor in the
   environment, :data:`PLACEHOLDER_API_KEY` is sent (local servers ignore it)
   and :attr:`LiteLLMTransport.notice` says so once; a real key always wins;
@@ -42,6 +50,7 @@ from harness_magic.core.providers.errors import (
 )
 from harness_magic.core.providers.litellm_exit import guard_litellm_finalizers
 from harness_magic.core.providers.offline import OFFLINE_PREFIXES, is_offline_model
+from harness_magic.core.providers.overflow import server_overflow
 from harness_magic.core.providers.payload import thaw
 from harness_magic.core.transcript.scrub import register_secret
 
@@ -56,6 +65,7 @@ __all__ = [
     "PLACEHOLDER_API_KEY",
     "MODELS_LIST_TIMEOUT_S",
     "served_models",
+    "missing_v1",
 ]
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -183,13 +193,27 @@ def _looks_like_model_not_found(status: int, body: str) -> bool:
     return status == 404 or (status == 400 and mentions_model)
 
 
+def missing_v1(api_base: str | None) -> bool:
+    """Whether ``api_base`` lacks the ``/v1`` that OpenAI-compatible servers serve their API under."""
+    return bool(api_base) and not api_base.rstrip("/").endswith("/v1")
+
+
 def served_models(api_base: str, api_key: str | None = None, *,
                   timeout_s: float = MODELS_LIST_TIMEOUT_S) -> list[str] | None:
-    """Model ids ``GET {api_base}/models`` lists (OpenAI or Ollama shape), None when it gives no list.
+    """Model ids the server lists (OpenAI or Ollama shape), None when it gives no list.
 
-    One request within ``timeout_s``, at most :data:`MODELS_LIST_MAX_BYTES` read; never raises.
+    Asks ``GET {api_base}/models``, then ``GET {api_base}/v1/models`` when ``api_base`` does
+    not end in ``/v1`` and the first gave nothing; each within ``timeout_s``, at most
+    :data:`MODELS_LIST_MAX_BYTES` read; never raises.
     """
-    request = urllib.request.Request(api_base.rstrip("/") + "/models", headers={"Accept": "application/json"})
+    served = _models_at(api_base.rstrip("/") + "/models", api_key, timeout_s)
+    if served is None and missing_v1(api_base):
+        served = _models_at(api_base.rstrip("/") + "/v1/models", api_key, timeout_s)
+    return served
+
+
+def _models_at(url: str, api_key: str | None, timeout_s: float) -> list[str] | None:
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
     if api_key:
         request.add_header("Authorization", f"Bearer {api_key}")
     try:
@@ -236,23 +260,36 @@ def _map_exception(exc: Exception, url: str | None = None, *, model: str | None 
                              retryable=not client_side and name in _TRANSIENT_NAMES, request_sent=not client_side)
     status, body = answer
     line = _first_line(body)
+    overflow = server_overflow(body, line, where, status_code=status,
+                               said_overflow=any(type(e).__name__ == "ContextWindowExceededError" for e in _chain(exc)))
+    if overflow is not None:
+        return overflow
     if status in (401, 403):
         return ProviderAuthError(f"authentication refused by {where} (HTTP {status}): {line}{key_hint}",
                                  status_code=status, url=where)
+    named_model = "model" in body.lower()
+    if status == 404 and missing_v1(models_at) and not named_model:  # the path, not the model, was not found
+        served = served_models(models_at, api_key) if models_at else None
+        base = models_at.rstrip("/")
+        return ProviderHTTPError(
+            f"{where} answered HTTP 404 at the chat endpoint ({base}/chat/completions): {line}. api_base "
+            f"{models_at!r} does not end in /v1; try {base + '/v1'!r}{_offer(served)}",
+            status_code=status, url=where)
     if model is not None and _looks_like_model_not_found(status, body):
         served = served_models(models_at, api_key) if models_at else None
-        if served:
-            shown = ", ".join(repr(m) for m in served[:MODELS_LISTED])
-            more = f" and {len(served) - MODELS_LISTED} more" if len(served) > MODELS_LISTED else ""
-            offer = f"; it serves {shown}{more}"
-        elif served == []:
-            offer = "; its model list is empty"
-        else:
-            offer = ""
-        return ModelNotServed(f"model {model!r} is not served by {where} (HTTP {status}): {line}{offer}",
+        return ModelNotServed(f"model {model!r} is not served by {where} (HTTP {status}): {line}{_offer(served)}",
                               status_code=status, url=where, model=model, served=served)
     return ProviderHTTPError(f"{where} answered HTTP {status}: {line}", status_code=status, url=where,
                              retryable=status in RETRYABLE_STATUS)
+
+
+def _offer(served: list[str] | None) -> str:
+    """``; it serves 'a', 'b'`` for a model list (bounded), ``; its model list is empty``, or nothing when unknown."""
+    if served:
+        shown = ", ".join(repr(m) for m in served[:MODELS_LISTED])
+        more = f" and {len(served) - MODELS_LISTED} more" if len(served) > MODELS_LISTED else ""
+        return f"; it serves {shown}{more}"
+    return "; its model list is empty" if served == [] else ""
 
 
 def check_model_route(model: str) -> str:
@@ -372,6 +409,22 @@ class LiteLLMTransport:
         return _map_exception(exc, self._url(model), model=served_name, api_key=kwargs.get("api_key"),
                               key_hint=hint, models_at=self.api_base)
 
+    def _ask_unstreamed(self, stream: Any, chunks: list[Any]) -> bool:
+        """Whether a stream from a server at ``api_base`` ended carrying nothing: no text, no tool call, and no
+        finish reason from the server (litellm makes one up; a model that chose to say nothing sends its own).
+
+        llama-cpp-python answers a streamed request over its context window with an empty
+        200 body and says why only when not streaming: such a request is asked once more
+        without streaming, so its error (or its answer) is what the caller gets.
+        """
+        if not self.api_base or getattr(stream, "received_finish_reason", None) is not None:
+            return False
+        for chunk in chunks:
+            delta = chunk.choices[0].delta if chunk.choices else None
+            if delta is not None and (delta.content or getattr(delta, "tool_calls", None)):
+                return False
+        return True
+
     @staticmethod
     def _finish(litellm: Any, response: Any) -> dict[str, Any]:
         try:
@@ -397,7 +450,10 @@ class LiteLLMTransport:
                             on_text(delta)
                 finally:  # also when on_text raises (an interrupt): never leave the stream to the GC
                     _close_stream(response)
-                response = litellm.stream_chunk_builder(chunks, messages=kwargs["messages"])
+                if self._ask_unstreamed(response, chunks):
+                    response = litellm.completion(**_unstreamed(kwargs))
+                else:
+                    response = litellm.stream_chunk_builder(chunks, messages=kwargs["messages"])
         except ProviderError:
             raise
         except Exception as exc:
@@ -424,12 +480,20 @@ class LiteLLMTransport:
                             await aclose()
                         except Exception:
                             pass
-                response = litellm.stream_chunk_builder(chunks, messages=kwargs["messages"])
+                if self._ask_unstreamed(response, chunks):
+                    response = await litellm.acompletion(**_unstreamed(kwargs))
+                else:
+                    response = litellm.stream_chunk_builder(chunks, messages=kwargs["messages"])
         except ProviderError:
             raise
         except Exception as exc:
             raise self._error(exc, kwargs) from exc
         return self._finish(litellm, response)
+
+
+def _unstreamed(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The same request without streaming."""
+    return {key: value for key, value in kwargs.items() if key not in ("stream", "stream_options")}
 
 
 def _close_stream(response: Any) -> None:
