@@ -437,3 +437,19 @@ def test_a_pseudonym_assigned_by_an_update_is_never_made_real():
     assert pseudonyms.query_for_engine(assigned, "duckdb") == assigned
     filtered = pseudonyms.query_for_engine(f"UPDATE customers SET status = 'x' WHERE name = '{fake}'", "duckdb")
     assert NAMES[0] in filtered and "SET status = 'x'" in filtered
+
+
+def test_pseudonyms_printed_side_by_side_are_never_read_as_new_values():
+    from harness_magic.core.control.pseudonyms import Pseudonyms
+    from harness_magic.core.text.masking import Masker
+
+    masker = Masker()
+    pseudonyms = Pseudonyms(masker)
+    frame = pd.DataFrame({"phone": ["+44 20 7946 0958", "+1 212 555 0143"] * 50,
+                          "card": ["4111 1111 1111 1111", "4012 8888 8888 1881"] * 50})
+    concealed = pseudonyms.conceal("people", frame, None)
+    printed = concealed.to_string(index=False)  # a pseudonym phone beside a pseudonym card, in every row
+    masked = masker.mask_text(printed)
+    assert masked.text == printed and masked.counts == {}
+    real = masker.mask_text("call +44 20 7946 0958")  # a real value in text still gets its pseudonym
+    assert real.text == f"call {concealed['phone'].iloc[0]}"

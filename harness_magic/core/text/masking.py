@@ -165,6 +165,10 @@ class Masked:
         return sum(self.counts.values())
 
 
+_PROTECT_MIN_DIGITS = 7
+"""Issued pseudonyms with at least this many digits are protected in text (shorter ones cannot pass as a value)."""
+
+
 class _Trie:
     """Known values -> one compiled alternation built as a prefix tree (fast for thousands of literals)."""
 
@@ -261,6 +265,9 @@ class Masker:
         """Real value -> the pseudonym it got at entry (:meth:`register_pseudonym`): text masks it the same way."""
         self._issued: set[str] = set()
         """Pseudonyms issued at entry: what the agent's side holds, never masked again."""
+        self._issued_digits = _Trie()
+        """Issued pseudonyms made of digit groups (phones, cards, ids): found first in a text and left alone, so
+        a run of digits printed beside them is never read as a new value (a pseudonym phone and card side by side)."""
 
     @property
     def policy(self) -> dict[str, str]:
@@ -289,6 +296,7 @@ class Masker:
         """``real`` (of class ``cls``) was replaced by ``pseudonym`` at entry: text holding ``real`` gets the same
         pseudonym (a prompt naming a customer finds her rows), and ``pseudonym`` is never masked again."""
         self._issued.add(pseudonym)
+        self._protect(pseudonym)
         if len(self._pseudonyms) < KNOWN_VALUES_MAX:
             self._pseudonyms[real] = pseudonym
         text = real.strip()
@@ -299,6 +307,8 @@ class Masker:
         """:meth:`register_pseudonym` for many ``(real, pseudonym)`` pairs (what entry issues for a column); every
         pseudonym is remembered, real values only up to :data:`KNOWN_VALUES_MAX`."""
         self._issued.update(p for _, p in pairs)
+        for _, pseudonym in pairs:
+            self._protect(pseudonym)
         for real, pseudonym in pairs:
             if len(self._pseudonyms) >= KNOWN_VALUES_MAX:
                 break
@@ -306,6 +316,10 @@ class Masker:
             text = real.strip()
             if len(text) >= KNOWN_VALUE_MIN_CHARS:
                 self._known.add(text, cls)
+
+    def _protect(self, pseudonym: str) -> None:
+        if sum(ch.isdigit() for ch in pseudonym) >= _PROTECT_MIN_DIGITS:
+            self._issued_digits.add(pseudonym, "")
 
     def is_pseudonym(self, text: str) -> bool:
         """``text`` is a pseudonym issued at entry."""
@@ -403,6 +417,10 @@ class Masker:
                     continue
                 taken.add(match.start(), match.end())
                 spans.append((match.start(), match.end(), self._replace(cls, None, _number_text(key), policy, counts)))
+        issued = self._issued_digits.regex()
+        for match in issued.finditer(text) if issued is not None else ():
+            if not taken.overlaps(match.start(), match.end()):
+                taken.add(match.start(), match.end())  # a pseudonym: protected, never replaced
         for found in find_sensitive(text):
             if policy[found.cls] == "allow" or found.value in self._issued or taken.overlaps(found.start, found.end):
                 continue
