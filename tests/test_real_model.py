@@ -14,6 +14,7 @@ sees), every tool call must be answered, and the JSONL log must be valid.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -40,9 +41,13 @@ SERVER_READY_TIMEOUT_S = 120
 """Loading a 93 MB GGUF takes seconds; past this the server is broken, not slow."""
 CELL_TIMEOUT_S = 600
 """The agent cell: up to 25 turns of a CPU model whose every request is bounded by the provider timeout."""
+INTERRUPT_AFTER_DELTAS = 8
+"""Streamed pieces shown before the simulated stop button (a few words of a tiny model's answer)."""
 TEST_TIMEOUT_S = BUILD_TIMEOUT_S + SERVER_READY_TIMEOUT_S + 2 * CELL_TIMEOUT_S
 SERVED_ALIAS = "smollm2"
 """The model name the server answers to; the notebook asks for ``openai/smollm2``, as the README says."""
+SMALL_N_CTX = 1024
+"""A window the system prompt (~300 of the model's tokens) and a short prompt fit in, and a long one does not."""
 SCRIPTED_HANDLES = ("qoq_growth",)
 """Handles only the notebook's scripted model makes: cells that read them are left out of the real run."""
 
@@ -65,16 +70,16 @@ def local_model() -> dict[str, str]:
     return paths
 
 
-@pytest.fixture(scope="module")
-def model_server(local_model: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The served model's api_base; the server (its own process group) is killed at teardown."""
+@contextlib.contextmanager
+def _serving(local_model: dict[str, str], n_ctx: int, log_dir: Path) -> Iterator[str]:
+    """The served model's api_base, its context window ``n_ctx``; the server (its own process group) is killed after."""
     port = _free_port()
-    log = tmp_path_factory.mktemp("llama") / "server.log"
+    log = log_dir / "server.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [local_model["PYTHON"], "-m", "llama_cpp.server", "--model", local_model["MODEL"],
              "--model_alias", SERVED_ALIAS, "--host", "127.0.0.1", "--port", str(port),
-             "--chat_format", "chatml-function-calling", "--n_ctx", "8192"],
+             "--chat_format", "chatml-function-calling", "--n_ctx", str(n_ctx)],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     api_base = f"http://127.0.0.1:{port}/v1"
     try:
@@ -97,6 +102,20 @@ def model_server(local_model: dict[str, str], tmp_path_factory: pytest.TempPathF
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def model_server(local_model: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The served model's api_base (the README's ``--n_ctx 8192``)."""
+    with _serving(local_model, 8192, tmp_path_factory.mktemp("llama")) as api_base:
+        yield api_base
+
+
+@pytest.fixture(scope="module")
+def small_window_server(local_model: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The same model served with a :data:`SMALL_N_CTX`-token context window."""
+    with _serving(local_model, SMALL_N_CTX, tmp_path_factory.mktemp("llama-small")) as api_base:
+        yield api_base
 
 
 def _real_model_copy(api_base: str) -> tuple[nbformat.NotebookNode, int]:
@@ -185,3 +204,75 @@ def test_a_real_tool_call_round_trips_and_pairs(model_server, tmp_path, monkeypa
     for index, use in uses:
         assert use.id in [r.tool_use_id for r in messages[index + 1].tool_results]
     assert messages == list(agent.harness.messages)
+
+
+def _keyless(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.endswith("_API_KEY"):
+            monkeypatch.delenv(name)
+
+
+def _words(topic: str, count: int) -> str:
+    return " ".join(f"{topic}{i}" for i in range(count))
+
+
+def test_a_prompt_over_a_small_n_ctx_gives_the_clear_error_and_the_next_cell_works(small_window_server, tmp_path,
+                                                                                    monkeypatch):
+    """Before: the overflowing cell "completed" with no answer and so did every later one, until --new."""
+    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.transcript.events import ContextCompacted
+
+    _keyless(monkeypatch)
+    agent = AgentSession(AgentConfig(model=f"openai/{SERVED_ALIAS}", api_base=small_window_server,
+                                     sandbox="inprocess", run_dir=str(tmp_path / "runs"), max_turns=1))
+    compacted: list[ContextCompacted] = []
+    agent.subscribe(lambda e: compacted.append(e) if isinstance(e, ContextCompacted) else None)
+    first = agent.ask(f"Which of these words is longest? {_words('north', 60)}")
+    assert first.status in ("completed", "max_turns_exceeded"), first.error
+    kept = list(agent.harness.messages)
+
+    over = agent.ask(f"Summarise these notes: {_words('south', 500)}")
+    assert over.status == "error" and over.rolled_back, over
+    assert f"over the {SMALL_N_CTX:,}-token context window" in over.error, over.error
+    assert "tokens" in over.error and "context_window" in over.error and "compacted" in over.error
+    assert agent.harness.messages == kept
+
+    after = agent.ask("Say hello.")
+    assert after.status in ("completed", "max_turns_exceeded"), after.error
+    assert after.turns == 1 and (after.text or after.status == "max_turns_exceeded")
+    records = read_log(after.run_file)
+    assert "validation error" not in json.dumps(records), "the server accepted the compacted request"
+    print(f"overflow error: {over.error}\nnext cell: {after.status}, compactions: {len(compacted)}",
+          file=sys.stderr)
+
+
+def test_an_interrupt_mid_stream_keeps_the_streamed_text(model_server, tmp_path, monkeypatch):
+    """The stop button while the model streams: the paragraphs on screen stay the answer so far."""
+    from harness_magic.core.agent.run import INTERRUPTED_ANSWER_NOTE
+    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.transcript.events import TextDelta
+
+    _keyless(monkeypatch)
+    agent = AgentSession(AgentConfig(model=f"openai/{SERVED_ALIAS}", api_base=model_server, sandbox="inprocess",
+                                     run_dir=str(tmp_path / "runs"), max_turns=2,
+                                     extra={"tool_choice": "none"}))  # text, not a tool call
+    streamed: list[str] = []
+
+    def stop_button(event: object) -> None:
+        if isinstance(event, TextDelta):
+            streamed.append(event.text)
+            if len(streamed) == INTERRUPT_AFTER_DELTAS:
+                raise KeyboardInterrupt
+
+    unsubscribe = agent.subscribe(stop_button)
+    cut = agent.ask("Write three paragraphs about rivers and the towns built beside them.")
+    unsubscribe()
+    on_screen = "".join(streamed)
+    assert len(streamed) == INTERRUPT_AFTER_DELTAS, f"the model streamed only {streamed!r}"
+    assert cut.status == "interrupted" and not cut.rolled_back and cut.text == on_screen
+    assert agent.harness.messages[-1].text == on_screen + INTERRUPTED_ANSWER_NOTE
+    messages = reconstruct_transcript(cut.run_file)
+    assert messages[-1].role == "assistant" and messages[-1].text == on_screen + INTERRUPTED_ANSWER_NOTE
+
+    follow = agent.ask("Go on.")
+    assert follow.status in ("completed", "max_turns_exceeded"), follow.error

@@ -203,6 +203,13 @@ class _AdapterBase:
             return known
         return min(known, self._learned_window) if known else self._learned_window
 
+    @property
+    def window_learned(self) -> bool:
+        """Whether :attr:`max_input_tokens` is the window a context overflow showed: the server's count converted
+        to an estimate, not a stated limit, so a request still over it after compaction is sent (the server decides)."""
+        known = self.context_window if self.context_window is not None else self._limit_resolved
+        return self._learned_window is not None and (not known or self._learned_window < known)
+
     def _lookup_limit(self) -> int | None:
         declared = getattr(self.transport, "max_input_tokens", None)
         if declared is not None:

@@ -17,7 +17,10 @@ Contract:
 - Rendered messages are read-only (:class:`FrozenDict`, :class:`FrozenList`)
   and shared between requests; :func:`thaw` gives a mutable copy.
 - Never an empty text part, never ``content: null`` without tool calls (the
-  ``EMPTY_*_TEXT`` placeholders stand in), since strict APIs reject both.
+  ``EMPTY_*_TEXT`` placeholders stand in), since strict APIs reject both. An
+  assistant turn that only calls tools has ``content: ""``: llama-cpp-python's
+  ``chatml-function-calling`` template fails on a null one (HTTP 500 "'dict
+  object' has no attribute 'content'"), which a stream hid as an empty answer.
 """
 
 from __future__ import annotations
@@ -115,7 +118,7 @@ def _render_message_uncached(message: Message, parts: bool) -> tuple[dict[str, A
     if message.role == "assistant":
         text = message.text if _has_text(message.text) else ""
         uses = message.tool_uses
-        rendered: dict[str, Any] = {"role": "assistant", "content": text or (None if uses else EMPTY_ANSWER_TEXT)}
+        rendered: dict[str, Any] = {"role": "assistant", "content": text or ("" if uses else EMPTY_ANSWER_TEXT)}
         if uses:
             rendered["tool_calls"] = [
                 {
