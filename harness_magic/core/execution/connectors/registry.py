@@ -104,6 +104,8 @@ class ConnectorResult:
     """Preferred cache handle (defaults to the tool's result name)."""
 
 
+_PATH_LIKE = re.compile(r"(?:file:|s3a?:|hdfs:)?/[^\s'\"]*")
+"""A quoted absolute path or file URL in an error is where data lives, not a value from it."""
 ECHO_HIDDEN = "'[value hidden]'"
 """What a quoted value in an engine's error becomes when the model's own SQL does not hold it."""
 
@@ -117,7 +119,9 @@ def hide_echoed_values(message: str, sql: str) -> str:
     """
     def hide(match: re.Match[str]) -> str:
         inner = match.group(1) if match.group(1) is not None else match.group(2)
-        return match.group() if inner in sql else ECHO_HIDDEN
+        if inner in sql or _PATH_LIKE.fullmatch(inner):  # the model's own words, or a file our checks name
+            return match.group()
+        return ECHO_HIDDEN
 
     return re.sub(r"'((?:[^'\\\n]|\\.|''){1,2000})'|\"((?:[^\"\\\n]|\\.){1,2000})\"", hide, message)
 
