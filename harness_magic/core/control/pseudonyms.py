@@ -265,8 +265,18 @@ class Pseudonyms:
         with self._lock:
             out = list(texts)
             fresh = [i for i, t in enumerate(texts) if t not in reverse]  # a pseudonym saved back stays itself
+            fresh_texts = [texts[i] for i in fresh]
+            made = self.masker.pseudonyms(kind, fresh_texts)
+            if len(set(made)) == len(made) and not any(p in reverse for p in made) \
+                    and not any(p == t for p, t in zip(made, fresh_texts)):  # the usual case: all new, in bulk
+                issued = list(zip(fresh_texts, made))
+                reverse.update(zip(made, (values[i] for i in fresh)))
+                for i, pseudonym in zip(fresh, made):
+                    out[i] = pseudonym
+                self.masker.register_pseudonyms(issued, cls)
+                return out
             issued = []
-            for i, pseudonym in zip(fresh, self.masker.pseudonyms(kind, [texts[i] for i in fresh])):
+            for i, pseudonym in zip(fresh, made):
                 held = reverse.get(pseudonym, _NONE)
                 if held is not _NONE and held != values[i] or pseudonym == texts[i]:
                     pseudonym = self.masker.pseudonym(cls, texts[i])  # a shaped pseudonym collided: unshaped

@@ -318,6 +318,8 @@ class Masker:
                 self._known.add(text, cls)
 
     def _protect(self, pseudonym: str) -> None:
+        if pseudonym[:1] in ("<", "u"):  # <class:hex> and user-…@… pseudonyms are no digit groups: cheap to skip
+            return
         if sum(ch.isdigit() for ch in pseudonym) >= _PROTECT_MIN_DIGITS:
             self._issued_digits.add(pseudonym, "")
 
