@@ -453,3 +453,18 @@ def test_pseudonyms_printed_side_by_side_are_never_read_as_new_values():
     assert masked.text == printed and masked.counts == {}
     real = masker.mask_text("call +44 20 7946 0958")  # a real value in text still gets its pseudonym
     assert real.text == f"call {concealed['phone'].iloc[0]}"
+
+
+def test_only_a_querys_result_inherits_the_classes_of_other_cached_handles():
+    from harness_magic.core.control.pseudonyms import Pseudonyms
+    from harness_magic.core.text.masking import ColumnClass, Masker
+
+    masker = Masker(declared=lambda: {"customers.note": ColumnClass("restricted", "config")})
+    pseudonyms = Pseudonyms(masker)
+    pseudonyms.conceal("customers", pd.DataFrame({"note": ["vault code 1"], "who": ["Ann Lee"]}), None)
+    masker.columns["customers"]["who"] = ColumnClass("pii", "detected")
+    pushed = pd.DataFrame({"who": ["Team A"]})  # a push shares a column name only by chance
+    assert pseudonyms.conceal("teams", pushed, None) is pushed
+    queried = pseudonyms.conceal("q", pd.DataFrame({"who": ["Ann Lee"]}), {"who": frozenset({"who"})})
+    assert queried["who"].iloc[0] != "Ann Lee"
+    assert masker.columns["q"]["who"].source == "detected in customers"

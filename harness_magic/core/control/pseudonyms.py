@@ -159,7 +159,7 @@ class Pseudonyms:
         return out
 
     def _classify(self, handle: str, label: str, series: Any, sources: ColumnSources | None) -> ColumnClass | None:
-        declared = self._declared(label, sources)
+        declared = self._declared(handle, label, sources)
         try:
             sample = series.head(DETECT_SAMPLE_VALUES).tolist()
             kind = classify_column(sample)
@@ -175,8 +175,9 @@ class Pseudonyms:
         self.masker.columns.setdefault(handle, {})[label] = declared
         return declared
 
-    def _declared(self, label: str, sources: ColumnSources | None) -> ColumnClass | None:
-        """The strongest configured class of ``label`` or of any column it is computed from."""
+    def _declared(self, handle: str, label: str, sources: ColumnSources | None) -> ColumnClass | None:
+        """The strongest configured class of ``label`` or of any column it is computed from (for a query's result,
+        the classes of the cached handles it may read count too)."""
         refs = {label}
         if sources:
             wanted = label.lower()
@@ -186,7 +187,9 @@ class Pseudonyms:
         best: ColumnClass | None = None
         for ref in sorted(refs):
             table, _, column = ref.rpartition(".")
-            found = self.masker.declared_class(column, table or None) or self._handle_class(column, table)
+            found = self.masker.declared_class(column, table or None)
+            if found is None and sources is not None:
+                found = self._handle_class(column, table, handle)
             if found is None:
                 continue
             if ref.lower() != label.lower():
@@ -195,17 +198,17 @@ class Pseudonyms:
                 best = found
         return best
 
-    def _handle_class(self, column: str, table: str) -> ColumnClass | None:
+    def _handle_class(self, column: str, table: str, result: str) -> ColumnClass | None:
         """The class a cached handle's column got (a query over a lazy handle reads the engine's real rows):
-        ``table``'s when the query names it, else the strongest of any handle's column of that name."""
+        ``table``'s when the query names it, else the strongest of any other handle's column of that name."""
         wanted = column.lower()
         best: ColumnClass | None = None
         for handle, classes in list(self.masker.columns.items()):
-            if table and handle.lower() != table.lower():
+            if handle == result or table and handle.lower() != table.lower():
                 continue
             for name, cc in classes.items():
                 if name.lower() == wanted and (best is None or CLASS_STRENGTH[cc.cls] > CLASS_STRENGTH[best.cls]):
-                    best = ColumnClass(cc.cls, f"{cc.source}, column of {handle}", cc.kind)
+                    best = ColumnClass(cc.cls, f"{cc.source} in {handle}", cc.kind)
         return best
 
     def _apply(self, handle: str, label: str, series: Any, cc: ColumnClass, policy: Mapping[str, str]) -> Any:
