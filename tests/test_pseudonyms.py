@@ -443,14 +443,14 @@ def test_pseudonyms_printed_side_by_side_are_never_read_as_new_values():
     from harness_magic.core.control.pseudonyms import Pseudonyms
     from harness_magic.core.text.masking import Masker
 
-    masker = Masker()
-    pseudonyms = Pseudonyms(masker)
-    frame = pd.DataFrame({"phone": ["+44 20 7946 0958", "+1 212 555 0143"] * 50,
-                          "card": ["4111 1111 1111 1111", "4012 8888 8888 1881"] * 50})
-    concealed = pseudonyms.conceal("people", frame, None)
-    printed = concealed.to_string(index=False)  # a pseudonym phone beside a pseudonym card, in every row
-    masked = masker.mask_text(printed)
-    assert masked.text == printed and masked.counts == {}
+    frame = pd.DataFrame({"phone": ["+44 20 7946 0958", "+1 415 555 2671", "+49 89 636 48018"],
+                          "card": ["4111 1111 1111 1111", "5500 0055 5555 5559", "3400 0000 0000 009"]})
+    for _ in range(20):  # pseudonyms are keyed per session: a phone's digits beside a card's made a "card" often
+        masker = Masker()
+        concealed = Pseudonyms(masker).conceal("people", frame, None)
+        printed = concealed.to_string(index=False)  # a pseudonym phone beside a pseudonym card, in every row
+        masked = masker.mask_text(printed)
+        assert masked.text == printed and masked.counts == {}
     real = masker.mask_text("call +44 20 7946 0958")  # a real value in text still gets its pseudonym
     assert real.text == f"call {concealed['phone'].iloc[0]}"
 
