@@ -431,7 +431,7 @@ def _describe_result(
             parts.append(f"Value: `{same}` (saved above)")
     if same is None and execution.error is None and execution.has_value and execution.value is not None:
         formatted = format_tool_output(execution.value, cache, trailing_value_name(code, cache.names(), turn()),
-                                       turn=turn(), tool="python_interpreter", derived=isinstance(cache, SessionCache))
+                                       turn=turn(), tool="python_interpreter", **_derived(cache))
         handles.extend(formatted.handles)
         parts.append(formatted.text)
         if formatted.handles or not _only_saved_handles(execution.value, saved_names):

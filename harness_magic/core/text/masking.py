@@ -295,13 +295,7 @@ class Masker:
     def register_pseudonym(self, real: str, pseudonym: str, cls: str) -> None:
         """``real`` (of class ``cls``) was replaced by ``pseudonym`` at entry: text holding ``real`` gets the same
         pseudonym (a prompt naming a customer finds her rows), and ``pseudonym`` is never masked again."""
-        self._issued.add(pseudonym)
-        self._protect(pseudonym)
-        if len(self._pseudonyms) < KNOWN_VALUES_MAX:
-            self._pseudonyms[real] = pseudonym
-        text = real.strip()
-        if len(text) >= KNOWN_VALUE_MIN_CHARS:
-            self._known.add(text, cls)
+        self.register_pseudonyms([(real, pseudonym)], cls)
 
     def register_pseudonyms(self, pairs: list[tuple[str, str]], cls: str) -> None:
         """:meth:`register_pseudonym` for many ``(real, pseudonym)`` pairs (what entry issues for a column); every

@@ -584,11 +584,10 @@ class InstalledConnectors:
                 arguments[context_name] = ToolContext(harness.cache, harness, template.name, approve)
             sql = arguments.get("sql")
             sources = None
-            if isinstance(sql, str):
+            guard = harness.cache.guard if isinstance(harness.cache, SessionCache) else None
+            if isinstance(sql, str) and guard is not None:  # lineage and pseudonyms matter only to an entry guard
                 sources = column_sources(sql, connector.dialect)
-                guard = harness.cache.guard if isinstance(harness.cache, SessionCache) else None
-                if guard is not None:  # a pseudonym the query compares against means its real value
-                    arguments["sql"] = guard.query_for_engine(sql, connector.dialect)
+                arguments["sql"] = guard.query_for_engine(sql, connector.dialect)  # compared pseudonyms made real
             try:
                 value = fn(**arguments)
             except ToolError as exc:
