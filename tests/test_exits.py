@@ -12,6 +12,7 @@ The bounds below are liveness bounds (a hang never ends), not benchmarks.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -162,3 +163,81 @@ def test_the_finalizer_guard_wraps_litellms_own_finalizer_once() -> None:
         assert is_guarded(cls)
         original = cls.__del__.__wrapped__  # what runs while the process lives: litellm's own finalizer
         assert original.__module__ == cls.__module__ and not is_guarded(type("Plain", (), {"__del__": original}))
+
+
+_RECORD_IOPUB_STOP = '''
+from ipykernel.iostream import IOPubThread
+
+def _recording(original_stop):
+    # IPython clears the user namespace at exit: everything the wrapper needs is bound here.
+    import json, os
+    from ipykernel.kernelapp import IPKernelApp
+
+    def stop(self):
+        app = IPKernelApp.instance()
+        alive = {name: bool(getattr(app, name, None) and getattr(app, name).is_alive())
+                 for name in ("control_thread", "shell_channel_thread")}
+        with open(os.environ["HARNESS_TEST_IOPUB_RECORD"], "a") as record:
+            record.write(json.dumps(alive) + "\\n")
+        return original_stop(self)
+
+    return stop
+
+IOPubThread.stop = _recording(IOPubThread.stop)
+
+
+def _slow_control_idle(kernel, publish):
+    # Widens the race to always: the control thread is still publishing when the main thread exits.
+    import time
+
+    def publish_status_and_flush(status, channel, *args, **kwargs):
+        if status == "idle" and channel == "control":
+            time.sleep(0.5)
+        return publish(status, channel, *args, **kwargs)
+
+    return publish_status_and_flush
+
+
+from ipykernel.kernelapp import IPKernelApp as _App
+
+_App.instance().kernel._publish_status_and_flush = _slow_control_idle(
+    _App.instance().kernel, _App.instance().kernel._publish_status_and_flush)
+'''
+
+
+@pytest.mark.kernel
+def test_a_kernels_channel_threads_have_stopped_when_its_iopub_thread_stops(tmp_path: Path) -> None:
+    """The order that removes the exit race (see ``notebook/kernel_exit.py``), seen from inside the kernel.
+
+    ipykernel alone stops IOPub first, while the control thread may still be publishing the
+    shutdown request's idle status (the startup file below makes that publish slow, so the race
+    is lost every time): the record then shows the control thread alive.
+    """
+    from jupyter_client import KernelManager
+
+    startup = tmp_path / "ipython" / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    (startup / "00-record-iopub-stop.py").write_text(_RECORD_IOPUB_STOP)
+    record = tmp_path / "iopub-stop.jsonl"
+    env = _keyless_environment(tmp_path)
+    env.update(IPYTHONDIR=str(tmp_path / "ipython"), HARNESS_TEST_IOPUB_RECORD=str(record))
+    manager = KernelManager(kernel_name="harness-agent")
+    manager.start_kernel(cwd=str(tmp_path), env=env)
+    client = manager.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=RUN_TIMEOUT_S)
+        reply = client.execute_interactive("import harness_magic.notebook.kernel_exit as k; k._registered",
+                                           timeout=RUN_TIMEOUT_S)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        pid = manager.provisioner.process.pid
+        client.shutdown()
+        assert _gone_within(pid, KERNEL_EXIT_S) is not None, f"kernel (pid {pid}) still alive after shutdown"
+    finally:
+        client.stop_channels()
+        if manager.has_kernel and manager.is_alive():
+            manager.shutdown_kernel(now=True)
+        manager.cleanup_resources()
+    lines = record.read_text().splitlines()
+    assert lines, "IOPubThread.stop never ran (the startup file did not load?)"
+    assert json.loads(lines[0]) == {"control_thread": False, "shell_channel_thread": False}, lines

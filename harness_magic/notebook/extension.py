@@ -113,6 +113,9 @@ def load_extension(shell: Any) -> None:
     if magics.prestart_sandbox:
         _prestart_sandbox(magics)
     _quiet_load_ext(shell)
+    from harness_magic.notebook.kernel_exit import stop_channels_first_at_exit
+
+    stop_channels_first_at_exit()
 
 
 def _quiet_load_ext(shell: Any) -> None:
