@@ -141,14 +141,6 @@ def test_the_private_import_check_sees_one(tmp_path):
     assert _private_imports(sample) == ["harness_magic_sample.py:1: harness_magic.core.agent.loop._Hidden"]
 
 
-@pytest.mark.parametrize("old", sorted(importlib.import_module("harness_magic.core._moved").MOVED))
-def test_every_old_module_path_still_imports_as_the_same_module(old):
-    from harness_magic.core._moved import MOVED
-
-    module = importlib.import_module(old)
-    assert module is importlib.import_module(MOVED[old])
-
-
 def test_the_result_formatter_is_registered_under_runresults_real_path():
     """The notebook registers its final-output formatter by module and class name (loading stays cheap): a move of
     ``RunResult`` must fail here, not leave cells showing a repr."""

@@ -1,9 +1,5 @@
 """The pure core of harness_magic: no IPython, ipywidgets or traitlets imports.
 
-Its packages are the design's planes (see ``docs/design.md``); modules moved there
-from the old flat layout stay importable under their old paths (:mod:`._moved`).
+Its packages are the design's planes (see ``docs/design.md``); each module is
+imported from the one path where it lives.
 """
-
-from harness_magic.core import _moved
-
-_moved.install()

@@ -69,7 +69,7 @@ def _warm_up() -> None:
     import pyarrow as pa
     import pyarrow.ipc  # noqa: F401
 
-    from harness_magic.core import interpreter  # noqa: F401
+    from harness_magic.core.execution import interpreter  # noqa: F401
     from harness_magic.core.confinement import layers as confinement  # noqa: F401
     from harness_magic.core.execution.sandbox import worker  # noqa: F401
 
