@@ -2,8 +2,8 @@
 
 One implementation of the protocol (:class:`~harness_magic.core.agent.run.Run`)
 is driven by a sync and an async driver; they differ only in how they await
-the provider. What a run ends with lives in :mod:`~harness_magic.core.agent.result`;
-this module re-exports it (and the run's constants) from their old home.
+the provider. What a run ends with lives in :mod:`~harness_magic.core.agent.result`,
+the run's constants in :mod:`~harness_magic.core.agent.run`.
 
 Invariants kept here:
 
@@ -30,36 +30,16 @@ import uuid
 import warnings
 from typing import Any, AsyncGenerator, Callable, Iterator, Mapping, Sequence
 
-from harness_magic.core.agent.result import (
-    NO_ANSWER_TEXT,
-    RUN_STATUSES,
-    MaxTurnsExceeded,
-    PromptTooLarge,
-    RunResult,
-    StopRun,
-)
-from harness_magic.core.agent.run import (  # noqa: F401  (the constants: re-exported from their old home)
-    COMPACT_AT,
-    COMPACT_TO,
-    INTERRUPTED_RESULT,
-    PARTIAL_OUTPUT_MAX_CHARS,
-    ROLLED_BACK_NOTE,
-    RUN_ENDINGS,
-    SKIPPED_RESULT,
-    ResultMasker,
-    Check,
-    ReminderHook,
-    Run,
-    ToolGuard,
-    ToolValidator,
-)
+from harness_magic.core.agent.result import MaxTurnsExceeded, PromptTooLarge, RunResult
+from harness_magic.core.agent.run import RUN_ENDINGS, ResultMasker, Check, ReminderHook, Run, ToolGuard, ToolValidator
+from harness_magic.core.agent.state import HarnessState
 from harness_magic.core.execution.tools import ToolSpec
+from harness_magic.core.knowledge.citations import Ledger
 from harness_magic.core.transcript.audit import AuditLog
 from harness_magic.core.transcript.events import Event, EventHandler, RunFinished
 from harness_magic.core.transcript.messages import Message, Usage, unanswered_tool_uses
 
-__all__ = ["Harness", "AsyncHarness", "RunResult", "MaxTurnsExceeded", "PromptTooLarge", "StopRun", "ReminderHook",
-           "RUN_STATUSES", "NO_ANSWER_TEXT"]
+__all__ = ["Harness", "AsyncHarness"]
 
 
 def _checked_max_turns(max_turns: int) -> int:
@@ -109,6 +89,10 @@ class _HarnessBase:
         self._masker: ResultMasker | None = None
         self.audit: AuditLog | None = None
         """The workspace audit log governance decisions go to (set by the session; None: not audited)."""
+        self.citations = Ledger()
+        """Sources knowledge tools retrieved through this harness (:func:`~harness_magic.core.knowledge.citations.record_retrieval`)."""
+        self.state = HarnessState()
+        """Per-harness state of the planes above the agent (e.g. the budget guards installed on it)."""
 
     # -- public surface -------------------------------------------------------------
 

@@ -23,11 +23,12 @@ tool calls are added to the parent run's count.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, Protocol
 
 from harness_magic.core.agent.result import StopRun
+from harness_magic.core.agent.run import Check, ToolGuard
+from harness_magic.core.agent.state import HarnessState, StateKey
 from harness_magic.core.transcript.messages import Usage
 
 __all__ = [
@@ -39,10 +40,22 @@ __all__ = [
     "run_usage",
     "child_budgets",
     "installed_budgets",
+    "BudgetHost",
+    "BUDGET_GUARDS",
 ]
 
-_INSTALLED: "weakref.WeakKeyDictionary[Any, list[BudgetGuard]]" = weakref.WeakKeyDictionary()
-"""Budget guards per harness, so a subagent tool can find its parent's limits."""
+
+class BudgetHost(Protocol):
+    """What installing budgets needs of a harness (:class:`~harness_magic.core.agent.loop.Harness` is one)."""
+
+    @property
+    def state(self) -> HarnessState: ...
+    def add_check(self, check: Check) -> None: ...
+    def add_tool_guard(self, guard: ToolGuard) -> None: ...
+
+
+BUDGET_GUARDS: "StateKey[list[BudgetGuard]]" = StateKey("budget_guards", list)
+"""The budget guards installed on a harness (kept on it), so a subagent tool can find its parent's limits."""
 
 BUDGET_STATUS = {
     "max_turns": "max_turns_exceeded",
@@ -132,21 +145,21 @@ class Budgets:
                 return BUDGET_STATUS[name], _reason(name, used[name], limit)
         return None
 
-    def install(self, harness: Any) -> "BudgetGuard":
-        """Enforce these budgets on every run of ``harness``; returns the guard."""
+    def install(self, harness: BudgetHost) -> "BudgetGuard":
+        """Enforce these budgets on every run of ``harness``; returns the guard (kept in ``harness.state``)."""
         guard = BudgetGuard(self)
         harness.add_check(guard.check)
         harness.add_tool_guard(guard.tool_guard)
-        _INSTALLED.setdefault(harness, []).append(guard)
+        harness.state.get(BUDGET_GUARDS).append(guard)
         return guard
 
 
-def installed_budgets(harness: Any) -> list[Budgets]:
+def installed_budgets(harness: BudgetHost) -> list[Budgets]:
     """The budgets of every :class:`BudgetGuard` installed on ``harness`` (their current values)."""
-    return [guard.budgets for guard in _INSTALLED.get(harness, [])]
+    return [guard.budgets for guard in harness.state.peek(BUDGET_GUARDS) or ()]
 
 
-def child_budgets(harness: Any, run: Any, *, reserve_tool_calls: int = 1) -> "tuple[Budgets, str | None]":
+def child_budgets(harness: BudgetHost, run: Any, *, reserve_tool_calls: int = 1) -> "tuple[Budgets, str | None]":
     """What is left of ``harness``'s budgets for a child started now in ``run``.
 
     Returns ``(budgets, None)``, or ``(Budgets(), reason)`` when a budget is

@@ -52,7 +52,7 @@ from harness_magic.core.control.presets import (PRESETS, PresetError, SubagentPr
                                               subset_registry)
 from harness_magic.core.transcript.events import SubagentEvent
 from harness_magic.core.execution.format import truncate_middle
-from harness_magic.core.execution.tools import ToolError, ToolOutput, ToolSpec
+from harness_magic.core.execution.tools import ToolContext, ToolError, ToolOutput, ToolSpec
 
 if TYPE_CHECKING:
     from harness_magic.core.execution.interpreter import InterpreterBackend
@@ -243,9 +243,8 @@ def make_subagent_tool(
         child_cache = cache_factory() if cache_factory is not None else SessionCache()
         tokens = parent_cache.versions() if hasattr(parent_cache, "versions") else {}
         local_inputs = [_put_input(child_cache, h, parent_cache.view(h), tokens.get(h)) for h in inputs]
-        holder: dict[str, Any] = {}
-        tools = build_tools(child_cache, lambda: holder["h"].current_turn if "h" in holder else None, own,
-                            lambda text: holder["h"].tool_output(text) if "h" in holder else None)
+        context = ToolContext()  # the child's tools report to the child harness built below
+        tools = build_tools(child_cache, context.current_turn, own, context.tool_output)
         tools = [t for t in tools if t.name != SUBAGENT_TOOL_NAME]
         system = system_prompt if system_prompt is not None else parent.system + SUBAGENT_SYSTEM_SUFFIX
         registry = connectors
@@ -273,7 +272,7 @@ def make_subagent_tool(
                 **({"preset": preset.name} if preset is not None else {}),
             },
         )
-        holder["h"] = child
+        context.bind(child)
         child.set_masker(parent.masker)  # the child's requests pass the parent's masking step too
         child.audit = parent.audit  # the child's approvals and governed writes go to the workspace audit log
         if limits.active:

@@ -8,9 +8,9 @@ or callable objects that captured their dependencies when they were built.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Protocol
 
-__all__ = ["ToolSpec", "ToolOutput", "SafetyClass", "SAFETY_CLASSES", "ToolError"]
+__all__ = ["ToolSpec", "ToolOutput", "SafetyClass", "SAFETY_CLASSES", "ToolError", "ToolHost", "ToolContext"]
 
 SafetyClass = Literal["read", "write", "destructive", "external"]
 SAFETY_CLASSES: tuple[str, ...] = ("read", "write", "destructive", "external")
@@ -85,3 +85,49 @@ class ToolOutput:
     display_text: str | None = None
     """What people read of the result when it differs from ``text`` (notes meant only for the model, such as
     the chart count, and a value that only repeats a saved handle, left out); None: the same as ``text``."""
+
+
+class ToolHost(Protocol):
+    """What tools read from the harness that dispatches them (:class:`~harness_magic.core.agent.loop.Harness` is one)."""
+
+    @property
+    def current_turn(self) -> int | None:
+        """The turn of the run in progress (cache provenance), or None."""
+        ...
+
+    def tool_output(self, text: str) -> None:
+        """Report text the running tool call printed."""
+        ...
+
+
+class ToolContext:
+    """The harness a set of tools reports to, given to the tools before that harness exists.
+
+    Tools and their harness each need the other: build the context, build the
+    tools over it (``current_turn=context.current_turn, on_output=context.tool_output``),
+    build the harness with the tools, then :meth:`bind` it. Before binding (and
+    for tools used without a harness) there is no turn and printed text goes nowhere.
+    """
+
+    def __init__(self) -> None:
+        self._host: ToolHost | None = None
+
+    @property
+    def host(self) -> ToolHost | None:
+        """The bound harness, or None before :meth:`bind`."""
+        return self._host
+
+    def bind(self, host: ToolHost) -> None:
+        """Make ``host`` the harness these tools report to; a context is bound once."""
+        if self._host is not None:
+            raise RuntimeError(f"this tool context is already bound to {self._host!r}; build a new one per harness")
+        self._host = host
+
+    def current_turn(self) -> int | None:
+        """The bound harness's turn, or None (unbound, or no run in progress)."""
+        return self._host.current_turn if self._host is not None else None
+
+    def tool_output(self, text: str) -> None:
+        """Pass printed ``text`` to the bound harness; dropped while unbound."""
+        if self._host is not None:
+            self._host.tool_output(text)

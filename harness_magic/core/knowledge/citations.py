@@ -2,7 +2,7 @@
 
 Ids look like ``[doc:runbooks/refunds.md#partner-share]``, ``[term:net_revenue]``
 and ``[owner:finance-data]``. Knowledge tools call :func:`record_retrieval`
-with what they returned; the ledger is kept per harness, and a source counts as
+with what they returned; the ledger is kept on the harness (``harness.citations``), and a source counts as
 retrieved while the tool result that returned it is in the conversation (a
 continued conversation keeps its sources; ``--new`` forgets them). Each retrieval is written to the run log as an ``event``
 record (``name="retrieval"``, ids and bounded snippets), so exports and
@@ -25,11 +25,10 @@ from __future__ import annotations
 import dataclasses
 import html
 import re
-import weakref
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Protocol, Sequence
 
-__all__ = ["Source", "Ledger", "retrieved_sources", "CITATION_RE", "parse_citations", "record_retrieval", "ledger_for",
+__all__ = ["Source", "Ledger", "retrieved_sources", "CITATION_RE", "parse_citations", "record_retrieval", "ledger_for", "LedgerHost",
            "check_answer", "citations_markdown", "citations_html", "sources_from_log", "sources_from_run_file", "SNIPPET_MAX_CHARS"]
 
 SNIPPET_MAX_CHARS = 400
@@ -73,7 +72,13 @@ class Ledger:
         return {sid: src for sid, (src, use_id) in self.entries.items() if use_id is None or use_id in answered}
 
 
-_LEDGERS: "weakref.WeakKeyDictionary[Any, Ledger]" = weakref.WeakKeyDictionary()
+class LedgerHost(Protocol):
+    """What the ledger functions need of a harness (:class:`~harness_magic.core.agent.loop.Harness` is one)."""
+
+    @property
+    def citations(self) -> Ledger:
+        """The harness's own ledger: it lives and dies with the harness."""
+        ...
 
 
 def parse_citations(text: str) -> list[str]:
@@ -81,16 +86,12 @@ def parse_citations(text: str) -> list[str]:
     return list(dict.fromkeys(m.group(1) for m in CITATION_RE.finditer(text or "")))
 
 
-def ledger_for(harness: Any) -> Ledger:
-    """The ledger of ``harness`` (created on first use)."""
-    ledger = _LEDGERS.get(harness)
-    if ledger is None:
-        ledger = Ledger()
-        _LEDGERS[harness] = ledger
-    return ledger
+def ledger_for(harness: LedgerHost) -> Ledger:
+    """The ledger of ``harness`` (``harness.citations``)."""
+    return harness.citations
 
 
-def retrieved_sources(harness: Any) -> dict[str, Source]:
+def retrieved_sources(harness: LedgerHost) -> dict[str, Source]:
     """Sources retrieved by tool calls whose results are in the harness's conversation."""
     return ledger_for(harness).visible(getattr(harness, "messages", None))
 
