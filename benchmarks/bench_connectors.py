@@ -142,7 +142,7 @@ def bench_duckdb(rows: int) -> None:
     import pandas as pd
 
     from harness_magic.core.cache import SessionCache
-    from harness_magic.core.execution.connectors.duckdb_connector import DuckDBEngine
+    from harness_magic.core.execution.connectors.duckdb_engine import DuckDBEngine
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "sales.parquet"

@@ -147,7 +147,7 @@ def child(mode: str, pattern: str, repeats: int, query: str) -> dict:
     from harness_magic.core.cache import SessionCache
     # the module itself: the package re-exports a function of that name
     module = importlib.import_module("harness_magic.core.execution.connectors.duckdb_connector")
-    from harness_magic.core.execution.connectors.duckdb_connector import DuckDBEngine
+    from harness_magic.core.execution.connectors.duckdb_engine import DuckDBEngine
     from harness_magic.core.execution.connectors.lazy import materialize_count
 
     sql = QUERIES[query][0]
@@ -304,7 +304,7 @@ def spark_section(rows_list: list[int]) -> None:
 
     from harness_magic.core.cache import SessionCache
     from harness_magic.core.execution.connectors.lazy import materialize_count
-    from harness_magic.core.execution.connectors.spark_connector import SparkEngine
+    from harness_magic.core.execution.connectors.spark_engine import SparkEngine
     from harness_magic.core.execution.connectors.spark_server import LocalSparkConnect
 
     started = time.perf_counter()

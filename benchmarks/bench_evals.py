@@ -63,8 +63,9 @@ def python_start() -> float:
 def session_cycle(run_dir: str) -> tuple[float, float]:
     """(start + close a session whose worker ran one statement, a one-turn run answering in text)."""
     from harness_magic.core.providers.offline import ScriptedModel
-    from harness_magic.core.providers.provider import ProviderAdapter
-    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.providers.adapter import ProviderAdapter
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
 
     def start_and_close() -> None:
         session = AgentSession(AgentConfig(model="suite:x", run_dir=run_dir),

@@ -48,7 +48,8 @@ from harness_magic.core.cache import SessionCache  # noqa: E402
 from harness_magic.core.execution.interpreter import InProcessInterpreter, make_interpreter_tools  # noqa: E402
 from harness_magic.core.execution.sandbox import SandboxedInterpreter, probe_confinement  # noqa: E402
 from harness_magic.core.execution.sandbox.sealed import stripe_count, usable_cpus  # noqa: E402
-from harness_magic.core.execution.sandbox.transfer import input_files, write_input  # noqa: E402
+from harness_magic.core.execution.sandbox.transfer_codec import input_files
+from harness_magic.core.execution.sandbox.transfer_kernel import write_input
 
 COLUMNS = 8
 
@@ -246,9 +247,9 @@ def sealed_trip(frame: pd.DataFrame, parts: int) -> dict[str, float]:
     result pays the page faults of the mapping (lazily, only for what is read),
     shown next to the same read of an in-memory frame.
     """
-    from harness_magic.core.cache.spill import frame_to_table
+    from harness_magic.core.cache.frames import frame_to_table
     from harness_magic.core.execution.sandbox.sealed import write_sealed
-    from harness_magic.core.execution.sandbox.transfer import read_sealed_result
+    from harness_magic.core.execution.sandbox.transfer_kernel import read_sealed_result
     from harness_magic.core.execution.sandbox.transfer_codec import arrow_writer
 
     stages: dict[str, float] = {}
@@ -328,7 +329,8 @@ def session_vs_bare(size_mb: int, calls: int = 20) -> None:
     Both should write nothing after the first call (the input was exported once)
     and cost a small fraction of a pickle round trip of the frame.
     """
-    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
 
     rows = size_mb * 2**20 // (8 * COLUMNS)
     frame = pd.DataFrame({f"c{i}": np.random.default_rng(i).random(rows) for i in range(COLUMNS)})

@@ -23,7 +23,7 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from harness_magic.core.execution.sandbox import SandboxedInterpreter  # noqa: E402
-from harness_magic.core.execution.sandbox.backend import STREAM_MAX_CHARS, STREAM_RELAY_INTERVAL_S  # noqa: E402
+from harness_magic.core.execution.sandbox.watchdog import STREAM_MAX_CHARS, STREAM_RELAY_INTERVAL_S  # noqa: E402
 
 LATENCY_CODE = ("import time\nfor i in range(15):\n    print(repr(time.time()), flush=True)\n    time.sleep(0.2)")
 

@@ -20,8 +20,8 @@ _EXPORTS: dict[str, str] = {
     # loop
     "Harness": "harness_magic.core.agent.loop",
     "AsyncHarness": "harness_magic.core.agent.loop",
-    "RunResult": "harness_magic.core.agent.loop",
-    "MaxTurnsExceeded": "harness_magic.core.agent.loop",
+    "RunResult": "harness_magic.core.agent.result",
+    "MaxTurnsExceeded": "harness_magic.core.agent.result",
     # transcript
     "Message": "harness_magic.core.transcript.messages",
     "TextBlock": "harness_magic.core.transcript.messages",
@@ -33,17 +33,17 @@ _EXPORTS: dict[str, str] = {
     "ToolOutput": "harness_magic.core.execution.tools",
     "ToolError": "harness_magic.core.execution.tools",
     # provider seam
-    "ProviderAdapter": "harness_magic.core.providers.provider",
-    "AsyncProviderAdapter": "harness_magic.core.providers.provider",
-    "ProviderResponse": "harness_magic.core.providers.provider",
-    "ProviderError": "harness_magic.core.providers.provider",
-    "LiteLLMTransport": "harness_magic.core.providers.provider",
+    "ProviderAdapter": "harness_magic.core.providers.adapter",
+    "AsyncProviderAdapter": "harness_magic.core.providers.adapter",
+    "ProviderResponse": "harness_magic.core.providers.response",
+    "ProviderError": "harness_magic.core.providers.errors",
+    "LiteLLMTransport": "harness_magic.core.providers.transport",
     # offline models
     "ScriptedModel": "harness_magic.core.providers.offline",
     "ScriptedTurn": "harness_magic.core.providers.offline",
     "ReplayModel": "harness_magic.core.providers.offline",
     # cache and formatter
-    "SessionCache": "harness_magic.core.cache",
+    "SessionCache": "harness_magic.core.cache.session",
     "format_tool_output": "harness_magic.core.execution.format",
     # interpreter
     "InProcessInterpreter": "harness_magic.core.execution.interpreter",
@@ -54,15 +54,15 @@ _EXPORTS: dict[str, str] = {
     # events
     "Event": "harness_magic.core.transcript.events",
     # sandbox
-    "SandboxedInterpreter": "harness_magic.core.execution.sandbox",
-    "probe_confinement": "harness_magic.core.execution.sandbox",
+    "SandboxedInterpreter": "harness_magic.core.execution.sandbox.backend",
+    "probe_confinement": "harness_magic.core.execution.sandbox.backend",
     # connectors and subagents
-    "Connector": "harness_magic.core.execution.connectors",
-    "ConnectorRegistry": "harness_magic.core.execution.connectors",
-    "ApprovalPolicy": "harness_magic.core.execution.connectors",
-    "files_connector": "harness_magic.core.execution.connectors",
-    "duckdb_connector": "harness_magic.core.execution.connectors",
-    "sql_connector": "harness_magic.core.execution.connectors",
+    "Connector": "harness_magic.core.execution.connectors.registry",
+    "ConnectorRegistry": "harness_magic.core.execution.connectors.registry",
+    "ApprovalPolicy": "harness_magic.core.execution.connectors.approval",
+    "files_connector": "harness_magic.core.execution.connectors.files",
+    "duckdb_connector": "harness_magic.core.execution.connectors.duckdb_connector",
+    "sql_connector": "harness_magic.core.execution.connectors.sql",
     "docs_connector": "harness_magic.core.execution.connectors.docs",
     "glossary_connector": "harness_magic.core.execution.connectors.docs",
     "SubagentRecursionError": "harness_magic.core.control.subagent",
@@ -74,10 +74,10 @@ _EXPORTS: dict[str, str] = {
     "Verifier": "harness_magic.core.control.verification",
     "replay_run": "harness_magic.core.control.replay",
     "retry_from": "harness_magic.core.control.replay",
-    "diff_runs": "harness_magic.core.control.replay",
+    "diff_runs": "harness_magic.core.control.run_diff",
     # sessions
     "AgentSession": "harness_magic.core.session",
-    "AgentConfig": "harness_magic.core.session",
+    "AgentConfig": "harness_magic.core.config",
 }
 
 __all__ = sorted([*_EXPORTS, "load_ipython_extension", "unload_ipython_extension", "__version__"])
@@ -98,13 +98,13 @@ def __dir__() -> list[str]:
 
 def load_ipython_extension(ipython: Any) -> None:
     """Register the magics (``%load_ext harness_magic``)."""
-    from harness_magic.notebook.magics import load_extension
+    from harness_magic.notebook.extension import load_extension
 
     load_extension(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
     """Undo :func:`load_ipython_extension`."""
-    from harness_magic.notebook.magics import unload_extension
+    from harness_magic.notebook.extension import unload_extension
 
     unload_extension(ipython)

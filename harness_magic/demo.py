@@ -45,7 +45,7 @@ def run(notebook_path: Path) -> int:
         print("the notebook ran, but no %%agent cell showed a finished run (its footer names the run log)",
               file=sys.stderr)
         return 1
-    from harness_magic.core.control.replay import load_run
+    from harness_magic.core.control.recorded import load_run
 
     end = load_run(log).end
     if end is None or not end.get("text"):

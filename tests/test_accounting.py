@@ -7,7 +7,8 @@ from harness_magic.core.control.budgets import Budgets
 from harness_magic.core.execution.interpreter import InProcessInterpreter
 from harness_magic.core.transcript.log import read_log
 from harness_magic.core.transcript.messages import Usage
-from harness_magic.core.session import AgentConfig, AgentSession
+from harness_magic.core.config import AgentConfig
+from harness_magic.core.session import AgentSession
 from harness_magic.core.control.subagent import SUBAGENT_TOOL_NAME, enable_subagents
 
 

@@ -521,7 +521,7 @@ def test_in_a_kernel_without_stdin_the_question_gets_no_answer_at_once(kernel: K
 def test_in_a_kernel_the_live_view_holds_the_box_and_a_write_is_approved_by_a_click(kernel: Kernel) -> None:
     setup = kernel.run(
         "from harness_magic.core.execution.connectors import Connector\n"
-        "from harness_magic.notebook.magics import agent_session\n"
+        "from harness_magic.notebook.extension import agent_session\n"
         "store = Connector('store', 'A store that keeps rows.')\nkept = []\n"
         "@store.tool(safety='write')\ndef append(row: str) -> str:\n"
         "    '''Append a row to the store.'''\n    kept.append(row)\n    return f'appended {row}'\n"

@@ -268,8 +268,9 @@ def test_cli_verify_exit_codes_name_the_first_broken_record(tmp_path):
 def _session(tmp_path, turns, approval):
     from harness_magic.core.execution.connectors import Connector
     from harness_magic.core.providers.offline import ScriptedModel
-    from harness_magic.core.providers.provider import ProviderAdapter
-    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.providers.adapter import ProviderAdapter
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
 
     notes = Connector("notes", "Notes.")
     written: list[str] = []
@@ -349,7 +350,7 @@ def test_a_subagents_approved_write_is_in_the_parents_audit_log(tmp_path):
     from harness_magic.core.execution.connectors import ApprovalPolicy, Connector, ConnectorRegistry
     from harness_magic.core.execution.interpreter import InProcessInterpreter, make_interpreter_tools
     from harness_magic.core.providers.offline import ScriptedModel
-    from harness_magic.core.providers.provider import ProviderAdapter
+    from harness_magic.core.providers.adapter import ProviderAdapter
 
     notes = Connector("notes", "Notes.")
 
@@ -374,7 +375,8 @@ def test_a_subagents_approved_write_is_in_the_parents_audit_log(tmp_path):
 
 
 def test_an_empty_audit_log_setting_turns_auditing_off(tmp_path):
-    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
 
     session = AgentSession(AgentConfig(run_dir=str(tmp_path), sandbox="inprocess", audit_log=""))
     assert session.audit is None and session.harness.audit is None
@@ -417,7 +419,7 @@ def test_an_approval_a_pull_and_an_export_appear_in_agent_audit(tmp_path):
         setup = kernel.run(textwrap.dedent('''\
             %load_ext harness_magic
             from harness_magic.core.execution.connectors import Connector
-            from harness_magic.notebook.magics import agent_session
+            from harness_magic.notebook.extension import agent_session
 
             notes = Connector("notes", "Notes kept in the notebook.")
 
@@ -466,8 +468,9 @@ def test_a_sqlite_write_without_a_preview_is_audited_with_its_row_count(tmp_path
     from harness_magic.core.execution.connectors import ApprovalPolicy
     from harness_magic.core.execution.connectors.sql import sql_connector
     from harness_magic.core.providers.offline import ScriptedModel
-    from harness_magic.core.providers.provider import ProviderAdapter
-    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.providers.adapter import ProviderAdapter
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
 
     db = tmp_path / "shop.db"
     with sqlite3.connect(db) as conn:

@@ -457,7 +457,7 @@ def test_each_calls_copy_button_copies_its_code_live_and_after_settling_and_it_r
 APPROVAL_SETUP = """\
 %load_ext harness_magic
 from harness_magic.core.execution.connectors import Connector
-from harness_magic.notebook.magics import agent_session
+from harness_magic.notebook.extension import agent_session
 store = Connector("store", "A store that keeps rows.")
 kept = []
 
@@ -700,7 +700,7 @@ def test_the_state_panel_shows_plan_question_assumption_verification_and_confide
                  f"Open questions:\n- Should bots count as active? {hostile}"},
     ]}
     nb = _notebook("%load_ext harness_magic\n%config AgentMagics.sandbox = 'inprocess'\n"
-                   "from harness_magic.notebook.magics import agent_session\n"
+                   "from harness_magic.notebook.extension import agent_session\n"
                    "agent_session().verifier.require_columns(['region'], handles='summary')",
                    "%%agent -m scripted/state.json\nWhy did weekly active users drop 8% last week?",
                    "print('after', _.status)")

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness_magic.core.cache import CheckpointError, SessionCache, SpillReadError
-from harness_magic.core.cache.spill import DIGEST_ALGORITHM, file_digest
+from harness_magic.core.cache.digest import DIGEST_ALGORITHM, file_digest
 
 
 class _Payload:

@@ -198,7 +198,8 @@ def test_a_spill_file_is_decoded_from_the_bytes_its_digest_was_checked_on(tmp_pa
     import pytest
 
     from harness_magic.core.cache import digest
-    from harness_magic.core.cache.spill import SpillIntegrityError, read_value, write_value
+    from harness_magic.core.cache.digest import SpillIntegrityError
+    from harness_magic.core.cache.spill import read_value, write_value
 
     frame = pd.DataFrame({"x": np.arange(float(rows))})
     record = write_value(frame, tmp_path / "f")
@@ -259,7 +260,8 @@ def test_the_striped_digest_is_its_definition_whatever_the_threads(tmp_path, mon
 
 @pytest.mark.parametrize("change", ["grown", "truncated"])
 def test_a_striped_spill_file_that_grew_or_shrank_is_refused(tmp_path, change) -> None:
-    from harness_magic.core.cache.spill import SpillIntegrityError, read_value, write_value
+    from harness_magic.core.cache.digest import SpillIntegrityError
+    from harness_magic.core.cache.spill import read_value, write_value
 
     record = write_value(pd.DataFrame({"x": np.arange(3_000_000.0)}), tmp_path / "f")
     data = record.path.read_bytes()

@@ -24,7 +24,7 @@ from harness_magic.core.execution.connectors.docs import docs_connector
 from harness_magic.core.knowledge.citations import CITATION_RE, Source, citations_html, citations_markdown
 from harness_magic.core.agent.loop import Harness
 from harness_magic.core.providers.offline import ScriptedModel
-from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.providers.adapter import ProviderAdapter
 from harness_magic.core.text.safe_markdown import markdown_links, sanitize_html, text_runs
 
 CORPUS = Path(__file__).parent / "knowledge_corpus"

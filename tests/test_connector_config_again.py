@@ -15,7 +15,8 @@ import pytest
 from harness_magic.core.execution.connectors import Connector, duckdb_connector, sql_connector
 from harness_magic.core.execution.connectors.config import apply_config, connectors_from_config
 from harness_magic.core.execution.connectors.sameness import differences
-from harness_magic.core.session import AgentConfig, AgentSession
+from harness_magic.core.config import AgentConfig
+from harness_magic.core.session import AgentSession
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from harness_magic.core.transcript.events import Notice
 from harness_magic.core.transcript.log import read_log
 from harness_magic.core.agent.loop import Harness
 from harness_magic.core.providers.offline import ScriptedModel
-from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.providers.adapter import ProviderAdapter
 
 RESULT_BOUND_CHARS = 5_000
 """What a tool result may cost the model's context, whatever the data size."""
@@ -245,7 +245,8 @@ def test_policy_rejects_unknown_rules():
 
 
 def test_session_wires_connectors_and_approvals(tmp_path):
-    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
 
     calls: list = []
     turns = [
@@ -265,7 +266,9 @@ def test_approval_wait_is_reported_apart_from_the_tool_time(tmp_path):
     import time
 
     from harness_magic.core.transcript.events import ToolCallFinished
-    from harness_magic.core.export import RunRecord, apply_event, tool_summary
+    from harness_magic.core.export import RunRecord
+    from harness_magic.core.export.record import apply_event
+    from harness_magic.core.export.views import tool_summary
 
     def slow_user(request):
         time.sleep(0.4)

@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 
 from harness_magic.core.agent.compaction import SUMMARY_HEADER
-from harness_magic.core.agent.loop import NO_ANSWER_TEXT
+from harness_magic.core.agent.result import NO_ANSWER_TEXT
 from harness_magic.core.agent.run import INTERRUPTED_ANSWER_NOTE
 from harness_magic.core.providers.errors import ContextWindowExceeded, ModelNotServed
 from harness_magic.core.providers.overflow import learned_window, server_overflow
-from harness_magic.core.session import AgentConfig, AgentSession
+from harness_magic.core.config import AgentConfig
+from harness_magic.core.session import AgentSession
 from harness_magic.core.transcript.events import ContextCompacted, TextDelta
 from scripted_server import ScriptedServer
 

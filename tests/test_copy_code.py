@@ -18,7 +18,7 @@ from harness_magic.core.transcript.events import RunStarted, ToolCallStarted  # 
 from harness_magic.core.export import RunRecord, ToolRecord, render_answer_html, render_html_document  # noqa: E402
 from harness_magic.core.transcript.messages import ToolUseBlock  # noqa: E402
 from harness_magic.notebook.clipboard import MAX_CALLS, CodeClipboard  # noqa: E402
-from harness_magic.notebook.control_magics import agent_code_text, call_code_text  # noqa: E402
+from harness_magic.notebook.code_text import agent_code_text, call_code_text  # noqa: E402
 from harness_magic.notebook.render import WidgetRunView  # noqa: E402
 
 HOSTILE_ID = 'call"><img src=x onerror=alert(1)>'

@@ -24,7 +24,7 @@ from harness_magic.core.execution.connectors.duckdb_connector import lazy_rebind
 from harness_magic.core.execution.connectors.spark_connector import spark_connector
 from harness_magic.core.agent.loop import Harness
 from harness_magic.core.providers.offline import ScriptedModel
-from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.providers.adapter import ProviderAdapter
 from harness_magic.core.execution.tools import ToolError
 from postgres import postgres_url  # noqa: F401  (session fixture)
 

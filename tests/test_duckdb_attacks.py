@@ -17,10 +17,10 @@ import pytest
 
 from harness_magic.core.cache import SessionCache
 from harness_magic.core.execution.connectors import ConnectorRegistry, duckdb_connector
-from harness_magic.core.execution.connectors.duckdb_connector import DuckDBEngine
+from harness_magic.core.execution.connectors.duckdb_engine import DuckDBEngine
 from harness_magic.core.agent.loop import Harness
 from harness_magic.core.providers.offline import ScriptedModel
-from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.providers.adapter import ProviderAdapter
 from harness_magic.core.execution.tools import ToolError
 
 ATTACKS = [

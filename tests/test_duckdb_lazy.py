@@ -15,12 +15,13 @@ import pytest
 
 from harness_magic.core.cache import SessionCache
 from harness_magic.core.execution.connectors import duckdb_connector
-from harness_magic.core.execution.connectors.duckdb_connector import DuckDBEngine
+from harness_magic.core.execution.connectors.duckdb_engine import DuckDBEngine
 from harness_magic.core.execution.connectors.lazy import LazyRelation, MaterializeLimitError, materialize_count
 from harness_magic.core.transcript.events import EngineProgress
 from harness_magic.core.providers.offline import ScriptedModel
-from harness_magic.core.providers.provider import ProviderAdapter
-from harness_magic.core.session import AgentConfig, AgentSession
+from harness_magic.core.providers.adapter import ProviderAdapter
+from harness_magic.core.config import AgentConfig
+from harness_magic.core.session import AgentSession
 from harness_magic.core.execution.tools import ToolError
 
 FILES = 4
@@ -290,7 +291,7 @@ def test_agent_pull_and_agent_vars_of_a_lazy_handle(tmp_path, dataset):
     driver = textwrap.dedent(f"""\
         import json
         from IPython.core.interactiveshell import InteractiveShell
-        from harness_magic.core.execution.connectors.duckdb_connector import DuckDBEngine
+        from harness_magic.core.execution.connectors.duckdb_engine import DuckDBEngine
         shell = InteractiveShell.instance()
         shell.run_line_magic("load_ext", "harness_magic")
         shell.run_line_magic("config", 'AgentMagics.sandbox = "inprocess"')
@@ -473,7 +474,7 @@ def test_agent_pull_max_rows_raises_the_row_cap_and_refuses_hostile_values(tmp_p
     root, frame = dataset
     driver = textwrap.dedent(f"""\
         from IPython.core.interactiveshell import InteractiveShell
-        from harness_magic.core.execution.connectors.duckdb_connector import DuckDBEngine
+        from harness_magic.core.execution.connectors.duckdb_engine import DuckDBEngine
         shell = InteractiveShell.instance()
         shell.run_line_magic("load_ext", "harness_magic")
         shell.run_line_magic("config", 'AgentMagics.sandbox = "inprocess"')

@@ -19,8 +19,9 @@ import pytest
 from harness_magic.core.cache import SessionCache
 from harness_magic.core.execution.connectors.lazy import LazyRelation, MaterializeLimitError
 from harness_magic.core.providers.offline import ScriptedModel
-from harness_magic.core.providers.provider import ProviderAdapter
-from harness_magic.core.session import AgentConfig, AgentSession
+from harness_magic.core.providers.adapter import ProviderAdapter
+from harness_magic.core.config import AgentConfig
+from harness_magic.core.session import AgentSession
 from test_duckdb_lazy_once import counting_connector, counting_engine
 
 module = importlib.import_module("harness_magic.core.execution.connectors.duckdb_engine")

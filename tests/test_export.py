@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from harness_magic.core.export import RunRecorder, export_runs, render_answer_html
-from harness_magic.core.session import AgentConfig, AgentSession
+from harness_magic.core.config import AgentConfig
+from harness_magic.core.session import AgentSession
 
 HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\nnot-really-a-png").decode()
@@ -103,7 +104,7 @@ def test_unknown_export_format_names_the_allowed_ones(tmp_path: Path) -> None:
 def test_subagent_events_render_as_a_nested_transcript() -> None:
     from harness_magic.core.transcript.events import (AssistantMessage, RunFinished, RunStarted, SubagentEvent,
                                            ToolCallFinished, ToolCallStarted)
-    from harness_magic.core.agent.loop import RunResult
+    from harness_magic.core.agent.result import RunResult
     from harness_magic.core.transcript.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
 
     recorder = RunRecorder()

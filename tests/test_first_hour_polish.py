@@ -121,8 +121,9 @@ def test_a_trailing_expression_is_named_after_what_it_computes() -> None:
 
 def _session(tmp_path, turns, sandbox="inprocess", **config):
     from harness_magic.core.providers.offline import ScriptedModel
-    from harness_magic.core.providers.provider import ProviderAdapter
-    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.providers.adapter import ProviderAdapter
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
 
     session = AgentSession(AgentConfig(run_dir=str(tmp_path / "runs"), sandbox=sandbox, **config),
                            adapter=ProviderAdapter("scripted/t", transport=ScriptedModel(turns)))

@@ -28,7 +28,8 @@ import pytest
 from harness_magic.core.control.skills import load_skills
 from harness_magic.core.knowledge.workspace_memory import WorkspaceMemoryError, read_definitions, write_definitions
 from harness_magic.core.knowledge.workspace_memory import Definition
-from harness_magic.core.session import AgentConfig, AgentSession
+from harness_magic.core.config import AgentConfig
+from harness_magic.core.session import AgentSession
 from harness_magic.core.transcript.audit import AuditLog, record_hash, verify_file
 
 ROOT = Path(__file__).resolve().parent.parent

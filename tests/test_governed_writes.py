@@ -22,7 +22,7 @@ from harness_magic.core.execution.connectors.duckdb_connector import duckdb_conn
 from harness_magic.core.execution.connectors.policy import Actor, GovernancePolicy, PolicyError
 from harness_magic.core.execution.connectors.preview import DUCKDB_WRITE_CONFIG, PREVIEW_SAMPLE_ROWS
 from harness_magic.core.providers.offline import ScriptedModel
-from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.providers.adapter import ProviderAdapter
 from harness_magic.core.transcript.audit import AuditLog
 from postgres import postgres_url  # noqa: F401  (session fixture)
 

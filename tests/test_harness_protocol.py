@@ -349,7 +349,7 @@ def offline(replies):
 
 
 def test_a_check_raising_stop_run_ends_the_run_with_its_status_and_answers_open_tool_uses(tmp_path):
-    from harness_magic.core.agent.loop import StopRun
+    from harness_magic.core.agent.result import StopRun
     from harness_magic.core.transcript.log import read_log
 
     harness = make_harness(offline([{"tool_calls": [{"name": "echo", "arguments": {"text": "x"}}]},

@@ -111,7 +111,7 @@ def test_emoji_presentation_selector_after_a_symbol_is_not_hidden() -> None:
 
 def test_a_model_sent_tool_name_cannot_end_the_header_comment() -> None:
     from harness_magic.core.export import RunRecord, ToolRecord
-    from harness_magic.notebook.control_magics import agent_code_text
+    from harness_magic.notebook.code_text import agent_code_text
 
     record = RunRecord(run_id="r1")
     record.items.append(ToolRecord("t1", "python_interpreter\nimport os", {"code": "1"}, 1))

@@ -195,7 +195,7 @@ def test_add_connector_in_a_cell_run_twice_keeps_or_replaces_and_says_so(kernel:
     (kernel.cwd / "crm.csv").write_text("customer_id,region\n1,north\n")
     cell = textwrap.dedent("""\
         from harness_magic.core.execution.connectors import duckdb_connector
-        from harness_magic.notebook.magics import agent_session
+        from harness_magic.notebook.extension import agent_session
         crm = agent_session().add_connector(duckdb_connector({"customers": PATH}, name="crm"))
     """)
     assert kernel.run(cell.replace("PATH", repr(str(kernel.cwd / "crm.csv")))).ok

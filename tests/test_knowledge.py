@@ -30,11 +30,12 @@ from harness_magic.core.knowledge import (
     sources_from_log,
 )
 from harness_magic.core.knowledge.extract import CHUNK_MAX_CHARS
-from harness_magic.core.knowledge.index import FILE_MAX_BYTES, fts_query
+from harness_magic.core.knowledge.tree import FILE_MAX_BYTES
+from harness_magic.core.knowledge.index import fts_query
 from harness_magic.core.transcript.log import read_log
 from harness_magic.core.agent.loop import Harness
 from harness_magic.core.providers.offline import ScriptedModel
-from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.providers.adapter import ProviderAdapter
 from harness_magic.core.execution.tools import ToolError
 from harness_magic.core.control.verification import Verifier
 
@@ -508,7 +509,8 @@ def test_snippets_show_the_window_with_the_query_words(docs):
 
 
 def test_markdown_export_links_citations_to_logged_snippets(tmp_path, docs):
-    from harness_magic.core.export import RunRecorder, render_answer_markdown
+    from harness_magic.core.export import RunRecorder
+    from harness_magic.core.export.render_markdown import render_answer_markdown
 
     turns = [
         {"tool_calls": [call("load_connectors", connector_name="docs")]},

@@ -38,7 +38,7 @@ from harness_magic.core.knowledge.index import DocIndex
 from harness_magic.core.knowledge.tree import DocTree
 from harness_magic.core.agent.loop import Harness
 from harness_magic.core.providers.offline import ScriptedModel
-from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.providers.adapter import ProviderAdapter
 from harness_magic.core.confinement.layers import landlock_abi
 from harness_magic.core.execution.tools import ToolError
 from harness_magic.core.control.verification import Verifier

@@ -33,7 +33,8 @@ from harness_magic.core.providers.errors import (
 )
 from harness_magic.core.providers.payload import TEXT_JOINER, render_request
 from harness_magic.core.providers.transport import PLACEHOLDER_API_KEY
-from harness_magic.core.session import AgentConfig, AgentSession
+from harness_magic.core.config import AgentConfig
+from harness_magic.core.session import AgentSession
 from harness_magic.core.transcript.events import Notice
 from harness_magic.core.transcript.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 

@@ -586,7 +586,7 @@ def test_agent_code_puts_the_runs_interpreter_code_into_the_next_cell(kernel: Ke
 
 def test_agent_code_writes_sql_as_strings_that_stay_strings() -> None:
     from harness_magic.core.export import RunRecord, ToolRecord
-    from harness_magic.notebook.control_magics import agent_code_text
+    from harness_magic.notebook.code_text import agent_code_text
 
     record = RunRecord(run_id="r1")
     evil = "SELECT 1 -- ''' \"\"\"\nimport os; os.system('x')"

@@ -121,7 +121,7 @@ def notes(kernel: Kernel) -> None:
     """A connector with one write tool, added with no approver: the notebook's prompt asks."""
     cell = kernel.run(textwrap.dedent('''\
         from harness_magic.core.execution.connectors import Connector
-        from harness_magic.notebook.magics import agent_session
+        from harness_magic.notebook.extension import agent_session
 
         written = []
         notes = Connector("notes", "Notes kept in the notebook.")

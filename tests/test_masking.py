@@ -57,8 +57,9 @@ def test_values_printed_side_by_side_are_each_found():
 
 def test_a_printed_row_of_a_classified_frame_reaches_the_model_masked(tmp_path):
     from harness_magic.core.providers.offline import ScriptedModel
-    from harness_magic.core.providers.provider import ProviderAdapter
-    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.providers.adapter import ProviderAdapter
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
 
     phones = ["+44 20 7946 0958", "+49 30 901820", "+33 1 42 68 53 00"]
     cards = [CARD_OK, "3400 0000 0000 009", "4111 1111 1111 1111"]
@@ -183,7 +184,8 @@ def test_no_request_holds_an_unmasked_value_while_the_worker_computes_on_real_on
     from harness_magic import ProviderAdapter
     from harness_magic.core.execution.connectors.config import connectors_from_config
     from harness_magic.core.export import RunRecorder, export_runs
-    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
     from harness_magic.core.transcript.events import MaskingApplied
 
     url, rows = customers
@@ -270,7 +272,8 @@ def test_allowing_every_class_sends_the_real_values(customers, server, tmp_path)
     """The control: with masking off, the same query does send the values (the check above can fail)."""
     from harness_magic import ProviderAdapter
     from harness_magic.core.execution.connectors.config import connectors_from_config
-    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
 
     url, rows = customers
     server.replies = [
@@ -353,8 +356,9 @@ def test_notebook_shows_masked_calls_and_lists_column_classes_with_their_source(
 def test_a_glossary_entry_classes_a_column_no_pattern_recognises(tmp_path):
     from harness_magic.core.execution.connectors.config import connectors_from_config
     from harness_magic.core.providers.offline import ScriptedModel
-    from harness_magic.core.providers.provider import ProviderAdapter
-    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.providers.adapter import ProviderAdapter
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
 
     (tmp_path / "terms.yaml").write_text(
         "tables:\n  customers.full_name: {kind: dimension, definition: The customer's name., sensitivity: pii}\n")
@@ -396,7 +400,7 @@ def test_a_value_printed_in_two_flushes_is_shown_masked_whole(tmp_path):
     from harness_magic.core.control.masking import SessionMasking
     from harness_magic.core.execution.tools import ToolSpec
     from harness_magic.core.providers.offline import ScriptedModel
-    from harness_magic.core.providers.provider import ProviderAdapter
+    from harness_magic.core.providers.adapter import ProviderAdapter
     from harness_magic.core.transcript.events import ToolOutputDelta
 
     def chatty() -> str:

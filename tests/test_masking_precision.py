@@ -41,8 +41,9 @@ def scripted_run(tmp_path, turns, *subscribers):
     """One ``AgentSession`` run (default masking, in-process interpreter) against a scripted model: the result,
     and the tool results' text the model read."""
     from harness_magic.core.providers.offline import ScriptedModel
-    from harness_magic.core.providers.provider import ProviderAdapter
-    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.providers.adapter import ProviderAdapter
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
 
     session = AgentSession(AgentConfig(model="scripted/p", sandbox="inprocess", run_dir=str(tmp_path / "runs")),
                            adapter=ProviderAdapter("scripted/p", transport=ScriptedModel(turns)))
@@ -288,7 +289,8 @@ def test_a_long_email_printed_cut_reaches_the_model_without_its_name(tmp_path):
 
 def test_a_count_beside_a_small_integer_reaches_the_model_unchanged(server, tmp_path):
     from harness_magic import ProviderAdapter
-    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
 
     server.replies = [{"tool_calls": [{"id": "c1", **call("python_interpreter",
                                                           code="print('call', 3, 100000)\nprint(3, 100000)")}]},
@@ -315,7 +317,8 @@ def test_a_masked_tool_result_is_marked_with_class_and_count_in_the_live_view_an
     pytest.importorskip("ipywidgets")
     from rich.console import Console
 
-    from harness_magic.core.export import RunRecorder, export_runs, tool_summary
+    from harness_magic.core.export import RunRecorder, export_runs
+    from harness_magic.core.export.views import tool_summary
     from harness_magic.notebook.render import TerminalRenderer
     from harness_magic.notebook.render.widgets import WidgetRunView
 

@@ -74,8 +74,9 @@ def test_a_snapshot_cell_holding_a_known_amount_is_masked():
 def test_a_known_amount_is_masked_in_every_format_through_agent_session(tmp_path):
     from harness_magic.core.execution.connectors.config import connectors_from_config
     from harness_magic.core.providers.offline import ScriptedModel
-    from harness_magic.core.providers.provider import ProviderAdapter
-    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.providers.adapter import ProviderAdapter
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
 
     (tmp_path / "terms.yaml").write_text(
         "tables:\n  deals.amount: {kind: dimension, definition: Deal value., sensitivity: financial}\n")
@@ -176,7 +177,8 @@ def test_the_whole_value_matrix_is_saved_through_agent_session_exactly(masking, 
     if not _confined():
         pytest.skip("no OS confinement here: the sandboxed worker cannot start")
     from harness_magic import ProviderAdapter
-    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
 
     code = PRELUDE + "".join(f"save({case!r}, {expr})\n" for case, expr in CASES.items())
     code += ("emails = pd.DataFrame({'email': pd.array(['ann.lee@acme-mail.com', None], dtype='string'),"

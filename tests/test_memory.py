@@ -32,7 +32,8 @@ from harness_magic.core.knowledge.workspace_memory import (
     read_definitions,
     write_definitions,
 )
-from harness_magic.core.session import AgentConfig, AgentSession
+from harness_magic.core.config import AgentConfig
+from harness_magic.core.session import AgentSession
 from harness_magic.core.transcript.events import QuestionStep
 
 ACTIVE = "active = at least one event in the week, weeks start on Monday"

@@ -27,7 +27,7 @@ CELL_TIMEOUT_S = 180
 STATE_MARK = "@@state "
 
 _STATE = f"""
-from harness_magic.notebook.magics import agent_session as _agent_session
+from harness_magic.notebook.extension import agent_session as _agent_session
 import json as _json
 _s = _agent_session()
 print({STATE_MARK!r} + _json.dumps({{

@@ -20,7 +20,7 @@ from harness_magic import (
     reconstruct_transcript,
 )
 from harness_magic.core.transcript.events import RunFinished, TextDelta
-from harness_magic.core.providers.provider import AsyncProviderAdapter
+from harness_magic.core.providers.adapter import AsyncProviderAdapter
 
 TURNS = [
     {"text": "Looking.", "tool_calls": [{"name": "python_interpreter", "arguments": {"code": "sum(range(10))"}}]},

@@ -15,10 +15,12 @@ import pytest
 
 from harness_magic import Harness, ProviderAdapter, SessionCache, ToolSpec, reconstruct_transcript
 from harness_magic.core.transcript.events import ContextCompacted, TextDelta
-from harness_magic.core.agent.loop import NO_ANSWER_TEXT, PromptTooLarge
+from harness_magic.core.agent.result import NO_ANSWER_TEXT, PromptTooLarge
 from harness_magic.core.agent.run import INTERRUPTED_ANSWER_NOTE
 from harness_magic.core.transcript.messages import Message
-from harness_magic.core.providers.provider import EMPTY_TOOL_RESULT_TEXT, ModelRouteError, check_model_route
+from harness_magic.core.providers.payload import EMPTY_TOOL_RESULT_TEXT
+from harness_magic.core.providers.errors import ModelRouteError
+from harness_magic.core.providers.transport import check_model_route
 from scripted_server import ScriptedServer
 from strict_apis import AnthropicServer, anthropic_problems, openai_problems
 

@@ -68,7 +68,8 @@ def crm(tmp_path):
 def make_session(tmp_path, server, config, *, sandbox="inprocess", subagents=False):
     from harness_magic import ProviderAdapter
     from harness_magic.core.execution.connectors.config import connectors_from_config
-    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
 
     adapter = ProviderAdapter("openai/test-model", api_base=server.api_base, api_key="sk-test",
                               sleep=lambda s: None)

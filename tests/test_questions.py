@@ -23,7 +23,8 @@ from harness_magic.core.control.questions import (
     ambiguity,
 )
 from harness_magic.core.providers.offline import ScriptedModel
-from harness_magic.core.session import AgentConfig, AgentSession
+from harness_magic.core.config import AgentConfig
+from harness_magic.core.session import AgentSession
 from harness_magic.core.transcript.events import AssumptionRecorded, QuestionStep
 from harness_magic.core.transcript.log import read_log
 
@@ -36,7 +37,7 @@ def ask(question: str, options: list[str] | None = None, why: str = "") -> dict[
 
 
 def session_for(tmp_path: Path, *turns: dict[str, Any], **config: Any) -> tuple[AgentSession, list[Any]]:
-    from harness_magic.core.providers.provider import ProviderAdapter
+    from harness_magic.core.providers.adapter import ProviderAdapter
 
     adapter = ProviderAdapter("scripted/test", transport=ScriptedModel(list(turns)))
     session = AgentSession(AgentConfig(model="scripted/test", sandbox="inprocess", run_dir=str(tmp_path / "runs"),

@@ -217,7 +217,7 @@ def readme_model_ids() -> list[str]:
 
 
 def test_every_model_id_in_the_readme_routes() -> None:
-    from harness_magic.core.providers.provider import check_model_route
+    from harness_magic.core.providers.transport import check_model_route
 
     ids = readme_model_ids()
     assert {"anthropic/claude-sonnet-4-5", "openai/qwen2.5:7b", "openai/Qwen/Qwen2.5-7B-Instruct"} <= set(ids)

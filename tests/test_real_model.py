@@ -186,7 +186,8 @@ FORCED_TURNS = 2
 
 def test_a_real_tool_call_round_trips_and_pairs(model_server, tmp_path, monkeypatch):
     """The model is made to call the interpreter (tool_choice): its call, however wrong, is answered and logged."""
-    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
 
     for name in list(os.environ):
         if name.endswith("_API_KEY"):
@@ -219,7 +220,8 @@ def _words(topic: str, count: int) -> str:
 def test_a_prompt_over_a_small_n_ctx_gives_the_clear_error_and_the_next_cell_works(small_window_server, tmp_path,
                                                                                     monkeypatch):
     """Before: the overflowing cell "completed" with no answer and so did every later one, until --new."""
-    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
     from harness_magic.core.transcript.events import ContextCompacted
 
     _keyless(monkeypatch)
@@ -249,7 +251,8 @@ def test_a_prompt_over_a_small_n_ctx_gives_the_clear_error_and_the_next_cell_wor
 def test_an_interrupt_mid_stream_keeps_the_streamed_text(model_server, tmp_path, monkeypatch):
     """The stop button while the model streams: the paragraphs on screen stay the answer so far."""
     from harness_magic.core.agent.run import INTERRUPTED_ANSWER_NOTE
-    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
     from harness_magic.core.transcript.events import TextDelta
 
     _keyless(monkeypatch)

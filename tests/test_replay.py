@@ -9,7 +9,9 @@ from harness_magic.core.control.budgets import Budgets
 from harness_magic.core.transcript.log import read_log, reconstruct_transcript
 from harness_magic.core.control.planner import Planner
 from harness_magic.core.control.reminders import ProgressTracker
-from harness_magic.core.control.replay import checkpoint_messages, diff_runs, load_run, replay_run, retry_from
+from harness_magic.core.control.recorded import checkpoint_messages, load_run
+from harness_magic.core.control.run_diff import diff_runs
+from harness_magic.core.control.replay import replay_run, retry_from
 from harness_magic.core.control.verification import Verifier
 
 SYSTEM = "You are a replay test. Stable prefix."

@@ -8,9 +8,10 @@ import sqlite3
 from harness_magic.core.control.budgets import Budgets
 from harness_magic.core.execution.connectors import ApprovalPolicy, sql_connector
 from harness_magic.core.providers.offline import ScriptedModel
-from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.providers.adapter import ProviderAdapter
 from harness_magic.core.control.replay import live_tools_of, replay_run
-from harness_magic.core.session import AgentConfig, AgentSession
+from harness_magic.core.config import AgentConfig
+from harness_magic.core.session import AgentSession
 
 DROP = "DROP TABLE accounts"
 

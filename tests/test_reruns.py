@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from harness_magic.core.control.reruns import RUN_KEY_MAX_CHARS
-from harness_magic.core.session import AgentConfig, AgentSession
+from harness_magic.core.config import AgentConfig
+from harness_magic.core.session import AgentSession
 from harness_magic.core.transcript.log import read_log, reconstruct_transcript
 
 _counter = iter(range(10_000))
@@ -325,7 +326,7 @@ def run_in_cell(kernel: Kernel, source: str, cell_id: str | None) -> Cell:
     return kernel.collect(Cell(message["header"]["msg_id"]))
 
 
-SESSION = "__import__('harness_magic.notebook.magics', fromlist=['x']).agent_session()"
+SESSION = "__import__('harness_magic.notebook.extension', fromlist=['x']).agent_session()"
 
 
 @pytest.fixture(scope="module")

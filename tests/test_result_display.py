@@ -18,9 +18,10 @@ from harness_magic.core import export
 from harness_magic.core.cache import SessionCache
 from harness_magic.core.execution.interpreter import InProcessInterpreter, chart_note, make_interpreter_tools
 from harness_magic.core.providers.offline import ScriptedModel
-from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.providers.adapter import ProviderAdapter
 from harness_magic.core.transcript.scrub import REDACTED, register_secret
-from harness_magic.core.session import AgentConfig, AgentSession
+from harness_magic.core.config import AgentConfig
+from harness_magic.core.session import AgentSession
 
 CHART = ("import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
          "plt.figure(figsize=(2, 1))\nplt.plot([1, 2])\n")

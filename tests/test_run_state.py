@@ -20,7 +20,8 @@ import pytest
 from harness_magic.core.control.planner import PLAN_STATUSES, Planner
 from harness_magic.core.control.run_diff import diff_runs
 from harness_magic.core.export import RunRecorder, export_runs, render_answer_html
-from harness_magic.core.session import AgentConfig, AgentSession
+from harness_magic.core.config import AgentConfig
+from harness_magic.core.session import AgentSession
 from harness_magic.core.transcript.events import ApprovalStep, QuestionStep, RunStarted
 from harness_magic.core.transcript.run_state import (
     CONFIDENCE_REQUEST,
@@ -329,7 +330,7 @@ def test_the_state_panel_in_a_real_kernel_shows_plan_assumptions_verification_an
             %config AgentMagics.run_dir = "runs"
             %config AgentMagics.sandbox = "inprocess"
             %config AgentMagics.ask_confidence = True
-            from harness_magic.notebook.magics import agent_session
+            from harness_magic.notebook.extension import agent_session
         """))
         assert setup.ok, setup.outputs
         hook = kernel.run(textwrap.dedent("""\
@@ -362,7 +363,7 @@ def test_terminal_ipython_prints_the_run_state_panel(tmp_path: Path) -> None:
     out = run_in_terminal(tmp_path, (
         "%load_ext harness_magic\n"
         "%config AgentMagics.sandbox = 'inprocess'\n"
-        "from harness_magic.notebook.magics import agent_session\n"
+        "from harness_magic.notebook.extension import agent_session\n"
         "agent_session().verifier.require_columns(['region'], handles='summary')\n"
         "agent_session().answerer = None\n"
         "_run = get_ipython().run_cell_magic('agent', '-m scripted/model.json', 'Why did WAU drop?')\n"

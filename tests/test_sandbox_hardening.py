@@ -183,7 +183,7 @@ def test_scratch_files_written_and_closed_are_capped():
 
 
 def test_scratch_left_by_a_dead_kernel_is_swept_and_nothing_else(tmp_path):
-    from harness_magic.core.execution.sandbox.backend import sweep_stale_roots
+    from harness_magic.core.execution.sandbox.launcher_client import sweep_stale_roots
 
     dead = 2**22 + 12345  # above the default pid_max: never a live process
     stale = tmp_path / f"harness-sandbox-{dead}-abc"
@@ -321,7 +321,7 @@ def test_the_worker_never_keeps_uid_0_and_says_how():
 @needs("drop_root")
 def test_agent_sandbox_names_the_arrangement_that_drops_root():
     pytest.importorskip("IPython")
-    from harness_magic.notebook.magics import sandbox_rows
+    from harness_magic.notebook.tables import sandbox_rows
 
     rows = {row["layer"]: row for row in sandbox_rows(PROBE)}
     assert rows["drop_root"]["state"] == "on"
@@ -360,8 +360,9 @@ def _gone(pid: int) -> bool:
 
 def _session(tmp_path, turns, **options):
     from harness_magic.core.providers.offline import ScriptedModel
-    from harness_magic.core.providers.provider import ProviderAdapter
-    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.providers.adapter import ProviderAdapter
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
 
     adapter = ProviderAdapter("scripted/test", transport=ScriptedModel(turns))
     return AgentSession(AgentConfig(run_dir=str(tmp_path), sandbox="worker"), adapter=adapter,

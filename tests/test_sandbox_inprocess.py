@@ -125,7 +125,7 @@ def test_inprocess_session_streams_tool_output_events_and_an_interrupt_keeps_the
 
     from harness_magic import AgentConfig, AgentSession, ProviderAdapter, ScriptedModel
     from harness_magic.core.transcript.events import ToolOutputDelta
-    from harness_magic.core.agent.loop import INTERRUPTED_RESULT
+    from harness_magic.core.agent.run import INTERRUPTED_RESULT
 
     code = "import time\nfor i in range(3):\n    print(f'partial {i}', flush=True)\n    time.sleep(0.3)\ntime.sleep(30)"
     adapter = ProviderAdapter("scripted/inproc", transport=ScriptedModel(

@@ -113,7 +113,8 @@ def test_landlock_alone_is_enough_to_run_without_the_opt_in():
 
 
 def test_the_sessions_unconfined_mode_is_the_opt_in_and_worker_mode_is_not(tmp_path):
-    from harness_magic.core.session import AgentConfig, make_backend
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import make_backend
 
     backend = make_backend(AgentConfig(sandbox="unconfined", run_dir=str(tmp_path)))
     try:
@@ -326,7 +327,7 @@ def test_closed_sandbox_refuses_calls():
 
 def test_the_notebook_layer_offers_exactly_the_sessions_sandbox_modes():
     # magics.py mirrors the tuple so that %load_ext need not import the session module.
-    from harness_magic.core.session import SANDBOX_MODES as core_modes
-    from harness_magic.notebook.magics import SANDBOX_MODES as notebook_modes
+    from harness_magic.core.config import SANDBOX_MODES as core_modes
+    from harness_magic.notebook.arguments import SANDBOX_MODES as notebook_modes
 
     assert notebook_modes == core_modes

@@ -26,7 +26,7 @@ from harness_magic.core.execution.sandbox import SandboxedInterpreter, probe_con
 from harness_magic.core.execution.sandbox.protocol import ProtocolError
 from harness_magic.core.execution.sandbox.sealed import STRIPE_MAX_PARTS, STRIPE_MIN_PART_BYTES, map_sealed, stripe_count, \
     write_sealed
-from harness_magic.core.execution.sandbox.transfer import read_result, read_sealed_result, receive_sealed
+from harness_magic.core.execution.sandbox.transfer_kernel import read_result, read_sealed_result, receive_sealed
 from harness_magic.core.execution.sandbox.transfer_codec import arrow_writer, npy_writer
 
 from value_matrix import assert_identical
@@ -117,7 +117,7 @@ def _parts(data: bytes, cuts: list[int], *, seals=SEALS) -> list[int]:
 
 def _frame_ipc(rows: int = 20_000) -> tuple[pd.DataFrame, bytes]:
     frame = pd.DataFrame({"a": np.arange(rows, dtype=float), "b": np.arange(rows) % 7})
-    from harness_magic.core.cache.spill import frame_to_table
+    from harness_magic.core.cache.frames import frame_to_table
 
     write, size = arrow_writer(frame_to_table(frame))
     chunks: list[bytes] = []

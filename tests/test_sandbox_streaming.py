@@ -21,9 +21,9 @@ import pytest
 
 from harness_magic import Harness, ScriptedModel, SessionCache, make_interpreter_tools
 from harness_magic.core.transcript.events import ToolCallFinished, ToolOutputDelta
-from harness_magic.core.agent.loop import INTERRUPTED_RESULT
+from harness_magic.core.agent.run import INTERRUPTED_RESULT
 from harness_magic.core.execution.sandbox import SandboxedInterpreter, probe_confinement
-from harness_magic.core.execution.sandbox.backend import STREAM_MAX_CHARS, STREAM_RELAY_INTERVAL_S
+from harness_magic.core.execution.sandbox.watchdog import STREAM_MAX_CHARS, STREAM_RELAY_INTERVAL_S
 
 PROBE = probe_confinement()
 
@@ -271,7 +271,8 @@ def test_starting_and_restarting_the_sandbox_are_steps_with_their_time(tmp_path)
         assert restart[0].duration_s < 30
         third = [e for e in events if isinstance(e, ToolCallStarted)][2].tool_use.id
         assert restart[0].tool_use_id == third, "the restart happens in the call after the one that lost the worker"
-        from harness_magic.core.export import RunRecord, apply_event, render_run_html
+        from harness_magic.core.export import RunRecord, render_run_html
+        from harness_magic.core.export.record import apply_event
 
         record = RunRecord()
         for event in events:
@@ -307,7 +308,8 @@ def test_a_subagents_sandboxed_call_streams_into_its_nested_section(tmp_path):
 def test_each_cell_forks_a_fresh_worker_as_a_step_shown_before_its_first_call(tmp_path):
     from harness_magic import AgentConfig, AgentSession, ProviderAdapter
     from harness_magic.core.transcript.events import RunStarted, SandboxStep, ToolCallStarted
-    from harness_magic.core.export import RunRecorder, render_run_html, tool_summary
+    from harness_magic.core.export import RunRecorder, render_run_html
+    from harness_magic.core.export.views import tool_summary
 
     def call(code):
         return {"tool_calls": [{"name": "python_interpreter", "arguments": {"code": code}}]}

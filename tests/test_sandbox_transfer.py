@@ -19,7 +19,8 @@ import pytest
 
 from harness_magic.core.execution.sandbox import SandboxedInterpreter, probe_confinement
 from harness_magic.core.execution.sandbox.protocol import ProtocolError
-from harness_magic.core.execution.sandbox.transfer import read_result, write_result
+from harness_magic.core.execution.sandbox.transfer_kernel import read_result
+from harness_magic.core.execution.sandbox.transfer_worker import write_result
 
 from value_matrix import assert_identical
 
@@ -229,25 +230,25 @@ def test_what_one_call_does_to_an_input_never_reaches_the_next_call_in_the_same_
 
 
 def test_the_worker_reuses_an_input_table_only_for_the_same_file_and_drops_the_others(tmp_path) -> None:
-    from harness_magic.core.execution.sandbox import transfer, transfer_worker
+    from harness_magic.core.execution.sandbox import transfer_kernel, transfer_worker
 
-    first = transfer.write_input("a", pd.DataFrame({"x": np.arange(5.0)}), str(tmp_path), "v1")
-    second = transfer.write_input("b", pd.DataFrame({"y": np.arange(3)}), str(tmp_path), "v2")
-    transfer.keep_input_tables([])
+    first = transfer_kernel.write_input("a", pd.DataFrame({"x": np.arange(5.0)}), str(tmp_path), "v1")
+    second = transfer_kernel.write_input("b", pd.DataFrame({"y": np.arange(3)}), str(tmp_path), "v2")
+    transfer_worker.keep_input_tables([])
     try:
         one = transfer_worker._input_table(first, str(tmp_path))
         assert transfer_worker._input_table(first, str(tmp_path)) is one
         transfer_worker._input_table(second, str(tmp_path))
-        transfer.keep_input_tables([second])
+        transfer_worker.keep_input_tables([second])
         assert list(transfer_worker._INPUT_TABLES) == [(second["file"],)]
         assert transfer_worker._input_table(first, str(tmp_path)) is not one  # mapped again after it was dropped
         path = tmp_path / first["file"]  # a file that is not the one mapped (another inode) is mapped afresh
         (tmp_path / "other").mkdir()
-        replacement = transfer.write_input("a", pd.DataFrame({"x": -np.arange(5.0)}), str(tmp_path / "other"), "v9")
+        replacement = transfer_kernel.write_input("a", pd.DataFrame({"x": -np.arange(5.0)}), str(tmp_path / "other"), "v9")
         os.replace(tmp_path / "other" / replacement["file"], path)
-        assert_identical(transfer.read_input(first, str(tmp_path)), pd.DataFrame({"x": -np.arange(5.0)}))
+        assert_identical(transfer_worker.read_input(first, str(tmp_path)), pd.DataFrame({"x": -np.arange(5.0)}))
     finally:
-        transfer.keep_input_tables([])
+        transfer_worker.keep_input_tables([])
 
 
 def _memfd(data: bytes, *, seal: bool = True) -> int:
@@ -262,7 +263,7 @@ def _memfd(data: bytes, *, seal: bool = True) -> int:
 
 
 def _arrow_bytes(frame, compression=None) -> bytes:
-    from harness_magic.core.cache.spill import frame_to_table
+    from harness_magic.core.cache.frames import frame_to_table
 
     table = frame_to_table(frame)
     sink = io.BytesIO()
@@ -319,7 +320,8 @@ def test_worker_results_arrive_as_sealed_memory_files(sandbox) -> None:
 def test_float_columns_cross_without_a_scan_or_copy_and_keep_every_nan_bit(tmp_path) -> None:
     """Floats are handed to Arrow as they are: no NaN->null bitmap, same buffer, NaN payloads and -0.0 kept."""
     from harness_magic.core.cache.frames import prepare_frame
-    from harness_magic.core.cache.spill import frame_to_table, read_value, write_value
+    from harness_magic.core.cache.frames import frame_to_table
+    from harness_magic.core.cache.spill import read_value, write_value
 
     payload = np.array([0x7FF8_0000_DEAD_BEEF, 0xFFF8_0000_0000_0001], dtype="<u8").view("<f8")
     f64 = np.concatenate([payload, [-0.0, np.inf, -np.inf, 1.5, np.nan]])

@@ -18,9 +18,10 @@ import pytest
 
 from harness_magic.core import export
 from harness_magic.core.providers.offline import ScriptedModel
-from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.providers.adapter import ProviderAdapter
 from harness_magic.core.transcript.scrub import REDACTED, escape_control, register_secret, scrub
-from harness_magic.core.session import AgentConfig, AgentSession
+from harness_magic.core.config import AgentConfig
+from harness_magic.core.session import AgentSession
 from harness_magic.core.execution.tools import ToolError, ToolSpec
 
 KEY = "sk-live-CANARY0123456789abcdefXYZ"

@@ -172,7 +172,7 @@ states = []
 for line in ("load_ext", "unload_ext", "load_ext", "unload_ext", "load_ext"):
     shell.run_line_magic(line, "harness_magic")
     states.append(ours())
-from harness_magic.notebook.magics import magics_classes
+from harness_magic.notebook.extension import magics_classes
 declared = {f"{kind}:{name}" for cls in magics_classes() for kind, names in cls.magics.items() for name in names}
 print(json.dumps({"states": states, "declared": sorted(declared)}))
 '''
@@ -263,7 +263,7 @@ def test_row_metadata_that_does_not_fit_the_data_is_refused(tmp_path):
 
     import pyarrow as pa
 
-    from harness_magic.core.cache.spill import frame_to_table, table_to_frame
+    from harness_magic.core.cache.frames import frame_to_table, table_to_frame
 
     table = frame_to_table(pd.DataFrame({"a": [1, 2]}))
     meta = dict(table.schema.metadata)

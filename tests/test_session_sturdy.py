@@ -63,9 +63,9 @@ def test_changing_model_api_base_and_budgets_keeps_history_and_handles(kernel: K
     first = script_file(kernel, code_turn("save('kept', [1, 2, 3])"), answer("Saved kept."))
     assert kernel.run(f'%config AgentMagics.model = "{first}"').ok
     assert kernel.run("%%agent --reset\nSave three numbers.").ok
-    before = kernel.value("len(__import__('harness_magic.notebook.magics', fromlist=['x']).agent_session()"
+    before = kernel.value("len(__import__('harness_magic.notebook.extension', fromlist=['x']).agent_session()"
                           ".harness.messages)")
-    session_id = kernel.value("__import__('harness_magic.notebook.magics', fromlist=['x']).agent_session()"
+    session_id = kernel.value("__import__('harness_magic.notebook.extension', fromlist=['x']).agent_session()"
                               ".session_id")
     second = script_file(kernel, code_turn("len(kept)"), answer("kept has 3 items."))
     for line in (f'%config AgentMagics.model = "{second}"', '%config AgentMagics.api_base = "http://127.0.0.1:9/v1"',
@@ -75,7 +75,7 @@ def test_changing_model_api_base_and_budgets_keeps_history_and_handles(kernel: K
     cell = kernel.run("%%agent\nHow many items are in kept?")
     assert cell.ok, cell.outputs
     assert "new session" not in cell.stdout and "fresh" not in cell.stdout
-    session = "__import__('harness_magic.notebook.magics', fromlist=['x']).agent_session()"
+    session = "__import__('harness_magic.notebook.extension', fromlist=['x']).agent_session()"
     assert kernel.value(f"{session}.session_id") == session_id
     assert kernel.value(f"len({session}.harness.messages)") == before + 4
     assert kernel.value(f"{session}.harness.messages[0].text") == "Save three numbers."
@@ -146,7 +146,7 @@ def test_agent_delegates_to_a_subagent_with_no_set_up(kernel: Kernel) -> None:
     cell = kernel.run(f"%%agent --reset -m {model} --in numbers\nDelegate the sum.")
     assert cell.ok, cell.outputs
     assert kernel.value("[_.status, _.text]") == ["completed", "The subagent says the total is 6."]
-    session = "__import__('harness_magic.notebook.magics', fromlist=['x']).agent_session()"
+    session = "__import__('harness_magic.notebook.extension', fromlist=['x']).agent_session()"
     assert kernel.value(f"'total' in {session}.cache")
     results = kernel.value(f"[r.content for m in {session}.harness.messages for r in m.tool_results]")
     assert "does not exist" not in json.dumps(results)

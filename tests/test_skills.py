@@ -24,8 +24,9 @@ from harness_magic.core.control.skills import (
 )
 from harness_magic.core.control.skills.rules import check_answer_rule, parse_rules
 from harness_magic.core.providers.offline import ScriptedModel
-from harness_magic.core.providers.provider import ProviderAdapter
-from harness_magic.core.session import AgentConfig, AgentSession
+from harness_magic.core.providers.adapter import ProviderAdapter
+from harness_magic.core.config import AgentConfig
+from harness_magic.core.session import AgentSession
 
 BUILTIN = ("data-freshness", "data-quality-profile", "kpi-discrepancy", "metric-definition", "source-of-truth")
 

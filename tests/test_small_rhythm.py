@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 
 from harness_magic.core.control.planner import Planner
-from harness_magic.core.session import AgentConfig, AgentSession
+from harness_magic.core.config import AgentConfig
+from harness_magic.core.session import AgentSession
 from harness_magic.core.transcript.run_state import state_from_log
 
 

@@ -20,17 +20,15 @@ pytest.importorskip("pyspark")
 from harness_magic.core.execution.connectors import ApprovalPolicy, connectors_from_config  # noqa: E402
 from harness_magic.core.execution.connectors import classify as classify_mod  # noqa: E402
 from harness_magic.core.execution.connectors.lazy import LazyRelation, MaterializeLimitError, materialize_count  # noqa: E402
-from harness_magic.core.execution.connectors.spark_connector import (  # noqa: E402
-    SparkEngine,
-    SparkRelation,
-    spark_connector,
-    wrap_query,
-)
+from harness_magic.core.execution.connectors.spark_engine import SparkEngine, SparkRelation
+from harness_magic.core.execution.connectors.spark_connector import spark_connector
+from harness_magic.core.execution.connectors.spark_query import wrap_query
 from harness_magic.core.execution.connectors.spark_server import LocalSparkConnect  # noqa: E402
 from harness_magic.core.transcript.events import EngineProgress  # noqa: E402
 from harness_magic.core.providers.offline import ScriptedModel  # noqa: E402
-from harness_magic.core.providers.provider import ProviderAdapter  # noqa: E402
-from harness_magic.core.session import AgentConfig, AgentSession  # noqa: E402
+from harness_magic.core.providers.adapter import ProviderAdapter  # noqa: E402
+from harness_magic.core.config import AgentConfig
+from harness_magic.core.session import AgentSession
 from harness_magic.core.execution.tools import ToolError  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")

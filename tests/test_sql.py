@@ -21,7 +21,7 @@ from harness_magic.core.execution.connectors import (
 from harness_magic.core.execution.connectors.classify import SQLClassificationError
 from harness_magic.core.agent.loop import Harness
 from harness_magic.core.providers.offline import ScriptedModel
-from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.providers.adapter import ProviderAdapter
 
 
 def call(tool, **arguments):

@@ -24,7 +24,7 @@ from harness_magic.core.execution.connectors.classify import classify_sql
 from harness_magic.core.execution.connectors.sql import SQLConnection
 from harness_magic.core.agent.loop import Harness
 from harness_magic.core.providers.offline import ScriptedModel
-from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.providers.adapter import ProviderAdapter
 from harness_magic.core.execution.tools import ToolError
 from postgres import postgres_url  # noqa: F401  (session fixture)
 
@@ -382,7 +382,8 @@ def test_agent_connectors_lists_tools_safety_classes_and_the_roles_reach(attack_
     assert report["admin"]["sql"]["privileges"]["superuser"] is True
     assert report["owner"]["sql"]["privileges"]["role"] == OWNER
 
-    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
 
     session = AgentSession(AgentConfig(model="offline/quickstart", sandbox="inprocess"), connectors=registry)
     try:

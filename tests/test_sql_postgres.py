@@ -11,7 +11,7 @@ from harness_magic.core.cache import SessionCache
 from harness_magic.core.execution.connectors import ApprovalPolicy, ConnectorRegistry, sql_connector
 from harness_magic.core.agent.loop import Harness
 from harness_magic.core.providers.offline import ScriptedModel
-from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.providers.adapter import ProviderAdapter
 from postgres import postgres_url  # noqa: F401  (session fixture)
 
 pytestmark = pytest.mark.postgres

@@ -9,7 +9,7 @@ from harness_magic.core.cache import SessionCache
 from harness_magic.core.transcript.log import read_log
 from harness_magic.core.agent.loop import Harness
 from harness_magic.core.providers.offline import ScriptedModel
-from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.providers.adapter import ProviderAdapter
 from harness_magic.core.control.subagent import enable_subagents
 from harness_magic.core.execution.tools import ToolSpec
 

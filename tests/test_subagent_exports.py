@@ -158,7 +158,7 @@ def test_a_version_token_must_be_a_token() -> None:
 def test_the_subagent_tool_hands_its_sandbox_the_parents_value_token(tmp_path) -> None:
     from harness_magic.core.agent.loop import Harness
     from harness_magic.core.providers.offline import ScriptedModel
-    from harness_magic.core.providers.provider import ProviderAdapter
+    from harness_magic.core.providers.adapter import ProviderAdapter
     from harness_magic.core.control.subagent import enable_subagents
 
     turns = [

@@ -18,7 +18,7 @@ from harness_magic.core.control.presets import PRESETS, PresetError, SubagentPre
 from harness_magic.core.control.subagent import SUBAGENT_TOOL_NAME, enable_subagents
 from harness_magic.core.execution.connectors import ApprovalPolicy, ConnectorRegistry, sql_connector
 from harness_magic.core.providers.offline import ScriptedModel
-from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.providers.adapter import ProviderAdapter
 from harness_magic.core.transcript.events import SubagentEvent
 from harness_magic.core.transcript.log import read_log
 

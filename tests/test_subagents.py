@@ -10,7 +10,7 @@ from harness_magic.core.transcript.events import SubagentEvent, ToolCallFinished
 from harness_magic.core.transcript.log import read_log
 from harness_magic.core.agent.loop import Harness
 from harness_magic.core.providers.offline import ScriptedModel
-from harness_magic.core.providers.provider import ProviderAdapter
+from harness_magic.core.providers.adapter import ProviderAdapter
 from harness_magic.core.control.subagent import SUBAGENT_TOOL_NAME, enable_subagents
 from harness_magic.core.execution.tools import ToolSpec
 
@@ -205,7 +205,8 @@ def test_a_subagent_runs_over_http_through_litellm(tmp_path, server, http_adapte
 
 
 def test_the_session_enables_subagents_with_its_backend(tmp_path):
-    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
 
     turns = [delegate(task="compute", input_handles=["nums"]),
              {"tool_calls": [call("python_interpreter", code="save('total', sum(nums))")]},

@@ -290,8 +290,9 @@ def test_a_header_shown_while_in_process_code_runs_never_lands_in_the_codes_outp
     from rich.console import Console
 
     from harness_magic.core.providers.offline import ScriptedModel
-    from harness_magic.core.providers.provider import ProviderAdapter
-    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.providers.adapter import ProviderAdapter
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
     from harness_magic.notebook.render import TerminalRenderer
 
     code = "import time\ntime.sleep(0.6)\nprint('after the wait')"

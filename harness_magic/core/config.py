@@ -99,7 +99,7 @@ class AgentConfig:
         check_cap(self.materialize_max_rows, "materialize_max_rows")
         if not isinstance(self.max_turns, int) or self.max_turns < 1:
             raise ValueError(f"max_turns must be a positive integer, got {self.max_turns!r}")
-        from harness_magic.core.providers.provider import PROMPT_CACHING_MODES
+        from harness_magic.core.providers.adapter import PROMPT_CACHING_MODES
 
         if self.prompt_caching not in PROMPT_CACHING_MODES:
             raise ValueError(f"prompt_caching {self.prompt_caching!r} is not valid; allowed: "

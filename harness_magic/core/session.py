@@ -14,7 +14,7 @@ from typing import Any, Callable
 from harness_magic.core.control.budgets import Budgets
 from harness_magic.core.cache import SessionCache
 from harness_magic.core.transcript.events import EventHandler
-from harness_magic.core.config import DEFAULT_MODEL, SANDBOX_MODES, AgentConfig  # re-exported
+from harness_magic.core.config import AgentConfig
 from harness_magic.core.execution.backend_start import BackendStart, with_data_stack
 from harness_magic.core.execution.interpreter import (
     BACKEND_MEMBERS,
@@ -22,11 +22,12 @@ from harness_magic.core.execution.interpreter import (
     InterpreterBackend,
     make_interpreter_tools,
 )
-from harness_magic.core.agent.loop import Harness, RunResult
-from harness_magic.core.providers.provider import AsyncProviderAdapter, ProviderAdapter
+from harness_magic.core.agent.loop import Harness
+from harness_magic.core.agent.result import RunResult
+from harness_magic.core.providers.adapter import AsyncProviderAdapter, ProviderAdapter
 from harness_magic.core.execution.tools import ToolSpec
 
-__all__ = ["AgentConfig", "AgentSession", "SessionBackend", "BackendStart", "SANDBOX_MODES", "DEFAULT_MODEL"]
+__all__ = ["AgentSession", "SessionBackend"]
 
 _ADAPTER_FIELDS = ("api_base", "stream", "extra", "prompt_caching", "context_window")
 """Settings baked into provider adapters: changing one rebuilds the real-provider adapters (offline ones keep

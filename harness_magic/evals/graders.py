@@ -58,12 +58,12 @@ from types import ModuleType
 from typing import Any, Callable
 
 from harness_magic.core.text.counts import count
-from harness_magic.evals.writes import SQL_DIALECTS, WRITE_SAFETY, attempt_line, write_attempts
+from harness_magic.evals.writes import attempt_line, write_attempts
 from harness_magic.evals.answer_parse import (MAX_ANSWER_CHARS, Committed, NumberReading, committed_answer,
                                               hedge_in, is_cancelled, named_mentions, read_number, sentence_of)
 
 __all__ = ["Grade", "GradeContext", "grade", "validate_grader", "parse_answer_number", "GRADERS", "register_grader",
-           "grader_kinds", "write_attempts", "MAX_ANSWER_CHARS", "MAX_SQL_ROWS"]
+           "grader_kinds", "MAX_SQL_ROWS"]
 
 MAX_DETAIL_CHARS = 600
 """A grade's detail is cut to this many characters (it is shown in reports, one line per grade)."""

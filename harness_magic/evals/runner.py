@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from harness_magic.evals.graders import SQL_DIALECTS, Grade, GradeContext, grade, write_attempts
+from harness_magic.evals.writes import SQL_DIALECTS, write_attempts
+from harness_magic.evals.graders import Grade, GradeContext, grade
 from harness_magic.evals.schema import DATABASE_SUFFIXES, Suite, SuiteError, Task, suite_path
 
 __all__ = ["TaskResult", "run_task", "run_suite", "classify_failure", "SUITE_MODEL_PREFIX", "ALL_WRONG",
@@ -259,8 +260,9 @@ def classify_failure(status: str, grades: list[Grade], records: list[dict[str, A
 def _session(task: Task, suite: Suite, model: str, options: dict[str, Any], run_dir: Path, database: str | None,
              duckdb_views: dict[str, str]) -> Any:
     from harness_magic.core.providers.offline import ScriptedModel
-    from harness_magic.core.providers.provider import ProviderAdapter
-    from harness_magic.core.session import AgentConfig, AgentSession
+    from harness_magic.core.providers.adapter import ProviderAdapter
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
 
     limits = {**DEFAULT_LIMITS, **task.limits}
     config = AgentConfig(model=model, api_base=options.get("api_base"), run_dir=str(run_dir),

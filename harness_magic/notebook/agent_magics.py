@@ -276,7 +276,7 @@ class AgentMagics(Magics):
 
     def _config(self) -> Any:
         """The core settings these traits ask for."""
-        from harness_magic.core.session import AgentConfig
+        from harness_magic.core.config import AgentConfig
 
         return AgentConfig(
             model=self.model, api_base=self.api_base, max_turns=self.max_turns, sandbox=self.sandbox,
@@ -447,7 +447,8 @@ class AgentMagics(Magics):
             outputs.append((check_handle(handle, "handle"), check_handle(name, "variable name")))
 
         if not model.startswith(OFFLINE_PREFIXES):  # a model litellm cannot route fails here, before any request
-            from harness_magic.core.providers.provider import ModelRouteError, check_model_route
+            from harness_magic.core.providers.errors import ModelRouteError
+            from harness_magic.core.providers.transport import check_model_route
 
             try:
                 check_model_route(model)
@@ -469,7 +470,7 @@ class AgentMagics(Magics):
         unsubscribe = session.subscribe(handler) if handler is not None else None
         live = show_live(widget) if widget is not None else None
         result = None
-        from harness_magic.core.agent.loop import PromptTooLarge
+        from harness_magic.core.agent.result import PromptTooLarge
 
         try:
             result = session.ask(prompt, model=model, max_turns=args.max_turns,

@@ -31,7 +31,7 @@ OFFLINE_PREFIXES = ("offline/", "scripted/", "replay/")
 DEFAULT_MODEL = "openai/gpt-4o-mini"
 """Mirrors :data:`harness_magic.core.session.DEFAULT_MODEL`."""
 PROMPT_CACHING_MODES = ("auto", "on", "off")
-"""Mirrors :data:`harness_magic.core.providers.provider.PROMPT_CACHING_MODES`."""
+"""Mirrors :data:`harness_magic.core.providers.adapter.PROMPT_CACHING_MODES`."""
 MAX_CAP = 2**63 - 1
 """Mirrors :data:`harness_magic.core.execution.connectors.lazy.MAX_CAP` (64-bit row and byte counts)."""
 BUDGET_SETTINGS = ("max_tokens", "max_cost_usd", "max_wall_s", "max_tool_calls")

@@ -53,12 +53,12 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from harness_magic.core.text.counts import count
 from harness_magic.notebook.arguments import validate_model
-from harness_magic.notebook.code_text import agent_code_text, call_code_text, code_cell_text, handles_read
+from harness_magic.notebook.code_text import agent_code_text, code_cell_text, handles_read
 from harness_magic.notebook.live import settle, show_live
 from harness_magic.notebook.status import LABEL_WIDTH, status_rows
 from harness_magic.notebook.tables import pairs_html
 
-__all__ = ["ControlMagics", "agent_code_text", "call_code_text"]
+__all__ = ["ControlMagics"]
 
 
 def _log_path(path: str) -> str:
@@ -257,7 +257,7 @@ class ControlMagics(Magics):
     def agent_diff(self, line: str) -> Any:
         """Show what changed between two runs of the same question (calls, plan, assumptions, verification,
         confidence, answer); returns the RunDiff."""
-        from harness_magic.core.control.replay import diff_runs
+        from harness_magic.core.control.run_diff import diff_runs
 
         args = parse_argstring(self.agent_diff, line)
         if len(args.logs) > 2:

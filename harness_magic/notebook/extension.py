@@ -205,7 +205,7 @@ def agent_session(shell: Any = None) -> Any:
     subagents from a cell (after any ``%config AgentMagics.*`` change, which
     starts a new session)::
 
-        from harness_magic.notebook.magics import agent_session
+        from harness_magic.notebook.extension import agent_session
         agent_session().add_connector(files_connector(["data"]))
         agent_session().enable_subagents()
     """

@@ -16,13 +16,9 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from harness_magic.core.agent.result import NO_ANSWER_TEXT, RunResult, StopRun
 from harness_magic.core.execution.format import format_exception, format_tool_output
 from harness_magic.core.execution.tools import ToolError, ToolOutput, ToolSpec
-from harness_magic.core.providers.provider import (
-    EMPTY_ANSWER_TEXT,
-    EMPTY_TOOL_RESULT_TEXT,
-    INVALID_ARGUMENTS_KEY,
-    ProviderError,
-    ProviderResponse,
-)
+from harness_magic.core.providers.payload import EMPTY_ANSWER_TEXT, EMPTY_TOOL_RESULT_TEXT
+from harness_magic.core.providers.response import INVALID_ARGUMENTS_KEY, ProviderResponse
+from harness_magic.core.providers.errors import ProviderError
 from harness_magic.core.transcript.events import (
     AssistantMessage,
     ContextCompacted,

@@ -58,9 +58,6 @@ from typing import Any
 from harness_magic.core.cache.boundary import boundary_copy
 from harness_magic.core.cache.checkpoint import (
     CHECKPOINT_MANIFEST,
-    CHECKPOINT_VERSION,
-    MANIFEST_MAX_BYTES,
-    READABLE_CHECKPOINT_VERSIONS,
     digest_algorithm,
     link_or_copy,
     read_manifest,
@@ -79,14 +76,9 @@ from harness_magic.core.cache.guard import ColumnSources, EntryGuard
 from harness_magic.core.cache.names import resolve_handle_name
 from harness_magic.core.cache.sizing import estimate_nbytes
 from harness_magic.core.cache.snapshot import make_snapshot
-from harness_magic.core.cache.spill import (
-    SpillIntegrityError,
-    SpillRecord,
-    SpillUnsupported,
-    read_value,
-    release_freed_memory,
-    write_value,
-)
+from harness_magic.core.cache.digest import SpillIntegrityError
+from harness_magic.core.cache.spill import SpillRecord, read_value, release_freed_memory, write_value
+from harness_magic.core.cache.frames import SpillUnsupported
 from harness_magic.core.cache.spill_dir import SpillDir, check_private_directory
 
 __all__ = [
@@ -94,9 +86,6 @@ __all__ = [
     "HandleInfo",
     "DEFAULT_HOT_COUNT",
     "DEFAULT_MEMORY_BUDGET_BYTES",
-    "CHECKPOINT_MANIFEST",
-    "CHECKPOINT_VERSION",
-    "READABLE_CHECKPOINT_VERSIONS",
 ]
 
 DEFAULT_HOT_COUNT = 10

@@ -37,8 +37,7 @@ then decoded, so a file changed after the check is never decoded.
 
 Writes are atomic (temporary file, then ``os.replace``). Disk failures raise
 ``OSError``; values no format can hold raise :class:`SpillUnsupported`.
-This module keeps re-exporting the names :mod:`.digest` and :mod:`.frames`
-took over, so ``from harness_magic.core.cache.spill import ...`` keeps working.
+Digests live in :mod:`.digest`, the frame encoding in :mod:`.frames`.
 """
 
 from __future__ import annotations
@@ -54,19 +53,13 @@ from typing import Any, Callable
 from harness_magic.core.cache.codec import TaggedError, Unencodable, decode_tagged, encode_tagged
 from harness_magic.core.cache.digest import (
     DIGEST_ALGORITHM,
-    DIGEST_ALGORITHMS,
-    DIGEST_SIZE,
-    DIGEST_STRIPE_BYTES,
     SpillIntegrityError,
     buffer_digest,
     file_digest,
-    new_hasher,
     read_checked,
-    striped_digest,
 )
 from harness_magic.core.cache.frames import (
     SpillUnsupported,
-    frame_to_table,
     prepare_frame,
     prepared_to_table,
     register_pandas_arrow_types,
@@ -76,26 +69,13 @@ from harness_magic.core.cache.frames import (
 
 __all__ = [
     "SpillRecord",
-    "SpillUnsupported",
-    "SpillIntegrityError",
     "write_value",
     "read_value",
     "choose_format",
-    "values_identical",
-    "file_digest",
-    "new_hasher",
-    "striped_digest",
-    "frame_to_table",
-    "table_to_frame",
-    "register_pandas_arrow_types",
     "release_freed_memory",
     "SPILL_FORMATS",
     "SPILL_PROBE_ROWS",
     "SPILL_PARQUET_COMPRESSION",
-    "DIGEST_SIZE",
-    "DIGEST_ALGORITHM",
-    "DIGEST_ALGORITHMS",
-    "DIGEST_STRIPE_BYTES",
 ]
 
 SPILL_FORMATS = ("arrow", "parquet", "npy", "json")

@@ -3,7 +3,7 @@
 Three operations over JSONL run logs (:mod:`harness_magic.core.transcript.log`).
 This module re-runs recorded runs (replay, retry); reading a log lives in
 :mod:`~harness_magic.core.control.recorded` and comparing two runs in
-:mod:`~harness_magic.core.control.run_diff`, both re-exported here.
+:mod:`~harness_magic.core.control.run_diff`.
 
 :func:`replay_run`
     Plays a recorded run again with the recording as the model
@@ -44,32 +44,15 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from harness_magic.core.agent.result import StopRun
-from harness_magic.core.control.recorded import (  # noqa: F401  (LogLike: re-exported from its old home)
-    LogLike,
-    RecordedRun,
-    ToolCallRecord,
-    checkpoint_messages,
-    first_difference,
-    load_run,
-)
-from harness_magic.core.control.run_diff import DIFF_VALUE_CHARS, CallDiff, RunDiff, diff_runs
+from harness_magic.core.control.recorded import RecordedRun, checkpoint_messages, first_difference, load_run
 from harness_magic.core.execution.tools import ToolOutput, ToolSpec
 from harness_magic.core.transcript.messages import Message, ToolResultBlock, ToolUseBlock
 
 __all__ = [
-    "RecordedRun",
-    "ToolCallRecord",
     "ReplayResult",
-    "CallDiff",
-    "RunDiff",
-    "load_run",
     "replay_run",
-    "checkpoint_messages",
     "retry_from",
-    "diff_runs",
-    "first_difference",
     "live_tools_of",
-    "DIFF_VALUE_CHARS",
 ]
 
 
@@ -123,7 +106,7 @@ class _RecordedEnding:
         self._left = len(run.turn_records)
 
     def _end(self) -> None:
-        from harness_magic.core.providers.provider import ProviderError
+        from harness_magic.core.providers.errors import ProviderError
 
         error = self._run.error or ""
         if self._run.status == "interrupted":
@@ -214,7 +197,7 @@ def replay_run(
     """
     from harness_magic.core.agent.loop import Harness
     from harness_magic.core.providers.offline import ReplayModel
-    from harness_magic.core.providers.provider import ProviderAdapter
+    from harness_magic.core.providers.adapter import ProviderAdapter
 
     run = load_run(log_path)
     adapter = ProviderAdapter(f"replay/{Path(log_path).name}", transport=ReplayModel(log_path))

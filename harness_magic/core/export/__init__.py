@@ -17,7 +17,7 @@ People see tables, the model sees text: snapshots render as tables
 returned to the model is one click away in a ``what the model saw`` section,
 like the harness's reminders, which appear nowhere else.
 
-Modules, one job each (this package re-exports their public names):
+Modules, one job each (this package's ``__all__`` names the public ones):
 
 * :mod:`.record` — :class:`RunRecord`, :class:`ToolRecord`, the event fold.
 * :mod:`.views` — what people read of a record, as plain text.
@@ -31,8 +31,6 @@ are imported when a transcript is first rendered.
 
 from harness_magic.core.export.files import EXPORT_FORMATS, export_runs
 from harness_magic.core.export.record import (
-    CONNECTOR_TOOL,
-    LIVE_OUTPUT_MAX_CHARS,
     RunRecord,
     RunRecorder,
     ToolRecord,
@@ -42,8 +40,6 @@ from harness_magic.core.export.record import (
 )
 from harness_magic.core.export.render_html import (
     copy_button_html,
-    model_saw_html,
-    printed_html,
     render_answer_html,
     render_code_html,
     render_html_document,
@@ -52,14 +48,11 @@ from harness_magic.core.export.render_html import (
     render_snapshot_html,
     render_tool_body_html,
 )
-from harness_magic.core.export.render_markdown import render_answer_markdown, render_markdown_document
+from harness_magic.core.export.render_markdown import render_markdown_document
 from harness_magic.core.export.views import (
-    APPROVAL_WAIT_SHOWN_S,
     RESULT_PREVIEW_CHARS,
-    STDOUT_PREVIEW_LINES,
     copy_key,
     display_result_text,
-    hidden_chars_note,
     printed_output,
     render_footer_text,
     tool_call_source,
@@ -87,4 +80,9 @@ __all__ = [
     "tool_call_source",
     "EXPORT_FORMATS",
     "RESULT_PREVIEW_CHARS",
+    # what the live views of the notebook fold and show, the way the records do
+    "apply_event",
+    "clip",
+    "sandbox_step_text",
+    "tool_summary",
 ]

@@ -24,7 +24,8 @@ from harness_magic.core.knowledge.citations import (
 )
 from harness_magic.core.knowledge.embed import HashingEmbedder, LiteLLMEmbedder, make_embedder
 from harness_magic.core.knowledge.glossary import Glossary, GlossaryError, load_glossary
-from harness_magic.core.knowledge.index import DocIndex, Hit, IndexReport
+from harness_magic.core.knowledge.index import DocIndex, IndexReport
+from harness_magic.core.knowledge.ranking import Hit
 
 __all__ = [
     "Source",

@@ -18,7 +18,7 @@ blobs, read back with ``numpy.frombuffer``: decoding runs no code) and
 Its parts: :mod:`.tree` walks and reads the files beneath the roots,
 :mod:`.index_file` opens the SQLite file only when it is ours, :mod:`.ranking`
 holds hits, fusion and snippets; this module keeps the schema, refresh and the
-retrievers, and re-exports the public names those modules took over.
+retrievers.
 
 What the index guarantees (``tests/test_knowledge_attacks.py`` tries each):
 
@@ -65,22 +65,13 @@ from harness_magic.core.knowledge.extract import (
     extract_lines,
 )
 from harness_magic.core.knowledge.extract_worker import ExtractionWorker, WorkerError
-from harness_magic.core.knowledge.index_file import INDEX_FILE_SUFFIXES, open_owned  # noqa: F401 - re-exported
-from harness_magic.core.knowledge.ranking import (  # noqa: F401 - SNIPPET_* re-exported
-    RRF_K,
-    SNIPPET_PREFIX,
-    SNIPPET_TOKENS,
-    Hit,
-    fuse,
-    lead,
-    normalize_doc_id,
-    snippet,
-)
-from harness_magic.core.knowledge.tree import FILE_MAX_BYTES, HARDLINK_REASON, MAX_FILES, DocRoot, DocTree
+from harness_magic.core.knowledge.index_file import open_owned
+from harness_magic.core.knowledge.ranking import Hit, fuse, lead, normalize_doc_id, snippet
+from harness_magic.core.knowledge.tree import FILE_MAX_BYTES, HARDLINK_REASON, DocRoot, DocTree
 from harness_magic.core.text.counts import count
 
-__all__ = ["DocIndex", "IndexReport", "Hit", "FILE_MAX_BYTES", "MAX_FILES", "QUERY_MAX_TOKENS", "RRF_K",
-           "fts_query", "ExtractionLimits"]
+__all__ = ["DocIndex", "IndexReport", "QUERY_MAX_TOKENS", 
+           "fts_query"]
 
 QUERY_MAX_TOKENS = 64
 """Query words kept; the rest are dropped (a pasted page is not a query)."""

@@ -37,7 +37,7 @@ from harness_magic.core.text.safe_yaml import PlainYAMLError, load_plain_yaml
 
 __all__ = ["Definition", "WorkspaceMemoryError", "read_definitions", "write_definitions", "definition_name",
            "with_workspace_terms", "WORKSPACE_MEMORY_MAX_BYTES", "MAX_DEFINITIONS", "DEFINITION_MAX_CHARS",
-           "WORKSPACE_SOURCE", "FORMAT_VERSION"]
+           "FORMAT_VERSION"]
 
 WORKSPACE_MEMORY_MAX_BYTES = 256 * 1024
 """A larger file is refused: a few hundred short definitions, not a data store."""

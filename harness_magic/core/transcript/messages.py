@@ -2,7 +2,7 @@
 
 The canonical history is a list of :class:`Message`. Blocks are frozen
 dataclasses told apart by their ``type`` literal. Provider-specific wire
-forms live in :mod:`harness_magic.core.providers.provider`; the JSON form used by logs
+forms live in :mod:`harness_magic.core.providers.payload`; the JSON form used by logs
 lives here (:func:`message_to_dict` / :func:`message_from_dict`).
 
 Contract: every :class:`ToolUseBlock` in an assistant message is answered by

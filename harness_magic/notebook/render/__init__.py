@@ -12,7 +12,6 @@ from __future__ import annotations
 from harness_magic.notebook.render.common import status_text
 from harness_magic.notebook.render.terminal import (
     TERMINAL_HEADER_WAIT_S,
-    TERMINAL_PROGRESS_STEP,
     TERMINAL_RESULT_LINES,
     TerminalRenderer,
     strip_control,

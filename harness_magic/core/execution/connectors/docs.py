@@ -27,7 +27,8 @@ from harness_magic.core.knowledge.citations import Source, record_retrieval
 from harness_magic.core.knowledge.embed import make_embedder
 from harness_magic.core.knowledge.extract import ExtractionLimits
 from harness_magic.core.knowledge.glossary import Glossary, GlossaryError, load_glossary
-from harness_magic.core.knowledge.index import DocIndex, Hit, normalize_doc_id
+from harness_magic.core.knowledge.index import DocIndex
+from harness_magic.core.knowledge.ranking import Hit, normalize_doc_id
 from harness_magic.core.knowledge.workspace_memory import WorkspaceMemoryError, read_definitions, with_workspace_terms
 from harness_magic.core.execution.tools import ToolError
 from harness_magic.core.text.counts import count

@@ -28,17 +28,7 @@ from harness_magic.core.execution.connectors._results import (
     truncation_note,
 )
 from harness_magic.core.execution.connectors.classify import require_one_read
-from harness_magic.core.execution.connectors.duckdb_engine import (
-    HEAD_ROWS,
-    INTERRUPT_GRACE_S,
-    IDENTIFIER,
-    LOCKED_CONFIG,
-    ONE_PASS_MAX_ROWS,
-    PROGRESS_INTERVAL_S,
-    RESULT_TABLE_PREFIX,
-    WAIT_SLICE_S,
-    DuckDBEngine,
-)
+from harness_magic.core.execution.connectors.duckdb_engine import IDENTIFIER, DuckDBEngine
 from harness_magic.core.execution.connectors.governed import add_duckdb_execute, govern
 from harness_magic.core.execution.connectors.lazy import (
     COUNT_BUDGET_S,
@@ -47,24 +37,14 @@ from harness_magic.core.execution.connectors.lazy import (
     definition_rebinder,
     is_cached_frame,
 )
-from harness_magic.core.execution.connectors.progress import Progress, progress_reporter
+from harness_magic.core.execution.connectors.progress import progress_reporter
 from harness_magic.core.execution.connectors.registry import Connector, ConnectorResult, ToolContext
 from harness_magic.core.execution.connectors.sameness import records_configuration
 from harness_magic.core.execution.tools import ToolError
 
 __all__ = [
     "duckdb_connector",
-    "DuckDBEngine",
     "lazy_rebinder",
-    # engine limits and names, re-exported from their home (:mod:`.duckdb_engine`)
-    "HEAD_ROWS",
-    "INTERRUPT_GRACE_S",
-    "LOCKED_CONFIG",
-    "ONE_PASS_MAX_ROWS",
-    "PROGRESS_INTERVAL_S",
-    "RESULT_TABLE_PREFIX",
-    "WAIT_SLICE_S",
-    "Progress",
 ]
 
 def _check_read_only(sql: str, connector_name: str) -> None:

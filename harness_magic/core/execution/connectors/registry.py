@@ -53,7 +53,7 @@ from harness_magic.core.execution.connectors.approval import ApprovalDecision, A
 from harness_magic.core.execution.connectors.guard import ApprovalGuard
 from harness_magic.core.transcript.events import Notice
 from harness_magic.core.execution.format import format_tool_output
-from harness_magic.core.execution.tools import SAFETY_CLASSES, ToolError, ToolOutput, ToolSpec
+from harness_magic.core.execution.tools import SAFETY_CLASSES, ToolError, ToolSpec
 
 __all__ = [
     "Connector",

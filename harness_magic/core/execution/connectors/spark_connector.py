@@ -73,38 +73,20 @@ from harness_magic.core.execution.connectors.lazy import (
     definition_rebinder,
     is_cached_frame,
 )
-from harness_magic.core.execution.connectors.progress import Progress, progress_reporter
+from harness_magic.core.execution.connectors.progress import progress_reporter
 from harness_magic.core.execution.connectors.registry import Connector, ConnectorResult, ToolContext
 from harness_magic.core.execution.connectors.sameness import records_configuration
 from harness_magic.core.execution.connectors.spark_engine import (
     COUNT_BUDGET_S,
     EXECUTE_RESULT_ROWS,
-    HEAD_ROWS,
-    KEPT_BATCH_ROWS,
-    LIST_MAX,
-    ONE_PASS_BYTES,
-    ONE_PASS_ROWS,
     SparkEngine,
     SparkRelation,
 )
-from harness_magic.core.execution.connectors.spark_query import wrap_query
 from harness_magic.core.execution.tools import ToolError
 
 __all__ = [
     "spark_connector",
     "spark_rebinder",
-    "SparkEngine",
-    "SparkRelation",
-    "wrap_query",
-    # engine limits, re-exported from their home (:mod:`.spark_engine`)
-    "COUNT_BUDGET_S",
-    "EXECUTE_RESULT_ROWS",
-    "HEAD_ROWS",
-    "KEPT_BATCH_ROWS",
-    "LIST_MAX",
-    "ONE_PASS_BYTES",
-    "ONE_PASS_ROWS",
-    "Progress",
 ]
 
 def _check_query(sql: Any, connector_name: str, allow_writes: bool = True) -> None:

@@ -17,11 +17,11 @@ from harness_magic.core.execution.sandbox.backend import (
     FILE_CONFINING_LAYERS,
     DEFAULT_TIMEOUT_S,
     SandboxedInterpreter,
-    SandboxUnavailableError,
     UnconfinedWarning,
     confinement_gap,
     probe_confinement,
 )
+from harness_magic.core.execution.sandbox.launcher_client import SandboxUnavailableError
 from harness_magic.core.execution.sandbox.protocol import RemoteObject
 
 __all__ = [

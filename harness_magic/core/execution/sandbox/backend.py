@@ -31,29 +31,16 @@ from harness_magic.core.cache.names import resolve_handle_name
 from harness_magic.core.confinement import layers as confinement
 from harness_magic.core.execution.interpreter import ExecutionResult
 from harness_magic.core.execution.sandbox.exports import InputExports
-from harness_magic.core.execution.sandbox.launcher_client import (
-    LAUNCHER_START_TIMEOUT_S,  # noqa: F401 - re-exported for callers of the former home
-    LauncherClient,
-    SandboxUnavailableError,
-    sweep_stale_roots,  # noqa: F401 - re-exported for callers of the former home
-)
+from harness_magic.core.execution.sandbox.launcher_client import LauncherClient, SandboxUnavailableError
 from harness_magic.core.execution.sandbox.protocol import ProtocolError, send_frame
 from harness_magic.core.execution.sandbox.scratch import remove_quietly, remove_result_files
 from harness_magic.core.execution.sandbox.transfer_codec import RESULT_MAX_BYTES, TransferRefused
 from harness_magic.core.execution.sandbox.transfer_kernel import read_result, receive_sealed
-from harness_magic.core.execution.sandbox.watchdog import (
-    STREAM_MAX_CHARS,  # noqa: F401 - re-exported for callers of the former home
-    STREAM_RELAY_INTERVAL_S,  # noqa: F401 - re-exported for callers of the former home
-    WATCHDOG_INTERVAL_S,
-    MemoryLimits,
-    WorkerLost,
-    await_reply,
-)
+from harness_magic.core.execution.sandbox.watchdog import WATCHDOG_INTERVAL_S, MemoryLimits, WorkerLost, await_reply
 from harness_magic.core.execution.sandbox.worker_handle import WorkerHandle, fork_worker
 
 __all__ = [
     "SandboxedInterpreter",
-    "SandboxUnavailableError",
     "UnconfinedWarning",
     "probe_confinement",
     "DEFAULT_TIMEOUT_S",
