@@ -337,6 +337,28 @@ def test_a_duckdb_write_touching_pii_in_another_schema_is_refused_by_the_deny_ru
     assert duck_rows(crm, "crm.customers") == EMAILS and duck_rows(crm, "main.open_copy") == []
 
 
+def test_a_write_touching_a_column_only_the_glossary_classes_pii_is_refused_by_the_deny_rule(tmp_path, crm):
+    """The glossary's ``sensitivity`` counts for writes as for masking; the connector's own option wins over it."""
+    from harness_magic.core.execution.connectors.docs import glossary_connector
+
+    (tmp_path / "terms.yaml").write_text(
+        "tables:\n  crm.customers.email: {kind: dimension, definition: The customer's e-mail., sensitivity: pii}\n")
+    terms = glossary_connector([str(tmp_path / "terms.yaml")])
+    connector = duckdb_connector(name="crm", database=crm)  # no sensitivity option of its own
+    asked: list = []
+    policy = ApprovalPolicy(governance=GovernancePolicy.from_config(PII_DENY), approver=lambda r: asked.append(r) or True)
+    sql = "UPDATE crm.customers SET email = 'attacker@evil.test' WHERE id = 1"
+    (result,), _ = run_tools(tmp_path, connector, [call("crm__execute", sql=sql)], policy, others=[terms])
+    assert result.is_error and "sensitivity=pii" in result.content and "-> deny" in result.content
+    assert asked == [] and duck_rows(crm, "crm.customers") == EMAILS
+
+    connector = duckdb_connector(name="crm", database=crm)
+    connector.sensitivity = {"crm.customers.email": "none"}  # the connector's owner declassified it: that wins
+    (result,), _ = run_tools(tmp_path, connector, [call("crm__execute", sql=sql)], policy, others=[terms])
+    assert not result.is_error, result.content
+    assert duck_rows(crm, "crm.customers")[0] == (1, "attacker@evil.test")
+
+
 def test_the_duckdb_preview_shows_the_other_schemas_changed_rows(tmp_path, crm):
     seen = []
     connector = duckdb_connector(name="crm", database=crm)

@@ -33,9 +33,10 @@ def call(tool, **arguments):
     return {"name": tool, "arguments": arguments}
 
 
-def run_tools(tmp_path, connector, calls, approval):
-    """Run ``calls`` through a harness with ``connector`` loaded; the tool results and the audit records."""
-    registry = ConnectorRegistry([connector], approval=approval)
+def run_tools(tmp_path, connector, calls, approval, others=()):
+    """Run ``calls`` through a harness with ``connector`` loaded (``others`` registered beside it, not loaded);
+    the tool results and the audit records."""
+    registry = ConnectorRegistry([connector, *others], approval=approval)
     turns = [{"tool_calls": [call("load_connectors", connector_name=connector.name)]}]
     turns += [{"tool_calls": [c]} for c in calls] + [{"text": "done"}]
     harness = Harness(ProviderAdapter("scripted/gov", transport=ScriptedModel(turns)), "sys", [],

@@ -168,16 +168,8 @@ def declared_classes(registry: Any) -> dict[str, ColumnClass]:
     """
     if registry is None:
         return {}
-    from harness_magic.core.execution.connectors.docs import GlossaryConnector
-    from harness_magic.core.knowledge.glossary import sensitive_columns
-
-    declared: dict[str, ColumnClass] = {}
-    connectors = [registry[name] for name in registry.names]
-    for connector in connectors:  # glossary entries first: a connector's own option wins over them
-        if isinstance(connector, GlossaryConnector):
-            for column, cls in sensitive_columns(connector.glossary).items():
-                declared[column] = ColumnClass(cls, "glossary")
-    for connector in connectors:
+    declared = {column: ColumnClass(cls, "glossary") for column, cls in registry.glossary_classes().items()}
+    for connector in (registry[name] for name in registry.names):  # a connector's own option wins over glossaries
         for column, cls in connector.sensitivity.items():
             declared[column] = ColumnClass(cls, "config")
     return declared

@@ -26,7 +26,7 @@ from harness_magic.core.execution.connectors.sameness import records_configurati
 from harness_magic.core.knowledge.citations import Source, record_retrieval
 from harness_magic.core.knowledge.embed import make_embedder
 from harness_magic.core.knowledge.extract import ExtractionLimits
-from harness_magic.core.knowledge.glossary import Glossary, GlossaryError, load_glossary
+from harness_magic.core.knowledge.glossary import Glossary, GlossaryError, load_glossary, sensitive_columns
 from harness_magic.core.knowledge.index import DocIndex
 from harness_magic.core.knowledge.ranking import Hit, normalize_doc_id
 from harness_magic.core.knowledge.workspace_memory import WorkspaceMemoryError, read_definitions, with_workspace_terms
@@ -204,6 +204,10 @@ class GlossaryConnector(Connector):
         self.glossary: Glossary = self._with_workspace()
         self._stamp = self._stat()
         self.add_function(self._lookup, name="lookup")
+
+    def glossary_classes(self) -> dict[str, str]:
+        """The ``sensitivity`` of this glossary's entries, by their columns (:func:`sensitive_columns`)."""
+        return sensitive_columns(self.glossary)
 
     def _with_workspace(self) -> Glossary:
         """The files' glossary plus the workspace memory's definitions (a malformed file is left out, named)."""

@@ -13,7 +13,8 @@ writes as unpreviewable. Every write is audited (``governed_write``) with its
 outcome and row count; the audit never holds row values.
 
 The connector's ``sensitivity`` option (``{"[schema.]table.column" or
-"column": class}``) classes the data: a write carries in its approval request
+"column": class}``) and the ``sensitivity`` of the session's glossary entries
+(the connector's own option wins where both name a column) class the data: a write carries in its approval request
 the classes of every table it touches (:mod:`.touched`: the tables the
 statement names in any schema or attached database, read or written, plus
 those the engine's preview reports), so the policy table can key on them. A
@@ -132,6 +133,7 @@ def run_governed(backend: Any, direct: Callable[[str], int | None], sql: str, di
         raise ToolError("Refused: this write tool needs the approval guard (install the connector registry).")
 
     named = tables_named(sql, sqlglot_dialect(dialect))
+    declared = {**context.glossary_classes, **connector.sensitivity}
 
     def on_outcome(preflight: Preflight | None, outcome: str, previewed: bool = True) -> None:
         tables = [t for t, _ in preflight.tables] if preflight is not None else []
@@ -147,7 +149,7 @@ def run_governed(backend: Any, direct: Callable[[str], int | None], sql: str, di
 
     why_not = preview_refusal(classification, sql, dialect)
     if why_not is not None:
-        sensitivity, notes = _sensitivity(named, (), dialect, connector.sensitivity)
+        sensitivity, notes = _sensitivity(named, (), dialect, declared)
         matching, not_counted = count_rows(sql) if count_rows is not None and len(classification.statements) == 1 else (
             None, "the engine gives no row count before it runs")
         preflight = Preflight(statement=sql, engine=dialect, kind=kind,
@@ -174,7 +176,7 @@ def run_governed(backend: Any, direct: Callable[[str], int | None], sql: str, di
         return f"Executed {classification.statements[0].keyword} ({kind}) without a preview; {affected}."
 
     def approve(preflight: Preflight) -> Any:
-        sensitivity, notes = _sensitivity(named, preflight.tables, dialect, connector.sensitivity)
+        sensitivity, notes = _sensitivity(named, preflight.tables, dialect, declared)
         preflight = dataclasses.replace(preflight, notes=preflight.notes + notes)
         return context.approve(ApprovalRequest(
             tool=context.tool_name, connector=connector.name, safety=kind, arguments={"sql": sql},

@@ -45,7 +45,7 @@ import re
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal, Sequence
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 from harness_magic.core.cache.session import SessionCache
 from harness_magic.core.execution.connectors.lineage import column_sources
@@ -92,6 +92,8 @@ class ToolContext:
     """Full tool name (``<connector>__<tool>``)."""
     approve: "Callable[[ApprovalRequest], ApprovalDecision] | None" = None
     """For previewed tools: ask the approval policy (status line, run log, audit) after the preview."""
+    glossary_classes: Mapping[str, str] = field(default_factory=dict)
+    """``{"[table.]column": class}`` the session's glossaries declare (:meth:`ConnectorRegistry.glossary_classes`)."""
 
 
 @dataclass
@@ -275,6 +277,11 @@ def tool_from_function(
 class Connector:
     """A named group of tools, hidden from the model until loaded."""
 
+    serves_pseudonyms: frozenset[str] = frozenset()
+    """Tools (full names) whose SQL runs over views that serve pseudonyms (a DuckDB connector's ``query``): a
+    pseudonym the query compares against is left as it is, not widened to its real value (see
+    :meth:`~harness_magic.core.control.pseudonyms.Pseudonyms.query_for_engine`)."""
+
     def __init__(self, name: str, description: str) -> None:
         if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or TOOL_SEPARATOR in name:
             raise ValueError(
@@ -300,6 +307,10 @@ class Connector:
         connector built by hand. What :meth:`ConnectorRegistry.put` compares to keep or replace a connector."""
         self.dialect: str | None = None
         """SQL dialect of its tools' ``sql`` arguments (``duckdb``, ``postgresql``...), for query lineage."""
+
+    def glossary_classes(self) -> dict[str, str]:
+        """``{"[table.]column": class}`` declared by this connector's glossary entries; none but a glossary's."""
+        return {}
 
     def __repr__(self) -> str:
         return f"Connector({self.name!r}, tools={self.tool_names})"
@@ -474,6 +485,13 @@ class ConnectorRegistry:
     def names(self) -> list[str]:
         return list(self._connectors)
 
+    def glossary_classes(self) -> dict[str, str]:
+        """Every glossary connector's column classes, merged in registration order (a later entry wins)."""
+        merged: dict[str, str] = {}
+        for connector in self._connectors.values():
+            merged.update(connector.glossary_classes())
+        return merged
+
     def __getitem__(self, name: str) -> Connector:
         try:
             return self._connectors[name]
@@ -581,13 +599,15 @@ class InstalledConnectors:
                 raise ToolError(f"Bad arguments for {template.name!r}: missing {', '.join(missing)}.")
             if context_name is not None:
                 approve = self._approver(template, connector) if connector.previews(template.name) else None
-                arguments[context_name] = ToolContext(harness.cache, harness, template.name, approve)
+                arguments[context_name] = ToolContext(harness.cache, harness, template.name, approve,
+                                                      self.registry.glossary_classes())
             sql = arguments.get("sql")
             sources = None
             guard = harness.cache.guard if isinstance(harness.cache, SessionCache) else None
             if isinstance(sql, str) and guard is not None:  # lineage and pseudonyms matter only to an entry guard
                 sources = column_sources(sql, connector.dialect)
-                arguments["sql"] = guard.query_for_engine(sql, connector.dialect)  # compared pseudonyms made real
+                if template.name not in connector.serves_pseudonyms:  # an engine holding real values
+                    arguments["sql"] = guard.query_for_engine(sql, connector.dialect)  # compared pseudonyms made real
             try:
                 value = fn(**arguments)
             except ToolError as exc:
