@@ -54,7 +54,7 @@ def test_good_task_loads_and_shorthand_expands(tmp_path):
     (("id: t1", "id: T-1"), ": id:", "[a-z0-9_]"),
     (('prompt: "What is 1 + 1? End with ANSWER: <number>."', "prompt: ''"), ": prompt:", "non-empty"),
     (("graders:\n  - number: {expected: 2}", "graders: []"), ": graders:", "non-empty list"),
-    (("- number: {expected: 2}", "- numbr: {expected: 2}"), "graders[0]", "allowed: number, frame"),
+    (("- number: {expected: 2}", "- numbr: {expected: 2}"), "graders[0]", "allowed: chart, choice, contains"),
     (("- number: {expected: 2}", "- number: {expected: 2, tolerance: 1}"), "graders[0].number", "allowed: abs_tol"),
     (("- number: {expected: 2}", "- number: {expected: 2, abs_tol: -1}"), "graders[0].number", "non-negative"),
     (("- number: {expected: 2}", "- number: {expected: nothing_here}"), "graders[0].number", "answers.py"),

@@ -46,10 +46,15 @@ Kinds and options:
 ``judge``
     ``rubric``, ``model`` (else the runner's judge model): a model through
     litellm answers PASS or FAIL. Never the only grader (the loader refuses it).
+
+Every kind, these and ``dabench``/``dabstep``, is a :class:`GraderPlugin` declared
+under the entry-point group ``harness_magic.graders`` (:data:`GRADERS`); an
+installed package adds a kind the same way (``docs/design.md``, "Write a plugin").
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import sqlite3
@@ -57,12 +62,13 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
 
+from harness_magic.core.plugins import PluginGroup
 from harness_magic.core.text.counts import count
 from harness_magic.evals.writes import attempt_line, write_attempts
 from harness_magic.evals.answer_parse import (MAX_ANSWER_CHARS, Committed, NumberReading, committed_answer,
                                               hedge_in, is_cancelled, named_mentions, read_number, sentence_of)
 
-__all__ = ["Grade", "GradeContext", "grade", "validate_grader", "parse_answer_number", "GRADERS", "register_grader",
+__all__ = ["Grade", "GradeContext", "grade", "validate_grader", "parse_answer_number", "GRADERS", "GraderPlugin",
            "grader_kinds", "MAX_SQL_ROWS"]
 
 MAX_DETAIL_CHARS = 600
@@ -448,34 +454,41 @@ def grade_judge(options: dict[str, Any], ctx: GradeContext) -> Grade:
 
 GraderFn = Callable[[dict[str, Any], GradeContext], Grade]
 Validator = Callable[[dict[str, Any], "ModuleType | None"], None]
-
-GRADERS: dict[str, GraderFn] = {
-    "number": grade_number, "frame": grade_frame, "contains": grade_contains, "regex": grade_regex,
-    "sql": grade_sql, "no_writes": grade_no_writes, "judge": grade_judge, "chart": grade_chart,
-    "choice": grade_choice,
-}
-"""Grader kind -> function; task files name these kinds. Add kinds with :func:`register_grader`."""
-_VALIDATORS: dict[str, Validator] = {}
 _KIND = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 
-def register_grader(kind: str, fn: GraderFn, validate: Validator) -> None:
-    """Make ``kind`` usable in task files: ``fn(options, ctx) -> Grade`` grades, ``validate(options, answers)``
-    raises ValueError naming a bad option when a task file is loaded. Registering a kind twice with another
-    function is refused (two modules would otherwise silently fight over one name)."""
-    if not isinstance(kind, str) or not _KIND.fullmatch(kind):
-        raise ValueError(f"grader kind must be 1-32 characters of [a-z0-9_] starting with a letter, got {kind!r}")
-    if not callable(fn) or not callable(validate):
-        raise ValueError(f"grader {kind!r}: fn and validate must be callables")
-    if kind in GRADERS and GRADERS[kind] is not fn:
-        raise ValueError(f"grader kind {kind!r} is already registered (by {GRADERS[kind].__module__})")
-    GRADERS[kind] = fn
-    _VALIDATORS[kind] = validate
+@dataclass(frozen=True)
+class GraderPlugin:
+    """What a ``harness_magic.graders`` entry point names (the entry point's name is the grader kind).
+
+    ``grade(options, ctx) -> Grade`` grades one finished run; ``validate(options, answers)`` raises
+    ValueError naming a bad option when a task file is loaded (``answers``: the suite's answers.py or None).
+    """
+
+    grade: GraderFn
+    validate: Validator
+
+    def __post_init__(self) -> None:
+        if not callable(self.grade) or not callable(self.validate):
+            raise TypeError(f"GraderPlugin needs two callables (grade, validate), got {self.grade!r}, {self.validate!r}")
+
+
+def _check(obj: object, kind: str) -> GraderPlugin:
+    if not _KIND.fullmatch(kind):
+        raise ValueError(f"a grader kind is 1-32 characters of [a-z0-9_] starting with a letter, got {kind!r}")
+    if not isinstance(obj, GraderPlugin):
+        raise TypeError(f"a grader is a harness_magic.evals.graders.GraderPlugin(grade, validate); "
+                        f"{kind!r} is a {type(obj).__name__}")
+    return obj
+
+
+GRADERS: PluginGroup[GraderPlugin] = PluginGroup("harness_magic.graders", _check, "grader kind")
+"""Every grader kind installed (the built-ins below and outside packages'), by the name task files use."""
 
 
 def grader_kinds() -> tuple[str, ...]:
-    """Every grader kind a task file may use (built-in and registered)."""
-    return tuple(GRADERS)
+    """Every grader kind a task file may use (built-in and plugins)."""
+    return GRADERS.names()
 
 
 _OPTIONS: dict[str, tuple[set[str], set[str]]] = {  # kind -> (required, optional)
@@ -492,12 +505,12 @@ _OPTIONS: dict[str, tuple[set[str], set[str]]] = {  # kind -> (required, optiona
 
 
 def validate_grader(kind: str, options: dict[str, Any], answers: ModuleType | None) -> None:
-    """Raise ValueError naming the bad option and what is allowed."""
-    if kind in _VALIDATORS:
-        _VALIDATORS[kind](options, answers)
-        return
-    if kind not in _OPTIONS:
-        raise ValueError(f"unknown grader {kind!r}; allowed: {', '.join(grader_kinds())}")
+    """Raise ValueError naming the bad option and what is allowed (an unknown or broken kind: naming it)."""
+    GRADERS.get(kind).obj.validate(options, answers)
+
+
+def _validate_builtin(kind: str, options: dict[str, Any], answers: ModuleType | None) -> None:
+    """The options of the built-in kind ``kind`` (:data:`_OPTIONS`)."""
     required, optional = _OPTIONS[kind]
     unknown = sorted(k if isinstance(k, str) else repr(k) for k in set(options) - required - optional)  # `on:` is True in YAML
     if unknown:
@@ -566,12 +579,27 @@ def validate_grader(kind: str, options: dict[str, Any], answers: ModuleType | No
 def grade(kind: str, options: dict[str, Any], ctx: GradeContext) -> Grade:
     """Run one grader; an unexpected error is a failed grade naming it, never a crash."""
     try:
-        return GRADERS[kind](options, ctx)
+        return GRADERS.get(kind).obj.grade(options, ctx)
+    # A grader is task-specific code (a plugin's too): whatever it raises is that grade's failure, named in
+    # the report, and the other graders and tasks still run.
     except Exception as exc:
         return Grade(kind, False, f"grader error: {type(exc).__name__}: {exc}"[:400])
 
 
-# Grader kinds defined in other modules register themselves by being imported here:
+def _builtin(kind: str, fn: GraderFn) -> GraderPlugin:
+    return GraderPlugin(fn, functools.partial(_validate_builtin, kind))
+
+
+# The built-in kinds, declared in pyproject.toml under [project.entry-points."harness_magic.graders"]:
+NUMBER = _builtin("number", grade_number)
+FRAME = _builtin("frame", grade_frame)
+CONTAINS = _builtin("contains", grade_contains)
+REGEX = _builtin("regex", grade_regex)
+CHOICE = _builtin("choice", grade_choice)
+SQL = _builtin("sql", grade_sql)
+NO_WRITES = _builtin("no_writes", grade_no_writes)
+CHART = _builtin("chart", grade_chart)
+JUDGE = _builtin("judge", grade_judge)
 from harness_magic.evals import dabench as _dabench, dabstep as _dabstep  # noqa: E402  benchmark graders
-register_grader("dabench", _dabench.grade_dabench, _dabench.validate_dabench)
-register_grader("dabstep", _dabstep.grade_dabstep, _dabstep.validate_dabstep)
+DABENCH = GraderPlugin(_dabench.grade_dabench, _dabench.validate_dabench)
+DABSTEP = GraderPlugin(_dabstep.grade_dabstep, _dabstep.validate_dabstep)

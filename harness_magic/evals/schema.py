@@ -45,7 +45,7 @@ from types import ModuleType
 from typing import Any
 
 __all__ = ["Task", "Suite", "ScriptSpec", "Clarification", "SuiteError", "load_suite", "load_task", "suite_path", "FAILURE_CLASSES",
-           "GRADER_KINDS", "builtin_suite_path", "MAX_TASK_FILE_BYTES"]
+           "builtin_suite_path", "MAX_TASK_FILE_BYTES"]
 
 MAX_TASK_FILE_BYTES = 1_000_000
 """A task file larger than this is refused (a task is a prompt, inputs and graders)."""
@@ -56,8 +56,6 @@ FAILURE_CLASSES = ("wrong_answer", "ambiguous", "no_answer", "limit", "tool_erro
 """Why a task failed. ``ambiguous``: the answer did not commit to one value or option (two values,
 a range, a hedge); ``limit``: turn or budget limit; ``policy_refusal``: a tool call the
 policy denied; ``policy_violation``: a write that must not happen (``no_writes`` failed)."""
-GRADER_KINDS = ("number", "frame", "contains", "regex", "sql", "no_writes", "judge", "chart")
-"""The built-in grader kinds; other modules add kinds with ``graders.register_grader``."""
 LIMIT_KEYS = ("max_turns", "max_tokens", "max_cost_usd", "max_wall_s", "max_tool_calls")
 CONNECTOR_KINDS = ("duckdb", "sql", "files")
 SAMPLE_DATA = ("msft.csv", "Stocks.csv")

@@ -54,7 +54,7 @@ class SkillsMagics(Magics):
                 raise UsageError(f"%agent_skills: {exc.args[0]}") from None
             self._agent.show(*skill_views(skill))
             return
-        rows = [{"name": s.name, "source": "built-in" if s.builtin else s.directory,
+        rows = [{"name": s.name, "source": skill_source(s),
                  "triggers": "; ".join(s.triggers) or "-", "rules": ", ".join(s.rule_names) or "-"} for s in skill_set]
         if rows:
             head = f"{len(rows)} skills (the model sees each name and trigger line until it loads one):"
@@ -66,11 +66,18 @@ class SkillsMagics(Magics):
             print(f"skipped: {error}", file=sys.stderr)
 
 
+def skill_source(skill: Any) -> str:
+    """Where a skill comes from: ``built-in``, ``plugin <package>`` or its folder."""
+    if skill.builtin:
+        return "built-in"
+    return f"plugin {skill.plugin}" if skill.plugin else skill.directory
+
+
 def skill_views(skill: Any) -> tuple[str, str]:
     """(HTML, plain text) of one skill; the Markdown template goes through the safe renderer."""
     from harness_magic.core.text.safe_markdown import markdown_to_html
 
-    fields = [("description", skill.description), ("source", "built-in" if skill.builtin else skill.directory),
+    fields = [("description", skill.description), ("source", skill_source(skill)),
               ("triggers", "; ".join(skill.triggers) or "-"),
               ("rules", "\n".join(f"{r.name}: {r.explain()}" for r in skill.rules) or "-"),
               ("escalation", skill.escalation or "-"), ("files", ", ".join(skill.files) or "-")]

@@ -1,7 +1,8 @@
 """The rows of ``%agent_status``: what the session is set to and what it has done, read through public surfaces.
 
 Pure reading: building the rows changes nothing (no connector is loaded, no
-worker started). Each row is ``(label, text)``; the magic shows them as a
+worker started); the ``plugins`` row imports every installed plugin once, so a
+broken one is named (a ``broken`` row each: entry point, group, one-line error). Each row is ``(label, text)``; the magic shows them as a
 two-column table.
 """
 
@@ -52,6 +53,22 @@ def _last_run(record: Any, configured: str) -> str:
     return text
 
 
+def _plugin_rows() -> list[tuple[str, str]]:
+    """``("plugins", "6 connector types, 11 grader kinds, ...")`` then a ``broken`` row per plugin that failed."""
+    from harness_magic.core.control.skills.loader import SKILL_PLUGINS
+    from harness_magic.core.execution.connectors.types import CONNECTOR_TYPES
+    from harness_magic.core.execution.tool_plugins import TOOL_PLUGINS
+    from harness_magic.evals.graders import GRADERS
+
+    groups = ((CONNECTOR_TYPES, "connector types"), (TOOL_PLUGINS, "tools"), (GRADERS, "grader kinds"),
+              (SKILL_PLUGINS, "skill sets"))
+    counts = [(len(group.load_all()), what) for group, what in groups]
+    outside = sorted({p.distribution for group, _ in groups for p in group.load_all().values() if not p.builtin})
+    text = ", ".join(f"{n} {what}" for n, what in counts)
+    text += f" · from {', '.join(outside)}" if outside else " · built-in only"
+    return [("plugins", text)] + [("broken", f.line) for group, _ in groups for f in group.failures()]
+
+
 def _handles(cache: Any) -> str:
     names = cache.names()
     text = f"{len(names)}: " + ", ".join(names) if names else "(none)"
@@ -79,5 +96,6 @@ def status_rows(agent: Any) -> list[tuple[str, str]]:
         ("connectors", _connectors(session)),
         ("subagents", _subagents(session)),
         ("handles", _handles(session.cache)),
+        *_plugin_rows(),
         ("session", f"{len(records)} run{'s' if len(records) != 1 else ''} · {tokens:,} tokens · ${cost:.4f}"),
     ]

@@ -34,16 +34,17 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from harness_magic.core.confinement.safe_open import LinkRefused, open_beneath
+from harness_magic.core.plugins import OWN_DISTRIBUTION, PluginGroup
 from harness_magic.core.control.skills.rules import SkillRule, SkillRuleError, parse_rules
 from harness_magic.core.text.safe_yaml import PlainYAMLError, load_plain_yaml
 
-__all__ = ["Skill", "SkillSet", "SkillFileError", "load_skills", "parse_skill", "BUILTIN_SKILLS_DIR",
+__all__ = ["Skill", "SkillSet", "SkillFileError", "load_skills", "parse_skill", "BUILTIN_SKILLS_DIR", "SKILL_PLUGINS",
            "SKILL_FILE", "MAX_SKILL_FILE_BYTES", "MAX_FRONT_MATTER_BYTES", "MAX_DESCRIPTION_CHARS",
            "MAX_SKILLS_PER_DIR", "NAME_RE"]
 
 SKILL_FILE = "SKILL.md"
 BUILTIN_SKILLS_DIR = str(Path(__file__).resolve().parent / "builtin")
-"""The skills shipped with the package (package data)."""
+"""The skills shipped with the package (package data), declared as the skills plugin ``builtin``."""
 MAX_SKILL_FILE_BYTES = 64 * 1024
 """A workflow template is a page or two; anything larger is not a skill and would flood the context."""
 MAX_FRONT_MATTER_BYTES = 8 * 1024
@@ -86,6 +87,8 @@ class Skill:
     """When to ask the user or stop (shown to the model with the template); empty when none."""
     builtin: bool = False
     """Shipped with the package (:data:`BUILTIN_SKILLS_DIR`)."""
+    plugin: str = ""
+    """The installed package whose skills plugin shipped it; "" for a folder of ``skill_dirs``."""
     files: tuple[str, ...] = ()
     """Other files beside ``SKILL.md`` (names only; never read or run)."""
 
@@ -140,18 +143,37 @@ class SkillSet:
         return len(self.skills)
 
 
-def load_skills(dirs: Sequence[str | os.PathLike[str]] = (), *, builtin: bool = True) -> SkillSet:
-    """Skills from the built-in set (when ``builtin``) then each of ``dirs``; later ones replace same names.
+def _check_plugin(obj: object, name: str) -> str:
+    if not isinstance(obj, (str, os.PathLike)):
+        raise TypeError(f"a skills plugin is the path of a directory of skill folders (a str); {name!r} is a "
+                        f"{type(obj).__name__}")
+    path = os.fspath(obj)
+    if not isinstance(path, str) or not Path(path).is_dir():
+        raise ValueError(f"skills plugin {name!r}: {path!r} is not a directory")
+    return path
 
-    Never raises for a bad directory or skill file: each goes to ``errors`` as one line.
+
+SKILL_PLUGINS: PluginGroup[str] = PluginGroup("harness_magic.skills", _check_plugin, "skills plugin")
+"""Directories of skills installed packages ship (entry-point group ``harness_magic.skills``; the
+package's own :data:`BUILTIN_SKILLS_DIR` is the plugin ``builtin``)."""
+
+
+def load_skills(dirs: Sequence[str | os.PathLike[str]] = (), *, builtin: bool = True) -> SkillSet:
+    """Skills of every installed skills plugin (when ``builtin``: the built-in set first, then outside
+    packages' by plugin name), then of each of ``dirs``; later ones replace same names.
+
+    Never raises for a bad directory, skill file or plugin: each goes to ``errors`` as one line.
     """
     result = SkillSet()
-    roots: list[tuple[str, bool]] = [(BUILTIN_SKILLS_DIR, True)] if builtin else []
-    roots += [(os.fspath(d), False) for d in dirs]
-    for root, is_builtin in roots:
+    roots: list[tuple[str, str]] = []  # (directory, distribution of its plugin or "")
+    if builtin:
+        roots += [(p.obj, p.distribution) for p in SKILL_PLUGINS.load_all().values()]
+        result.errors += [f"skills plugin {failure.line}" for failure in SKILL_PLUGINS.failures()]
+    roots += [(os.fspath(d), "") for d in dirs]
+    for root, plugin in roots:
         for item in _skill_folders(root, result.errors):
             try:
-                skill = _read_skill(item, root, is_builtin)
+                skill = _read_skill(item, root, plugin)
             except SkillFileError as exc:
                 result.errors.append(str(exc))
                 continue
@@ -174,7 +196,7 @@ def _skill_folders(root: str, errors: list[str]) -> list[Path]:
     return [p for p in folders if (p / SKILL_FILE).exists() or (p / SKILL_FILE).is_symlink()]
 
 
-def _read_skill(folder: Path, root: str, is_builtin: bool) -> Skill:
+def _read_skill(folder: Path, root: str, plugin: str) -> Skill:
     path = folder / SKILL_FILE
     shown = str(path)
     base = Path(root).expanduser().resolve()
@@ -201,7 +223,8 @@ def _read_skill(folder: Path, root: str, is_builtin: bool) -> Skill:
     except UnicodeDecodeError as exc:
         raise SkillFileError(shown, "encoding", f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
     files = tuple(sorted(p.name for p in real.parent.iterdir() if p.name != SKILL_FILE and not p.name.startswith(".")))
-    return parse_skill(text, shown, directory=str(real.parent), builtin=is_builtin, files=files)
+    return parse_skill(text, shown, directory=str(real.parent), builtin=plugin == OWN_DISTRIBUTION, plugin=plugin,
+                       files=files)
 
 
 def _kind(path: Path) -> str:
@@ -212,7 +235,7 @@ def _kind(path: Path) -> str:
 
 
 def parse_skill(text: str, path: str = SKILL_FILE, *, directory: str = "", builtin: bool = False,
-                files: tuple[str, ...] = ()) -> Skill:
+                plugin: str = "", files: tuple[str, ...] = ()) -> Skill:
     """A :class:`Skill` from the text of a ``SKILL.md``; :class:`SkillFileError` naming ``path`` and the field."""
     meta, body = _front_matter(text, path)
     name = meta.get("name")
@@ -240,7 +263,8 @@ def parse_skill(text: str, path: str = SKILL_FILE, *, directory: str = "", built
     except SkillRuleError as exc:
         raise SkillFileError(path, "verification", str(exc)) from None
     return Skill(name=name, description=description, template=body.strip(), directory=directory,
-                 triggers=triggers, rules=rules, escalation=escalation.strip(), builtin=builtin, files=files)
+                 triggers=triggers, rules=rules, escalation=escalation.strip(), builtin=builtin, plugin=plugin,
+                 files=files)
 
 
 def _front_matter(text: str, path: str) -> tuple[dict[str, Any], str]:

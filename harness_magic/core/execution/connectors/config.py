@@ -1,6 +1,7 @@
 """Build connectors from plain configuration (a list of dicts, e.g. from a config file).
 
-Each entry names a built-in with ``type`` and passes the rest as options::
+Each entry names a connector type with ``type`` and passes the rest as options (the types are
+plugins, :mod:`.types`: the built-ins below and any an installed package declares)::
 
     [{"type": "files", "roots": ["data"]},
      {"type": "duckdb", "files": {"sales": "data/sales.parquet"}},
@@ -29,17 +30,17 @@ from typing import Any, Iterable, Mapping
 from harness_magic.core.execution.connectors.approval import ApprovalPolicy
 from harness_magic.core.execution.connectors.governed import govern
 from harness_magic.core.execution.connectors.registry import Connector, ConnectorRegistry
+from harness_magic.core.execution.connectors.types import build_connector
 
-__all__ = ["connectors_from_config", "apply_config", "ConfigChanges", "BUILTIN_TYPES"]
-
-BUILTIN_TYPES = ("files", "duckdb", "sql", "spark", "docs", "glossary")
+__all__ = ["connectors_from_config", "connector_from_config", "apply_config", "ConfigChanges"]
 
 
 def connector_from_config(entry: Mapping[str, Any]) -> Connector:
+    """One governed connector from one entry; ValueError naming an unknown ``type`` and the available ones."""
     options = dict(entry)
     sensitivity = options.pop("sensitivity", None)
     environment = options.pop("environment", "dev")
-    connector = _built_in(options)
+    connector = build_connector(options.pop("type", None), options)
     govern(connector, environment, True if connector.allow_writes else None)
     from harness_magic.core.text.sensitivity import check_sensitivity_map
 
@@ -50,35 +51,6 @@ def connector_from_config(entry: Mapping[str, Any]) -> Connector:
 
 ENTRY_KEY = "config_entry"
 """Where a connector built from configuration keeps its entry (in ``Connector.configuration``)."""
-
-
-def _built_in(options: dict[str, Any]) -> Connector:
-    kind = options.pop("type", None)
-    if kind == "files":
-        from harness_magic.core.execution.connectors.files import files_connector
-
-        return files_connector(options.pop("roots"), **options)
-    if kind == "duckdb":
-        from harness_magic.core.execution.connectors.duckdb_connector import duckdb_connector
-
-        return duckdb_connector(options.pop("files", None), **options)
-    if kind == "sql":
-        from harness_magic.core.execution.connectors.sql import sql_connector
-
-        return sql_connector(options.pop("url"), **options)
-    if kind == "spark":
-        from harness_magic.core.execution.connectors.spark_connector import spark_connector
-
-        return spark_connector(options.pop("remote", None), **options)
-    if kind == "docs":
-        from harness_magic.core.execution.connectors.docs import docs_connector
-
-        return docs_connector(options.pop("roots"), **options)
-    if kind == "glossary":
-        from harness_magic.core.execution.connectors.docs import glossary_connector
-
-        return glossary_connector(options.pop("files"), **options)
-    raise ValueError(f"connector type {kind!r} is unknown; built-ins: {', '.join(BUILTIN_TYPES)}")
 
 
 def connectors_from_config(entries: Iterable[Mapping[str, Any]], *, approval: ApprovalPolicy | None = None

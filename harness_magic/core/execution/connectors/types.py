@@ -1,0 +1,94 @@
+"""Connector types: the plugin group ``harness_magic.connectors`` and the built-in types it declares.
+
+A connector type is a callable taking a configuration entry's options as
+keywords (the entry less ``type``, ``environment`` and ``sensitivity``, which
+:func:`~harness_magic.core.execution.connectors.config.connector_from_config`
+applies to every connector alike) and returning a
+:class:`~harness_magic.core.execution.connectors.registry.Connector`.
+
+The built-ins below are declared in ``pyproject.toml`` under
+``[project.entry-points."harness_magic.connectors"]`` exactly as an outside
+package declares its own (``docs/design.md``, "Write a plugin"). Each imports
+its engine's module only when called, so listing or loading the types is cheap.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from harness_magic.core.execution.connectors.registry import Connector
+from harness_magic.core.plugins import PluginGroup
+
+__all__ = ["ConnectorType", "CONNECTOR_TYPES", "build_connector", "files_type", "duckdb_type", "sql_type",
+           "spark_type", "docs_type", "glossary_type"]
+
+ConnectorType = Callable[..., Connector]
+"""``type(**options) -> Connector``."""
+
+
+def _check(obj: object, name: str) -> ConnectorType:
+    if not callable(obj):
+        raise TypeError(f"a connector type is a callable taking the entry's options as keywords and returning a "
+                        f"Connector; {name!r} is a {type(obj).__name__}")
+    return obj
+
+
+CONNECTOR_TYPES: PluginGroup[ConnectorType] = PluginGroup("harness_magic.connectors", _check, "connector type")
+"""Every connector type installed (built-in and outside packages), by the name an entry's ``type`` gives."""
+
+
+def build_connector(kind: object, options: dict[str, Any]) -> Connector:
+    """The connector of type ``kind`` built from ``options``.
+
+    ValueError when no type is called ``kind`` (listing the available ones) or its plugin failed to load;
+    TypeError when the type returns something other than a Connector; whatever the type raises for bad
+    options (TypeError for a missing or unknown option, ValueError, OSError) passes through.
+    """
+    plugin = CONNECTOR_TYPES.get(kind)  # type: ignore[arg-type]  # a non-str kind is named in the PluginError
+    connector = plugin.obj(**options)
+    if not isinstance(connector, Connector):
+        raise TypeError(f"connector type {kind!r} (from {plugin.distribution or plugin.value}) returned "
+                        f"{type(connector).__name__}, not a Connector")
+    return connector
+
+
+def files_type(*, roots: Any, **options: Any) -> Connector:
+    """``{"type": "files", "roots": [...]}``: :func:`~.files.files_connector`."""
+    from harness_magic.core.execution.connectors.files import files_connector
+
+    return files_connector(roots, **options)
+
+
+def duckdb_type(*, files: Any = None, **options: Any) -> Connector:
+    """``{"type": "duckdb", "files": {...}}``: :func:`~.duckdb_connector.duckdb_connector`."""
+    from harness_magic.core.execution.connectors.duckdb_connector import duckdb_connector
+
+    return duckdb_connector(files, **options)
+
+
+def sql_type(*, url: Any, **options: Any) -> Connector:
+    """``{"type": "sql", "url": "..."}``: :func:`~.sql.sql_connector`."""
+    from harness_magic.core.execution.connectors.sql import sql_connector
+
+    return sql_connector(url, **options)
+
+
+def spark_type(*, remote: Any = None, **options: Any) -> Connector:
+    """``{"type": "spark", "remote": "sc://..."}`` or ``"master"``: :func:`~.spark_connector.spark_connector`."""
+    from harness_magic.core.execution.connectors.spark_connector import spark_connector
+
+    return spark_connector(remote, **options)
+
+
+def docs_type(*, roots: Any, **options: Any) -> Connector:
+    """``{"type": "docs", "roots": [...]}``: :func:`~.docs.docs_connector`."""
+    from harness_magic.core.execution.connectors.docs import docs_connector
+
+    return docs_connector(roots, **options)
+
+
+def glossary_type(*, files: Any, **options: Any) -> Connector:
+    """``{"type": "glossary", "files": [...]}``: :func:`~.docs.glossary_connector`."""
+    from harness_magic.core.execution.connectors.docs import glossary_connector
+
+    return glossary_connector(files, **options)
