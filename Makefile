@@ -21,7 +21,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	bash scripts/system-deps.sh
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 tests notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg
 
 bench: $(STAMP)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
