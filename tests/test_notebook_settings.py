@@ -28,7 +28,7 @@ BAD = [
     ("max_cost_usd", -0.5, "max_cost_usd must be positive or None, got -0.5"),
     ("max_wall_s", 0.0, "max_wall_s must be positive or None, got 0.0"),
     ("max_tool_calls", -2, "max_tool_calls must be positive or None, got -2"),
-    ("connectors", [{"type": "ftp"}], "connector {'type': 'ftp'} needs a 'type' of files, duckdb, sql"),
+    ("connectors", [{"type": "ftp"}], "connector {'type': 'ftp'} needs a 'type' of docs, duckdb, files, glossary, spark, sql"),
     ("context_window", 0, "context_window must be a positive number of tokens or None, got 0"),
 ]
 GOOD = [("sandbox", "inprocess"), ("live", "off"), ("prompt_caching", "on"), ("max_turns", 1), ("hot_count", 2),

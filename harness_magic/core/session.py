@@ -311,6 +311,11 @@ class AgentSession:
         holder["h"] = harness
         harness.set_masker(self.masking)
         self._install_control_plane(harness)
+        from harness_magic.core.control.subagent import SUBAGENT_TOOL_NAME
+        from harness_magic.core.execution.connectors.registry import LOAD_TOOL_NAME
+        from harness_magic.core.execution.tool_plugins import install_plugin_tools
+
+        install_plugin_tools(harness, reserved=(LOAD_TOOL_NAME, SUBAGENT_TOOL_NAME))  # installed packages' tools
         for handler in self._handlers:
             harness.subscribe(handler)
         return harness

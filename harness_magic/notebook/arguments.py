@@ -127,11 +127,11 @@ def check_setting(name: str, value: Any) -> Any:
         if value is not None and value <= 0:
             raise ValueError(f"{name} must be positive or None, got {value}")
     elif name == "connectors":
-        from harness_magic.core.execution.connectors.config import BUILTIN_TYPES
+        from harness_magic.core.execution.connectors.types import CONNECTOR_TYPES  # built-in and plugin types
 
         for entry in value:
-            if entry.get("type") not in BUILTIN_TYPES:
-                raise ValueError(f"connector {entry!r} needs a 'type' of {', '.join(BUILTIN_TYPES)}")
+            if entry.get("type") not in CONNECTOR_TYPES:
+                raise ValueError(f"connector {entry!r} needs a 'type' of {', '.join(CONNECTOR_TYPES.names())}")
     elif name == "context_window":
         if value is not None and value < 1:
             raise ValueError(f"context_window must be a positive number of tokens or None, got {value}")
