@@ -193,6 +193,7 @@ def pulled_value(cache: Any, handle: str, name: str, max_bytes: int, max_rows: i
         value = cache.user_value(handle, value)  # pseudonyms made at entry back to the real values
     except CacheError as exc:  # e.g. a spilled or checkpointed file changed on disk: nothing was read
         raise UsageError(f"%agent_pull {handle}: {exc}") from None
+    # broad: materialising runs an engine's query (duckdb, Spark, SQL errors have no common base); shown as a UsageError
     except Exception as exc:
         if type(exc).__name__ == "MaterializeLimitError":
             flag = "--max-rows" if getattr(exc, "limit", "bytes") == "rows" else "--max-bytes"

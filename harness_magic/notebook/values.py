@@ -25,6 +25,7 @@ def copy_value(value: Any) -> Any:
                 return copier(deep=True)
             return copier(order="K") if type(value).__name__ == "ndarray" else copier()  # keep memory order
         return copy.deepcopy(value)
+    # broad: copying runs the value's own __deepcopy__/copy, which may raise anything; the user gets one line
     except Exception as exc:
         raise UsageError(f"cannot copy a {type(value).__name__} across to the agent: {exc}") from None
 

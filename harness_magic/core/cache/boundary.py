@@ -64,6 +64,7 @@ def boundary_copy(value: Any, *, handle: str | None = None) -> Any:
         return set(value)
     try:
         return copy.deepcopy(value)
+    # broad: deepcopy runs the value's own __deepcopy__/__reduce__; any failure means no safe copy
     except Exception as exc:
         raise BoundaryCopyError(
             f"handle {handle!r} holds a {type(value).__name__} that cannot be copied safely "

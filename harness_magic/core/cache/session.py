@@ -383,6 +383,7 @@ class SessionCache:
                 if entry.engine is not None:
                     try:
                         definition = checkpoint_definition(entry.value)
+                    # broad: an engine handle's definition is read from the engine; its failure is named in the checkpoint
                     except Exception as exc:
                         definition, why = None, f"{type(exc).__name__}: {exc}"
                     else:
@@ -570,6 +571,7 @@ class SessionCache:
                 "nothing was read from it: retire it or recompute it",
                 handle=entry.name,
             ) from exc
+        # broad: pyarrow/pandas readers raise many types for a corrupt file; each becomes SpillReadError naming the handle
         except Exception as exc:
             raise SpillReadError(
                 f"handle {entry.name!r} could not be read back from disk "

@@ -69,6 +69,7 @@ def _block_dtypes(frame: Any) -> list[Any]:
     """The distinct dtypes held by the frame's blocks (falls back to every column's dtype)."""
     try:
         return [block.dtype for block in frame._mgr.blocks]
+    # broad: pandas internals (_mgr.blocks) differ across versions; the public dtypes are the fallback
     except Exception:
         return list(frame.dtypes)
 

@@ -183,6 +183,7 @@ def write_value(value: Any, stem: Path, fmt: str | None = None) -> SpillRecord:
         return _write_file(value, stem, fmt, ready)
     except (OSError, SpillUnsupported):
         raise
+    # broad: pyarrow/pandas writers raise many types for values they cannot write; each becomes SpillUnsupported
     except Exception as exc:
         if fmt not in _TABLE_READERS:
             raise SpillUnsupported(f"{_kind(value)} could not be written as {fmt}: {type(exc).__name__}: {exc}") \
@@ -191,6 +192,7 @@ def write_value(value: Any, stem: Path, fmt: str | None = None) -> SpillRecord:
             return _write_file(value, stem, "parquet" if fmt == "arrow" else "arrow", None)
         except (OSError, SpillUnsupported):
             raise
+        # broad: pyarrow/pandas writers raise many types for values they cannot write; each becomes SpillUnsupported
         except Exception as exc2:
             raise SpillUnsupported(f"{_kind(value)} could not be written exactly: {type(exc2).__name__}: {exc2}") \
                 from exc2

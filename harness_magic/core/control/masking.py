@@ -101,7 +101,7 @@ class SessionMasking:
             try:  # never crash on data: a column that cannot be read keeps its configured class, if any
                 values = _column_values(frame, column, sample)
                 kind = classify_column(values)
-            except Exception as exc:
+            except Exception as exc:  # broad: never crash on data: the values are any cell type an engine returns
                 values, kind = [], None
                 self._note(f"{name}.{column}: values not read ({type(exc).__name__}); "
                            f"{'classed by configuration only' if cls else 'left unclassified'}")

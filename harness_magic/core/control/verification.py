@@ -256,6 +256,7 @@ class Verifier:
                 continue
             try:
                 value = cache.get(handle)
+            # broad: reading a handle may run an engine query or read a spill file; the failure is this check's outcome
             except Exception as exc:
                 outcomes.append(CheckOutcome(rule="readable", handle=handle, ok=False,
                                              detail=f"could not read the handle: {exc}"))

@@ -551,7 +551,7 @@ def _where(cache: Any, name: str) -> dict[str, Any]:
     """``{"location": engine}`` for engine-held handles (memory/disk are not the model's concern)."""
     try:
         location = cache.location(name)
-    except Exception:
+    except Exception:  # broad: location() may ask an engine; the location is only a hint in the tool result
         return {}
     return {} if location in ("memory", "disk") else {"location": location}
 

@@ -107,6 +107,7 @@ class LiteLLMEmbedder:
         try:
             response = litellm.embedding(model=self.name, input=[t[:EMBED_TEXT_MAX_CHARS] for t in texts],
                                          timeout=EMBED_TIMEOUT_S, **self.options)
+        # broad: litellm and the embedding server raise many unrelated types; each becomes one EmbeddingError
         except Exception as exc:
             raise EmbeddingError(f"embedding with {self.name!r} failed: {type(exc).__name__}: {exc}") from exc
         data = response["data"] if isinstance(response, dict) else response.data

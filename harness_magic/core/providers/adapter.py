@@ -272,6 +272,7 @@ class _AdapterBase:
                 count(  # probe once: an unknown model falls back to the estimate
                     [{"role": "user", "content": "probe"}])
                 return count
+            # broad: litellm's tokenizer fails in its own ways for an unknown model; the estimate below is used
             except Exception:
                 pass
         return lambda items: len(json.dumps(items, ensure_ascii=False)) // CHARS_PER_TOKEN_ESTIMATE + 1
@@ -285,6 +286,7 @@ class _AdapterBase:
             self._count = self._counter()
         try:
             tokens = self._count(list(rendered))
+        # broad: a tokenizer failing on one payload falls back to the estimate (a count, never a send)
         except Exception:
             tokens = len(json.dumps(thaw(list(rendered)), ensure_ascii=False)) // CHARS_PER_TOKEN_ESTIMATE + 1
         if memo is not None:

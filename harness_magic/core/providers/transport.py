@@ -302,6 +302,7 @@ def check_model_route(model: str) -> str:
     litellm = import_litellm()
     try:
         return str(litellm.get_llm_provider(model)[1])
+    # broad: litellm's lookup raises its own errors (or ValueError) for an unknown model; the one-line route error below says why
     except Exception:
         prefix, sep, _ = model.partition("/")
         what = f"provider prefix {prefix + '/'!r}" if sep else "no provider prefix"
@@ -347,6 +348,7 @@ class LiteLLMTransport:
         try:
             _, provider, _, base = import_litellm().get_llm_provider(model)
             return base or f"the {provider} API"
+        # broad: only naming the server for a message; litellm raises various errors for models it cannot route
         except Exception:
             return "the provider"
 
@@ -400,6 +402,7 @@ class LiteLLMTransport:
         model = kwargs["model"]
         try:
             served_name = str(import_litellm().get_llm_provider(model, api_base=self.api_base)[0])
+        # broad: only naming the model for a message; litellm raises various errors for models it cannot route
         except Exception:
             served_name = model
         hint = ""
@@ -456,6 +459,7 @@ class LiteLLMTransport:
                     response = litellm.stream_chunk_builder(chunks, messages=kwargs["messages"])
         except ProviderError:
             raise
+        # broad: litellm and httpx raise many unrelated types; each is mapped to one ProviderError
         except Exception as exc:
             raise self._error(exc, kwargs) from exc
         return self._finish(litellm, response)
@@ -478,6 +482,7 @@ class LiteLLMTransport:
                     if aclose is not None:
                         try:
                             await aclose()
+                        # broad: closing a stream already being abandoned; its failure changes nothing
                         except Exception:
                             pass
                 if self._ask_unstreamed(response, chunks):
@@ -486,6 +491,7 @@ class LiteLLMTransport:
                     response = litellm.stream_chunk_builder(chunks, messages=kwargs["messages"])
         except ProviderError:
             raise
+        # broad: litellm and httpx raise many unrelated types; each is mapped to one ProviderError
         except Exception as exc:
             raise self._error(exc, kwargs) from exc
         return self._finish(litellm, response)

@@ -98,6 +98,7 @@ def number_key(value: Any) -> decimal.Decimal | None:
     elif isinstance(value, (numbers.Real, decimal.Decimal)):
         try:
             text = str(value)
+        # broad: str() of a hostile value runs its own __str__; such a cell is simply not a known value
         except Exception:
             return None
     else:
@@ -347,6 +348,7 @@ class Masker:
                 continue
             try:
                 text = str(value).strip()
+            # broad: str() of a hostile cell runs its own __str__; never crash on data, count it unread
             except Exception:
                 self.unread += 1
                 continue

@@ -257,6 +257,7 @@ def files_connector(
                 frame, truncated = _read(handle, kind, cap, sheet, suffix)
         except ToolError:
             raise
+        # broad: pandas/pyarrow/openpyxl readers raise many types for a bad file; each is the tool's error
         except Exception as exc:
             raise ToolError(f"Could not read {path!r} as {kind}: {type(exc).__name__}: {exc}") from exc
         note = truncation_note(len(frame), cap, truncated).replace("Query returned", "Read")

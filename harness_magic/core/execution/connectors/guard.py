@@ -39,6 +39,7 @@ class ApprovalGuard:
         if classify is not None:
             try:
                 safety, summary = classify(dict(use.input))
+            # broad: a connector's classifier is connector code; its failure falls back to the tool's declared safety
             except Exception:
                 safety, summary = spec.safety, ""
         if safety == "read" and spec.name not in self.registry.approval.tools:

@@ -252,7 +252,7 @@ def cache_location(cache: Any, handle: str) -> str | None:
     """Where ``cache`` keeps ``handle`` (``"memory"``, ``"disk"`` or an engine's name); None when unknown."""
     try:
         return cache.location(handle)
-    except Exception:
+    except Exception:  # broad: location() may ask an engine; unknown is an answer
         return None
 
 
@@ -260,7 +260,7 @@ def is_cached_frame(cache: Any, handle: str) -> bool:
     """Whether ``handle`` holds a pandas DataFrame (judged from its snapshot, without hydrating it)."""
     try:
         return str(cache.snapshot(handle).get("type", "")).lower() == "dataframe"
-    except Exception:
+    except Exception:  # broad: a snapshot may come from an engine; unknown means not a cached frame
         return False
 
 

@@ -360,6 +360,7 @@ class PostgresPreview:
         if self._conn is not None:
             try:
                 self._conn.driver_connection.rollback()
+            # broad: driver errors have no common base; a connection that cannot roll back is discarded
             except Exception:
                 self._conn.invalidate()
 
@@ -506,7 +507,7 @@ class DuckDBPreview:
         if self._con is not None:
             try:
                 self._con.execute("ROLLBACK")
-            except Exception:
+            except Exception:  # broad: duckdb errors have no common base
                 pass  # a failed statement may have aborted the transaction already; close() discards it
 
     def close(self) -> None:

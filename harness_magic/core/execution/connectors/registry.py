@@ -233,6 +233,7 @@ def tool_from_function(
     fn_name = getattr(fn, "__name__", type(fn).__name__)
     try:
         hints = typing.get_type_hints(fn)
+    # broad: get_type_hints evaluates the tool author's annotations (NameError, TypeError, ...)
     except Exception as exc:
         raise TypeError(f"tool {fn_name!r}: cannot resolve type hints ({exc})") from exc
     doc_description, doc_params = parse_docstring(inspect.getdoc(fn))

@@ -44,6 +44,7 @@ def connectors_report(registry: Any) -> list[dict[str, Any]]:
             try:
                 privileges = connection.privileges()
                 warnings = connection.warnings(privileges) if privileges else []
+            # broad: the database may be down or refuse the catalogue query (driver errors have no common base); reported
             except Exception as exc:
                 privileges, warnings = {}, [f"privileges could not be checked: {type(exc).__name__}: {exc}"]
             entry["sql"] = {"dialect": connection.dialect, "privileges": privileges, "warnings": warnings}

@@ -157,6 +157,7 @@ class SparkEngine:
                     if self.remote is not None:
                         for key, value in self.conf.items():
                             spark.conf.set(key, value)
+                # broad: pyspark connect raises grpc and its own types; each is the tool's error
                 except Exception as exc:
                     raise ToolError(f"Cannot reach Spark Connect at {_redact(url)}: {first_line(exc)}") from None
                 self._pin(spark)
@@ -170,6 +171,7 @@ class SparkEngine:
                         reader.load(path).createOrReplaceTempView(view)
                         for location in view_locations(explain_query(spark.table(f"`{view}`"))):
                             locations.setdefault(location, f"{view}: {path}")
+                    # broad: pyspark raises its own types for a file it cannot read; the tool's error
                     except Exception as exc:
                         spark.stop()
                         raise ToolError(f"Spark cannot read file view {view!r} ({path}): {first_line(exc)}") from None
@@ -183,7 +185,7 @@ class SparkEngine:
             try:
                 spark.conf.set(key, value)
                 self.pinned[key] = True
-            except Exception:
+            except Exception:  # broad: a server may refuse a conf key in several ways; recorded as not pinned
                 self.pinned[key] = False
 
     def checked(self, spark: Any, sql: str) -> Any:
@@ -208,7 +210,7 @@ class SparkEngine:
             if self._spark is not None:
                 try:
                     self._spark.stop()
-                except Exception:
+                except Exception:  # broad: stopping a session that may already be gone; nothing else to do
                     pass
                 self._spark = None
                 self._bound.clear()
@@ -271,7 +273,7 @@ class SparkEngine:
                 self._reporter = None
                 try:
                     spark.removeTag(tag)
-                except Exception:
+                except Exception:  # broad: removing a tag from a session that may be gone; nothing else to do
                     pass
                 if progress is not None:
                     progress(None, True)
@@ -279,7 +281,7 @@ class SparkEngine:
     def _interrupt(self, spark: Any, tag: str) -> None:
         try:
             cancelled = list(spark.interruptTag(tag))
-        except Exception:
+        except Exception:  # broad: interrupting a session that may be gone; nothing was cancelled
             cancelled = []
         self.interrupted.append((tag, cancelled))
 
@@ -393,7 +395,7 @@ class SparkEngine:
         timer.start()
         try:
             return int(df.count())
-        except Exception as exc:
+        except Exception as exc:  # broad: pyspark raises its own types; re-raised unless our own time budget cut it
             if timer.is_alive():  # a real failure, not our budget
                 raise
             del exc
@@ -491,7 +493,7 @@ class SparkEngine:
         def go(spark: Any) -> list[dict[str, Any]]:
             try:
                 tables = spark.catalog.listTables(database) if database else spark.catalog.listTables()
-            except Exception as exc:
+            except Exception as exc:  # broad: pyspark raises its own types; the tool's error
                 raise ToolError(f"No database {database!r}: {first_line(exc)}; use list_databases") from None
             return [{"name": t.name, "database": t.namespace[0] if t.namespace else None,
                      "kind": ("file view" if t.name in self.files else "temporary view") if t.isTemporary
@@ -510,7 +512,7 @@ class SparkEngine:
         def go(spark: Any) -> dict[str, Any]:
             try:
                 rows = spark.sql(f"DESCRIBE TABLE EXTENDED {qualified}").collect()
-            except Exception as exc:
+            except Exception as exc:  # broad: pyspark raises its own types; the tool's error
                 raise ToolError(f"No table {qualified.replace('`', '')}: {first_line(exc)}; use "
                                 "list_tables") from None
             columns, partitions, details, section = [], [], {}, "columns"

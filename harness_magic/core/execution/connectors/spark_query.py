@@ -48,7 +48,7 @@ def estimate_rows(spark: Any, sql: str) -> int | None:
     """Spark's ``rowCount`` estimate for the query's top operator (``EXPLAIN COST``), if it has one."""
     try:
         plan = spark.sql(f"EXPLAIN COST {wrap_query(sql)}").collect()[0][0]
-    except Exception:
+    except Exception:  # broad: pyspark raises its own error types; the estimate is optional
         return None
     optimized = plan.split("== Optimized Logical Plan ==")[-1].strip().splitlines()
     match = _ROW_COUNT.search(optimized[0]) if optimized else None  # the top operator's own statistics

@@ -102,6 +102,7 @@ class SQLConnection:
                 self.engine = sa.create_engine(_psycopg_url(url_or_engine))
             except ValueError:
                 raise
+            # broad: SQLAlchemy and driver imports fail in many ways; one ValueError naming the URL
             except Exception as exc:
                 raise ValueError(f"cannot create an engine for {_redact(url_or_engine)}: {exc}") from exc
         else:
@@ -124,6 +125,7 @@ class SQLConnection:
             try:
                 self.read_engine = sa.create_engine(source, connect_args={"options": options,
                                                                           "connect_timeout": CONNECT_TIMEOUT_S})
+            # broad: SQLAlchemy and driver imports fail in many ways; one ValueError naming the URL
             except Exception as exc:
                 raise ValueError(f"cannot create an engine for {_redact(source)}: {exc}") from exc
             if self.read_engine.dialect.name != "postgresql" or self.read_engine.dialect.driver != "psycopg":
@@ -452,7 +454,7 @@ def _reset_on_checkin(engine: Any) -> None:
                 dbapi_connection.execute("DISCARD ALL")
             finally:
                 dbapi_connection.autocommit = False
-        except Exception:
+        except Exception:  # broad: driver errors have no common base; a connection that cannot be reset is discarded
             record.invalidate()
 
     event.listen(engine, "checkin", reset)
@@ -470,7 +472,7 @@ def _redact(url: Any) -> str:
         from sqlalchemy.engine import make_url
 
         return make_url(url).render_as_string(hide_password=True)
-    except Exception:
+    except Exception:  # broad: only hiding a password in a message; an unparsable URL is not shown at all
         return "<url>"
 
 
