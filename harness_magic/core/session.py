@@ -25,7 +25,7 @@ from harness_magic.core.execution.interpreter import (
 from harness_magic.core.agent.loop import Harness
 from harness_magic.core.agent.result import RunResult
 from harness_magic.core.providers.adapter import AsyncProviderAdapter, ProviderAdapter
-from harness_magic.core.execution.tools import ToolSpec
+from harness_magic.core.execution.tools import ToolContext, ToolSpec
 
 __all__ = ["AgentSession", "SessionBackend"]
 
@@ -292,13 +292,13 @@ class AgentSession:
 
     def _build_harness(self, adapter: Any) -> Harness:
         session = self
-        holder: dict[str, Harness] = {}
+        context = ToolContext()  # the tools report to the harness built next with them
         tools = make_interpreter_tools(
             self.cache, self._tool_backend,
-            current_turn=lambda: holder["h"].current_turn if "h" in holder else None,
+            current_turn=context.current_turn,
             materialize_max_bytes=lambda: session.config.materialize_max_bytes,
             materialize_max_rows=lambda: session.config.materialize_max_rows,
-            on_output=lambda text: holder["h"].tool_output(text) if "h" in holder else None,
+            on_output=context.tool_output,
         )
         harness = Harness(
             adapter,
@@ -308,7 +308,7 @@ class AgentSession:
             run_dir=self.config.run_dir,
             cache=self.cache,
         )
-        holder["h"] = harness
+        context.bind(harness)
         harness.set_masker(self.masking)
         self._install_control_plane(harness)
         from harness_magic.core.control.subagent import SUBAGENT_TOOL_NAME
