@@ -153,12 +153,8 @@ def _handle_value(ctx: GradeContext, handle: str) -> tuple[Any, str]:
         return None, "no cache to read handles from"
     try:
         return ctx.cache.get(handle), ""
-    except Exception:
-        names = []
-        try:
-            names = ctx.cache.names()
-        except Exception:
-            pass
+    except Exception:  # broad: reading a handle may run an engine query or read a spill file; a failed grade
+        names = ctx.cache.names()
         return None, f"no handle {handle!r} (handles: {', '.join(names) or 'none'})"
 
 
@@ -444,7 +440,7 @@ def grade_judge(options: dict[str, Any], ctx: GradeContext) -> Grade:
         reply = litellm.completion(model=model, messages=[{"role": "user", "content": content}], temperature=0,
                                    **{k: v for k, v in ctx.judge_options.items() if k in ("api_base", "api_key")})
         text = (reply.choices[0].message.content or "").strip()
-    except Exception as exc:
+    except Exception as exc:  # broad: litellm raises many unrelated types; the judge failing fails this grade
         return Grade("judge", False, f"judge model failed: {type(exc).__name__}: {exc}"[:300])
     verdict = text.split(None, 1)[0].strip(".:*").upper() if text else ""
     if verdict not in ("PASS", "FAIL"):
