@@ -211,3 +211,16 @@ def test_a_plugin_tool_never_replaces_a_session_tool(site: Path) -> None:
 def test_a_group_outside_harness_magics_is_refused() -> None:
     with pytest.raises(ValueError, match="'console_scripts' is not one of harness_magic's"):
         PluginGroup("console_scripts", lambda obj, name: obj, "script")
+
+
+def test_the_design_docs_show_the_example_package_as_it_is() -> None:
+    """docs/design.md "Write a plugin" quotes every file of tests/plugin_example whole, so the page's example
+    is the tested one."""
+    from plugin_site import EXAMPLE
+
+    page = (EXAMPLE.parent.parent / "docs" / "design.md").read_text()
+    assert "## Write a plugin" in page
+    files = [p for p in sorted(EXAMPLE.rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
+    assert len(files) == 3, files
+    for path in files:
+        assert path.read_text().rstrip("\n") in page, f"docs/design.md does not show {path.relative_to(EXAMPLE)} as it is"
