@@ -205,7 +205,7 @@ def run_worker(req_fd: int, resp_fd: int, config: dict[str, Any], result_fd: int
         code = 1
         try:
             send_frame(resp_fd, {"op": "fatal", "error": traceback.format_exc()[-4000:]})
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - the pipe may be what failed; the exit code still tells the parent
             pass
     finally:
         os._exit(code)
@@ -226,7 +226,7 @@ def _capture_charts(notes: list[str]) -> list[str]:
         buffer = io.BytesIO()
         try:
             plt.figure(number).savefig(buffer, format="png", dpi=80, bbox_inches="tight")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - the model's figure is user code: a bad one is a note, not a failure
             notes.append(f"a figure could not be drawn: {type(exc).__name__}: {exc}")
             continue
         if buffer.tell() <= CHART_MAX_BYTES:
@@ -304,11 +304,11 @@ def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any, resp_fd: i
     except TransferRefused as exc:
         reply["saved"], reply["value"] = [], None
         reply["error"] = f"TransferRefused: {exc}"
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - encoding the model's values runs their code; the reply names it
         reply["error"] = "Sending the result back failed:\n" + _format_error(exc)
     try:
         reply["charts"] = _capture_charts(notes)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - matplotlib state is user code's: charts are optional, a note says so
         notes.append(f"charts could not be captured: {exc}")
     reply["stdout"] = out.value()
     reply["stdout_dropped"] = out.dropped
