@@ -340,6 +340,17 @@ class _HarnessBase:
         self.emit(RunFinished(result=result))
         return result
 
+    def _crash(self, run: Run, exc: Exception) -> None:
+        """Close ``run`` for ``exc`` (:meth:`Run.crashed`) before the driver re-raises it."""
+        try:
+            result = run.crashed(exc)
+        except Exception as during:  # broad: the log itself may be what broke; the caller needs the first error
+            self._active_run = None
+            run.logger.close()
+            exc.add_note(f"(the run log could not record this failure: {type(during).__name__}: {during})")
+            return
+        self._end(result)
+
 
 class Harness(_HarnessBase):
     """The synchronous ReAct loop.
@@ -384,6 +395,9 @@ class Harness(_HarnessBase):
                     return self._end(run.finish("completed"))
         except RUN_ENDINGS as exc:
             return self._end(run.stopped_by(exc))
+        except Exception as exc:  # not a run ending but a bug: recorded in the run log, then raised as it is
+            self._crash(run, exc)
+            raise
 
 
 class AsyncHarness(_HarnessBase):
@@ -449,6 +463,9 @@ class AsyncHarness(_HarnessBase):
                     return self._end(run.finish("completed"))
         except (*RUN_ENDINGS, asyncio.CancelledError) as exc:
             return self._end(run.stopped_by(exc))
+        except Exception as exc:  # not a run ending but a bug: recorded in the run log, then raised as it is
+            self._crash(run, exc)
+            raise
 
 
 def _text_or_raise(result: RunResult) -> str:

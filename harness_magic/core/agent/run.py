@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import traceback
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from harness_magic.core.agent.result import NO_ANSWER_TEXT, RunResult, StopRun
@@ -48,7 +49,7 @@ from harness_magic.core.transcript.scrub import scrub
 
 __all__ = ["Run", "RunHost", "ReminderHook", "Check", "ToolGuard", "ToolValidator", "ResultMasker", "RUN_ENDINGS",
            "PARTIAL_OUTPUT_MAX_CHARS", "INTERRUPTED_RESULT", "SKIPPED_RESULT", "ROLLED_BACK_NOTE",
-           "INTERRUPTED_ANSWER_NOTE", "COMPACT_AT", "COMPACT_TO"]
+           "INTERRUPTED_ANSWER_NOTE", "COMPACT_AT", "COMPACT_TO", "TRACEBACK_LOG_MAX_CHARS"]
 
 ReminderHook = Callable[[int, int], "str | None"]
 """``hook(turn, max_turns) -> text | None``: text is appended to the conversation suffix."""
@@ -71,13 +72,17 @@ ROLLED_BACK_NOTE = "no model answer yet, so the prompt was taken back out of the
 """Added to the error of a run that failed before the model answered anything."""
 INTERRUPTED_ANSWER_NOTE = "\n\n[interrupted by the user here]"
 """Ends the kept part of an answer an interrupt cut off (in the conversation; the run's text is the part itself)."""
+TRACEBACK_LOG_MAX_CHARS = 8_000
+"""Traceback kept in the log per failure (``tool_failed``, ``run_failed``): the end, where the innermost frames are."""
 COMPACT_AT = 0.9
 """Compact when a request's estimate passes this share of the input window (estimates are approximate)."""
 COMPACT_TO = 0.6
 """Compact down to this share: room for many more turns before the next compaction (prefix stays stable)."""
 
-RUN_ENDINGS = (StopRun, ProviderError, ValueError, OSError, KeyboardInterrupt)
-"""Exceptions that end a run with a status instead of propagating (:meth:`Run.stopped_by`)."""
+RUN_ENDINGS = (StopRun, ProviderError, KeyboardInterrupt)
+"""Exceptions that end a run with a status instead of propagating (:meth:`Run.stopped_by`): a check's stop
+(budgets, replay, a policy), a provider failure, an interrupt. A tool's failure never gets here: it is the call's
+error result. Anything else is a bug (or a broken machine): :meth:`Run.crashed` records it, then it propagates."""
 
 
 class ResultMasker(Protocol):
@@ -442,8 +447,28 @@ class Run:
     def _snapshot(self, name: str) -> dict[str, Any]:
         try:
             return self.h.cache.snapshot(name)
-        except Exception:
+        except Exception:  # broad: a snapshot is display metadata of any cached type; one that fails shows nothing
             return {}
+
+    def _failure_text(self, exc: BaseException) -> tuple[str, str]:
+        """``(type: message, traceback)`` of ``exc`` for the log: masked, the traceback's last
+        :data:`TRACEBACK_LOG_MAX_CHARS` (the innermost frames)."""
+        what = f"{type(exc).__name__}: {exc}"
+        trace = "".join(traceback.format_exception(exc))[-TRACEBACK_LOG_MAX_CHARS:]
+        masker = self.h.masker
+        if masker is not None:  # an exception's message can quote a value the model never saw unmasked
+            try:
+                what, trace = masker.mask(what)[0], masker.mask(trace)[0]
+            except Exception:  # broad: the masking step may be the bug itself; then nothing unmasked is written
+                what, trace = f"{type(exc).__name__} (message withheld: the masking step failed on it)", ""
+        return what, trace
+
+    def _tool_failed(self, use: ToolUseBlock, exc: Exception) -> ToolOutput:
+        """The error result for a handler that raised ``exc``; its traceback goes to the log (``tool_failed``)."""
+        what, trace = self._failure_text(exc)
+        self.logger.write("event", name="tool_failed", turn=self.turn, tool_use_id=use.id, tool=use.name,
+                          error=what, traceback=trace)
+        return ToolOutput(text=format_exception(exc), is_error=True)
 
     def _dispatch_one(self, use: ToolUseBlock) -> ToolOutput:
         h = self.h
@@ -471,11 +496,13 @@ class Run:
                 expected = ", ".join(spec.parameters.get("properties", {})) or "none"
                 return ToolOutput(text=f"Bad arguments for {use.name!r}: {exc}. Parameters: {expected}.",
                                   is_error=True)
-            return ToolOutput(text=format_exception(exc), is_error=True)
+            return self._tool_failed(use, exc)
         except ToolError as exc:
             return ToolOutput(text=str(exc), is_error=True)
+        # Broad: the handler is tool code (a connector's, a plugin's, the interpreter's); what it raises is this
+        # call's failure, which the model reads as the error result: a tool failure, one a run can have.
         except Exception as exc:
-            return ToolOutput(text=format_exception(exc), is_error=True)
+            return self._tool_failed(use, exc)
         output = format_tool_output(value, h.cache, spec.result_name or spec.name, turn=self.turn, tool=spec.name)
         for validator in h.tool_validators:
             problem = validator(spec, use, output)
@@ -560,8 +587,6 @@ class Run:
             return self.finish(exc.status, exc.reason)
         if isinstance(exc, ProviderError):
             return self.finish("error", f"provider error: {exc}", sent=calling and exc.request_sent)
-        if isinstance(exc, (ValueError, OSError)):  # e.g. a broken offline script or log
-            return self.finish("error", f"{type(exc).__name__}: {exc}")
         if calling and "".join(self.streamed).strip():  # paragraphs already on screen stay the answer so far
             partial = "".join(self.streamed)
             kept = TextBlock(text=partial + INTERRUPTED_ANSWER_NOTE)
@@ -570,6 +595,21 @@ class Run:
             return self.finish("interrupted", "interrupted by the user while the model was answering; the text it "
                                               "had written is kept as the answer so far", sent=True)
         return self.finish("interrupted", "interrupted by the user", sent=calling)
+
+    def crashed(self, exc: Exception) -> RunResult:
+        """End the run for an exception that is not one of :data:`RUN_ENDINGS`; the driver then re-raises it.
+
+        The log gets an ``event`` record (``name="run_failed"``) with the traceback,
+        masked and scrubbed like everything else in it, and a ``run_end`` with status
+        ``error``; open tool uses are answered, so the conversation stays valid.
+        """
+        calling, self.calling = self.calling, False
+        what, trace = self._failure_text(exc)
+        try:
+            self.logger.write("event", name="run_failed", turn=self.turn, error=what, traceback=trace)  # scrubbed
+        finally:  # the conversation is left valid even when the log cannot be written
+            result = self.finish("error", f"{what} (raised to the caller with its traceback)", sent=calling)
+        return result
 
     def turn_finished(self, response: ProviderResponse) -> None:
         self.h.emit(TurnFinished(turn=self.turn, usage=response.usage, total_usage=self.usage,
