@@ -35,7 +35,7 @@ their place in the script)."""
 _BACKEND_FIELDS = ("sandbox", "allow_unconfined")
 """Settings of the interpreter backend: changing one restarts the worker (the cache is kept)."""
 _HARNESS_FIELDS = ("planner", "reminders", "system_prompt", "max_questions", "question_timeout_s", "skill_dirs",
-                   "ask_confidence", "audit_log")
+                   "ask_confidence", "audit_log", "otel")
 """Settings that shape the tool list or prompt: changing one rebuilds the loop around the same history."""
 
 
@@ -358,6 +358,10 @@ class AgentSession:
         role = self.config.actor_role
         self.audit = install_audit(harness, self.config.audit_log, actor=str(current_actor(role)) if role else None)
         """The workspace audit log (:mod:`.transcript.audit`) decisions are recorded in; None: auditing off."""
+        from harness_magic.core.control.tracing import install_tracing
+
+        self.tracing = install_tracing(harness, self.config.otel)
+        """The OpenTelemetry tracer of each run (:mod:`.control.tracing`); None: not traced (nothing imported)."""
 
     def _set_budgets(self, budgets: Budgets) -> None:
         self.budget_guard.budgets = budgets

@@ -367,7 +367,8 @@ class Run:
             cumulative_usage=self.usage.to_dict(),
             cache=cache.metadata() if hasattr(cache, "metadata") else [],
         )
-        h.emit(AssistantMessage(turn=self.turn, message=response.message, usage=response.usage))
+        h.emit(AssistantMessage(turn=self.turn, message=response.message, usage=response.usage,
+                                finish_reason=response.stop_reason))
         if response.message.text.strip() and response.message.text != EMPTY_ANSWER_TEXT:
             self.final_text = response.message.text
         return response.message.tool_uses

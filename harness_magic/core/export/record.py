@@ -28,6 +28,7 @@ from harness_magic.core.transcript.events import (
     SubagentEvent,
     TextDelta,
     ToolCallFinished,
+    TraceStarted,
     ToolCallStarted,
     ToolOutputDelta,
     TurnFinished,
@@ -133,6 +134,8 @@ class RunRecord:
     """The :class:`~harness_magic.core.agent.loop.RunResult`, once finished."""
     state: RunState = field(default_factory=RunState)
     """Goal, plan, waits, verification, assumptions and confidence, folded from the same events."""
+    trace_id: str | None = None
+    """The run's OpenTelemetry trace id (32 hex digits) when it was traced (:class:`TraceStarted`)."""
 
     def tool(self, tool_use_id: str) -> ToolRecord | None:
         for item in self.items:
@@ -210,6 +213,8 @@ def apply_event(record: RunRecord, event: Any, state: Any) -> None:
         elif text:
             record.items.append(("text", text))
         state._streaming = False
+    elif isinstance(event, TraceStarted):
+        record.trace_id = event.trace_id
     elif isinstance(event, ToolCallStarted):
         state._streaming = False
         use = event.tool_use

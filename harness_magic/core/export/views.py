@@ -116,7 +116,7 @@ def masked_text(counts: dict[str, int]) -> str:
 
 
 def render_footer_text(record: RunRecord) -> str:
-    """``model · turns · tokens · cached · cost · elapsed · run id · log`` as one line."""
+    """``model · turns · tokens · cached · cost · elapsed · run id · trace id (when traced) · log`` as one line."""
     result = record.result
     usage = record.usage
     bits = [f"model {record.model or '?'}"]
@@ -130,6 +130,8 @@ def render_footer_text(record: RunRecord) -> str:
     bits.append(f"{elapsed:.2f} s")
     if record.run_id:
         bits.append(f"run {record.run_id}")
+    if record.trace_id:
+        bits.append(f"trace {record.trace_id}")
     if record.run_file:
         bits.append(f"log {record.run_file}")
     return " · ".join(bits)

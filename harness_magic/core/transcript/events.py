@@ -34,6 +34,7 @@ __all__ = [
     "SkillLoaded",
     "MemoryChanged",
     "MaskingApplied",
+    "TraceStarted",
     "Event",
     "EventHandler",
 ]
@@ -73,6 +74,8 @@ class AssistantMessage:
     turn: int
     message: Message
     usage: Usage
+    finish_reason: str | None = None
+    """Why the model stopped, as the provider said (``stop``, ``tool_calls``, ``length``...); None: not said."""
     kind: Literal["assistant_message"] = "assistant_message"
 
 
@@ -298,6 +301,21 @@ class MaskingApplied:
     kind: Literal["masking_applied"] = "masking_applied"
 
 
+@dataclass(frozen=True)
+class TraceStarted:
+    """The run is traced (OpenTelemetry, :mod:`~harness_magic.core.control.tracing`): its trace and root span ids.
+
+    Sent after every subscriber has seen the run's :class:`RunStarted` (before its next event).
+    """
+
+    run_id: str
+    trace_id: str
+    """32 hex digits."""
+    span_id: str
+    """16 hex digits: the run's root span."""
+    kind: Literal["trace_started"] = "trace_started"
+
+
 Event = Union[
     RunStarted,
     TurnStarted,
@@ -321,5 +339,6 @@ Event = Union[
     SkillLoaded,
     MemoryChanged,
     MaskingApplied,
+    TraceStarted,
 ]
 EventHandler = Callable[[Event], None]
