@@ -11,15 +11,18 @@ valid, so the next run works.
 
 from __future__ import annotations
 
+import asyncio
 import traceback
 
 import pytest
 
 from harness_magic import Harness, ProviderAdapter, ScriptedModel, ToolSpec
 from harness_magic.core.agent import run as run_module
+from harness_magic.core.agent.loop import AsyncHarness
 from harness_magic.core.agent.result import StopRun
 from harness_magic.core.agent.run import RUN_ENDINGS
 from harness_magic.core.config import AgentConfig
+from harness_magic.core.providers.adapter import AsyncProviderAdapter
 from harness_magic.core.providers.errors import ProviderError
 from harness_magic.core.session import AgentSession
 from harness_magic.core.transcript.log import read_log
@@ -71,6 +74,16 @@ def test_a_bug_in_the_result_formatter_propagates_with_its_traceback_and_is_logg
     assert harness.current_run is None and unanswered_tool_uses(harness.messages) == []
     monkeypatch.undo()
     assert harness.ask_result("once more").text == "answered after the bug"  # the script's next turn
+
+
+def test_the_async_loop_raises_a_bug_the_same_way(tmp_path, monkeypatch):
+    adapter = AsyncProviderAdapter("scripted", transport=ScriptedModel(tool_then_answer()))
+    harness = AsyncHarness(adapter, SYSTEM, [echo_tool()], run_dir=str(tmp_path / "runs"))
+    monkeypatch.setattr(run_module, "format_tool_output", broken_formatter)
+    with pytest.raises(ZeroDivisionError):
+        asyncio.run(harness.run_result("go"))
+    assert [r.get("name") for r in read_log(harness.run_file) if r["type"] == "event"] == ["run_failed"]
+    assert harness.current_run is None and unanswered_tool_uses(harness.messages) == []
 
 
 @pytest.mark.parametrize("error", [ValueError("a bad value in our own hook"), OSError(28, "No space left on device"),
