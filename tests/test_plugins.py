@@ -224,3 +224,14 @@ def test_the_design_docs_show_the_example_package_as_it_is() -> None:
     assert len(files) == 3, files
     for path in files:
         assert path.read_text().rstrip("\n") in page, f"docs/design.md does not show {path.relative_to(EXAMPLE)} as it is"
+
+
+def test_a_missing_required_option_is_a_key_error_naming_it_for_built_ins_and_plugins_alike(site: Path) -> None:
+    install_example(site)
+    for entry, option in (({"type": "files"}, "roots"), ({"type": "sql", "name": "w"}, "url"),
+                          ({"type": "facts", "name": "f"}, "facts")):
+        with pytest.raises(KeyError) as raised:
+            connector_from_config(entry)
+        assert raised.value.args == (option,)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
+        connector_from_config({"type": "facts", "facts": {"a": "b"}, "colour": "red"})

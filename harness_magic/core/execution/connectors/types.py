@@ -14,6 +14,7 @@ its engine's module only when called, so listing or loading the types is cheap.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 from harness_magic.core.execution.connectors.registry import Connector
@@ -41,15 +42,29 @@ def build_connector(kind: object, options: dict[str, Any]) -> Connector:
     """The connector of type ``kind`` built from ``options``.
 
     ValueError when no type is called ``kind`` (listing the available ones) or its plugin failed to load;
-    TypeError when the type returns something other than a Connector; whatever the type raises for bad
-    options (TypeError for a missing or unknown option, ValueError, OSError) passes through.
+    KeyError naming a required option the entry lacks; TypeError when the type returns something other
+    than a Connector; whatever the type raises for bad options (TypeError for an unknown option,
+    ValueError, OSError) passes through.
     """
     plugin = CONNECTOR_TYPES.get(kind)  # type: ignore[arg-type]  # a non-str kind is named in the PluginError
+    missing = _missing_options(plugin.obj, options)
+    if missing:
+        raise KeyError(missing[0])
     connector = plugin.obj(**options)
     if not isinstance(connector, Connector):
         raise TypeError(f"connector type {kind!r} (from {plugin.distribution or plugin.value}) returned "
                         f"{type(connector).__name__}, not a Connector")
     return connector
+
+
+def _missing_options(factory: ConnectorType, options: dict[str, Any]) -> list[str]:
+    """The keyword parameters ``factory`` requires that ``options`` lacks (none when it has no signature)."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # a callable without an introspectable signature: it raises for itself
+        return []
+    return [p.name for p in parameters if p.default is p.empty and p.name not in options
+            and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
 def files_type(*, roots: Any, **options: Any) -> Connector:
