@@ -506,7 +506,7 @@ def test_agent_pull_max_rows_raises_the_row_cap_and_refuses_hostile_values(tmp_p
     assert "--max-rows must be a whole number of rows >= 1, got 'nan'" in text
     assert "--max-rows must be at most 9,223,372,036,854,775,807 rows, got 99999999999999999999999" in text
     assert text.count("STILL True") == 7
-    assert "materialize_max_rows must be a number of rows from 1 to" in text and "TRAIT 1000" in text
+    assert "materialize_max_rows must be a positive integer (1 to" in text and "TRAIT 1000" in text
     assert f"ALL {len(frame)}" in text
 
 

@@ -326,8 +326,15 @@ def test_closed_sandbox_refuses_calls():
 
 
 def test_the_notebook_layer_offers_exactly_the_sessions_sandbox_modes():
-    # magics.py mirrors the tuple so that %load_ext need not import the session module.
-    from harness_magic.core.config import SANDBOX_MODES as core_modes
-    from harness_magic.notebook.arguments import SANDBOX_MODES as notebook_modes
+    # the trait is derived from the core's setting, so its validator is the session's own
+    from traitlets import TraitError
 
-    assert notebook_modes == core_modes
+    from harness_magic.core.config import SANDBOX_MODES
+    from harness_magic.notebook.agent_magics import AgentMagics
+
+    magics = AgentMagics(shell=None)
+    for mode in SANDBOX_MODES:
+        magics.sandbox = mode
+        assert magics.sandbox == mode
+    with pytest.raises(TraitError, match=f"allowed: {', '.join(SANDBOX_MODES)}$"):
+        magics.sandbox = "chroot"

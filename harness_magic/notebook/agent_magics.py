@@ -25,9 +25,12 @@ Connector tools that are not read-only ask before they run: the cell shows the
 request and an ``Approve ...? [y/N]`` prompt (see :mod:`.approval`).
 
 Settings are traitlets on :class:`AgentMagics` (``%config AgentMagics.model =
-"..."`` or ``c.AgentMagics.model`` in a config file), mapped onto a plain
-:class:`~harness_magic.core.session.AgentConfig`. Bad input raises a one-line
-:class:`UsageError` (the checks are :mod:`.arguments`'). The other magics
+"..."`` or ``c.AgentMagics.model`` in a config file), derived from the core's
+table of settings (:data:`harness_magic.core.config.SETTINGS`, see
+:mod:`.settings`): each is declared once there, with its type, default, help
+and its one validator, and mapped onto a plain
+:class:`~harness_magic.core.config.AgentConfig`. Bad input raises a one-line
+:class:`UsageError` (magic arguments are checked by :mod:`.arguments`). The other magics
 classes (:mod:`.control_magics`, :mod:`.session_magics`, :mod:`.docs_magics`, :mod:`.eval_magics`, :mod:`.checkpoint_magics`) drive
 this one's session through its public surface: :attr:`~AgentMagics.session`,
 :attr:`~AgentMagics.records`, :meth:`~AgentMagics.live_renderer`, :meth:`~AgentMagics.show`.
@@ -41,20 +44,16 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, observe, validate
+from traitlets import TraitError, observe, validate
 
-from harness_magic.core.execution.interpreter import DEFAULT_MATERIALIZE_MAX_BYTES, DEFAULT_MATERIALIZE_MAX_ROWS
 from harness_magic.core.transcript.scrub import escape_control
-from harness_magic.core.text.masking import check_policy, sensitivity_text
+from harness_magic.core.text.masking import sensitivity_text
 from harness_magic.notebook.arguments import (
     BUDGET_FLAGS,
-    BUDGET_SETTINGS,
-    CHECKED_SETTINGS,
-    DEFAULT_MODEL,
     OFFLINE_PREFIXES,
     cap_arg,
     check_handle,
-    check_setting,
+    flag_value,
     split_pair,
     validate_model,
 )
@@ -62,143 +61,27 @@ from harness_magic.notebook.bindings import Bindings, pulled_value, push_value
 from harness_magic.notebook.cells import CellTracker
 from harness_magic.notebook.errors import AgentRunError
 from harness_magic.notebook.live import live_renderer, settle, show_live
+from harness_magic.notebook.settings import check_trait, config_from, setting_traits, trait_names
 from harness_magic.notebook.tables import export_rows_html, handle_rows, pairs_html, rows_text
 from harness_magic.notebook.values import describe
 
 __all__ = ["AgentMagics"]
 
-_SESSION_TRAITS = ("api_base", "sandbox", "hot_count", "memory_budget", "spill_dir", "run_dir", "stream",
-                   "planner", "reminders", "ask_confidence", "connectors", "prompt_caching", "context_window", "max_turns",
-                   "workspace_memory", "max_questions", "question_timeout_s", "audit_log", "skill_dirs",
-                   "actor_role", "policy", "policy_file", "masking")
+_SESSION_TRAITS = trait_names(applies="session")
 """Settings of the session: a change is applied at the next use, keeping the conversation and the cache."""
+_RUN_TRAITS = trait_names(applies="run")
+"""Settings every run reads from the session's config (budgets, materialize caps): copied into it at once."""
+_RECONNECT_TRAITS = trait_names(reconnects=True)
+"""Settings whose change rebuilds the session's connectors."""
 
 
 @magics_class
 class AgentMagics(Magics):
     """The agent magics and their settings."""
 
-    model = Unicode(DEFAULT_MODEL, help="Model id: any litellm id, or offline/<name>, scripted/<file.json>, "
-                    "replay/<run.jsonl>.").tag(config=True)
-    api_base = Unicode(None, allow_none=True, help="Base URL of an OpenAI-compatible server (e.g. a local "
-                       "model); None uses the provider's default.").tag(config=True)
-    max_turns = Integer(25, help="Provider calls one %%agent cell may make.").tag(config=True)
-    sandbox = Unicode("worker", help="Interpreter backend: 'worker' (confined subprocess), 'inprocess' "
-                      "(no security boundary; for development) or 'unconfined' (the worker subprocess even "
-                      "where the OS cannot confine it fully; warns what is missing).").tag(config=True)
-    hot_count = Integer(10, help="Handles kept in memory before older ones spill to disk.").tag(config=True)
-    memory_budget = Integer(None, allow_none=True, help="Bytes of cached values kept in memory before "
-                            "spilling; None: count only.").tag(config=True)
-    spill_dir = Unicode(None, allow_none=True, help="Directory for spilled handles; None: a temporary "
-                        "directory.").tag(config=True)
-    run_dir = Unicode("runs", help="Directory for the JSONL run logs.").tag(config=True)
-    stream = Bool(True, help="Stream model text as it arrives.").tag(config=True)
-    live = Unicode("auto", help="Live view: 'auto', 'widgets', 'rich' or 'off'.").tag(config=True)
-    max_tokens = Integer(None, allow_none=True, help="Token budget per run, subagents included; None: "
-                         "unlimited. A run that spends it ends with status 'budget_tokens'.").tag(config=True)
-    max_cost_usd = Float(None, allow_none=True, help="Cost budget per run in USD (litellm prices), subagents "
-                         "included; None: unlimited. Status 'budget_cost'.").tag(config=True)
-    max_wall_s = Float(None, allow_none=True, help="Wall-time budget per run in seconds, checked between "
-                       "steps; None: unlimited. Status 'budget_wall_time'.").tag(config=True)
-    max_tool_calls = Integer(None, allow_none=True, help="Tool calls per run; None: unlimited. Status "
-                             "'budget_tool_calls'.").tag(config=True)
-    planner = Bool(True, help="Offer the agent the 'plan' tool.").tag(config=True)
-    reminders = Bool(True, help="Remind the model when it makes no progress, and warn it on its last turn.",
-                     ).tag(config=True)
-    ask_confidence = Bool(False, help="Ask the model to end each answer with 'Confidence: high, medium or low' and "
-                          "'Open questions:' lines, shown in the run's state panel.").tag(config=True)
-    prompt_caching = Unicode("auto", help="Prompt-cache markers: 'auto' (only where litellm says the model "
-                             "caches prompts), 'on' (a custom gateway that caches) or 'off' (a gateway that "
-                             "rejects unknown fields).").tag(config=True)
-    context_window = Integer(None, allow_none=True, help="Input-token limit of the model; None: litellm's model "
-                             "information. Over it, older turns are compacted before a request.").tag(config=True)
-    subagents = Bool(True, help="Offer the agent the 'subagent' tool (delegation to an isolated subagent).",
-                     ).tag(config=True)
-    materialize_max_bytes = Integer(DEFAULT_MATERIALIZE_MAX_BYTES, help="Bytes (Arrow) a lazy engine handle "
-                                    "may bring into the kernel when agent code names it or %agent_pull copies "
-                                    "it; over it the agent is told to aggregate in the engine first."
-                                    ).tag(config=True)
-    materialize_max_rows = Integer(DEFAULT_MATERIALIZE_MAX_ROWS, help="Rows a lazy engine handle may bring into "
-                                   "the kernel when agent code names it or %agent_pull copies it; over it the "
-                                   "agent is told to aggregate in the engine first.").tag(config=True)
-    prestart_sandbox = Bool(False, help="Start the sandbox's launcher in the background when the extension "
-                            "loads (otherwise the sandbox starts with the session's first run, beside the first "
-                            "model request).").tag(config=True)
-    raise_on_error = Bool(True, help="A %%agent run that ends in error (not an interrupt, budget or turn limit) "
-                          "raises AgentRunError after its output is shown, so Run All stops there; False: the "
-                          "cell passes and its value is the failed RunResult.").tag(config=True)
-    skill_dirs = List(Unicode(), default_value=[], help="Directories of skill folders (<dir>/<name>/SKILL.md, the "
-                      "Agent Skills convention) offered beside the built-in skills; %agent_skills lists them.").tag(
-                      config=True)
-    connectors = List(Dict(), default_value=[], help="Connectors of every new session, as for "
-                      "harness_magic.core.execution.connectors.connectors_from_config, e.g. "
-                      "[{'type': 'files', 'roots': ['data']}].").tag(config=True)
-    workspace_memory = Unicode(".harness_memory.yaml", allow_none=True, help="Workspace memory file (relative "
-                               "to the kernel's working directory): definitions the user approved, kept across "
-                               "sessions, carried into each run and read by glossary connectors; None: "
-                               "none.").tag(config=True)
-    audit_log = Unicode(".harness_audit.jsonl", allow_none=True, help="The workspace's hash-chained audit log "
-                        "(relative to the kernel's working directory): approvals, denials, refusals, governed "
-                        "writes, masking, pulls and exports, never values; %agent_audit shows it, python -m "
-                        "harness_magic.audit verify checks it; None or '': not audited.").tag(config=True)
-    actor_role = Unicode(None, allow_none=True, help="Your role for the approval policy (a rule's approvers) "
-                         "and the audit log; the actor is the OS user. None: no role.").tag(config=True)
-    policy = Dict(default_value={}, help="Governance table {'rules': [{environment, safety, sensitivity, action, "
-                  "approvers}, ...]}: first match decides allow/ask/deny per environment, risk and sensitivity "
-                  "(harness_magic.core.execution.connectors.policy).").tag(config=True)
-    policy_file = Unicode(None, allow_none=True, help="The same table as a YAML file (instead of "
-                          "AgentMagics.policy).").tag(config=True)
-    masking = Dict(default_value={"pii": "mask", "financial": "mask", "restricted": "deny"}, help="Per class "
-                   "(pii, financial, restricted) what the model sees: 'allow', 'mask' (a stable pseudonym) or 'deny' "
-                   "(column listed, values never sent).").tag(config=True)
-    max_questions = Integer(3, help="Clarifying questions (ask_user) one run may ask; over it the agent is told "
-                            "to state its assumption and go on (0: never asks).").tag(config=True)
-    question_timeout_s = Float(300.0, allow_none=True, help="Seconds a question or an approval waits for you in "
-                               "the cell; then it is withdrawn: the agent goes on under an assumption it states, "
-                               "a write is not approved. Other cells stay runnable meanwhile. None: no limit."
-                               ).tag(config=True)
+    vars().update(setting_traits())  # one trait per setting of harness_magic.core.config.SETTINGS (help included)
 
     # -- validation -------------------------------------------------------------------------
-
-    @validate("max_questions", "question_timeout_s")
-    def _valid_question_setting(self, proposal: Any) -> Any:
-        from harness_magic.core.control.questions import Questions
-
-        value = proposal["value"]
-        try:
-            Questions(lambda: None, **{"max_questions" if proposal["trait"].name == "max_questions" else
-                                       "timeout_s": value})
-        except ValueError as exc:
-            raise TraitError(str(exc)) from None
-        return value
-
-    @validate("actor_role", "policy", "policy_file")
-    def _valid_governance(self, proposal: Any) -> Any:
-        from harness_magic.core.execution.connectors.policy import current_actor, governance_from
-
-        value, name = proposal["value"], proposal["trait"].name
-        try:
-            if name == "actor_role":
-                current_actor(value)
-            else:
-                governance_from(**{"policy": self.policy, "policy_file": self.policy_file, name: value})
-        except ValueError as exc:
-            raise TraitError(f"AgentMagics.{name}: {exc}") from None
-        return value
-
-    @validate("masking")
-    def _valid_masking(self, proposal: Any) -> Any:
-        try:
-            return check_policy(proposal["value"])
-        except ValueError as exc:
-            raise TraitError(f"AgentMagics.masking: {exc}") from None
-
-    @validate("model")
-    def _valid_model(self, proposal: Any) -> str:
-        try:
-            return validate_model(proposal["value"])
-        except UsageError as exc:
-            raise TraitError(str(exc)) from None
 
     def update_config(self, config: Any) -> None:
         """``%config`` entry point: a rejected value is kept out and reported as a one-line UsageError.
@@ -232,20 +115,28 @@ class AgentMagics(Magics):
         self._rejected.clear()
         self.shell.events.unregister("post_run_cell", self._prune_rejected)
 
-    @validate(*CHECKED_SETTINGS)
+    @validate(*trait_names())
     def _valid_setting(self, proposal: Any) -> Any:
+        """Each setting's one validator (:func:`.settings.check_trait`); the model must also be usable in this
+        kernel, and a governance table and file are not set together."""
+        name, value = proposal["trait"].name, proposal["value"]
         try:
-            return check_setting(proposal["trait"].name, proposal["value"])
-        except ValueError as exc:
+            value = validate_model(value) if name == "model" else check_trait(name, value)
+            if name in ("policy", "policy_file") and value and (self.policy_file if name == "policy" else self.policy):
+                from harness_magic.core.execution.connectors.policy import governance_from
+
+                governance_from(**{"policy": self.policy, "policy_file": self.policy_file, name: value})
+        except (ValueError, UsageError) as exc:
             raise TraitError(str(exc)) from None
+        return value
 
     @observe(*_SESSION_TRAITS)
     def _settings_changed(self, change: Any) -> None:
         self._stale = True
-        if change["name"] in ("connectors", "workspace_memory", "actor_role", "policy", "policy_file"):
+        if change["name"] in _RECONNECT_TRAITS:
             self._connectors_dirty = True
 
-    @observe(*BUDGET_SETTINGS, "materialize_max_bytes", "materialize_max_rows")
+    @observe(*_RUN_TRAITS)
     def _budget_changed(self, change: Any) -> None:
         if getattr(self, "_session", None) is not None:
             setattr(self._session.config, change["name"], change["new"])
@@ -276,21 +167,7 @@ class AgentMagics(Magics):
 
     def _config(self) -> Any:
         """The core settings these traits ask for."""
-        from harness_magic.core.config import AgentConfig
-
-        return AgentConfig(
-            model=self.model, api_base=self.api_base, max_turns=self.max_turns, sandbox=self.sandbox,
-            run_dir=self.run_dir, hot_count=self.hot_count, memory_budget_bytes=self.memory_budget,
-            spill_dir=self.spill_dir, stream=self.stream, max_tokens=self.max_tokens,
-            max_cost_usd=self.max_cost_usd, max_wall_s=self.max_wall_s, max_tool_calls=self.max_tool_calls,
-            planner=self.planner, reminders=self.reminders, prompt_caching=self.prompt_caching,
-            ask_confidence=self.ask_confidence,
-            context_window=self.context_window, materialize_max_bytes=self.materialize_max_bytes,
-            materialize_max_rows=self.materialize_max_rows, workspace_memory=self.workspace_memory,
-            max_questions=self.max_questions, question_timeout_s=self.question_timeout_s,
-            audit_log=self.audit_log, actor_role=self.actor_role,
-            skill_dirs=tuple(self.skill_dirs), masking=dict(self.masking),
-        )
+        return config_from(self)
 
     @property
     def session(self) -> Any:
@@ -433,13 +310,12 @@ class AgentMagics(Magics):
         if args.new and args.reset:
             raise UsageError("use --new or --reset, not both (--reset already starts a new conversation)")
         model = validate_model(args.model) if args.model is not None else self.model
-        if args.max_turns is not None and args.max_turns < 1:
-            raise UsageError(f"--max-turns must be at least 1, got {args.max_turns}")
+        if args.max_turns is not None:
+            flag_value("max_turns", args.max_turns, "--max-turns")
         limits = {"max_tokens": args.max_tokens, "max_cost_usd": args.max_cost, "max_wall_s": args.max_wall,
                   "max_tool_calls": args.max_tool_calls}
-        for field_name, flag in zip(limits, BUDGET_FLAGS):
-            if limits[field_name] is not None and not limits[field_name] > 0:
-                raise UsageError(f"{flag} must be positive, got {limits[field_name]:g}")
+        for field_name, flag in BUDGET_FLAGS.items():
+            flag_value(field_name, limits[field_name], flag)
         inputs = [self._input_pair(spec) for spec in args.inputs]
         outputs = []
         for spec in args.outputs:

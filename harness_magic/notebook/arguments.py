@@ -1,13 +1,13 @@
-"""Checks of what a user types: ``%%agent`` flags, magic arguments and ``AgentMagics`` settings.
+"""Checks of what a user types: ``%%agent`` flags and magic arguments.
 
-Each check returns the value (normalised) or raises naming the bad value in
-one line: magic arguments raise IPython's :class:`UsageError` (IPython prints
-it without a traceback); :func:`check_setting` raises :class:`ValueError`,
-which ``AgentMagics`` turns into a ``TraitError`` for ``%config``. The
-boundaries themselves are the core's; these only word the errors.
+Each check returns the value (normalised) or raises IPython's
+:class:`UsageError` naming the bad value in one line (IPython prints it
+without a traceback). ``AgentMagics`` settings are checked by their one
+validator in the core's table (:data:`harness_magic.core.config.SETTINGS`);
+a flag that sets a setting for one cell uses that validator too.
 
-Constants mirrored from the core are not imported from it, so that
-``%load_ext`` stays cheap.
+Constants mirrored from deeper in the core are not imported from it, so
+that ``%load_ext`` stays cheap.
 """
 
 from __future__ import annotations
@@ -18,26 +18,18 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-__all__ = ["check_handle", "cap_arg", "split_pair", "validate_model", "check_setting", "CHECKED_SETTINGS",
-           "LIVE_MODES", "SANDBOX_MODES", "OFFLINE_PREFIXES", "DEFAULT_MODEL", "PROMPT_CACHING_MODES", "MAX_CAP",
-           "BUDGET_SETTINGS", "BUDGET_FLAGS"]
+__all__ = ["check_handle", "cap_arg", "split_pair", "validate_model", "flag_value", "LIVE_MODES", "OFFLINE_PREFIXES",
+           "MAX_CAP", "BUDGET_FLAGS"]
 
 LIVE_MODES = ("auto", "widgets", "rich", "off")
 """``auto``: widgets in a kernel, rich in a terminal; ``off``: final output only."""
-SANDBOX_MODES = ("worker", "inprocess", "unconfined")
-"""Mirrors :data:`harness_magic.core.session.SANDBOX_MODES` (not imported: loading stays cheap)."""
 OFFLINE_PREFIXES = ("offline/", "scripted/", "replay/")
 """Mirrors :data:`harness_magic.core.providers.offline.OFFLINE_PREFIXES`."""
-DEFAULT_MODEL = "openai/gpt-4o-mini"
-"""Mirrors :data:`harness_magic.core.session.DEFAULT_MODEL`."""
-PROMPT_CACHING_MODES = ("auto", "on", "off")
-"""Mirrors :data:`harness_magic.core.providers.adapter.PROMPT_CACHING_MODES`."""
 MAX_CAP = 2**63 - 1
 """Mirrors :data:`harness_magic.core.execution.connectors.lazy.MAX_CAP` (64-bit row and byte counts)."""
-BUDGET_SETTINGS = ("max_tokens", "max_cost_usd", "max_wall_s", "max_tool_calls")
-"""Budget settings: applied to every run (no new session needed); ``%%agent`` flags override them per cell."""
-BUDGET_FLAGS = ("--max-tokens", "--max-cost", "--max-wall", "--max-tool-calls")
-"""The ``%%agent`` flags for the budget fields, in ``BUDGET_SETTINGS`` order."""
+BUDGET_FLAGS = {"max_tokens": "--max-tokens", "max_cost_usd": "--max-cost", "max_wall_s": "--max-wall",
+                "max_tool_calls": "--max-tool-calls"}
+"""The ``%%agent`` flag setting each per-run budget for one cell (over ``AgentMagics``' value)."""
 
 
 def check_handle(name: str, what: str) -> str:
@@ -81,9 +73,9 @@ def split_pair(spec: str, what: str) -> tuple[str, str]:
 
 def validate_model(model: str) -> str:
     """``model`` when it is a model id this kernel can use: a litellm id, a built-in ``offline/`` script,
-    or a ``scripted/``/``replay/`` file that exists; else a UsageError naming it."""
-    if not isinstance(model, str) or not model.strip() or any(c.isspace() for c in model):
-        raise UsageError(f"bad model {model!r}: give a litellm model id such as {DEFAULT_MODEL!r} or 'offline/quickstart'")
+    or a ``scripted/``/``replay/`` file that exists; else a UsageError naming it (the id's form is the
+    ``model`` setting's validator)."""
+    flag_value("model", model, "model")
     if model.startswith("offline/"):
         from harness_magic.core.providers.offline import builtin_scripts
 
@@ -98,43 +90,12 @@ def validate_model(model: str) -> str:
     return model
 
 
-_CHOICES = {"sandbox": SANDBOX_MODES, "live": LIVE_MODES, "prompt_caching": PROMPT_CACHING_MODES}
-"""Settings that take one of a few words."""
-_AT_LEAST_ONE = ("max_turns", "hot_count")
-_CAPS = ("materialize_max_bytes", "materialize_max_rows")
-CHECKED_SETTINGS = (*_CHOICES, *_AT_LEAST_ONE, *_CAPS, "memory_budget", *BUDGET_SETTINGS, "connectors",
-                    "context_window")
-"""The settings :func:`check_setting` checks (``model`` has :func:`validate_model`)."""
+def flag_value(setting: str, value: Any, flag: str) -> Any:
+    """``value`` of a flag that sets ``setting`` for one cell, checked by the setting's one validator (the
+    message names ``flag``); a UsageError otherwise."""
+    from harness_magic.core.config import setting_named
 
-
-def check_setting(name: str, value: Any) -> Any:
-    """``value`` when it is valid for setting ``name`` (one of :data:`CHECKED_SETTINGS`, already of the trait's
-    type); else a ValueError naming the setting and the value."""
-    if name in _CHOICES:
-        if value not in _CHOICES[name]:
-            raise ValueError(f"{name} {value!r} is not valid; allowed: {', '.join(_CHOICES[name])}")
-    elif name in _AT_LEAST_ONE:
-        if value < 1:
-            raise ValueError(f"{name} must be at least 1, got {value}")
-    elif name in _CAPS:
-        unit = "bytes" if name.endswith("bytes") else "rows"
-        if not 1 <= value <= MAX_CAP:
-            raise ValueError(f"{name} must be a number of {unit} from 1 to {MAX_CAP:,}, got {value}")
-    elif name == "memory_budget":
-        if value is not None and value < 0:
-            raise ValueError(f"memory_budget must be a number of bytes >= 0, got {value}")
-    elif name in BUDGET_SETTINGS:
-        if value is not None and value <= 0:
-            raise ValueError(f"{name} must be positive or None, got {value}")
-    elif name == "connectors":
-        from harness_magic.core.execution.connectors.types import CONNECTOR_TYPES  # built-in and plugin types
-
-        for entry in value:
-            if entry.get("type") not in CONNECTOR_TYPES:
-                raise ValueError(f"connector {entry!r} needs a 'type' of {', '.join(CONNECTOR_TYPES.names())}")
-    elif name == "context_window":
-        if value is not None and value < 1:
-            raise ValueError(f"context_window must be a positive number of tokens or None, got {value}")
-    else:
-        raise ValueError(f"no check for setting {name!r}; checked: {', '.join(CHECKED_SETTINGS)}")
-    return value
+    try:
+        return setting_named(setting).validate(value, flag)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None

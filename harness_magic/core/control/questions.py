@@ -41,6 +41,7 @@ to ask when the request is specific.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
@@ -50,7 +51,8 @@ from harness_magic.core.execution.tools import ToolError, ToolSpec
 __all__ = [
     "Questions", "QuestionRequest", "QuestionAnswer", "Answerer", "ambiguity",
     "ASK_USER_TOOL_NAME", "NO_ANSWER_TEXT", "ASSUMPTION_PREFIX", "DEFAULT_MAX_QUESTIONS",
-    "DEFAULT_QUESTION_TIMEOUT_S", "MAX_QUESTION_CHARS", "MAX_OPTIONS", "MAX_OPTION_CHARS", "MAX_WHY_CHARS",
+    "DEFAULT_QUESTION_TIMEOUT_S", "MAX_QUESTIONS_LIMIT", "check_max_questions", "check_timeout",
+    "MAX_QUESTION_CHARS", "MAX_OPTIONS", "MAX_OPTION_CHARS", "MAX_WHY_CHARS",
     "MAX_ANSWER_CHARS", "AMBIGUOUS_TERMS",
 ]
 
@@ -63,6 +65,8 @@ ASSUMPTION_PREFIX = "Assumption:"
 """Without a ``remember`` tool, the model's line starting with this is recorded as its assumption."""
 DEFAULT_MAX_QUESTIONS = 3
 """Questions one run may ask: a few clarify, more turn the agent into a questionnaire."""
+MAX_QUESTIONS_LIMIT = 1_000_000
+"""Most questions a run may be allowed (anything larger is a typing mistake: no person answers a million)."""
 DEFAULT_QUESTION_TIMEOUT_S = 300.0
 """Seconds the notebook waits for an answer before the run goes on under a stated assumption."""
 MAX_QUESTION_CHARS = 2000
@@ -144,6 +148,34 @@ def ambiguity(prompt: str) -> str | None:
     return None
 
 
+def check_max_questions(value: Any, label: str = "max_questions") -> int:
+    """``value`` as a question count per run (0 to :data:`MAX_QUESTIONS_LIMIT`); ValueError naming ``label``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{label} must be a non-negative integer, got {_shown(value)}")
+    if value > MAX_QUESTIONS_LIMIT:
+        raise ValueError(f"{label} must be at most {MAX_QUESTIONS_LIMIT:,}, got {_shown(value)}")
+    return value
+
+
+def check_timeout(value: Any, label: str = "question_timeout_s") -> float | None:
+    """``value`` as seconds a question waits (positive, at most the longest wait the OS offers), or None (no
+    limit); ValueError naming ``label``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:  # NaN too
+        raise ValueError(f"{label} must be a positive number of seconds or None, got {_shown(value)}")
+    if value > threading.TIMEOUT_MAX:
+        raise ValueError(f"{label} must be at most {threading.TIMEOUT_MAX:,.0f} seconds (None: no limit), "
+                         f"got {_shown(value)}")
+    return value
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, elided past 80 characters (a hostile value may be megabytes long)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 class Questions:
     """The ``ask_user`` tool, its per-run count, and the ambiguity nudge.
 
@@ -154,11 +186,8 @@ class Questions:
 
     def __init__(self, answerer: Callable[[], Answerer | None], *, max_questions: int = DEFAULT_MAX_QUESTIONS,
                  timeout_s: float | None = DEFAULT_QUESTION_TIMEOUT_S, nudge: bool = True) -> None:
-        if isinstance(max_questions, bool) or not isinstance(max_questions, int) or max_questions < 0:
-            raise ValueError(f"max_questions must be a non-negative integer, got {max_questions!r}")
-        if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
-                                      or not timeout_s > 0):
-            raise ValueError(f"question_timeout_s must be a positive number of seconds or None, got {timeout_s!r}")
+        check_max_questions(max_questions)
+        check_timeout(timeout_s)
         self._answerer = answerer
         self.max_questions = max_questions
         self.timeout_s = timeout_s
