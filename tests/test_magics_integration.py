@@ -104,8 +104,8 @@ def test_budget_traits_reach_the_config_and_apply_without_a_new_session(kernel: 
 
 
 @pytest.mark.parametrize("code, expected", [
-    ("%%agent --max-cost 0\nHi", "--max-cost must be positive, got 0"),
-    ("%%agent --max-tool-calls -1\nHi", "--max-tool-calls must be positive, got -1"),
+    ("%%agent --max-cost 0\nHi", "--max-cost must be positive or None, got 0.0"),
+    ("%%agent --max-tool-calls -1\nHi", "--max-tool-calls must be positive or None, got -1"),
     ("%config AgentMagics.max_wall_s = 0", "max_wall_s must be positive or None, got 0.0"),
     ("%config AgentMagics.max_tokens = -5", "max_tokens must be positive or None, got -5"),
 ])
