@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from test_magics import CELL_TIMEOUT_S, Cell, Kernel
+from kernel_helpers import CELL_TIMEOUT_S, Cell, Kernel
 
 __all__ = ["Prompt", "run_answering", "send_to_widget", "click", "StdinRequested"]
 

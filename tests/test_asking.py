@@ -413,8 +413,8 @@ def test_without_a_terminal_nobody_is_asked(tmp_path: Path) -> None:
 jupyter_client = pytest.importorskip("jupyter_client")
 
 from lab_frontend import Prompt, click, run_answering  # noqa: E402
-from test_magics import Cell, Kernel  # noqa: E402
-from test_magics import script as scripted  # noqa: E402
+from kernel_helpers import Cell, Kernel, agent_kernel  # noqa: E402
+from kernel_helpers import script as scripted  # noqa: E402
 from harness_magic.core.transcript.log import read_log  # noqa: E402
 
 
@@ -432,12 +432,8 @@ def last_log_questions(kernel: Kernel) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory):
-    k = Kernel(tmp_path_factory.mktemp("asking"))
-    setup = k.run('%load_ext harness_magic\n%config AgentMagics.run_dir = "runs"\n'
-                  '%config AgentMagics.sandbox = "inprocess"\n%config AgentMagics.live = "off"')
-    assert setup.ok, setup.outputs
-    yield k
-    k.close()
+    with agent_kernel(tmp_path_factory.mktemp("asking"), run_dir="runs", sandbox="inprocess", live="off") as k:
+        yield k
 
 
 @pytest.mark.kernel

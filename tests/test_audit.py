@@ -411,7 +411,7 @@ def test_column_classes_name_the_sensitive_columns_of_a_frame():
 @pytest.mark.kernel
 def test_an_approval_a_pull_and_an_export_appear_in_agent_audit(tmp_path):
     pytest.importorskip("jupyter_client")
-    from test_magics import Kernel, answer, code_turn
+    from kernel_helpers import Kernel, answer, code_turn
     from test_magics_integration import calls, run_answering
 
     kernel = Kernel(tmp_path)

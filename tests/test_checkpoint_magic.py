@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("jupyter_client")
 
 from test_first_hour_magics import script, status_lines  # noqa: E402
-from test_magics import Kernel, answer, code_turn, usage_error  # noqa: E402
+from kernel_helpers import Kernel, answer, code_turn, usage_error  # noqa: E402
 
 pytestmark = pytest.mark.kernel
 

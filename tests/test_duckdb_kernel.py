@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("jupyter_client")
 
-from test_magics import Kernel, answer, script  # noqa: E402
+from kernel_helpers import Kernel, agent_kernel, answer, script  # noqa: E402
 
 pytestmark = pytest.mark.kernel
 
@@ -31,16 +31,9 @@ def query(sql: str, name: str | None = None) -> dict:
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory):
-    k = Kernel(tmp_path_factory.mktemp("duckdb_kernel"))
-    setup = k.run(textwrap.dedent("""\
-        %load_ext harness_magic
-        %config AgentMagics.run_dir = "runs"
-        %config AgentMagics.sandbox = "inprocess"
-        %config AgentMagics.connectors = [{"type": "duckdb", "files": {}}]
-    """))
-    assert setup.ok, setup.outputs
-    yield k
-    k.close()
+    with agent_kernel(tmp_path_factory.mktemp("duckdb_kernel"), run_dir="runs", sandbox="inprocess",
+                      connectors=[{"type": "duckdb", "files": {}}]) as k:
+        yield k
 
 
 def test_the_stop_button_interrupts_a_running_duckdb_query_and_the_next_query_works(kernel: Kernel) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("jupyter_client")
 
-from test_magics import Kernel, answer, code_turn, usage_error  # noqa: E402
+from kernel_helpers import Kernel, agent_kernel, answer, code_turn, usage_error  # noqa: E402
 
 pytestmark = pytest.mark.kernel
 
@@ -47,11 +47,8 @@ def next_input(cell: Any) -> str:
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory):
-    k = Kernel(tmp_path_factory.mktemp("first_hour"))
-    setup = k.run('%load_ext harness_magic\n%config AgentMagics.model = "offline/quickstart"')
-    assert setup.ok, setup.outputs
-    yield k
-    k.close()
+    with agent_kernel(tmp_path_factory.mktemp("first_hour"), model="offline/quickstart") as k:
+        yield k
 
 
 # -- point 2: %agent_status ---------------------------------------------------------------------

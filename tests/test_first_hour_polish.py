@@ -279,20 +279,14 @@ def test_the_terminal_keeps_an_images_alt_text_in_place() -> None:
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory):
     pytest.importorskip("jupyter_client")
-    from test_magics import Kernel
+    from kernel_helpers import agent_kernel
 
-    k = Kernel(tmp_path_factory.mktemp("polish"))
-    docs = k.cwd / "docs"
+    cwd = tmp_path_factory.mktemp("polish")
+    docs = cwd / "docs"
     docs.mkdir()
     (docs / "refunds.md").write_text("# Refunds\n\nRefunds are approved by the finance team within 5 days.\n")
-    setup = k.run(textwrap.dedent(f"""\
-        %load_ext harness_magic
-        %config AgentMagics.sandbox = "inprocess"
-        %config AgentMagics.connectors = [{{"type": "docs", "roots": [{str(docs)!r}]}}]
-    """))
-    assert setup.ok, setup.outputs
-    yield k
-    k.close()
+    with agent_kernel(cwd, sandbox="inprocess", connectors=[{"type": "docs", "roots": [str(docs)]}]) as k:
+        yield k
 
 
 @pytest.mark.kernel

@@ -429,7 +429,7 @@ def test_in_a_notebook_the_prod_write_is_previewed_in_the_cell_and_committed_onl
     import textwrap
 
     from lab_frontend import run_answering
-    from test_magics import Kernel, script
+    from kernel_helpers import Kernel, script
 
     kernel = Kernel(tmp_path)
     try:

@@ -124,22 +124,14 @@ def test_a_model_sent_tool_name_cannot_end_the_header_comment() -> None:
 
 pytest.importorskip("jupyter_client")
 
-from test_magics import Kernel, usage_error  # noqa: E402
+from kernel_helpers import Kernel, agent_kernel, usage_error  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory):
-    cwd = tmp_path_factory.mktemp("hidden")
-    k = Kernel(cwd)
-    setup = k.run(textwrap.dedent("""\
-        %load_ext harness_magic
-        %config AgentMagics.run_dir = "runs"
-        %config AgentMagics.model = "offline/quickstart"
-        %config AgentMagics.sandbox = "inprocess"
-    """))
-    assert setup.ok, setup.outputs
-    yield k
-    k.close()
+    with agent_kernel(tmp_path_factory.mktemp("hidden"), run_dir="runs", model="offline/quickstart",
+                      sandbox="inprocess") as k:
+        yield k
 
 
 def _next_cell(cell: Any) -> list[str]:

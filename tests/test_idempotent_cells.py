@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("jupyter_client")
 
 from test_first_hour_magics import next_input, script  # noqa: E402
-from test_magics import Kernel, answer, code_turn, usage_error  # noqa: E402
+from kernel_helpers import Kernel, agent_kernel, answer, code_turn, usage_error  # noqa: E402
 
 pytestmark = pytest.mark.kernel
 
@@ -24,11 +24,8 @@ CACHE = f"{MAGICS}.session.cache"
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory):
-    k = Kernel(tmp_path_factory.mktemp("idempotent"))
-    setup = k.run('%load_ext harness_magic\n%config AgentMagics.model = "offline/quickstart"')
-    assert setup.ok, setup.outputs
-    yield k
-    k.close()
+    with agent_kernel(tmp_path_factory.mktemp("idempotent"), model="offline/quickstart") as k:
+        yield k
 
 
 SALES = "import pandas as pd\nsales = pd.DataFrame({'region': ['n', 's', 'n', 'e'], 'revenue': [3, 5, 7, 2]})"

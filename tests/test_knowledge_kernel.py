@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("jupyter_client")
 
-from test_magics import Kernel, answer, usage_error  # noqa: E402
+from kernel_helpers import Kernel, agent_kernel, answer, usage_error  # noqa: E402
 
 pytestmark = pytest.mark.kernel
 
@@ -32,17 +32,11 @@ def script(kernel: Kernel, name: str, *turns: dict) -> str:
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory):
-    k = Kernel(tmp_path_factory.mktemp("knowledge"))
     roots = [str(CORPUS / d) for d in ("docs", "runbooks", "policies")]
-    setup = k.run(textwrap.dedent(f"""\
-        %load_ext harness_magic
-        %config AgentMagics.model = "offline/quickstart"
-        %config AgentMagics.sandbox = "inprocess"
-        %config AgentMagics.connectors = [{{"type": "docs", "roots": {roots!r}}}, {{"type": "glossary", "files": [{str(CORPUS / "definitions.yaml")!r}]}}]
-    """))
-    assert setup.ok, setup.outputs
-    yield k
-    k.close()
+    connectors = [{"type": "docs", "roots": roots}, {"type": "glossary", "files": [str(CORPUS / "definitions.yaml")]}]
+    with agent_kernel(tmp_path_factory.mktemp("knowledge"), model="offline/quickstart", sandbox="inprocess",
+                      connectors=connectors) as k:
+        yield k
 
 
 def test_scripted_model_searches_reads_and_answers_with_citations(kernel: Kernel) -> None:

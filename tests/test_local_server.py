@@ -280,7 +280,7 @@ def test_a_model_the_server_does_not_serve_lists_what_it_serves(serve, tmp_path)
 
 @pytest.mark.kernel
 def test_the_readme_recipe_in_a_real_kernel_with_no_key(serve, tmp_path):
-    from test_magics import Kernel
+    from kernel_helpers import Kernel
 
     server = serve([tool_call("save('total', sum(range(10)))"), {"text": "The total is 45."}], "--string-content")
     closed = f"http://127.0.0.1:{_closed_port()}/v1"

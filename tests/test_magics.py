@@ -7,8 +7,6 @@ scripted model file (``-m scripted/<file>``), so scripts do not interfere.
 from __future__ import annotations
 
 import json
-import os
-import queue
 import textwrap
 import time
 from pathlib import Path
@@ -20,140 +18,13 @@ jupyter_client = pytest.importorskip("jupyter_client")
 
 pytestmark = pytest.mark.kernel
 
-CELL_TIMEOUT_S = 60
-"""A cell that takes longer is a hang: every model here is offline."""
-
-
-class Kernel:
-    """A started kernel and a client that collects each cell's outputs."""
-
-    def __init__(self, cwd: Path) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-        self.km = jupyter_client.KernelManager(kernel_name="python3")
-        self.km.start_kernel(cwd=str(cwd), env=env)
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=60)
-        self.cwd = cwd
-
-    def run(self, code: str, *, wait: bool = True) -> "Cell":
-        msg_id = self.kc.execute(code, store_history=True)
-        cell = Cell(msg_id)
-        if wait:
-            self.collect(cell)
-        return cell
-
-    def collect(self, cell: "Cell", timeout: float = CELL_TIMEOUT_S) -> "Cell":
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                msg = self.kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
-            except queue.Empty:
-                raise TimeoutError(f"cell did not finish: {cell.outputs}") from None
-            if msg["parent_header"].get("msg_id") != cell.msg_id:
-                continue
-            kind = msg["msg_type"]
-            if kind == "status" and msg["content"]["execution_state"] == "idle":
-                break
-            cell.messages.append(msg)
-        reply = self.kc.get_shell_msg(timeout=10)
-        while reply["parent_header"].get("msg_id") != cell.msg_id:
-            reply = self.kc.get_shell_msg(timeout=10)
-        cell.reply = reply["content"]
-        return cell
-
-    def value(self, expression: str) -> Any:
-        """Evaluate ``expression`` in the kernel and return it (through JSON)."""
-        cell = self.run(f"import json as _j; print(_j.dumps({expression}, default=str))")
-        assert cell.ok, cell.errors
-        return json.loads(cell.stdout.strip().splitlines()[-1])
-
-    def close(self) -> None:
-        self.kc.stop_channels()
-        self.km.shutdown_kernel(now=True)
-
-
-class Cell:
-    def __init__(self, msg_id: str) -> None:
-        self.msg_id = msg_id
-        self.messages: list[dict[str, Any]] = []
-        self.reply: dict[str, Any] = {}
-
-    def _of(self, *kinds: str) -> list[dict[str, Any]]:
-        return [m["content"] for m in self.messages if m["msg_type"] in kinds]
-
-    @property
-    def outputs(self) -> list[dict[str, Any]]:
-        return self._of("stream", "display_data", "execute_result", "error")
-
-    @property
-    def stdout(self) -> str:
-        return "".join(c["text"] for c in self._of("stream") if c["name"] == "stdout")
-
-    @property
-    def stderr(self) -> str:
-        return "".join(c["text"] for c in self._of("stream") if c["name"] == "stderr")
-
-    @property
-    def errors(self) -> list[dict[str, Any]]:
-        return self._of("error")
-
-    @property
-    def ok(self) -> bool:
-        return self.reply.get("status") == "ok" and not self.errors and "UsageError" not in self.stderr
-
-    def data(self, mime: str) -> list[Any]:
-        return [c["data"][mime] for c in self._of("display_data", "execute_result") if mime in c["data"]]
-
-    @property
-    def result(self) -> dict[str, Any]:
-        results = self._of("execute_result")
-        assert results, f"no execute_result in {self.outputs}"
-        return results[-1]["data"]
-
-    def comm_models(self) -> list[str]:
-        return [m["content"]["data"]["state"].get("_model_name") for m in self.messages
-                if m["msg_type"] == "comm_open"]
-
-
-def usage_error(cell: Cell) -> str:
-    """The one-line UsageError a cell printed (asserting it is one line and no traceback)."""
-    assert not cell.errors, f"expected a UsageError, got a traceback: {cell.errors}"
-    lines = [line for line in cell.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("UsageError: "), cell.stderr
-    return lines[0]
+from kernel_helpers import Kernel, agent_kernel, answer, code_turn, script, usage_error  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory):
-    cwd = tmp_path_factory.mktemp("kernel")
-    k = Kernel(cwd)
-    setup = k.run(textwrap.dedent("""\
-        %load_ext harness_magic
-        %config AgentMagics.run_dir = "runs"
-        %config AgentMagics.model = "offline/quickstart"
-    """))
-    assert setup.ok, setup.outputs
-    yield k
-    k.close()
-
-
-_counter = iter(range(10_000))
-
-
-def script(kernel: Kernel, *turns: dict[str, Any]) -> str:
-    """Write a scripted model into the kernel's folder; returns ``-m scripted/<file>``."""
-    name = f"script_{next(_counter)}.json"
-    (kernel.cwd / name).write_text(json.dumps({"turns": list(turns)}))
-    return f"-m scripted/{name}"
-
-
-def code_turn(code: str, text: str = "") -> dict[str, Any]:
-    return {"text": text, "tool_calls": [{"name": "python_interpreter", "arguments": {"code": code}}]}
-
-
-def answer(text: str) -> dict[str, Any]:
-    return {"text": text}
+    with agent_kernel(tmp_path_factory.mktemp("kernel"), run_dir="runs", model="offline/quickstart") as k:
+        yield k
 
 
 # -- %%agent ---------------------------------------------------------------------------------

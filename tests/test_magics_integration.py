@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("jupyter_client")
 
-from test_magics import Cell, Kernel, answer, code_turn, usage_error  # noqa: E402
+from kernel_helpers import Cell, Kernel, agent_kernel, answer, code_turn, usage_error  # noqa: E402
 from lab_frontend import run_answering  # noqa: E402
 
 pytestmark = pytest.mark.kernel
@@ -37,14 +37,8 @@ def calls(*pairs: tuple[str, dict]) -> dict:
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory):
-    k = Kernel(tmp_path_factory.mktemp("integration"))
-    setup = k.run(textwrap.dedent("""\
-        %load_ext harness_magic
-        %config AgentMagics.model = "offline/quickstart"
-    """))
-    assert setup.ok, setup.outputs
-    yield k
-    k.close()
+    with agent_kernel(tmp_path_factory.mktemp("integration"), model="offline/quickstart") as k:
+        yield k
 
 
 def magics_expr(attribute: str) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from test_magics import Kernel, answer, code_turn, script
+from kernel_helpers import Kernel, agent_kernel, answer, code_turn, script
 from value_matrix import CASES
 
 HERE = Path(__file__).resolve().parent
@@ -21,11 +21,7 @@ HERE = Path(__file__).resolve().parent
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory):
-    k = Kernel(tmp_path_factory.mktemp("kernel"))
-    setup = k.run(textwrap.dedent(f"""\
-        %load_ext harness_magic
-        %config AgentMagics.run_dir = "runs"
-        %config AgentMagics.model = "offline/quickstart"
+    setup = textwrap.dedent(f"""\
         import sys, json
         sys.path.insert(0, {str(HERE)!r})
         from value_matrix import CASES, build, assert_identical
@@ -38,10 +34,9 @@ def kernel(tmp_path_factory: pytest.TempPathFactory):
                 except Exception as exc:
                     bad.append(f"{{case}}: {{type(exc).__name__}}: {{str(exc)[:200]}}")
             return bad
-    """))
-    assert setup.ok, setup.outputs
-    yield k
-    k.close()
+    """)
+    with agent_kernel(tmp_path_factory.mktemp("kernel"), setup, run_dir="runs", model="offline/quickstart") as k:
+        yield k
 
 
 def test_push_then_pull_carries_every_kind(kernel: Kernel) -> None:

@@ -304,7 +304,7 @@ def test_a_bad_sensitivity_option_names_the_connector():
 @pytest.mark.kernel
 def test_notebook_shows_masked_calls_and_lists_column_classes_with_their_source(tmp_path):
     pytest.importorskip("jupyter_client")
-    from test_magics import Kernel, answer, script, usage_error
+    from kernel_helpers import Kernel, answer, script, usage_error
 
     db = tmp_path / "crm.sqlite"
     engine = sa.create_engine(f"sqlite:///{db}")

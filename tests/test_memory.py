@@ -308,7 +308,7 @@ def test_an_oversized_workspace_file_is_refused_before_parsing(tmp_path):
 
 jupyter_client = pytest.importorskip("jupyter_client")
 from lab_frontend import run_answering  # noqa: E402
-from test_magics import Cell, Kernel, usage_error  # noqa: E402
+from kernel_helpers import Cell, Kernel, usage_error  # noqa: E402
 
 
 def start(cwd: Path) -> Kernel:

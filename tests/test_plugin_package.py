@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("jupyter_client")
 
 from plugin_site import install_distribution, install_example  # noqa: E402
-from test_magics import Kernel, answer, script, usage_error  # noqa: E402
+from kernel_helpers import Kernel, answer, script, usage_error  # noqa: E402
 
 pytestmark = pytest.mark.kernel
 

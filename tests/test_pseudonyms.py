@@ -395,7 +395,7 @@ def test_a_lazy_engine_handle_serves_pseudonyms_to_its_snapshot_the_worker_and_l
 @pytest.mark.kernel
 def test_in_a_kernel_the_cell_shows_pseudonyms_and_pull_and_out_restore_the_real_values(tmp_path):
     pytest.importorskip("jupyter_client")
-    from test_magics import Kernel, script
+    from kernel_helpers import Kernel, script
 
     glossary(tmp_path)
     kernel = Kernel(tmp_path)

