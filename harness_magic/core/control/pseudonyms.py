@@ -47,11 +47,12 @@ is the second). Contract:
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any, Callable, Mapping
 
 from harness_magic.core.cache.engine_value import engine_of
-from harness_magic.core.cache.guard import ColumnSources
+from harness_magic.core.cache.guard import ColumnSources, ServedColumn
 from harness_magic.core.text.masking import ColumnClass, Masker, denied_text
 from harness_magic.core.text.sensitivity import DETECT_SAMPLE_VALUES, DETECTED_KINDS, classify_column, find_sensitive
 
@@ -159,21 +160,45 @@ class Pseudonyms:
         return out
 
     def _classify(self, handle: str, label: str, series: Any, sources: ColumnSources | None) -> ColumnClass | None:
-        declared = self._declared(handle, label, sources)
+        declared = self._with_detection(f"{handle}.{label}", self._declared(handle, label, sources),
+                                        lambda: series.head(DETECT_SAMPLE_VALUES).tolist())
+        if declared is not None:
+            self.masker.columns.setdefault(handle, {})[label] = declared
+        return declared
+
+    def _with_detection(self, where: str, declared: ColumnClass | None,
+                        sample: Callable[[], list[Any]]) -> ColumnClass | None:
+        """``declared`` with the kind detection finds in ``sample()`` (or the detected class when none is
+        declared); a sample that cannot be read is noted, and the declared class alone counts."""
         try:
-            sample = series.head(DETECT_SAMPLE_VALUES).tolist()
-            kind = classify_column(sample)
+            kind = classify_column(sample())
         except (TypeError, ValueError, AttributeError, OverflowError) as exc:
-            self._note(f"{handle}.{label}: not classified by its values ({type(exc).__name__}: {exc})")
+            self._note(f"{where}: not classified by its values ({type(exc).__name__}: {exc})")
             kind = None
         if declared is None:
-            if kind is None:
-                return None
-            declared = ColumnClass(DETECTED_KINDS[kind], "detected", kind)
-        elif kind is not None and declared.kind is None:
-            declared = ColumnClass(declared.cls, declared.source, kind)
-        self.masker.columns.setdefault(handle, {})[label] = declared
+            return None if kind is None else ColumnClass(DETECTED_KINDS[kind], "detected", kind)
+        if kind is not None and declared.kind is None:
+            return ColumnClass(declared.cls, declared.source, kind)
         return declared
+
+    def served_column(self, table: str, column: str, numeric: bool, sample: list[Any]) -> ServedColumn | None:
+        """How an engine keeping ``table`` serves ``column`` (see :meth:`CacheGuard.served_column`): the class
+        configured for ``table.column`` or ``column``, else detected in ``sample``, and the policy of that class,
+        exactly as :meth:`conceal` treats the same column of a frame."""
+        if not self.masker.active:
+            return None
+        cc = self._with_detection(f"{table}.{column}", self.masker.declared_class(column, table), lambda: sample)
+        action = None if cc is None else _action(cc, numeric, self.masker.policy)
+        if cc is None or action is None:
+            return None
+        return ServedColumn(action, cc.cls, cc.kind or cc.cls, cc.source)
+
+    def engine_pseudonyms(self, kind: str, cls: str, values: list[str]) -> list[str]:
+        """The pseudonyms :meth:`conceal` issues for ``values`` (distinct) of a column of ``kind`` and ``cls``,
+        registered for the user like theirs (an engine serving a view calls this)."""
+        if cls not in CLASS_STRENGTH:
+            raise ValueError(f"sensitivity class {cls!r} is not one of {', '.join(CLASS_STRENGTH)}")
+        return self._pseudonyms_of(kind, cls, values)
 
     def _declared(self, handle: str, label: str, sources: ColumnSources | None) -> ColumnClass | None:
         """The strongest configured class of ``label`` or of any column it is computed from (for a query's result,
@@ -213,18 +238,16 @@ class Pseudonyms:
 
     def _apply(self, handle: str, label: str, series: Any, cc: ColumnClass, policy: Mapping[str, str]) -> Any:
         """``series`` concealed by the policy for its class (see the module table)."""
-        action = policy.get(cc.cls, "mask")
         try:
-            if action == "allow":
-                return series
+            action = _action(cc, _numeric(series), policy)
             if action == "deny":
                 out = self._map(series, lambda values: [denied_text(cc.cls)] * len(values))
                 if out is not series:
                     self._count(handle, cc.cls, series)
                 return out
-            if cc.cls == "financial" and _numeric(series):  # amounts stay real (exact sums); the scanner masks them
-                if "_derived" not in policy:
-                    self.masker.learn_column(handle, label, cc, _safe_list(series))
+            if action is None:
+                if cc.cls == "financial" and policy.get(cc.cls, "mask") != "allow" and "_derived" not in policy:
+                    self.masker.learn_column(handle, label, cc, _safe_list(series))  # amounts: the scanner masks them
                 return series
             kind = cc.kind or cc.cls
             out = self._map(series, lambda values: self._pseudonyms_of(kind, cc.cls, values))
@@ -364,6 +387,30 @@ class Pseudonyms:
             return tuple(self.reveal_value(v) for v in value)
         return value
 
+    def reveal_text(self, text: str) -> str:
+        """``text`` with each pseudonym issued this session replaced by its real value (for the person at the
+        keyboard only: the live view with ``show_real_values``; never the log, the history or an output).
+
+        Found by their shapes: ``<kind:hex>``, ``user-…@…`` e-mails and the digit-group pseudonyms the masker
+        protects (phones, cards, ids, IBANs); a shorter digit pseudonym (an IPv4 address) stays as it is."""
+        if not isinstance(text, str) or not text or not self._reverse:
+            return text
+        spans = [m.span() for m in _SHAPED_PSEUDONYM.finditer(text)] + self.masker.issued_digit_spans(text)
+        out, end = [], 0
+        for start, stop in sorted(spans):
+            if start < end:
+                continue
+            found = text[start:stop]
+            if found not in self._reverse and "@" in found:
+                stop = start + len(found.rpartition(".")[0])  # an e-mail followed by a dot: try without it
+                found = text[start:stop]
+            real = self._reverse.get(found, _NONE)
+            if real is _NONE:
+                continue
+            out += [text[end:start], str(real)]
+            end = stop
+        return "".join(out) + text[end:] if out else text
+
     def _reveal_series(self, series: Any) -> Any:
         import numpy as np
         import pandas as pd
@@ -471,10 +518,23 @@ class Pseudonyms:
         return ";\n".join(tree.sql(dialect=write) for tree in trees)
 
 
+_SHAPED_PSEUDONYM = re.compile(r"<[a-z_]+:[0-9a-f]{10}>|user-[0-9a-f]{8}@[0-9a-f]{6}(?:\.[\w-]+)?")
+"""A bracketed class pseudonym or an e-mail one, as :meth:`Masker.pseudonyms` makes them."""
 _NONE = object()
 """No value held for a pseudonym (a real value may be None)."""
 _LEARN_ROWS = 10_000
 """Rows of a kept-real classified column (financial) whose values the scanner learns: bounded time per entry."""
+
+
+def _action(cc: ColumnClass, numeric: bool, policy: Mapping[str, str]) -> str | None:
+    """What the agent's side gets for a column of class ``cc``: ``"deny"``, ``"pseudonym"``, or None for its real
+    values (``allow``; numbers classed financial under ``mask``: sums must be exact)."""
+    action = policy.get(cc.cls, "mask")
+    if action == "allow":
+        return None
+    if action == "deny":
+        return "deny"
+    return None if cc.cls == "financial" and numeric else "pseudonym"
 
 
 def _numeric(series: Any) -> bool:
@@ -497,8 +557,6 @@ def _quote(text: str) -> str:
 
 def _quoted_strings(sql: str) -> set[str]:
     """Every single-quoted string of ``sql`` (doubled quotes unescaped): a cheap pre-check before parsing."""
-    import re
-
     return {m.group(1).replace("''", "'") for m in re.finditer(r"'((?:[^']|'')*)'", sql)}
 
 
@@ -542,9 +600,15 @@ class CacheGuard:
         return self.pseudonyms.conceal(handle, frame, self._sources.get(handle))
 
     def reveal(self, handle: str | None, value: Any) -> Any:
-        if handle is not None and handle in self._real:
-            return self._real[handle]
+        if handle is not None and handle in self._real:  # as it came in; an engine's view may have served pseudonyms
+            return self.pseudonyms.reveal_value(self._real[handle])
         return self.pseudonyms.reveal_value(value)
+
+    def served_column(self, table: str, column: str, numeric: bool, sample: list[Any]) -> ServedColumn | None:
+        return self.pseudonyms.served_column(table, column, numeric, sample)
+
+    def engine_pseudonyms(self, kind: str, cls: str, values: list[str]) -> list[str]:
+        return self.pseudonyms.engine_pseudonyms(kind, cls, values)
 
     def forget(self, handle: str) -> None:
         self._real.pop(handle, None)

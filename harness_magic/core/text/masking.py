@@ -322,6 +322,12 @@ class Masker:
         """``text`` is a pseudonym issued at entry."""
         return text in self._issued
 
+    def issued_digit_spans(self, text: str) -> list[tuple[int, int]]:
+        """``(start, end)`` of each pseudonym issued at entry that is made of digit groups (phones, cards, ids
+        with at least :data:`_PROTECT_MIN_DIGITS` digits) in ``text``."""
+        issued = self._issued_digits.regex()
+        return [] if issued is None else [m.span() for m in issued.finditer(text)]
+
     def learn_column(self, handle: str, column: str, cls: ColumnClass, values: Iterable[Any]) -> None:
         """Record ``column`` of ``handle`` as ``cls`` and track its ``values`` as known sensitive values
         (pseudonyms issued at entry excepted: they are what the agent may see).

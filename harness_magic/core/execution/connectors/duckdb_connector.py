@@ -98,6 +98,7 @@ def duckdb_connector(
                              "configured files; results come back as handles.")
     connector.engine = engine  # type: ignore[attr-defined]
     connector.dialect = "duckdb"
+    connector.serves_pseudonyms = frozenset({f"{connector.name}__query"})  # files: views serving pseudonyms
     engine.connector_name = connector.name
     govern(connector, environment, allow_writes)
 

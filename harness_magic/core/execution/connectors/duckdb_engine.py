@@ -5,6 +5,10 @@ locked; each query gets its own cursor (connection) on it, in which
 
 * every cached DataFrame handle the SQL names is registered as a view of a
   copy (``cache.view``), so SQL can never change what the cache holds;
+* in a session (the cache has an entry guard), every configured file is a
+  view that serves pseudonyms for its sensitive columns, over an Arrow
+  dataset Python opened read-only, and DuckDB opens no file itself
+  (:mod:`.duckdb_pseudonyms`); outside one:
 * every configured Parquet file (``files={"sales": "data/sales.parquet"}``,
   directories and globs too) is a view over DuckDB's own Parquet reader,
   reading through :class:`~.readonly_fs.ReadOnlyFiles`: a file system
@@ -46,6 +50,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from harness_magic.core.cache.session import SessionCache
 from harness_magic.core.execution.connectors._results import (
     DEFAULT_BATCH_ROWS,
     DEFAULT_MAX_ROWS,
@@ -53,6 +58,7 @@ from harness_magic.core.execution.connectors._results import (
     arrow_to_frame,
     cap_rows,
 )
+from harness_magic.core.execution.connectors.duckdb_pseudonyms import PseudonymViews
 from harness_magic.core.execution.connectors.duckdb_sources import is_glob, open_source, resolve_source
 from harness_magic.core.execution.connectors.lazy import (
     COUNT_BUDGET_S,
@@ -186,6 +192,10 @@ class DuckDBEngine:
         self.temp_dir = Path(tempfile.mkdtemp(prefix="harness_magic_duckdb_"))  # mode 0700: spills are private
         self._db: list[Any] = []
         """The engine's private in-memory database (created on first use), shared by every query's cursor."""
+        self._views = PseudonymViews(self.sources)
+        self._serving: bool | None = None
+        """Whether the database serves its files through :attr:`_views` (set when it is created: see
+        :meth:`_database`)."""
         self._db_lock = threading.Lock()
         self._garbage: list[str] = []
         """Kept result tables of lazy relations that are gone; dropped before the next query (:meth:`_open`)."""
@@ -222,8 +232,14 @@ class DuckDBEngine:
         """Close the engine's database and remove the private spill directory."""
         self._finalizer()
 
-    def _database(self) -> Any:
+    def _database(self, serving: bool | None = None) -> Any:
         """The engine's database, set up once: read-only file system, file views, external access off, locked.
+
+        ``serving`` (the first query's cache has an entry guard): the file views
+        serve pseudonyms (:mod:`.duckdb_pseudonyms`) and DuckDB opens no file
+        itself, so no path reads around them. A database made without it
+        serves a guarded cache only if it has no Parquet file (ToolError: those
+        are readable by path).
 
         Every query then gets its own cursor (:meth:`_open`): a connection of
         this database whose registered frames, temporary views and tables are
@@ -237,14 +253,25 @@ class DuckDBEngine:
             if not self._finalizer.alive:
                 raise ToolError("this duckdb connector was closed")
             if self._db:
+                if serving and not self._serving:
+                    if self._parquet_urls:
+                        raise ToolError(f"the {self.connector_name} connector was first used outside a session, "
+                                        f"where its Parquet files are readable by path; configure it again for "
+                                        f"this session")
+                    self._db.append(self._views.install(self._db[0]))  # its other files were never DuckDB's
+                    self._serving = True
                 return self._db[0]
+            serving = bool(serving)
             db = duckdb.connect(":memory:", config=self._config())
+            views = None
             try:
-                if self._readonly is not None:  # the configured Parquet files, read-only, are all DuckDB may open
+                if serving:
+                    views = self._views.install(db)
+                elif self._readonly is not None:  # the configured Parquet files, read-only, are all DuckDB may open
                     db.register_filesystem(self._readonly)
                     db.execute(f"SET allowed_paths = {_sql_list(self._readonly.urls())}")
                 db.execute("SET enable_external_access = false")
-                for view, urls in self._parquet_urls.items():
+                for view, urls in self._parquet_urls.items() if not serving else ():
                     db.sql(f"SELECT * FROM read_parquet({_sql_list(urls)})").create_view(view)
                 # each cursor turns progress tracking on for query_progress() (never printed into the cell)
                 db.execute(f"SET allowed_configs = {_sql_list(list(_CURSOR_SETTINGS))}")
@@ -253,6 +280,9 @@ class DuckDBEngine:
                 db.close()
                 raise
             self._db.append(db)
+            if views is not None:
+                self._db.append(views)  # closed first (the list is closed from its end)
+            self._serving = serving
             return db
 
     def connect(self, cache: Any, sql: str | None) -> Any:
@@ -267,11 +297,15 @@ class DuckDBEngine:
         as temporary views of their own statements, their inputs first, all on
         a new cursor of the locked database (:meth:`_database`).
         """
-        con = self._cursor()
+        guard = cache.guard if isinstance(cache, SessionCache) else None
+        con = self._cursor(guard is not None)
         try:
-            for view, source in self.sources.items():
-                if view not in self._parquet_urls:
-                    con.register(view, open_source(*source))
+            if self._serving:
+                self._views.refresh(guard)
+            else:
+                for view, source in self.sources.items():
+                    if view not in self._parquet_urls:
+                        con.register(view, open_source(*source))
             if sql is not None:
                 wanted = set(IDENTIFIER.findall(sql))
             else:  # every handle this engine can read: frames and its own lazy handles
@@ -294,10 +328,10 @@ class DuckDBEngine:
             raise
         return con, frames, order
 
-    def _cursor(self) -> Any:
+    def _cursor(self, serving: bool | None = None) -> Any:
         """A new cursor of the locked database with :data:`_CURSOR_SETTINGS`, after dropping the kept result
-        tables of lazy relations that are gone."""
-        con = self._database().cursor()
+        tables of lazy relations that are gone (``serving``: see :meth:`_database`)."""
+        con = self._database(serving).cursor()
         try:
             for setting, value in _CURSOR_SETTINGS.items():
                 con.execute(f"SET {setting} = {value}")
