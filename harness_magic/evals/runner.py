@@ -87,7 +87,7 @@ class TaskResult:
     variant: str = ""
     """The wrong script's name in an ``suite:all-wrong`` run, else empty."""
     write_attempts: list[dict[str, Any]] = field(default_factory=list)
-    """Every write the run attempted, stopped or not (:func:`~harness_magic.evals.graders.write_attempts`)."""
+    """Every write the run attempted, stopped or not (:func:`~harness_magic.evals.writes.write_attempts`)."""
     clarification_expected: bool | None = None
     """The task's ``clarification.expected`` (None: it declares nothing, so no question is expected)."""
     questions: list[dict[str, Any]] = field(default_factory=list)

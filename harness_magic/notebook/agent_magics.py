@@ -5,7 +5,7 @@ Magics (``%load_ext harness_magic``):
 ``%%agent [-m M] [--new] [--reset] [--in NAME[=HANDLE] ...] [--out HANDLE[=NAME] ...] [--force] [--continue] [--max-turns N]
 [--max-tokens N] [--max-cost USD] [--max-wall S] [--max-tool-calls N]``
     Ask the agent; the cell body is the prompt, verbatim. The cell's value is
-    the :class:`~harness_magic.core.agent.loop.RunResult`, shown as the final output
+    the :class:`~harness_magic.core.agent.result.RunResult`, shown as the final output
     (a budget stop shows its status, e.g. ``budget_cost``, and the reason). A
     run that ends in error raises :class:`~.errors.AgentRunError` after its
     output is shown (``raise_on_error``), so Run All stops there. A cell naming

@@ -12,7 +12,7 @@
     The best sections for QUERY, with their source ids, as the model would
     get them from ``docs__search``; glossary terms matching QUERY too.
 
-Glue only: the work is :class:`~harness_magic.core.knowledge.DocsConnector`'s.
+Glue only: the work is :class:`~harness_magic.core.execution.connectors.docs.DocsConnector`'s.
 Registered by the extension (:func:`harness_magic.notebook.extension.magics_classes`).
 """
 

@@ -5,7 +5,7 @@ a :class:`BudgetGuard` on a harness, which
 
 * runs before every provider call (a harness *check*) and ends the run with a
   budget status when a limit is reached — the loop then answers any pending
-  tool use, writes ``run_end`` and returns a :class:`~harness_magic.core.agent.loop.RunResult`
+  tool use, writes ``run_end`` and returns a :class:`~harness_magic.core.agent.result.RunResult`
   whose ``status`` names the budget;
 * refuses further tool calls of the current turn once the tool-call or wall
   time budget is spent (a *tool guard*), so a turn asking for ten calls cannot
@@ -64,7 +64,7 @@ BUDGET_STATUS = {
     "max_wall_s": "budget_wall_time",
     "max_tool_calls": "budget_tool_calls",
 }
-"""The :class:`~harness_magic.core.agent.loop.RunResult` status each budget ends a run with."""
+"""The :class:`~harness_magic.core.agent.result.RunResult` status each budget ends a run with."""
 BUDGET_STATUSES = tuple(v for k, v in BUDGET_STATUS.items() if k != "max_turns")
 """Statuses added by budgets (``max_turns_exceeded`` belongs to the loop already)."""
 BUDGET_WARNING_FRACTION = 0.8

@@ -152,7 +152,7 @@ class ReplayResult:
     """A replayed run and how it compares with the recording."""
 
     result: Any
-    """The replay's :class:`~harness_magic.core.agent.loop.RunResult` (its own log in ``run_file``)."""
+    """The replay's :class:`~harness_magic.core.agent.result.RunResult` (its own log in ``run_file``)."""
     recorded: list[Message]
     """The recorded transcript."""
     replayed: list[Message]
@@ -246,7 +246,7 @@ def retry_from(
     The harness's conversation is replaced by the checkpoint; its model,
     tools, checks and reminders apply from turn ``from_turn`` on. The retry's
     log records ``run_start.retry`` (the retried run, the turn, the question).
-    Returns the :class:`~harness_magic.core.agent.loop.RunResult`.
+    Returns the :class:`~harness_magic.core.agent.result.RunResult`.
     """
     run = load_run(log_path)
     prefix = checkpoint_messages(run, from_turn)

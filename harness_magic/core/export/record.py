@@ -131,7 +131,7 @@ class RunRecord:
     """Latest cumulative :class:`~harness_magic.core.transcript.messages.Usage`."""
     elapsed_s: float = 0.0
     result: Any = None
-    """The :class:`~harness_magic.core.agent.loop.RunResult`, once finished."""
+    """The :class:`~harness_magic.core.agent.result.RunResult`, once finished."""
     state: RunState = field(default_factory=RunState)
     """Goal, plan, waits, verification, assumptions and confidence, folded from the same events."""
     trace_id: str | None = None

@@ -172,7 +172,7 @@ class TurnFinished:
 @dataclass(frozen=True)
 class RunFinished:
     result: Any
-    """The :class:`~harness_magic.core.agent.loop.RunResult`."""
+    """The :class:`~harness_magic.core.agent.result.RunResult`."""
     kind: Literal["run_finished"] = "run_finished"
 
 

@@ -7,7 +7,7 @@ closed descriptors, own process group, death with the parent, uid 65534,
 Landlock, seccomp, network and IPC namespaces, rlimits) and watched by the
 kernel (wall-clock timeout and memory watchdog in the loop that reads replies,
 a memory cgroup where one can be created, output caps). Data crosses as Arrow IPC / ``.npy`` files mapped
-read-only (:mod:`.transfer`); the kernel never unpickles or evaluates anything
+read-only (:mod:`.transfer_kernel`); the kernel never unpickles or evaluates anything
 the worker produced. The AST pre-check and audit hook in :mod:`.checks` only
 make refusals friendly: they are not part of the boundary.
 """

@@ -7,7 +7,7 @@ forks the workers of every :class:`SandboxedInterpreter`: a new one per cell
 session's input directory (:mod:`.exports`), sends the code over a pipe and
 waits for the reply in the loop that enforces the wall-clock timeout and the
 memory watchdog (:mod:`.watchdog`; a memory cgroup backs it in the OS), then
-rebuilds the results (:mod:`.transfer`). The worker itself is a
+rebuilds the results (:mod:`.transfer_kernel`). The worker itself is a
 :class:`~.worker_handle.WorkerHandle`. A worker that crashes, times out or is
 killed is restarted on the next call; the call that lost it gets a readable
 error result. This module decides when workers start and stop and whether

@@ -15,7 +15,7 @@ import shutil
 __all__ = ["directory_bytes", "clear_directory", "remove_quietly", "remove_result_files"]
 
 RESULT_FILE_PREFIX = "out_"
-"""Scratch files the worker writes results to (see :func:`.transfer.write_result`); removed after each call."""
+"""Scratch files the worker writes results to (see :func:`.transfer_worker.write_result`); removed after each call."""
 
 
 def directory_bytes(root: str, max_entries: int) -> int | None:

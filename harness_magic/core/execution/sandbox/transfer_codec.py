@@ -1,8 +1,8 @@
 """The one codec both sides of the worker boundary use: which values cross, as which bytes.
 
 Tables (frames, series, Arrow tables) cross as Arrow IPC files written by the
-cache's spill codec (:func:`~harness_magic.core.cache.spill.frame_to_table`,
-:func:`~harness_magic.core.cache.spill.table_to_frame`), plain arrays as ``.npy``
+cache's spill codec (:func:`~harness_magic.core.cache.frames.frame_to_table`,
+:func:`~harness_magic.core.cache.frames.table_to_frame`), plain arrays as ``.npy``
 (memory order kept), everything else as :mod:`harness_magic.core.cache.codec`
 tagged JSON. A value none of these carries exactly raises
 :class:`TransferRefused` naming its kind. Writers are ``(write(sink), exact

@@ -4,7 +4,7 @@ Runs only in a process forked from the clean launcher. :func:`run_worker`
 applies the confinement layers in order, reports which held (the *hello*
 frame), then serves ``exec`` requests until its request pipe closes. Each call
 gets a fresh namespace; inputs are attached from the session's input directory;
-results are written to scratch (see :mod:`.transfer`) and described in the reply.
+results are written to scratch (see :mod:`.transfer_worker`) and described in the reply.
 """
 
 from __future__ import annotations
