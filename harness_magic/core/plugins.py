@@ -89,6 +89,27 @@ class Plugin(Generic[T]):
         return self.distribution == OWN_DISTRIBUTION
 
 
+_SCAN_LOCK = threading.Lock()
+_scanned: dict[str, list[EntryPoint]] | None = None
+
+
+def _declared(group: str) -> list[EntryPoint]:
+    """The entry points of ``group``, from one scan of the installed distributions shared by every group
+    (a scan reads every distribution's metadata: tens of milliseconds, paid once per process)."""
+    global _scanned
+    with _SCAN_LOCK:
+        if _scanned is None:
+            every = entry_points()  # one scan; of two distributions of one name, the first on sys.path counts
+            _scanned = {name: list(every.select(group=name)) for name in GROUPS}
+        return list(_scanned[group])
+
+
+def _rescan() -> None:
+    global _scanned
+    with _SCAN_LOCK:
+        _scanned = None
+
+
 def _distribution(point: EntryPoint) -> str:
     return point.dist.name if point.dist is not None else ""
 
@@ -125,7 +146,7 @@ class PluginGroup(Generic[T]):
     def _points(self) -> dict[str, EntryPoint]:
         with self._lock:
             if self._declared is None:
-                self._declared, self._shadowed = self._resolve(list(entry_points(group=self.group)))
+                self._declared, self._shadowed = self._resolve(_declared(self.group))
             return self._declared
 
     def _resolve(self, points: list[EntryPoint]) -> tuple[dict[str, EntryPoint], list[PluginFailure]]:
@@ -207,7 +228,9 @@ class PluginGroup(Generic[T]):
             return (*self._shadowed, *(self._failed[n] for n in self.names() if n in self._failed))
 
     def forget(self) -> None:
-        """Read the declarations again on next use (after installing a package into a running process)."""
+        """Read the installed packages' declarations again on next use (after installing a package into a
+        running process; the scan is shared, so the other groups see the new packages when they forget too)."""
+        _rescan()
         with self._lock:
             self._declared, self._shadowed = None, []
             self._loaded.clear()
