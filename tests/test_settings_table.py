@@ -167,7 +167,8 @@ def test_a_hostile_value_is_refused_with_the_same_message_by_the_config_and_the_
 
 
 def test_session_settings_are_validated_by_their_one_validator_too() -> None:
-    connectors, policy, _policy_file, _subagents = SESSION_SETTINGS
+    assert {"connectors", "policy", "policy_file", "subagents"} <= {one.name for one in SESSION_SETTINGS}
+    connectors, policy = setting_named("connectors"), setting_named("policy")
     with pytest.raises(ValueError, match="connector 'ftp' needs a 'type' of"):
         connectors.validate(["ftp"])
     with pytest.raises(ValueError, match="policy rule 1"):

@@ -18,7 +18,6 @@ again. Validators import what they need lazily, so reading the table (as
 from __future__ import annotations
 
 import dataclasses
-import math
 import types
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal, get_type_hints
@@ -162,28 +161,18 @@ def token_window(value: Any, label: str) -> int | None:
     return number
 
 
-def _limit(value: Any, label: str, integer: bool) -> Any:
-    """A per-run limit: positive, finite (an integer where ``integer``), or None (no limit)."""
-    if value is None:
-        return None
-    kinds = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds):
-        raise ValueError(f"{label} must be {'an integer' if integer else 'a number'} or None, got {_shown(value)}")
-    if not value > 0:  # NaN too
-        raise ValueError(f"{label} must be positive or None, got {value!r}")
-    if math.isinf(value) or value > MAX_SETTING_INT:
-        raise ValueError(f"{label} must be at most {MAX_SETTING_INT:,} (None: no limit), got {value!r}")
-    return value
-
-
 def whole_limit(value: Any, label: str) -> int | None:
-    """A per-run count limit (tokens, tool calls): a positive integer or None."""
-    return _limit(value, label, True)
+    """A per-run count limit (tokens, tool calls): a positive integer or None (the budgets' own rule)."""
+    from harness_magic.core.control.budgets import check_limit
+
+    return check_limit(value, label, integer=True)
 
 
 def number_limit(value: Any, label: str) -> float | None:
-    """A per-run amount limit (USD, seconds): a positive finite number or None."""
-    return _limit(value, label, False)
+    """A per-run amount limit (USD, seconds): a positive finite number or None (the budgets' own rule)."""
+    from harness_magic.core.control.budgets import check_limit
+
+    return check_limit(value, label, integer=False)
 
 
 def materialize_cap(value: Any, label: str) -> int:

@@ -41,6 +41,8 @@ __all__ = [
     "child_budgets",
     "installed_budgets",
     "BudgetHost",
+    "check_limit",
+    "MAX_LIMIT",
     "BUDGET_GUARDS",
 ]
 
@@ -78,6 +80,29 @@ def run_usage(run: Any) -> Usage:
     return usage + child if child is not None else usage
 
 
+MAX_LIMIT = 2**63 - 1
+"""Largest per-run limit (64-bit counts; a larger or infinite one is a mistake: None means no limit)."""
+_COUNTS = ("max_turns", "max_tokens", "max_tool_calls")
+"""Limits that count (whole numbers); the others are amounts (USD, seconds)."""
+
+
+def check_limit(value: Any, label: str, *, integer: bool) -> Any:
+    """``value`` as a per-run limit: positive and finite, at most :data:`MAX_LIMIT` (an integer where
+    ``integer``), or None (no limit); ValueError naming ``label`` and the value. The one rule for the budget
+    settings, whether set on :class:`Budgets`, ``AgentConfig``, ``%config`` or a ``%%agent`` flag."""
+    if value is None:
+        return None
+    kinds = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        raise ValueError(f"{label} must be {'an integer' if integer else 'a number'} or None, got {shown}")
+    if not value > 0:  # NaN too
+        raise ValueError(f"{label} must be positive or None, got {value!r}")
+    if value > MAX_LIMIT:  # infinity too
+        raise ValueError(f"{label} must be at most {MAX_LIMIT:,} (None: no limit), got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Budgets:
     """Per-run limits; ``None`` means unlimited.
@@ -100,15 +125,7 @@ class Budgets:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            value = getattr(self, f.name)
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TypeError(f"{f.name} must be a number or None, got {value!r}")
-            if f.name in ("max_turns", "max_tokens", "max_tool_calls") and not isinstance(value, int):
-                raise TypeError(f"{f.name} must be an integer or None, got {value!r}")
-            if value <= 0:
-                raise ValueError(f"{f.name} must be positive or None, got {value!r}")
+            check_limit(getattr(self, f.name), f.name, integer=f.name in _COUNTS)
 
     @property
     def active(self) -> dict[str, float]:
