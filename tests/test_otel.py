@@ -12,6 +12,7 @@ SDK nor an exporter imported.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -177,10 +178,17 @@ def test_no_data_value_prompt_argument_or_hostile_name_reaches_an_attribute(serv
 
 
 def test_the_trace_id_is_in_the_run_log_and_the_footer(server, tmp_path, spans):
+    from rich.console import Console
+
+    from harness_magic.core.export.render_html import render_answer_html
+    from harness_magic.notebook.render import TerminalRenderer
+
     server.replies = [{"text": "done"}]
     session = session_for(server, tmp_path)
-    recorder = RunRecorder()
+    recorder, screen = RunRecorder(), io.StringIO()
     session.harness.subscribe(recorder)
+    session.harness.subscribe(TerminalRenderer(Console(file=screen, force_terminal=False, color_system=None,
+                                                       width=400)))
     try:
         result = session.ask(PROMPT)
     finally:
@@ -195,6 +203,8 @@ def test_the_trace_id_is_in_the_run_log_and_the_footer(server, tmp_path, spans):
     assert session.tracing.trace_ids[result.run_id] == trace_id
     assert recorder.current.trace_id == trace_id
     assert f"run {result.run_id} · trace {trace_id}" in render_footer_text(recorder.current)
+    assert f"trace {trace_id}" in screen.getvalue()  # the terminal's footer
+    assert f"trace {trace_id}" in render_answer_html(recorder.current)  # the notebook's final output
 
 
 def test_content_is_recorded_only_when_asked_and_then_masked(server, tmp_path, spans):
