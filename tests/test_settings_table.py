@@ -210,3 +210,10 @@ def test_config_and_agent_flags_in_a_shell_give_the_same_messages_and_keep_the_o
     assert "UsageError: --max-tokens must be positive or None, got 0" in text
     assert text.count("HOT 10 TURNS 25 RUN_DIR 'runs'") == len(cells), "every refused value left the old one"
     assert "Traceback" not in text
+
+
+def test_config_help_shows_every_setting_with_its_whole_help() -> None:
+    shown = " ".join(AgentMagics.class_get_help().split())
+    for one in ALL_SETTINGS:
+        assert f"--AgentMagics.{one.trait_name}=" in shown
+        assert " ".join(one.help.split()) in shown, f"{one.trait_name}'s help is cut or missing"
