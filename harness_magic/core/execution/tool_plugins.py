@@ -16,7 +16,7 @@ questions) and are wired by :mod:`harness_magic.core.session`, not declared here
 
 from __future__ import annotations
 
-from typing import Callable, Collection, Protocol, Sequence
+from typing import Callable, Collection, Protocol, Sequence, cast
 
 from harness_magic.core.execution.tools import ToolSpec
 from harness_magic.core.plugins import PluginGroup
@@ -52,7 +52,7 @@ def _specs(factory: ToolFactory, name: str) -> list[ToolSpec]:
 def _check(obj: object, name: str) -> ToolFactory:
     if not callable(obj):
         raise TypeError(f"a tool plugin is a factory returning ToolSpec(s); {name!r} is a {type(obj).__name__}")
-    factory: ToolFactory = obj
+    factory = cast(ToolFactory, obj)  # callable; what it returns is checked on the next line
     _specs(factory, name)  # the shape is checked when the plugin loads, not in the middle of a session
     return factory
 

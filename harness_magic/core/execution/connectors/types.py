@@ -15,7 +15,7 @@ its engine's module only when called, so listing or loading the types is cheap.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from harness_magic.core.execution.connectors.registry import Connector
 from harness_magic.core.plugins import PluginGroup
@@ -31,7 +31,7 @@ def _check(obj: object, name: str) -> ConnectorType:
     if not callable(obj):
         raise TypeError(f"a connector type is a callable taking the entry's options as keywords and returning a "
                         f"Connector; {name!r} is a {type(obj).__name__}")
-    return obj
+    return cast(ConnectorType, obj)  # callable; build_connector checks that it returns a Connector
 
 
 CONNECTOR_TYPES: PluginGroup[ConnectorType] = PluginGroup("harness_magic.connectors", _check, "connector type")
