@@ -211,3 +211,20 @@ def test_a_bug_propagates_out_of_the_session_and_the_session_runs_again(tmp_path
         assert result.status == "completed" and result.text == "fine now"
     finally:
         session.close()
+
+
+def test_in_a_notebook_a_bug_is_a_traceback_and_the_next_cell_runs(tmp_path):
+    pytest.importorskip("jupyter_client")
+    from kernel_helpers import agent_kernel, answer, code_turn, script
+
+    with agent_kernel(tmp_path, run_dir="runs", sandbox="inprocess") as kernel:
+        patched = kernel.run("import harness_magic.core.agent.run as _run\n_real = _run.format_tool_output\n"
+                             "def _formatter_bug(*args, **kwargs):\n    return 1 / 0\n"
+                             "_run.format_tool_output = _formatter_bug")
+        assert patched.ok, patched.errors
+        cell = kernel.run(f"%%agent {script(kernel, code_turn('print(6 * 7)'), answer('unreached'))}\nCompute.")
+        assert [e["ename"] for e in cell.errors] == ["ZeroDivisionError"]
+        assert any("_formatter_bug" in line for line in cell.errors[0]["traceback"]), "the cell shows the traceback"
+        assert kernel.run("_run.format_tool_output = _real").ok
+        again = kernel.run(f"%%agent {script(kernel, answer('fine again'))}\nAgain.")
+        assert again.ok and kernel.value("_.status") == "completed" and kernel.value("_.text") == "fine again"
