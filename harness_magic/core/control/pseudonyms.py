@@ -32,8 +32,15 @@ is the second). Contract:
   returns exactly what came in, and a derived value has its pseudonyms
   mapped back (:meth:`Pseudonyms.reveal_value`). Denied values were never
   there: a derived value holds ``[denied CLASS]``.
-* **Engines get real values for pseudonyms the model compares against.**
-  :meth:`Pseudonyms.query_for_engine` widens a quoted pseudonym that is an
+* **Engines that keep the data serve the pseudonyms.** A DuckDB connector's
+  configured files are views that apply this map's keyed function
+  (:meth:`Pseudonyms.served_column`, :meth:`Pseudonyms.engine_pseudonyms`;
+  see :mod:`~harness_magic.core.execution.connectors.duckdb_pseudonyms`): the
+  model's SQL runs over the pseudonyms the cache holds, and their results
+  arrive already pseudonymised (never pseudonymised again).
+* **Other engines get real values for pseudonyms the model compares against**
+  (only where no such view exists: SQL databases, Spark, a DuckDB database's
+  governed writes). :meth:`Pseudonyms.query_for_engine` widens a quoted pseudonym that is an
   operand of ``=``, ``<>`` or ``IN`` against a column to the pseudonym *and*
   its real value (``email IN ('<pseudonym>', '<real>')``), so ``WHERE email =
   '<pseudonym>'`` finds the row in a database table (real values) and in a
@@ -475,7 +482,9 @@ class Pseudonyms:
         return pd.Index(revealed.to_numpy(), name=index.name, dtype=revealed.dtype)
 
     def query_for_engine(self, sql: str, dialect: str | None = None) -> str:
-        """``sql`` with each quoted pseudonym compared against a column replaced by its real value (see module doc)."""
+        """``sql`` with each quoted pseudonym compared against a column widened to its real value too (see module
+        doc); only for engines holding real values: a tool over views serving pseudonyms
+        (``Connector.serves_pseudonyms``) gets the model's SQL as written."""
         if not self._reverse or not isinstance(sql, str) or "'" not in sql:
             return sql
         candidates = {p for p in _quoted_strings(sql) if p in self._reverse and isinstance(self._reverse[p], str)}

@@ -49,6 +49,7 @@ from harness_magic.core.execution.connectors._results import (
 )
 from harness_magic.core.execution.connectors.classify import SQLClassificationError, classify_sql
 from harness_magic.core.execution.connectors.governed import add_sql_execute, govern
+from harness_magic.core.execution.connectors.masked_views import masked_view_warnings
 from harness_magic.core.execution.connectors.registry import Connector, ConnectorResult
 from harness_magic.core.execution.connectors.sameness import records_configuration
 from harness_magic.core.execution.tools import ToolError
@@ -561,6 +562,9 @@ def sql_connector(
         """
         return db.describe_table(table, schema)
 
+    masked_checked: list[bool] = []
+    """Set once the read role's access to the sensitive columns was checked (:mod:`.masked_views`)."""
+
     @connector.tool(result_name=f"{name}_result")
     def query(sql: str, name: str | None = None, max_rows: int | None = None) -> Any:
         """Run one read-only SQL statement in the database; the rows come back as a DataFrame handle.
@@ -583,7 +587,13 @@ def sql_connector(
                             f"{connector.name}__query runs read-only statements ({advice}).")
         frame, truncated = db.query(sql, max_rows)
         cap = cap_rows(max_rows, db.max_rows)
-        return ConnectorResult(frame, truncation_note(len(frame), cap, truncated), name=name)
+        note = truncation_note(len(frame), cap, truncated)
+        if not masked_checked and db.dialect == "postgresql":  # once: the read role and the sensitivity option
+            masked_checked.append(True)
+            found = masked_view_warnings(db, connector.sensitivity)
+            if found:
+                note = " ".join(filter(None, ["WARNING: " + "; ".join(found) + ".", note]))
+        return ConnectorResult(frame, note, name=name)
 
     if allow_writes is not False:
         add_sql_execute(connector, db)
