@@ -383,3 +383,23 @@ def test_an_unreachable_endpoint_never_fails_the_run(server, tmp_path):
                             "OTEL_EXPORTER_OTLP_TIMEOUT": "2", "OTEL_BSP_SCHEDULE_DELAY": "50"})
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split()[-3] == "completed"
+
+
+def test_a_run_ending_in_a_provider_error_closes_its_spans_as_errors_without_the_message(server, tmp_path, spans):
+    server.replies = [{"status": 400, "error": f"bad request from {EMAIL}"}]
+    session = session_for(server, tmp_path)
+    try:
+        result = session.ask(PROMPT)
+    finally:
+        session.close()
+    assert result.status == "error"
+    finished = spans.get_finished_spans()
+    names = by_name(finished)
+    (root,) = names["invoke_agent harness_magic"]
+    (chat,) = names["chat openai/test-model"]
+    assert chat.parent.span_id == root.context.span_id
+    for span in (root, chat):
+        assert span.status.status_code == trace.StatusCode.ERROR and span.status.description == "error"
+        assert span.attributes["error.type"] == "error"
+    assert root.attributes["harness_magic.run.status"] == "error"
+    assert EMAIL not in every_value(finished) and "bad request" not in every_value(finished)
