@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import json
 import os
-import textwrap
+import sys
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 pytest.importorskip("jupyter_client")
 
 from plugin_site import install_distribution, install_example  # noqa: E402
-from kernel_helpers import Kernel, answer, script, usage_error  # noqa: E402
+from kernel_helpers import Kernel, agent_kernel, answer, script, usage_error  # noqa: E402
 
 pytestmark = pytest.mark.kernel
 
@@ -49,36 +51,36 @@ def call(name: str, **arguments: object) -> dict:
     return {"text": "", "tool_calls": [{"name": name, "arguments": arguments}]}
 
 
+@contextmanager
+def python_path(site: Path) -> Iterator[None]:
+    """``site`` first on ``PYTHONPATH`` while a kernel starts (the kernel inherits this process's environment)."""
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), before) if p)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before
+
+
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory):
     site = tmp_path_factory.mktemp("site")
     install_example(site)
     install_distribution(site, BROKEN, {"harness_magic.connectors": {"warehouse_x": "plugin_warehouse_x:make"}},
                          {"plugin_warehouse_x.py": "import a_driver_that_is_not_installed\n"})
-    before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), before) if p)
-    try:
-        k = Kernel(tmp_path_factory.mktemp("plugin_kernel"))
-    finally:
-        if before is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = before
-    data = k.cwd / "data"
-    data.mkdir()
-    (data / "months.csv").write_text("month,revenue\n4,10\n5,12\n")
+    cwd = tmp_path_factory.mktemp("plugin_kernel")
+    (cwd / "data").mkdir()
+    (cwd / "data" / "months.csv").write_text("month,revenue\n4,10\n5,12\n")
     connectors = [{"type": "facts", "facts": {"fiscal_year_start": "April"}},
-                  {"type": "files", "roots": [str(data)]}]
-    setup = k.run(textwrap.dedent(f"""\
-        %load_ext harness_magic
-        %config AgentMagics.run_dir = "runs"
-        %config AgentMagics.sandbox = "inprocess"
-        %config AgentMagics.connectors = {connectors!r}
-    """))
-    assert setup.ok, setup.outputs
-    k.connectors = connectors
-    yield k
-    k.close()
+                  {"type": "files", "roots": [str(cwd / "data")]}]
+    with ExitStack() as stack:
+        with python_path(site):
+            k = stack.enter_context(agent_kernel(cwd, run_dir="runs", sandbox="inprocess", connectors=connectors))
+        k.connectors = connectors
+        yield k
 
 
 def test_the_plugin_connector_type_and_tool_serve_a_run_beside_a_built_in_connector(kernel: Kernel) -> None:
@@ -133,6 +135,7 @@ def test_agent_status_names_the_broken_plugin_and_the_built_ins_still_work(kerne
     assert "7 connector types" in plugins and "1 tools" in plugins and "12 grader kinds" in plugins
     assert "harness-magic-example-plugin" in plugins
     broken = [line for line in lines if line.startswith("broken")]
+    print("\n".join([plugins, *broken]), file=sys.stderr)
     assert len(broken) == 1, lines
     assert (f"warehouse_x (harness_magic.connectors, from {BROKEN}): ModuleNotFoundError: No module named "
             "'a_driver_that_is_not_installed'") in broken[0]
