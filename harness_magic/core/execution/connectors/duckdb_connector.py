@@ -132,7 +132,7 @@ def duckdb_connector(
         con = engine.connect(context.cache, table)
         try:
             rows = con.execute(f'DESCRIBE "{table}"').fetchall()
-        except Exception as exc:
+        except Exception as exc:  # broad: duckdb's catalog errors have no one type; a missing table is the tool's error
             raise ToolError(f"No table {table!r}; use {connector.name}__list_tables") from exc
         finally:
             con.close()

@@ -145,7 +145,7 @@ def _close_engine(db: list[Any], temp_dir: str) -> None:
     while db:
         try:
             db.pop().close()
-        except Exception:
+        except Exception:  # broad: closing on the way out; a database that fails to close leaves nothing else to do
             pass
     shutil.rmtree(temp_dir, True)
 
@@ -276,7 +276,7 @@ class DuckDBEngine:
                 # each cursor turns progress tracking on for query_progress() (never printed into the cell)
                 db.execute(f"SET allowed_configs = {_sql_list(list(_CURSOR_SETTINGS))}")
                 db.execute("SET lock_configuration = true")
-            except Exception:
+            except Exception:  # broad: any failure while setting the database up closes it, then propagates as it was
                 db.close()
                 raise
             self._db.append(db)
@@ -323,7 +323,7 @@ class DuckDBEngine:
                 else:
                     con.execute(_create_temporary("VIEW", handle, lazy.sql))
             con.execute(_READ_ONLY)
-        except Exception:
+        except Exception:  # broad: any failure while preparing the cursor closes it, then propagates as it was
             con.close()
             raise
         return con, frames, order
@@ -343,7 +343,7 @@ class DuckDBEngine:
                 except Exception:  # e.g. a conflict with another cursor's transaction: the next cursor retries
                     with self._garbage_lock:
                         self._garbage.append(table)
-        except Exception:
+        except Exception:  # broad: any failure while preparing the cursor closes it, then propagates as it was
             con.close()
             raise
         return con
@@ -381,7 +381,7 @@ class DuckDBEngine:
                 while not stop.wait(PROGRESS_INTERVAL_S):
                     try:
                         value = con.query_progress()
-                    except Exception:
+                    except Exception:  # broad: the cursor may be closing under the poller; progress is display only
                         return
                     if value >= 0:
                         progress(float(value), False)
