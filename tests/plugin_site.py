@@ -16,6 +16,25 @@ from typing import Mapping
 
 EXAMPLE = Path(__file__).resolve().parent / "plugin_example"
 EXAMPLE_PACKAGE = "harness_magic_example"
+EXAMPLE_TASK = """\
+id: fiscal_year_start
+prompt: |
+  When does our fiscal year start? End your reply with a line `ANSWER: <month>`.
+graders:
+- keywords:
+    all: [April]
+scripts:
+  reference:
+  - text: 'The fiscal year starts in April.
+
+      ANSWER: April'
+  wrong:
+  - name: says_january
+    expect: wrong_answer
+    turns:
+    - text: 'ANSWER: January'
+"""
+"""An eval task graded by the example's ``keywords`` grader: its reference script passes, its wrong one fails."""
 
 
 def install_distribution(site: Path, name: str, entry_points: Mapping[str, Mapping[str, str]],

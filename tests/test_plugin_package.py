@@ -20,31 +20,13 @@ import pytest
 
 pytest.importorskip("jupyter_client")
 
-from plugin_site import install_distribution, install_example  # noqa: E402
+from plugin_site import EXAMPLE_TASK, install_distribution, install_example  # noqa: E402
 from kernel_helpers import Kernel, agent_kernel, answer, script, usage_error  # noqa: E402
 
 pytestmark = pytest.mark.kernel
 
 MAGICS = "get_ipython().magics_manager.registry['AgentMagics']"
 BROKEN = "harness-magic-broken-plugin"
-TASK = """\
-id: fiscal_year_start
-prompt: |
-  When does our fiscal year start? End your reply with a line `ANSWER: <month>`.
-graders:
-- keywords:
-    all: [April]
-scripts:
-  reference:
-  - text: 'The fiscal year starts in April.
-
-      ANSWER: April'
-  wrong:
-  - name: says_january
-    expect: wrong_answer
-    turns:
-    - text: 'ANSWER: January'
-"""
 
 
 def call(name: str, **arguments: object) -> dict:
@@ -115,7 +97,7 @@ def test_the_plugin_skill_is_listed_and_shown_by_agent_skills(kernel: Kernel) ->
 def test_the_plugin_grader_grades_an_eval_suite(kernel: Kernel) -> None:
     suite = kernel.cwd / "plugin_suite"
     suite.mkdir()
-    (suite / "fiscal_year_start.yaml").write_text(TASK)
+    (suite / "fiscal_year_start.yaml").write_text(EXAMPLE_TASK)
     for model, passed in (("suite:reference", True), ("suite:wrong", False)):
         out = f"{model.split(':')[1]}.json"
         cell = kernel.run(f"%agent_eval {suite} -m {model} --out {out}")

@@ -7,6 +7,9 @@ Packages are installed into a temporary site directory on ``sys.path`` (``plugin
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,7 +22,7 @@ from harness_magic.core.execution.tool_plugins import TOOL_PLUGINS, install_plug
 from harness_magic.core.execution.tools import ToolSpec
 from harness_magic.core.plugins import GROUPS, OWN_DISTRIBUTION, PluginError, PluginGroup
 from harness_magic.evals.graders import GRADERS, GradeContext, grade, validate_grader
-from plugin_site import EXAMPLE_PACKAGE, install_distribution, install_example
+from plugin_site import EXAMPLE_PACKAGE, EXAMPLE_TASK, install_distribution, install_example
 
 ALL_GROUPS = (CONNECTOR_TYPES, TOOL_PLUGINS, GRADERS, SKILL_PLUGINS)
 BUILTIN_CONNECTOR_TYPES = {"files", "duckdb", "sql", "spark", "docs", "glossary"}
@@ -235,3 +238,27 @@ def test_a_missing_required_option_is_a_key_error_naming_it_for_built_ins_and_pl
         assert raised.value.args == (option,)
     with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
         connector_from_config({"type": "facts", "facts": {"a": "b"}, "colour": "red"})
+
+
+def test_the_evals_command_grades_with_an_installed_packages_grader(tmp_path: Path) -> None:
+    """``python -m harness_magic.evals run`` in a fresh process whose path holds the example package."""
+    site, suite = tmp_path / "site", tmp_path / "suite"
+    install_example(site)
+    suite.mkdir()
+    (suite / "fiscal_year_start.yaml").write_text(EXAMPLE_TASK)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}
+    for model, passed in (("suite:reference", True), ("suite:wrong", False)):
+        out = tmp_path / f"{model.split(':')[1]}.json"
+        done = subprocess.run([sys.executable, "-m", "harness_magic.evals", "run", str(suite), "--model", model,
+                               "--out", str(out), "--sandbox", "inprocess", "--quiet"],
+                              env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr  # each script got the outcome it declares
+        (result,) = json.loads(out.read_text())["results"]
+        assert result["passed"] is passed and [g["kind"] for g in result["grades"]] == ["keywords"], result
+    listed = subprocess.run([sys.executable, "-m", "harness_magic.evals", "list", str(suite)], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and "keywords" in listed.stdout
+    without = subprocess.run([sys.executable, "-m", "harness_magic.evals", "list", str(suite)],
+                             env={k: v for k, v in env.items() if k != "PYTHONPATH"}, capture_output=True,
+                             text=True, timeout=120)
+    assert without.returncode == 2 and "unknown grader 'keywords'; allowed: chart, choice" in without.stderr
