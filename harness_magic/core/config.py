@@ -462,9 +462,6 @@ SESSION_SETTINGS = (
             governance_file, nullable=True, reconnects=True, field=False),
     Setting("subagents", bool, True, "Offer the agent the 'subagent' tool (delegation to an isolated subagent).",
             flag, applies="magics", field=False),
-    Setting("show_real_values", bool, False, "Show the real values of pseudonymised columns in the live view of a "
-            "run (for you at the keyboard); the cell's final output, a saved notebook, the run log and exports "
-            "still hold what the model saw.", flag, applies="magics", field=False),
 )
 """Settings the session takes beside its :class:`AgentConfig` (``AgentSession(config, connectors=...,
 subagents=...)``)."""

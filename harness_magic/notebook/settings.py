@@ -5,7 +5,7 @@ turns each :class:`~harness_magic.core.config.Setting` the notebook offers
 into a configurable trait (its type, default, help and ``config=True``, so
 ``%config AgentMagics`` shows the help), and :func:`check_trait` validates a
 value with the setting's one validator. The notebook's own settings (how a
-run is shown, whether an error stops Run All, prestarting the sandbox) are
+run is shown and whether it shows real values, whether an error stops Run All, prestarting the sandbox) are
 :data:`NOTEBOOK_SETTINGS`, declared the same way.
 """
 
@@ -29,6 +29,9 @@ NOTEBOOK_SETTINGS = (
     Setting("raise_on_error", bool, True, "A %%agent run that ends in error (not an interrupt, budget or turn "
             "limit) raises AgentRunError after its output is shown, so Run All stops there; False: the cell passes "
             "and its value is the failed RunResult.", flag, applies="magics", field=False),
+    Setting("show_real_values", bool, False, "Show the real values of pseudonymised columns in the live view of a "
+            "run (for you at the keyboard); the cell's final output, a saved notebook, the run log and exports "
+            "still hold what the model saw.", flag, applies="magics", field=False),
 )
 """Settings of the notebook layer only (the session never reads them)."""
 
