@@ -41,7 +41,10 @@ def _running_kernel_app() -> Any | None:
         from ipykernel.kernelapp import IPKernelApp
     except ImportError:
         return None
-    return IPKernelApp.instance() if IPKernelApp.initialized() else None
+    # Not IPKernelApp.initialized()/instance(): the singleton slot is shared along the class tree, so under
+    # terminal IPython it holds the TerminalIPythonApp and instance() raises MultipleInstanceError.
+    app = getattr(IPKernelApp, "_instance", None)
+    return app if isinstance(app, IPKernelApp) else None
 
 
 def _stop_channels(app: Any) -> list[str]:
