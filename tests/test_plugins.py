@@ -134,7 +134,7 @@ def test_objects_of_the_wrong_shape_are_named_per_group(site: Path, tmp_path: Pa
         "harness_magic.graders": {"plain_function": "plugin_shapes:returns_a_string", "Bad-Kind": "plugin_shapes:G"},
         "harness_magic.skills": {"nowhere": "plugin_shapes:NOWHERE", "number": "plugin_shapes:NOT_CALLABLE"},
         "harness_magic.tools": {"not_specs": "plugin_shapes:returns_a_string",
-                                "raises": "plugin_shapes:raises",
+                                "raises": "plugin_shapes:raises", "writes": "plugin_shapes:writing_tool",
                                 "namespaced": "plugin_shapes:namespaced_tool"},
     }, {"plugin_shapes.py": (
         "from harness_magic.core.execution.tools import ToolSpec\n"
@@ -143,6 +143,8 @@ def test_objects_of_the_wrong_shape_are_named_per_group(site: Path, tmp_path: Pa
         f"NOWHERE = {str(tmp_path / 'no-such-dir')!r}\n"
         "def returns_a_string(**options):\n    return 'not a connector'\n"
         "def raises():\n    raise RuntimeError('the factory broke')\n"
+        "def writing_tool():\n"
+        "    return ToolSpec('drop_table', 'x', {'type': 'object', 'properties': {}}, lambda: '', safety='destructive')\n"
         "def namespaced_tool():\n"
         "    return ToolSpec('files__read', 'x', {'type': 'object', 'properties': {}}, lambda: '')\n"
         "G = GraderPlugin(lambda options, ctx: Grade('x', True, ''), lambda options, answers: None)\n")})
@@ -157,6 +159,7 @@ def test_objects_of_the_wrong_shape_are_named_per_group(site: Path, tmp_path: Pa
     assert errors["not_specs"].startswith("TypeError: tool plugin 'not_specs' returned str")
     assert errors["raises"] == "RuntimeError: the factory broke"
     assert "holds '__', which marks connector tools" in errors["namespaced"]
+    assert "drop_table (destructive) is not a read tool" in errors["writes"]  # no approval guard would see it
     with pytest.raises(TypeError, match="returned str, not a Connector"):
         connector_from_config({"type": "not_a_connector"})
     assert set(GRADERS.load_all()) == BUILTIN_GRADERS

@@ -4,8 +4,11 @@ An entry point names a factory: a callable taking no arguments and returning
 one :class:`~harness_magic.core.execution.tools.ToolSpec` or a list of them.
 It is called once when the plugin loads (its result checked, so a wrong shape
 is named in ``%agent_status``) and again for each harness, so no two sessions
-share a handler's state. A plugin tool goes through the same approval policy
-as every tool (its ``safety`` class) and its results through the one formatter.
+share a handler's state. A plugin tool reads (``safety="read"``): a tool that
+writes, deletes or calls out belongs in a connector type, whose tools the
+approval policy and governance see (a session without connectors has no
+approval guard), so any other safety class is refused when the plugin loads.
+Its results go through the one formatter like every tool's.
 
 A plugin tool never replaces a tool of the session: its name may not hold
 ``__`` (the ``<connector>__<tool>`` namespace), and a plugin whose tool is named
@@ -42,6 +45,10 @@ def _specs(factory: ToolFactory, name: str) -> list[ToolSpec]:
     if specs is None or not specs or not all(isinstance(s, ToolSpec) for s in specs):
         raise TypeError(f"tool plugin {name!r} returned {type(made).__name__}; a tool factory returns a ToolSpec "
                         "or a non-empty list of ToolSpec")
+    unsafe = sorted(f"{s.name} ({s.safety})" for s in specs if s.safety != "read")
+    if unsafe:
+        raise ValueError(f"tool plugin {name!r}: {', '.join(unsafe)} is not a read tool; a tool that writes, "
+                         "deletes or calls out belongs in a connector type, where the approval policy sees it")
     namespaced = sorted(s.name for s in specs if "__" in s.name)
     if namespaced:
         raise ValueError(f"tool plugin {name!r}: tool name {', '.join(namespaced)} holds '__', which marks "
