@@ -83,6 +83,8 @@ class Pseudonyms:
         self._lock = threading.RLock()
         self.notes: list[str] = []
         """Columns left as they were, and why (bounded by :data:`NOTES_MAX`)."""
+        self._served: dict[tuple[str, str], dict[str, str]] = {}
+        """(kind, class) -> real text -> pseudonym, for what engines' views asked (:meth:`engine_pseudonyms`)."""
         self._entered: dict[str, dict[str, int]] = {}
         """Handle -> values replaced at entry per class, until the tool result announcing it is marked."""
 
@@ -205,7 +207,12 @@ class Pseudonyms:
         registered for the user like theirs (an engine serving a view calls this)."""
         if cls not in CLASS_STRENGTH:
             raise ValueError(f"sensitivity class {cls!r} is not one of {', '.join(CLASS_STRENGTH)}")
-        return self._pseudonyms_of(kind, cls, values)
+        with self._lock:
+            memo = self._served.setdefault((kind, cls), {})
+            missing = [v for v in dict.fromkeys(values) if v not in memo]
+            if missing:  # a view is read again by every query: each value's keyed hash is made once
+                memo.update(zip(missing, self._pseudonyms_of(kind, cls, missing)))
+            return [memo[v] for v in values]
 
     def _declared(self, handle: str, label: str, sources: ColumnSources | None) -> ColumnClass | None:
         """The strongest configured class of ``label`` or of any column it is computed from (for a query's result,
