@@ -102,10 +102,6 @@ class PseudonymViews:
                 db.from_arrow(source).project(", ".join(columns)).create_view(view, replace=True)
                 self._plans[view] = plan
 
-    def served(self, view: str) -> dict[str, ServedColumn]:
-        """The columns of ``view`` served as pseudonyms or denied now (column -> treatment)."""
-        return dict(self._plans.get(view, ()))
-
     def _source(self, view: str) -> Any:
         if view not in self._opened:
             self._opened[view] = open_source(*self._sources[view])
