@@ -9,6 +9,7 @@ view's hidden source, the pseudonym function fed guessed values, casts) never se
 
 from __future__ import annotations
 
+import json
 import re
 
 import pandas as pd
@@ -195,3 +196,31 @@ def test_outside_a_session_the_engine_reads_its_files_as_before_and_never_serves
     finally:
         engine.close()
         guarded.close()
+
+
+@pytest.mark.kernel
+def test_in_a_kernel_a_view_result_shows_pseudonyms_and_agent_pull_restores_the_real_values(tmp_path, lake):
+    pytest.importorskip("jupyter_client")
+    from kernel_helpers import Kernel, script
+
+    glossary(tmp_path)
+    kernel = Kernel(tmp_path)
+    try:
+        setup = kernel.run(
+            "%load_ext harness_magic\n%config AgentMagics.run_dir = 'runs'\n"
+            f"%config AgentMagics.connectors = [{{'type': 'glossary', 'files': ['terms.yaml']}}, {lake!r}]")
+        assert setup.ok, setup.outputs
+        model = script(kernel, load(),
+                       {"tool_calls": [{"name": "lake__query", "arguments": {
+                           "sql": "SELECT id, name, email, amount FROM customers ORDER BY id", "name": "people"}}]},
+                       {"text": "Three customers."})
+        run = kernel.run(f"%%agent {model}\nWho are the customers?")
+        assert run.ok, run.outputs
+        assert leaks(json.dumps(run.outputs, ensure_ascii=False)) == []  # the cell holds what the model saw
+        pulled = kernel.run("%agent_pull people real")
+        assert pulled.ok, pulled.outputs
+        assert kernel.value("list(real['name'])") == NAMES and kernel.value("list(real['email'])") == LONG_EMAILS
+        assert kernel.value("[float(a) for a in real['amount']]") == AMOUNTS
+        assert leaks(logged(tmp_path)) == []
+    finally:
+        kernel.close()
