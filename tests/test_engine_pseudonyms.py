@@ -224,3 +224,33 @@ def test_in_a_kernel_a_view_result_shows_pseudonyms_and_agent_pull_restores_the_
         assert leaks(logged(tmp_path)) == []
     finally:
         kernel.close()
+
+
+def test_a_star_query_over_a_view_is_classified_and_marked_though_its_values_arrive_concealed(tmp_path, server, lake):
+    """``SELECT *`` gives lineage no column names: the classes come from what the view served (the real values
+    behind its pseudonyms, its denied text), and the tool result carries the masking mark with the counts."""
+    contacts = pd.DataFrame({"id": [1, 2], "phone": ["+44 20 7946 0958", "+1 415-555-0132"],
+                             "card": ["4111 1111 1111 1111", "5500 0000 0000 0004"]})  # detected on real values only
+    contacts.to_parquet(tmp_path / "contacts.parquet")
+    lake = {**lake, "files": {**lake["files"], "contacts": str(tmp_path / "contacts.parquet")}}
+    session = make_session(tmp_path, server, [glossary(tmp_path), lake])
+    try:
+        server.replies = [load(), *queries("SELECT * FROM customers", "SELECT * FROM orders",
+                                           "SELECT * FROM contacts ORDER BY id"), {"text": "seen"}]
+        assert session.ask("look at everything").status == "completed"
+        classes = session.masking.masker.columns
+        assert {c: (cc.cls, cc.kind) for c, cc in classes["r0"].items() if c in ("email", "notes", "name")} == {
+            "email": ("pii", "email"), "notes": ("restricted", None), "name": ("pii", None)}
+        assert (classes["r1"]["email"].cls, classes["r1"]["email"].kind) == ("pii", "email")  # a file with no glossary
+        assert {c: (cc.cls, cc.kind) for c, cc in classes["r2"].items()} == {
+            "phone": ("pii", "phone"), "card": ("financial", "card")}  # their pseudonyms are no valid phone or card
+        shown = session.cache.get("r2")
+        assert not set(shown["phone"]) & set(contacts["phone"]) and not set(shown["card"]) & set(contacts["card"])
+        assert session.cache.user_value("r2", shown).equals(contacts)
+        events = [json.loads(line) for line in logged(tmp_path).splitlines()]
+        applied = {e["tool_use_id"]: e["counts"] for e in events if e.get("name") == "masking_applied"}
+        assert applied["r0"] == {"financial": 3, "pii": 6, "restricted": 3} and applied["r1"] == {"pii": 4}
+        assert applied["r2"] == {"financial": 2, "pii": 2}
+        assert leaks(sent(server)) == [] and leaks(logged(tmp_path)) == []
+    finally:
+        session.close()

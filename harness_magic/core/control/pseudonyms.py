@@ -83,6 +83,9 @@ class Pseudonyms:
         self._lock = threading.RLock()
         self.notes: list[str] = []
         """Columns left as they were, and why (bounded by :data:`NOTES_MAX`)."""
+        self._served_classes: dict[tuple[str, str], ColumnClass] = {}
+        """(view, column), lower-cased -> the class an engine's view serves it with (:meth:`served_column`): a
+        query's result column computed from it is classified by it, though its values arrive already concealed."""
         self._served: dict[tuple[str, str], dict[str, str]] = {}
         """(kind, class) -> real text -> pseudonym, for what engines' views asked (:meth:`engine_pseudonyms`)."""
         self._entered: dict[str, dict[str, int]] = {}
@@ -171,9 +174,36 @@ class Pseudonyms:
     def _classify(self, handle: str, label: str, series: Any, sources: ColumnSources | None) -> ColumnClass | None:
         declared = self._with_detection(f"{handle}.{label}", self._declared(handle, label, sources),
                                         lambda: series.head(DETECT_SAMPLE_VALUES).tolist())
+        if declared is None:
+            declared = self._arrived_concealed(series)
         if declared is not None:
             self.masker.columns.setdefault(handle, {})[label] = declared
         return declared
+
+    def _arrived_concealed(self, series: Any) -> ColumnClass | None:
+        """The class of a column whose sampled values all arrived concealed (an engine's view served them, and
+        lineage could not name the view's column, e.g. ``SELECT *``): a denied column's class, or the kind
+        detected in the real values its pseudonyms stand for (``pii`` when none is). None otherwise."""
+        try:
+            values = [v for v in series.head(DETECT_SAMPLE_VALUES).tolist() if isinstance(v, str)]
+        except (TypeError, ValueError, AttributeError):
+            return None
+        if not values:
+            return None
+        for cls in CLASS_STRENGTH:
+            if all(v == denied_text(cls) for v in values):
+                return ColumnClass(cls, "denied by its engine")
+        with self._lock:
+            if not all(v in self._reverse for v in values):
+                return None
+            real = [self._reverse[v] for v in values]
+        try:
+            kind = classify_column(real)
+        except (TypeError, ValueError, AttributeError, OverflowError):
+            kind = None
+        if kind is None:
+            return ColumnClass("pii", "served as pseudonyms")
+        return ColumnClass(DETECTED_KINDS[kind], "detected", kind)
 
     def _with_detection(self, where: str, declared: ColumnClass | None,
                         sample: Callable[[], list[Any]]) -> ColumnClass | None:
@@ -199,7 +229,9 @@ class Pseudonyms:
         cc = self._with_detection(f"{table}.{column}", self.masker.declared_class(column, table), lambda: sample)
         action = None if cc is None else _action(cc, numeric, self.masker.policy)
         if cc is None or action is None:
+            self._served_classes.pop((table.lower(), column.lower()), None)
             return None
+        self._served_classes[(table.lower(), column.lower())] = cc
         return ServedColumn(action, cc.cls, cc.kind or cc.cls, cc.source)
 
     def engine_pseudonyms(self, kind: str, cls: str, values: list[str]) -> list[str]:
@@ -227,6 +259,8 @@ class Pseudonyms:
         for ref in sorted(refs):
             table, _, column = ref.rpartition(".")
             found = self.masker.declared_class(column, table or None)
+            if found is None and sources is not None and table:
+                found = self._served_classes.get((table.lower(), column.lower()))
             if found is None and sources is not None:
                 found = self._handle_class(column, table, handle)
             if found is None:
@@ -254,9 +288,10 @@ class Pseudonyms:
         """``series`` concealed by the policy for its class (see the module table)."""
         try:
             action = _action(cc, _numeric(series), policy)
+            counted = "_derived" not in policy  # values an engine's view concealed count like ours; a save's do not
             if action == "deny":
                 out = self._map(series, lambda values: [denied_text(cc.cls)] * len(values))
-                if out is not series:
+                if out is not series or counted:
                     self._count(handle, cc.cls, series)
                 return out
             if action is None:
@@ -265,7 +300,7 @@ class Pseudonyms:
                 return series
             kind = cc.kind or cc.cls
             out = self._map(series, lambda values: self._pseudonyms_of(kind, cc.cls, values))
-            if out is not series:
+            if out is not series or counted:
                 self._count(handle, cc.cls, series)
             return out
         except (TypeError, ValueError, AttributeError, OverflowError) as exc:  # unhashable cells and the like
