@@ -54,7 +54,7 @@ def bench_postgres(rows: int) -> None:
     import sqlalchemy as sa
 
     from harness_magic.core.execution.connectors._results import rows_to_frame
-    from harness_magic.core.execution.connectors.sql import SQLConnection
+    from harness_magic.core.execution.connectors.sql.connector import SQLConnection
     from postgres import PostgresServer
 
     server = PostgresServer().start()
@@ -142,7 +142,7 @@ def bench_duckdb(rows: int) -> None:
     import pandas as pd
 
     from harness_magic.core.cache import SessionCache
-    from harness_magic.core.execution.connectors.duckdb_engine import DuckDBEngine
+    from harness_magic.core.execution.connectors.duckdb.engine import DuckDBEngine
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "sales.parquet"

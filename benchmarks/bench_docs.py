@@ -48,7 +48,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness_magic.core.execution.connectors.docs import docs_connector  # noqa: E402
+from harness_magic.core.execution.connectors.docs.connector import docs_connector  # noqa: E402
 from harness_magic.core.knowledge.index import _TOKEN_RE  # noqa: E402
 
 SECTIONS_PER_FILE = 10

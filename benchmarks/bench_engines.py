@@ -146,8 +146,8 @@ def child(mode: str, pattern: str, repeats: int, query: str) -> dict:
 
     from harness_magic.core.cache import SessionCache
     # the module itself: the package re-exports a function of that name
-    module = importlib.import_module("harness_magic.core.execution.connectors.duckdb_connector")
-    from harness_magic.core.execution.connectors.duckdb_engine import DuckDBEngine
+    module = importlib.import_module("harness_magic.core.execution.connectors.duckdb.connector")
+    from harness_magic.core.execution.connectors.duckdb.engine import DuckDBEngine
     from harness_magic.core.execution.connectors.lazy import materialize_count
 
     sql = QUERIES[query][0]
@@ -304,8 +304,8 @@ def spark_section(rows_list: list[int]) -> None:
 
     from harness_magic.core.cache import SessionCache
     from harness_magic.core.execution.connectors.lazy import materialize_count
-    from harness_magic.core.execution.connectors.spark_engine import SparkEngine
-    from harness_magic.core.execution.connectors.spark_server import LocalSparkConnect
+    from harness_magic.core.execution.connectors.spark.engine import SparkEngine
+    from harness_magic.core.execution.connectors.spark.server import LocalSparkConnect
 
     started = time.perf_counter()
     server = LocalSparkConnect("local[2]", SPARK_CONF, read_paths=[str(DATA_DIR)])  # all it may read
@@ -318,7 +318,7 @@ def spark_section(rows_list: list[int]) -> None:
         plain_session = SparkSession.builder.remote(server.url).create()
         for rows in rows_list:
             pattern, _ = generate(rows)
-            # a file view: SQL on raw paths is off in the connector's sessions (spark_plan.PINNED_CONF)
+            # a file view: SQL on raw paths is off in the connector's sessions (spark.plan.PINNED_CONF)
             engine = SparkEngine(server.url, files={"events": pattern}, count_budget_s=30.0, timeout_s=3_600)
             cache = SessionCache()
             cache.put("events_all", engine.lazy(cache, "SELECT * FROM events"))

@@ -25,7 +25,7 @@ Tables printed (markdown):
    against a plain pyarrow pass over the same column (``utf8_upper`` there and
    back: every value read and rewritten once).
 4. The engine serves the pseudonyms
-   (:mod:`~harness_magic.core.execution.connectors.duckdb_pseudonyms`): a DuckDB connector's Parquet file of
+   (:mod:`~harness_magic.core.execution.connectors.duckdb.pseudonyms`): a DuckDB connector's Parquet file of
    1e6 rows (an e-mail column, all distinct, and an amount) read through its view in a session (the e-mail
    served by ``harness_pseudonym``, each pair kept for pull) against the same ``SELECT`` outside a session
    (DuckDB's own Parquet reader, no view): the whole result fetched, a filter on one e-mail, and a sum.
@@ -199,7 +199,7 @@ def bench_engine_view(rows: int = 1_000_000) -> None:
     import numpy as np
 
     from harness_magic.core.control.pseudonyms import Pseudonyms
-    from harness_magic.core.execution.connectors.duckdb_engine import DuckDBEngine
+    from harness_magic.core.execution.connectors.duckdb.engine import DuckDBEngine
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "customers.parquet"

@@ -466,7 +466,7 @@ def test_a_sqlite_write_without_a_preview_is_audited_with_its_row_count(tmp_path
     import sqlite3
 
     from harness_magic.core.execution.connectors import ApprovalPolicy
-    from harness_magic.core.execution.connectors.sql import sql_connector
+    from harness_magic.core.execution.connectors.sql.connector import sql_connector
     from harness_magic.core.providers.offline import ScriptedModel
     from harness_magic.core.providers.adapter import ProviderAdapter
     from harness_magic.core.config import AgentConfig

@@ -20,7 +20,7 @@ import pytest
 from harness_magic.core.cache import SessionCache
 from harness_magic.core.execution.connectors import ConnectorRegistry
 from harness_magic.core.export import RunRecorder, export_runs, render_answer_html
-from harness_magic.core.execution.connectors.docs import docs_connector
+from harness_magic.core.execution.connectors.docs.connector import docs_connector
 from harness_magic.core.knowledge.citations import CITATION_RE, Source, citations_html, citations_markdown
 from harness_magic.core.agent.loop import Harness
 from harness_magic.core.providers.offline import ScriptedModel

@@ -20,8 +20,8 @@ import sqlalchemy as sa
 from harness_magic.core.cache import SessionCache
 from harness_magic.core.execution.connectors import ApprovalPolicy, ConnectorRegistry, duckdb_connector, sql_connector
 from harness_magic.core.execution.connectors.classify import SQLClassificationError, classify_sql
-from harness_magic.core.execution.connectors.duckdb_connector import lazy_rebinder
-from harness_magic.core.execution.connectors.spark_connector import spark_connector
+from harness_magic.core.execution.connectors.duckdb.connector import lazy_rebinder
+from harness_magic.core.execution.connectors.spark.connector import spark_connector
 from harness_magic.core.agent.loop import Harness
 from harness_magic.core.providers.offline import ScriptedModel
 from harness_magic.core.providers.adapter import ProviderAdapter
@@ -328,7 +328,7 @@ def test_each_hostile_form_really_writes_in_postgresql(pg, sql, kind):
 @pytest.mark.parametrize("sql, kind", HOSTILE + [(deep_consumer("{t}"), "destructive")])
 def test_postgresql_read_path_refuses_each_form_without_the_classifier(pg, sql, kind):
     """The boundary: the read path's read-only transaction refuses the form (the classifier skipped)."""
-    from harness_magic.core.execution.connectors.sql import SQLConnection
+    from harness_magic.core.execution.connectors.sql.connector import SQLConnection
 
     url, engine = pg
     before = pg_state(engine)

@@ -17,7 +17,7 @@ import pytest
 
 from harness_magic.core.cache import SessionCache
 from harness_magic.core.execution.connectors import ConnectorRegistry, duckdb_connector
-from harness_magic.core.execution.connectors.duckdb_engine import DuckDBEngine
+from harness_magic.core.execution.connectors.duckdb.engine import DuckDBEngine
 from harness_magic.core.agent.loop import Harness
 from harness_magic.core.providers.offline import ScriptedModel
 from harness_magic.core.providers.adapter import ProviderAdapter
@@ -144,7 +144,7 @@ def test_the_read_only_file_system_opens_configured_files_for_reading_only(files
     import io
     import os
 
-    from harness_magic.core.execution.connectors.readonly_fs import ReadOnlyFiles
+    from harness_magic.core.execution.connectors.duckdb.readonly_fs import ReadOnlyFiles
 
     fs = ReadOnlyFiles({"sales/0.parquet": files["pq"]})
     url = fs.url("sales/0.parquet")

@@ -15,7 +15,7 @@ import pytest
 
 from harness_magic.core.cache import SessionCache
 from harness_magic.core.execution.connectors import duckdb_connector
-from harness_magic.core.execution.connectors.duckdb_engine import DuckDBEngine
+from harness_magic.core.execution.connectors.duckdb.engine import DuckDBEngine
 from harness_magic.core.execution.connectors.lazy import LazyRelation, MaterializeLimitError, materialize_count
 from harness_magic.core.transcript.events import EngineProgress
 from harness_magic.core.providers.offline import ScriptedModel
@@ -236,7 +236,7 @@ def test_a_count_past_the_budget_is_skipped_not_estimated(dataset, monkeypatch):
     root, frame = dataset
     import importlib
 
-    module = importlib.import_module("harness_magic.core.execution.connectors.duckdb_engine")
+    module = importlib.import_module("harness_magic.core.execution.connectors.duckdb.engine")
     monkeypatch.setattr(module, "COUNT_BUDGET_S", 0.05)
     engine = DuckDBEngine({"events": str(root)})
     cache = SessionCache()
@@ -255,7 +255,7 @@ def test_the_plan_is_read_as_text_inside_a_notebook_kernel(monkeypatch):
     """Under Jupyter DuckDB's ``explain()`` displays HTML and returns "": the engine must ask for text."""
     import importlib
 
-    module = importlib.import_module("harness_magic.core.execution.connectors.duckdb_engine")
+    module = importlib.import_module("harness_magic.core.execution.connectors.duckdb.engine")
     monkeypatch.setattr(importlib.import_module("_duckdb"), "__jupyter__", True, raising=False)
     monkeypatch.setattr(importlib.import_module("duckdb._relation"), "_display_html",
                         lambda *a, **k: pytest.fail("a query plan was displayed in the cell"))
@@ -291,7 +291,7 @@ def test_agent_pull_and_agent_vars_of_a_lazy_handle(tmp_path, dataset):
     driver = textwrap.dedent(f"""\
         import json
         from IPython.core.interactiveshell import InteractiveShell
-        from harness_magic.core.execution.connectors.duckdb_engine import DuckDBEngine
+        from harness_magic.core.execution.connectors.duckdb.engine import DuckDBEngine
         shell = InteractiveShell.instance()
         shell.run_line_magic("load_ext", "harness_magic")
         shell.run_line_magic("config", 'AgentMagics.sandbox = "inprocess"')
@@ -345,7 +345,7 @@ def test_snapshot_strategy_follows_the_plan(dataset):
     """Aggregating plans are computed whole into an engine table; others are read up to ONE_PASS_MAX_ROWS + 1."""
     import importlib
 
-    module = importlib.import_module("harness_magic.core.execution.connectors.duckdb_engine")
+    module = importlib.import_module("harness_magic.core.execution.connectors.duckdb.engine")
     root, frame = dataset
     engine = DuckDBEngine({"events": str(root)})
     con = engine.connect(SessionCache(), "events")
@@ -474,7 +474,7 @@ def test_agent_pull_max_rows_raises_the_row_cap_and_refuses_hostile_values(tmp_p
     root, frame = dataset
     driver = textwrap.dedent(f"""\
         from IPython.core.interactiveshell import InteractiveShell
-        from harness_magic.core.execution.connectors.duckdb_engine import DuckDBEngine
+        from harness_magic.core.execution.connectors.duckdb.engine import DuckDBEngine
         shell = InteractiveShell.instance()
         shell.run_line_magic("load_ext", "harness_magic")
         shell.run_line_magic("config", 'AgentMagics.sandbox = "inprocess"')
@@ -530,7 +530,7 @@ def _checkpointed(tmp_path, dataset):
 
 
 def test_a_checkpoint_keeps_lazy_handles_as_definitions_and_rebinds_them(tmp_path, dataset):
-    from harness_magic.core.execution.connectors.duckdb_connector import lazy_rebinder
+    from harness_magic.core.execution.connectors.duckdb.connector import lazy_rebinder
 
     registry, cache = _checkpointed(tmp_path, dataset)
     manifest = json.loads((tmp_path / "ckpt" / "manifest.json").read_text())
@@ -549,7 +549,7 @@ def test_a_checkpoint_keeps_lazy_handles_as_definitions_and_rebinds_them(tmp_pat
 
 def test_without_its_connector_a_lazy_handle_is_named_and_the_rest_loads(tmp_path, dataset):
     from harness_magic.core.cache import CheckpointWarning
-    from harness_magic.core.execution.connectors.duckdb_connector import lazy_rebinder
+    from harness_magic.core.execution.connectors.duckdb.connector import lazy_rebinder
 
     registry, cache = _checkpointed(tmp_path, dataset)
     with pytest.warns(CheckpointWarning, match=r"2 engine handle\(s\) not restored: joined .*rebind"):
@@ -579,7 +579,7 @@ HOSTILE_DEFINITIONS = [
 @pytest.mark.parametrize("sql", HOSTILE_DEFINITIONS)
 def test_a_crafted_query_in_a_checkpoint_runs_nothing_the_model_could_not(tmp_path, dataset, sql):
     from harness_magic.core.cache import CheckpointWarning
-    from harness_magic.core.execution.connectors.duckdb_connector import lazy_rebinder
+    from harness_magic.core.execution.connectors.duckdb.connector import lazy_rebinder
 
     registry, cache = _checkpointed(tmp_path, dataset)
     target, secret = tmp_path / "written.csv", tmp_path / "secret.txt"

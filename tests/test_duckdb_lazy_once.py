@@ -18,7 +18,7 @@ import pytest
 
 from harness_magic.core.cache import SessionCache
 from harness_magic.core.execution.connectors import duckdb_connector
-from harness_magic.core.execution.connectors.duckdb_engine import ONE_PASS_MAX_ROWS, RESULT_TABLE_PREFIX, DuckDBEngine
+from harness_magic.core.execution.connectors.duckdb.engine import ONE_PASS_MAX_ROWS, RESULT_TABLE_PREFIX, DuckDBEngine
 from harness_magic.core.execution.connectors.lazy import MaterializeLimitError, materialize_count
 from harness_magic.core.providers.offline import ScriptedModel
 from harness_magic.core.providers.adapter import ProviderAdapter

@@ -24,7 +24,7 @@ from harness_magic.core.config import AgentConfig
 from harness_magic.core.session import AgentSession
 from test_duckdb_lazy_once import counting_connector, counting_engine
 
-module = importlib.import_module("harness_magic.core.execution.connectors.duckdb_engine")
+module = importlib.import_module("harness_magic.core.execution.connectors.duckdb.engine")
 ROWS = 400_000
 FOUR = "SELECT x % 4 AS k, sum(tick(x)) AS s, count(*) AS n FROM t GROUP BY 1"
 """A 4-row aggregate over ROWS rows: the shape of the issue's 5e7-row case."""

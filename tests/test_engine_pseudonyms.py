@@ -149,7 +149,7 @@ def test_the_pseudonym_function_makes_pseudonyms_and_cannot_invert_them(tmp_path
 def test_a_changed_policy_or_glossary_redefines_the_views_before_the_next_query(tmp_path):
     from harness_magic.core.cache import SessionCache
     from harness_magic.core.control.pseudonyms import Pseudonyms
-    from harness_magic.core.execution.connectors.duckdb_engine import DuckDBEngine
+    from harness_magic.core.execution.connectors.duckdb.engine import DuckDBEngine
     from harness_magic.core.text.masking import ColumnClass, Masker
 
     people().to_csv(tmp_path / "c.csv", index=False)
@@ -181,7 +181,7 @@ def test_a_changed_policy_or_glossary_redefines_the_views_before_the_next_query(
 def test_outside_a_session_the_engine_reads_its_files_as_before_and_never_serves_a_session_after(tmp_path):
     from harness_magic.core.cache import SessionCache
     from harness_magic.core.control.pseudonyms import Pseudonyms
-    from harness_magic.core.execution.connectors.duckdb_engine import DuckDBEngine
+    from harness_magic.core.execution.connectors.duckdb.engine import DuckDBEngine
     from harness_magic.core.execution.tools import ToolError
     from harness_magic.core.text.masking import Masker
 

@@ -19,7 +19,7 @@ import pytest
 
 from harness_magic.core import export
 from harness_magic.core.cache import SessionCache, make_snapshot
-from harness_magic.core.execution.connectors.docs import docs_connector
+from harness_magic.core.execution.connectors.docs.connector import docs_connector
 from harness_magic.core.execution.interpreter import trailing_value_name
 from harness_magic.core.text.counts import count
 from harness_magic.core.text.snapshot_view import snapshot_html, snapshot_rich, snapshot_text

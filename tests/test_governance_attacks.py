@@ -281,7 +281,7 @@ def test_a_planted_deep_last_line_does_not_stop_the_next_append(tmp_path):
 # --------------------------------------------------------------------------- governed writes: DuckDB
 
 from harness_magic.core.execution.connectors import ApprovalPolicy, sql_connector  # noqa: E402
-from harness_magic.core.execution.connectors.duckdb_connector import duckdb_connector  # noqa: E402
+from harness_magic.core.execution.connectors.duckdb.connector import duckdb_connector  # noqa: E402
 from harness_magic.core.execution.connectors.policy import GovernancePolicy  # noqa: E402
 from postgres import postgres_url  # noqa: E402,F401  (session fixture)
 from test_governed_writes import call, duck_rows, run_tools  # noqa: E402
@@ -339,7 +339,7 @@ def test_a_duckdb_write_touching_pii_in_another_schema_is_refused_by_the_deny_ru
 
 def test_a_write_touching_a_column_only_the_glossary_classes_pii_is_refused_by_the_deny_rule(tmp_path, crm):
     """The glossary's ``sensitivity`` counts for writes as for masking; the connector's own option wins over it."""
-    from harness_magic.core.execution.connectors.docs import glossary_connector
+    from harness_magic.core.execution.connectors.docs.connector import glossary_connector
 
     (tmp_path / "terms.yaml").write_text(
         "tables:\n  crm.customers.email: {kind: dimension, definition: The customer's e-mail., sensitivity: pii}\n")

@@ -18,7 +18,7 @@ from harness_magic.core.agent.loop import Harness
 from harness_magic.core.cache import SessionCache
 from harness_magic.core.execution.connectors import ApprovalPolicy, ConnectorRegistry, sql_connector
 from harness_magic.core.execution.connectors.approval import ApprovalDecision
-from harness_magic.core.execution.connectors.duckdb_connector import duckdb_connector
+from harness_magic.core.execution.connectors.duckdb.connector import duckdb_connector
 from harness_magic.core.execution.connectors.policy import Actor, GovernancePolicy, PolicyError
 from harness_magic.core.execution.connectors.preview import DUCKDB_WRITE_CONFIG, PREVIEW_SAMPLE_ROWS
 from harness_magic.core.providers.offline import ScriptedModel

@@ -17,7 +17,7 @@ import yaml
 from harness_magic.core.cache import SessionCache
 from harness_magic.core.execution.connectors import ConnectorRegistry, connectors_from_config
 from harness_magic.core.transcript.events import Notice, VerificationChecked
-from harness_magic.core.execution.connectors.docs import docs_connector, glossary_connector
+from harness_magic.core.execution.connectors.docs.connector import docs_connector, glossary_connector
 from harness_magic.core.knowledge import (
     GlossaryError,
     HashingEmbedder,

@@ -30,8 +30,8 @@ from harness_magic.core.cache import SessionCache
 from harness_magic.core.execution.connectors import ConnectorRegistry
 from harness_magic.core.execution.connectors.registry import ToolContext
 from harness_magic.core.transcript.events import VerificationChecked
-from harness_magic.core.execution.connectors import docs as docs_connectors
-from harness_magic.core.execution.connectors.docs import docs_connector
+from harness_magic.core.execution.connectors.docs import connector as docs_connectors
+from harness_magic.core.execution.connectors.docs.connector import docs_connector
 from harness_magic.core.knowledge.extract import ExtractionLimits, ExtractionTimeout
 from harness_magic.core.knowledge.extract_worker import ExtractionWorker
 from harness_magic.core.knowledge.index import DocIndex

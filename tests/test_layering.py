@@ -4,7 +4,9 @@ one import path per name.
 The contracts are ``[tool.importlinter]`` in ``pyproject.toml``: import-linter ``layers`` contracts,
 one per container (``harness_magic`` and ``harness_magic.core``), each ``exhaustive`` so a package
 nobody placed fails. This file runs them, proves they fail on an upward import (through an existing
-module and through a new package) and on an unplaced package, and adds the rules import-linter has
+module and through a new package) and on an unplaced package, that an ``independence`` contract keeps
+the connector engine packages (``connectors/duckdb``, ``spark``, ``sql``, ``files``, ``docs``) from
+importing each other, and adds the rules import-linter has
 no contract for: no module circles, no private names across modules, no re-exports (every import
 names the module that defines the name, or a package whose ``__all__`` lists it).
 """
@@ -100,15 +102,48 @@ def test_a_new_module_is_unlisted_too_not_only_a_package(tmp_path):
     assert _unlisted(result.stdout) == ["harness_magic.core.helpers"]
 
 
+ENGINE_PACKAGES = ["harness_magic.core.execution.connectors." + name for name in ("duckdb", "spark", "sql", "files", "docs")]
+"""One package per engine under ``connectors/``; the shared governance pieces sit beside them."""
+
+
 def test_every_contract_is_exhaustive_over_its_container():
-    """Each container of the design has one exhaustive contract, and nothing else is configured."""
+    """Each container of the design has one exhaustive layers contract; the one other contract keeps the
+    connector engine packages independent; nothing else is configured."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
     contracts = config["contracts"]
-    assert sorted(c["containers"][0] for c in contracts) == ["harness_magic", "harness_magic.core"]
-    for contract in contracts:
-        assert contract["type"] == "layers" and contract["exhaustive"] is True, contract["name"]
+    layers = [c for c in contracts if c["type"] == "layers"]
+    others = [c for c in contracts if c["type"] != "layers"]
+    assert sorted(c["containers"][0] for c in layers) == ["harness_magic", "harness_magic.core"]
+    for contract in layers:
+        assert contract["exhaustive"] is True, contract["name"]
         assert len(contract["containers"]) == 1 and not contract.get("exhaustive_ignores"), contract["name"]
         assert not contract.get("ignore_imports"), contract["name"]
+    assert len(others) == 1 and others[0]["type"] == "independence", others
+    assert others[0]["modules"] == ENGINE_PACKAGES and not others[0].get("ignore_imports")
+
+
+def test_the_engine_packages_are_exactly_the_connectors_subpackages():
+    """A new engine package under connectors/ must join the independence contract."""
+    connectors = PACKAGE / "core" / "execution" / "connectors"
+    found = sorted(f"harness_magic.core.execution.connectors.{d.name}" for d in connectors.iterdir()
+                   if (d / "__init__.py").exists())
+    assert found == sorted(ENGINE_PACKAGES)
+
+
+def test_one_engine_importing_another_breaks_the_contract(tmp_path):
+    """What the independence contract is for: the Spark connector once imported the DuckDB connector for one
+    helper; such an import, even lazy inside a function, fails."""
+    package = _copy(tmp_path)
+    spark = package / "core" / "execution" / "connectors" / "spark" / "connector.py"
+    spark.write_text(spark.read_text() + "\n\ndef _borrowed():\n"
+                     "    from harness_magic.core.execution.connectors.duckdb.connector import lazy_rebinder\n"
+                     "    return lazy_rebinder\n")
+    result = _lint(tmp_path)
+    report = " ".join(result.stdout.split())  # import-linter wraps long lines
+    assert result.returncode != 0
+    assert ("harness_magic.core.execution.connectors.spark.connector -> "
+            "harness_magic.core.execution.connectors.duckdb.connector") in report
+    assert "1 broken" in report and _unlisted(result.stdout) == []
 
 
 def _graph() -> grimp.ImportGraph:

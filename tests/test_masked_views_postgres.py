@@ -38,8 +38,8 @@ def crm(postgres_url):  # noqa: F811
 
 
 def test_a_read_role_reading_sensitive_columns_is_named_and_the_dba_ddl_leaves_it_masked_views(crm, postgres_url):  # noqa: F811
-    from harness_magic.core.execution.connectors.masked_views import masked_view_ddl, sensitive_column_access
-    from harness_magic.core.execution.connectors.sql import SQLConnection
+    from harness_magic.core.execution.connectors.sql.masked_views import masked_view_ddl, sensitive_column_access
+    from harness_magic.core.execution.connectors.sql.connector import SQLConnection
 
     reader_url, admin = crm
     db = SQLConnection(postgres_url, read_url=reader_url, timeout_s=5)
@@ -69,8 +69,8 @@ def test_a_read_role_reading_sensitive_columns_is_named_and_the_dba_ddl_leaves_i
 
 
 def test_the_first_query_of_a_connector_with_sensitive_columns_warns_naming_them(crm, postgres_url):  # noqa: F811
-    from harness_magic.core.execution.connectors.masked_views import masked_view_warnings
-    from harness_magic.core.execution.connectors.sql import SQLConnection, sql_connector
+    from harness_magic.core.execution.connectors.sql.masked_views import masked_view_warnings
+    from harness_magic.core.execution.connectors.sql.connector import SQLConnection, sql_connector
 
     reader_url, _admin = crm
     connector = sql_connector(postgres_url, read_url=reader_url, name="crm")

@@ -24,7 +24,7 @@ from harness_magic.core.control.memory import (
     SessionMemory,
 )
 from harness_magic.core.execution.connectors.approval import ApprovalDecision
-from harness_magic.core.execution.connectors.docs import glossary_connector
+from harness_magic.core.execution.connectors.docs.connector import glossary_connector
 from harness_magic.core.knowledge.workspace_memory import (
     WORKSPACE_MEMORY_MAX_BYTES,
     Definition,

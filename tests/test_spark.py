@@ -20,10 +20,10 @@ pytest.importorskip("pyspark")
 from harness_magic.core.execution.connectors import ApprovalPolicy, connectors_from_config  # noqa: E402
 from harness_magic.core.execution.connectors import classify as classify_mod  # noqa: E402
 from harness_magic.core.execution.connectors.lazy import LazyRelation, MaterializeLimitError, materialize_count  # noqa: E402
-from harness_magic.core.execution.connectors.spark_engine import SparkEngine, SparkRelation
-from harness_magic.core.execution.connectors.spark_connector import spark_connector
-from harness_magic.core.execution.connectors.spark_query import wrap_query
-from harness_magic.core.execution.connectors.spark_server import LocalSparkConnect  # noqa: E402
+from harness_magic.core.execution.connectors.spark.engine import SparkEngine, SparkRelation
+from harness_magic.core.execution.connectors.spark.connector import spark_connector
+from harness_magic.core.execution.connectors.spark.query import wrap_query
+from harness_magic.core.execution.connectors.spark.server import LocalSparkConnect  # noqa: E402
 from harness_magic.core.transcript.events import EngineProgress  # noqa: E402
 from harness_magic.core.providers.offline import ScriptedModel  # noqa: E402
 from harness_magic.core.providers.adapter import ProviderAdapter  # noqa: E402
@@ -473,7 +473,7 @@ def test_a_checkpoint_rebinds_spark_handles_and_refuses_crafted_queries(tmp_path
 
     from harness_magic.core.cache import CheckpointWarning, SessionCache
     from harness_magic.core.execution.connectors import ConnectorRegistry
-    from harness_magic.core.execution.connectors.spark_connector import spark_rebinder
+    from harness_magic.core.execution.connectors.spark.connector import spark_rebinder
 
     server, admin, _ = spark_server
     built = spark_connector(server.url, name="lake", count_budget_s=EXACT)
@@ -511,7 +511,7 @@ def test_a_checkpoint_rebinds_spark_handles_and_refuses_crafted_queries(tmp_path
 def test_a_small_result_is_counted_by_its_head_job_and_a_large_one_by_count(spark, monkeypatch):
     import importlib
 
-    module = importlib.import_module("harness_magic.core.execution.connectors.spark_engine")
+    module = importlib.import_module("harness_magic.core.execution.connectors.spark.engine")
     engine = spark().engine
     counted = []
     real_count = SparkEngine._count
@@ -591,7 +591,7 @@ def test_creating_and_pulling_a_small_result_runs_one_spark_job(spark, monkeypat
 def test_a_result_too_big_to_keep_is_pulled_by_one_spark_job(spark, monkeypatch):
     import importlib
 
-    module = importlib.import_module("harness_magic.core.execution.connectors.spark_engine")
+    module = importlib.import_module("harness_magic.core.execution.connectors.spark.engine")
     engine = spark().engine
     monkeypatch.setattr(module, "ONE_PASS_ROWS", 100)
     relation = engine.lazy(None, "SELECT id, amount FROM sales WHERE amount > 10")

@@ -19,8 +19,8 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from harness_magic.core.execution.connectors import spark_server  # noqa: E402
-from harness_magic.core.execution.connectors.spark_server import LocalSparkConnect, SparkStartError  # noqa: E402
+from harness_magic.core.execution.connectors.spark import server as spark_server  # noqa: E402
+from harness_magic.core.execution.connectors.spark.server import LocalSparkConnect, SparkStartError  # noqa: E402
 from harness_magic.core.confinement import layers as confinement  # noqa: E402
 from harness_magic.core.transcript.scrub import REDACTED, scrub  # noqa: E402
 
@@ -239,7 +239,7 @@ def test_restricted_mode_is_on_by_default_and_stop_removes_everything():
 
 KERNEL = textwrap.dedent("""
     import json, os, sys, time
-    from harness_magic.core.execution.connectors.spark_server import LocalSparkConnect
+    from harness_magic.core.execution.connectors.spark.server import LocalSparkConnect
     server = LocalSparkConnect("local[1]")
     holder = os.fork()  # like any forked helper, it keeps the supervisor's stdin pipe open after the kernel dies
     if holder == 0:

@@ -23,16 +23,16 @@ pytest.importorskip("pyspark")
 
 from harness_magic.core.cache import SessionCache  # noqa: E402
 from harness_magic.core.execution.connectors import ApprovalPolicy, ConnectorRegistry  # noqa: E402
-from harness_magic.core.execution.connectors.spark_engine import ONE_PASS_ROWS, SparkEngine
-from harness_magic.core.execution.connectors.spark_connector import spark_connector, spark_rebinder
-from harness_magic.core.execution.connectors.spark_plan import PINNED_CONF  # noqa: E402
+from harness_magic.core.execution.connectors.spark.engine import ONE_PASS_ROWS, SparkEngine
+from harness_magic.core.execution.connectors.spark.connector import spark_connector, spark_rebinder
+from harness_magic.core.execution.connectors.spark.plan import PINNED_CONF  # noqa: E402
 from harness_magic.core.providers.offline import ScriptedModel  # noqa: E402
 from harness_magic.core.providers.adapter import ProviderAdapter  # noqa: E402
 from harness_magic.core.config import AgentConfig
 from harness_magic.core.session import AgentSession
 from harness_magic.core.execution.tools import ToolError  # noqa: E402
 
-engine_mod = importlib.import_module("harness_magic.core.execution.connectors.spark_engine")
+engine_mod = importlib.import_module("harness_magic.core.execution.connectors.spark.engine")
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
 REGIONS = ["north", "south", "east", "west"]

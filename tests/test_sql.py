@@ -233,7 +233,7 @@ def test_sqlite_reads_run_on_a_read_only_connection(tmp_path, attack):
     """Straight into the engine path: SQLite itself refuses the write, whatever the classifier says."""
     import sqlite3
 
-    from harness_magic.core.execution.connectors.sql import SQLConnection
+    from harness_magic.core.execution.connectors.sql.connector import SQLConnection
     from harness_magic.core.execution.tools import ToolError
 
     path = tmp_path / "bank.db"

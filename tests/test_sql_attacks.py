@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from harness_magic.core.cache import SessionCache
 from harness_magic.core.execution.connectors import ApprovalPolicy, ConnectorRegistry, sql_connector
 from harness_magic.core.execution.connectors.classify import classify_sql
-from harness_magic.core.execution.connectors.sql import SQLConnection
+from harness_magic.core.execution.connectors.sql.connector import SQLConnection
 from harness_magic.core.agent.loop import Harness
 from harness_magic.core.providers.offline import ScriptedModel
 from harness_magic.core.providers.adapter import ProviderAdapter

@@ -77,7 +77,7 @@ class DocsMagics(Magics):
         self._agent = agent_magics
 
     def _connectors(self, name: str | None) -> tuple[list[Any], list[Any]]:
-        from harness_magic.core.execution.connectors.docs import DocsConnector, GlossaryConnector
+        from harness_magic.core.execution.connectors.docs.connector import DocsConnector, GlossaryConnector
 
         installed = self._agent.session.connectors
         every = list(installed.registry._connectors.values()) if installed is not None else []

@@ -95,7 +95,7 @@ class SessionMagics(Magics):
         self._agent.show(f"<p>{html.escape(head)}</p>" + table_html(rows, SANDBOX_COLUMNS),
                    head + "\n" + table_text(rows, SANDBOX_COLUMNS))
         if any(isinstance(c, dict) and c.get("type") == "spark" and c.get("master") for c in self._agent.connectors or ()):
-            from harness_magic.core.execution.connectors.spark_server import spark_confinement_report
+            from harness_magic.core.execution.connectors.spark.server import spark_confinement_report
 
             state, report = spark_confinement_report()
             head = f"local Spark server (connectors with 'master'): {state}:"

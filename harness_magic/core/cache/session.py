@@ -430,7 +430,7 @@ class SessionCache:
         Engine handles are re-bound after every file-backed handle is in
         place, in the checkpoint's order: ``rebind(engine, definition, cache)``
         returns the value again (e.g.
-        :func:`harness_magic.core.execution.connectors.duckdb_connector.lazy_rebinder`,
+        :func:`harness_magic.core.execution.connectors.duckdb.connector.lazy_rebinder`,
         which runs the saved query through the connector's usual
         classification, exactly as a model's call). A definition is data: it
         is never decoded into code, and one that ``rebind`` refuses (or no

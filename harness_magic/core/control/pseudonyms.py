@@ -35,7 +35,7 @@ is the second). Contract:
 * **Engines that keep the data serve the pseudonyms.** A DuckDB connector's
   configured files are views that apply this map's keyed function
   (:meth:`Pseudonyms.served_column`, :meth:`Pseudonyms.engine_pseudonyms`;
-  see :mod:`~harness_magic.core.execution.connectors.duckdb_pseudonyms`): the
+  see :mod:`~harness_magic.core.execution.connectors.duckdb.pseudonyms`): the
   model's SQL runs over the pseudonyms the cache holds, and their results
   arrive already pseudonymised (never pseudonymised again).
 * **Other engines get real values for pseudonyms the model compares against**

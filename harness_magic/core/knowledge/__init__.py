@@ -11,7 +11,7 @@
 * :mod:`.citations` — source ids, the per-run ledger, the answer check, rendering;
 
 The ``docs`` and ``glossary`` connector types (the tools over this plane) live with the other
-connectors in :mod:`harness_magic.core.execution.connectors.docs`.
+connectors in :mod:`harness_magic.core.execution.connectors.docs.connector`.
 """
 
 from harness_magic.core.knowledge.citations import (

@@ -16,8 +16,8 @@ from harness_magic.core.execution.connectors.approval import (
 )
 from harness_magic.core.execution.connectors.classify import Classification, classify_sql
 from harness_magic.core.execution.connectors.config import connectors_from_config
-from harness_magic.core.execution.connectors.duckdb_connector import duckdb_connector
-from harness_magic.core.execution.connectors.files import files_connector
+from harness_magic.core.execution.connectors.duckdb.connector import duckdb_connector
+from harness_magic.core.execution.connectors.files.connector import files_connector
 from harness_magic.core.execution.connectors.policy import Actor, GovernancePolicy, PolicyError
 from harness_magic.core.execution.connectors.preview import Preflight
 from harness_magic.core.execution.connectors.registry import (
@@ -30,8 +30,8 @@ from harness_magic.core.execution.connectors.registry import (
     tool_from_function,
 )
 from harness_magic.core.execution.connectors.report import connectors_report, format_report
-from harness_magic.core.execution.connectors.spark_connector import spark_connector
-from harness_magic.core.execution.connectors.sql import sql_connector
+from harness_magic.core.execution.connectors.spark.connector import spark_connector
+from harness_magic.core.execution.connectors.sql.connector import sql_connector
 
 __all__ = [
     "ApprovalDecision",

@@ -18,12 +18,18 @@ __all__ = ["load_checkpoint"]
 
 
 def _rebinder(registry: Any) -> Any:
-    """The rebind function for ``registry`` (Spark handles, then lazy DuckDB ones); None without a registry."""
+    """The rebind function for ``registry`` (Spark handles, then lazy DuckDB ones); None without a registry.
+
+    The engines' rebinders are chained here, at the shared level: the engine packages do not import each other.
+    """
     if registry is None:
         return None
-    from harness_magic.core.execution.connectors.spark_connector import spark_rebinder  # light: no pyspark
+    from harness_magic.core.execution.connectors.duckdb.connector import lazy_rebinder
+    from harness_magic.core.execution.connectors.spark.connector import spark_rebinder  # light: no pyspark
 
-    return spark_rebinder(registry)
+    if not (hasattr(registry, "names") and hasattr(registry, "__getitem__")):
+        registry = list(registry)  # read twice: once per engine's rebinder
+    return spark_rebinder(registry, others=lazy_rebinder(registry))
 
 
 def load_checkpoint(directory: str | os.PathLike[str], registry: Any, *, hot_count: int | None = None,

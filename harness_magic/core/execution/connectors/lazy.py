@@ -37,7 +37,7 @@ a Spark snapshot already brought in (see *Computed once*). Contract:
   (same handle, same version) when it runs, else :class:`LazyInputError`.
 * **Checkpoints.** Its definition is the connector's name and the query
   (``__harness_checkpoint__``); loading re-runs that query through the
-  connector's usual classification (:func:`~.duckdb_connector.lazy_rebinder`),
+  connector's usual classification (:func:`~.duckdb.connector.lazy_rebinder`),
   never anything decoded from the checkpoint.
 """
 
@@ -48,7 +48,7 @@ from typing import Any, Callable, Iterable
 
 __all__ = ["LazyRelation", "MaterializeLimitError", "LazyInputError", "COUNT_BUDGET_S", "materialize_count",
            "reconcile_rows", "check_cap", "MAX_CAP", "QueryInputs", "resolve_inputs",
-           "cache_location", "is_cached_frame", "collect_within_caps", "definition_rebinder"]
+           "cache_location", "is_cached_frame", "collect_within_caps", "definition_rebinder", "Rebind"]
 
 COUNT_BUDGET_S = 2.0
 """A DuckDB snapshot may spend this long on ``count(*)`` of a result too long to keep; past it the count is

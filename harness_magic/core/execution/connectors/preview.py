@@ -283,7 +283,7 @@ def governed_write(backend: PreviewBackend, sql: str, classification: Any,
 
 
 class PostgresPreview:
-    """A preview transaction on a :class:`~.sql.SQLConnection` (psycopg 3)."""
+    """A preview transaction on a :class:`~.sql.connector.SQLConnection` (psycopg 3)."""
 
     engine = "postgresql"
 

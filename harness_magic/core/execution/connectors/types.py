@@ -68,42 +68,42 @@ def _missing_options(factory: ConnectorType, options: dict[str, Any]) -> list[st
 
 
 def files_type(*, roots: Any, **options: Any) -> Connector:
-    """``{"type": "files", "roots": [...]}``: :func:`~.files.files_connector`."""
-    from harness_magic.core.execution.connectors.files import files_connector
+    """``{"type": "files", "roots": [...]}``: :func:`~.files.connector.files_connector`."""
+    from harness_magic.core.execution.connectors.files.connector import files_connector
 
     return files_connector(roots, **options)
 
 
 def duckdb_type(*, files: Any = None, **options: Any) -> Connector:
-    """``{"type": "duckdb", "files": {...}}``: :func:`~.duckdb_connector.duckdb_connector`."""
-    from harness_magic.core.execution.connectors.duckdb_connector import duckdb_connector
+    """``{"type": "duckdb", "files": {...}}``: :func:`~.duckdb.connector.duckdb_connector`."""
+    from harness_magic.core.execution.connectors.duckdb.connector import duckdb_connector
 
     return duckdb_connector(files, **options)
 
 
 def sql_type(*, url: Any, **options: Any) -> Connector:
-    """``{"type": "sql", "url": "..."}``: :func:`~.sql.sql_connector`."""
-    from harness_magic.core.execution.connectors.sql import sql_connector
+    """``{"type": "sql", "url": "..."}``: :func:`~.sql.connector.sql_connector`."""
+    from harness_magic.core.execution.connectors.sql.connector import sql_connector
 
     return sql_connector(url, **options)
 
 
 def spark_type(*, remote: Any = None, **options: Any) -> Connector:
-    """``{"type": "spark", "remote": "sc://..."}`` or ``"master"``: :func:`~.spark_connector.spark_connector`."""
-    from harness_magic.core.execution.connectors.spark_connector import spark_connector
+    """``{"type": "spark", "remote": "sc://..."}`` or ``"master"``: :func:`~.spark.connector.spark_connector`."""
+    from harness_magic.core.execution.connectors.spark.connector import spark_connector
 
     return spark_connector(remote, **options)
 
 
 def docs_type(*, roots: Any, **options: Any) -> Connector:
-    """``{"type": "docs", "roots": [...]}``: :func:`~.docs.docs_connector`."""
-    from harness_magic.core.execution.connectors.docs import docs_connector
+    """``{"type": "docs", "roots": [...]}``: :func:`~.docs.connector.docs_connector`."""
+    from harness_magic.core.execution.connectors.docs.connector import docs_connector
 
     return docs_connector(roots, **options)
 
 
 def glossary_type(*, files: Any, **options: Any) -> Connector:
-    """``{"type": "glossary", "files": [...]}``: :func:`~.docs.glossary_connector`."""
-    from harness_magic.core.execution.connectors.docs import glossary_connector
+    """``{"type": "glossary", "files": [...]}``: :func:`~.docs.connector.glossary_connector`."""
+    from harness_magic.core.execution.connectors.docs.connector import glossary_connector
 
     return glossary_connector(files, **options)

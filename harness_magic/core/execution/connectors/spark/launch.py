@@ -1,13 +1,13 @@
 """Supervisor of the local Spark Connect JVM: starts it confined, stops it when its kernel goes.
 
-Run by :class:`~.spark_server.LocalSparkConnect` as ``python -I spark_launch.py`` in
+Run by :class:`~.server.LocalSparkConnect` as ``python -I launch.py`` in
 a session of its own (so a signal to the kernel's process group does not reach it).
 It imports only the standard library and the sandbox's ``confinement`` module (by
 file path: no package ``__init__`` runs).
 
 Protocol (JSON lines):
 
-* stdin, first line: the plan (see ``spark_server._plan``): the kernel's pid, the
+* stdin, first line: the plan (see ``server._plan``): the kernel's pid, the
   private directory, the ``java`` command, its environment, the Spark properties
   (the token among them), the paths and ports the JVM may use, the layers wanted.
   Later lines: ``stop``. End of input also means stop.

@@ -49,7 +49,7 @@ from harness_magic.core.execution.connectors._results import (
 )
 from harness_magic.core.execution.connectors.classify import SQLClassificationError, classify_sql
 from harness_magic.core.execution.connectors.governed import add_sql_execute, govern
-from harness_magic.core.execution.connectors.masked_views import masked_view_warnings
+from harness_magic.core.execution.connectors.sql.masked_views import masked_view_warnings
 from harness_magic.core.execution.connectors.registry import Connector, ConnectorResult
 from harness_magic.core.execution.connectors.sameness import records_configuration
 from harness_magic.core.execution.tools import ToolError

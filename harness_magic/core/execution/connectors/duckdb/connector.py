@@ -11,8 +11,8 @@ checkpoint's re-binding (:func:`lazy_rebinder`), passes the same classification
 first (exactly one statement, read-only: :mod:`.classify`). What the engine
 then guarantees whatever the statement looks like (a locked database without
 external access, read-only files, a read-only transaction, the timeout) is
-:mod:`.duckdb_engine`'s contract; the files it reads are resolved by
-:mod:`.duckdb_sources`.
+:mod:`.engine`'s contract; the files it reads are resolved by
+:mod:`.sources`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from harness_magic.core.execution.connectors._results import (
     truncation_note,
 )
 from harness_magic.core.execution.connectors.classify import require_one_read
-from harness_magic.core.execution.connectors.duckdb_engine import IDENTIFIER, DuckDBEngine
+from harness_magic.core.execution.connectors.duckdb.engine import IDENTIFIER, DuckDBEngine
 from harness_magic.core.execution.connectors.governed import add_duckdb_execute, govern
 from harness_magic.core.execution.connectors.lazy import (
     COUNT_BUDGET_S,

@@ -2,14 +2,14 @@
 
 :class:`SparkEngine` starts its session on first use (a private local Connect
 server for ``master``), registers the configured file views, and keeps
-:data:`~.spark_plan.PINNED_CONF` set. Every DataFrame built from model SQL is
-parsed as a query only (:mod:`.spark_query`) and its plan checked before any
-job runs (:mod:`.spark_plan`); cached frames and lazy handles the SQL names
+:data:`~.plan.PINNED_CONF` set. Every DataFrame built from model SQL is
+parsed as a query only (:mod:`.query`) and its plan checked before any
+job runs (:mod:`.plan`); cached frames and lazy handles the SQL names
 become temporary views; each call runs under a fresh job tag that a timeout or
 an interrupt cancels on the server. Lazy handles are :class:`SparkRelation`
 values whose snapshot is taken by pushdown (one ``LIMIT`` job, then a
 budgeted ``count(*)``, then Spark's estimate). The safety order these pieces
-make up is stated in :mod:`.spark_connector`.
+make up is stated in :mod:`.connector`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from harness_magic.core.execution.connectors.lazy import (
     resolve_inputs,
 )
 from harness_magic.core.execution.connectors.progress import Progress
-from harness_magic.core.execution.connectors.spark_plan import (
+from harness_magic.core.execution.connectors.spark.plan import (
     PINNED_CONF,
     check_read,
     check_statement,
@@ -41,7 +41,7 @@ from harness_magic.core.execution.connectors.spark_plan import (
     explain_statement,
     view_locations,
 )
-from harness_magic.core.execution.connectors.spark_query import estimate_rows, first_line, parse_query, wrap_query
+from harness_magic.core.execution.connectors.spark.query import estimate_rows, first_line, parse_query, wrap_query
 from harness_magic.core.execution.tools import ToolError
 
 __all__ = ["SparkEngine", "SparkRelation", "COUNT_BUDGET_S", "HEAD_ROWS", "ONE_PASS_ROWS", "ONE_PASS_BYTES",
@@ -111,7 +111,7 @@ class SparkEngine:
         self.max_rows, self.timeout_s, self.count_budget_s = max_rows, float(timeout_s), float(count_budget_s)
         self.server: Any = None
         self.connector_name = "spark"
-        """The connector this engine serves (set by :func:`.spark_connector.spark_connector`); lazy handles'
+        """The connector this engine serves (set by :func:`.connector.connector`); lazy handles'
         checkpoints name it."""
         self._spark: Any = None
         self._lock = threading.RLock()
@@ -121,7 +121,7 @@ class SparkEngine:
         self._view_locations: dict[str, str] = {}
         """Each file view's location as Spark's plan shows it -> "view: path": the files a query may scan."""
         self.pinned: dict[str, bool] = {}
-        """:data:`~.spark_plan.PINNED_CONF` key -> whether this session took it (a remote cluster may refuse)."""
+        """:data:`~.plan.PINNED_CONF` key -> whether this session took it (a remote cluster may refuse)."""
         self.interrupted: list[tuple[str, list[str]]] = []
         """(job tag, operation ids Spark reported cancelled) for each interrupt this engine sent, newest last.
         On ``KeyboardInterrupt`` pyspark's client also cancels its own operation, so the list may be empty."""
@@ -135,7 +135,7 @@ class SparkEngine:
             if self._spark is None:
                 url = self.remote
                 if self.master is not None:
-                    from harness_magic.core.execution.connectors.spark_server import LocalSparkConnect, SparkStartError
+                    from harness_magic.core.execution.connectors.spark.server import LocalSparkConnect, SparkStartError
 
                     if self.server is None:
                         try:
@@ -179,7 +179,7 @@ class SparkEngine:
             return self._spark
 
     def _pin(self, spark: Any) -> None:
-        """Set :data:`~.spark_plan.PINNED_CONF` on the session (again after every ``execute``: a ``SET`` or
+        """Set :data:`~.plan.PINNED_CONF` on the session (again after every ``execute``: a ``SET`` or
         ``RESET`` must not undo it); a setting a remote cluster refuses is recorded in :attr:`pinned`."""
         for key, value in PINNED_CONF.items():
             try:
@@ -189,9 +189,9 @@ class SparkEngine:
                 self.pinned[key] = False
 
     def checked(self, spark: Any, sql: str) -> Any:
-        """A DataFrame for one query, after Spark's plan of it passed :func:`~.spark_plan.check_read`.
+        """A DataFrame for one query, after Spark's plan of it passed :func:`~.plan.check_read`.
 
-        Spark's parser must accept ``sql`` as a query (see :func:`.spark_query.wrap_query`);
+        Spark's parser must accept ``sql`` as a query (see :func:`.query.wrap_query`);
         the plan is explained, never run, so a refused query starts no job.
         """
         from pyspark.errors import PySparkException
@@ -463,8 +463,8 @@ class SparkEngine:
         """Run one statement as is (after approval); the command's own output rows, if any, as a frame.
 
         Spark's plan of the statement is explained first and a script
-        transformation anywhere in it is refused (:func:`~.spark_plan.check_statement`);
-        :data:`~.spark_plan.PINNED_CONF` is set again afterwards.
+        transformation anywhere in it is refused (:func:`~.plan.check_statement`);
+        :data:`~.plan.PINNED_CONF` is set again afterwards.
         """
 
         def go(spark: Any) -> Any:

@@ -1,6 +1,6 @@
 """The DuckDB connector's configured files as the agent's side may see them: views that serve pseudonyms.
 
-Contract of :class:`PseudonymViews` (one per :class:`~.duckdb_engine.DuckDBEngine`), used when the cache a
+Contract of :class:`PseudonymViews` (one per :class:`~.engine.DuckDBEngine`), used when the cache a
 query runs for has an :class:`~harness_magic.core.cache.EntryGuard` (every session's does):
 
 * **The engine serves what the cache would hold.** Each configured file is a view of the engine's database
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from harness_magic.core.cache.guard import EntryGuard, ServedColumn
-from harness_magic.core.execution.connectors.duckdb_sources import open_source
+from harness_magic.core.execution.connectors.duckdb.sources import open_source
 from harness_magic.core.text.masking import denied_text
 from harness_magic.core.text.sensitivity import DETECT_SAMPLE_VALUES, DETECTED_KINDS, SENSITIVITY_CLASSES
 

@@ -86,7 +86,7 @@ def _require_postgres(connection: Any) -> None:
 
 
 def sensitive_column_access(connection: Any, classes: Mapping[str, str]) -> list[ColumnAccess]:
-    """Sensitive columns of base tables the read role of ``connection`` (a :class:`~.sql.SQLConnection`) may
+    """Sensitive columns of base tables the read role of ``connection`` (a :class:`~.connector.SQLConnection`) may
     ``SELECT`` directly, per ``classes`` (``{"[schema.]table.column" or "column": class}``)."""
     _require_postgres(connection)
     wanted = {k: v for k, v in classes.items() if v in MASKED_CLASSES}

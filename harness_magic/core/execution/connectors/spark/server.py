@@ -3,7 +3,7 @@
 :class:`LocalSparkConnect` runs Spark Connect (from the pip ``pyspark`` package)
 for a local master such as ``local[2]``. The JVM is started directly (no
 ``spark-class``/shell scripts) by a small supervisor process
-(:mod:`.spark_launch`) that confines it first. Contract:
+(:mod:`.launch`) that confines it first. Contract:
 
 * **Loopback and a secret token.** The server binds ``127.0.0.1`` on a free
   port and requires a random token; :attr:`url` carries it (host ``localhost``:
@@ -38,10 +38,10 @@ for a local master such as ``local[2]``. The JVM is started directly (no
   the interpreter exits) stops the JVM and removes the directory. If the kernel
   dies without running it (``kill -9``, a signal to its process group), the
   supervisor, in a session of its own, sees the kernel's pidfd close and does
-  the same within about :data:`~.spark_launch.STOP_GRACE_S` seconds.
+  the same within about :data:`~.launch.STOP_GRACE_S` seconds.
 
 Nothing here imports pyspark's client: the connector (see
-:mod:`.spark_connector`) connects to :attr:`url` like to any cluster, so a
+:mod:`.connector`) connects to :attr:`url` like to any cluster, so a
 local run takes the same client path as a remote one.
 """
 
@@ -78,7 +78,7 @@ SPARK_LAYERS = ("ipcns", "landlock", "drop_caps", "seccomp")
 REQUIRED_LAYERS = ("landlock",)
 """Without these the server refuses to start unless ``unconfined``: Landlock is what keeps files and ``execve`` in."""
 _SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-_LAUNCHER = Path(__file__).with_name("spark_launch.py")
+_LAUNCHER = Path(__file__).with_name("launch.py")
 _JVM_OPTIONS = (
     "-XX:+IgnoreUnrecognizedVMOptions", "--add-modules=jdk.incubator.vector",
     "--add-opens=java.base/java.lang=ALL-UNNAMED", "--add-opens=java.base/java.lang.invoke=ALL-UNNAMED",

@@ -8,7 +8,7 @@ locked; each query gets its own cursor (connection) on it, in which
 * in a session (the cache has an entry guard), every configured file is a
   view that serves pseudonyms for its sensitive columns, over an Arrow
   dataset Python opened read-only, and DuckDB opens no file itself
-  (:mod:`.duckdb_pseudonyms`); outside one:
+  (:mod:`.pseudonyms`); outside one:
 * every configured Parquet file (``files={"sales": "data/sales.parquet"}``,
   directories and globs too) is a view over DuckDB's own Parquet reader,
   reading through :class:`~.readonly_fs.ReadOnlyFiles`: a file system
@@ -58,8 +58,8 @@ from harness_magic.core.execution.connectors._results import (
     arrow_to_frame,
     cap_rows,
 )
-from harness_magic.core.execution.connectors.duckdb_pseudonyms import PseudonymViews
-from harness_magic.core.execution.connectors.duckdb_sources import is_glob, open_source, resolve_source
+from harness_magic.core.execution.connectors.duckdb.pseudonyms import PseudonymViews
+from harness_magic.core.execution.connectors.duckdb.sources import is_glob, open_source, resolve_source
 from harness_magic.core.execution.connectors.lazy import (
     COUNT_BUDGET_S,
     LazyRelation,
@@ -177,7 +177,7 @@ class DuckDBEngine:
                 self._parquet_urls[view] = names
         self._readonly: Any = None
         if readable:
-            from harness_magic.core.execution.connectors.readonly_fs import ReadOnlyFiles  # fsspec: only when files are read
+            from harness_magic.core.execution.connectors.duckdb.readonly_fs import ReadOnlyFiles  # fsspec: only when files are read
 
             self._readonly = ReadOnlyFiles(readable)
         if self._readonly is not None:
@@ -187,7 +187,7 @@ class DuckDBEngine:
             raise ValueError(f"duckdb threads must be a positive integer, got {threads!r}")
         self.memory_limit, self.threads = memory_limit, threads
         self.connector_name = "duckdb"
-        """The connector this engine serves (set by :func:`.duckdb_connector.duckdb_connector`); lazy handles'
+        """The connector this engine serves (set by :func:`.connector.connector`); lazy handles'
         checkpoints name it."""
         self.temp_dir = Path(tempfile.mkdtemp(prefix="harness_magic_duckdb_"))  # mode 0700: spills are private
         self._db: list[Any] = []
@@ -236,7 +236,7 @@ class DuckDBEngine:
         """The engine's database, set up once: read-only file system, file views, external access off, locked.
 
         ``serving`` (the first query's cache has an entry guard): the file views
-        serve pseudonyms (:mod:`.duckdb_pseudonyms`) and DuckDB opens no file
+        serve pseudonyms (:mod:`.pseudonyms`) and DuckDB opens no file
         itself, so no path reads around them. A database made without it
         serves a guarded cache only if it has no Parquet file (ToolError: those
         are readable by path).

@@ -6,7 +6,7 @@ recursively, or a glob) into its reader kind and the files it names, resolved
 naming the path otherwise. :func:`open_source` opens them for reading only,
 as an Arrow dataset (CSV scanned lazily) or, for a JSON document, a table.
 Parquet views do not come through here: DuckDB reads those itself through
-:class:`~.readonly_fs.ReadOnlyFiles` (see :mod:`.duckdb_engine`).
+:class:`~.readonly_fs.ReadOnlyFiles` (see :mod:`.engine`).
 """
 
 from __future__ import annotations

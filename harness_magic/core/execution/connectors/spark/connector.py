@@ -6,7 +6,7 @@ Configuration (a built-in type of ``AgentMagics.connectors``)::
     {"type": "spark", "master": "local[2]"}          # one machine: a private local Connect server
     {"type": "spark", "master": "local[2]", "files": {"events": "data/events/"}}  # + file views
 
-Both take the same client path: ``master`` starts a :class:`~.spark_server.LocalSparkConnect`
+Both take the same client path: ``master`` starts a :class:`~.server.LocalSparkConnect`
 (loopback, random token, stopped with the engine) on first use and connects to it.
 Each engine opens its own Spark session (``SparkSession.builder.remote(url).create()``),
 so its temporary views are its own.
@@ -27,12 +27,12 @@ Safety, in order:
   ``SELECT * FROM (<text>) AS __harness_query``: Spark's grammar accepts nothing but a
   query there, so a command the classifier missed fails to parse in Spark instead of
   running. (Reflection functions are queries to Spark: classification and the plan check catch them.)
-* **Spark's plan is checked before any job runs** (:mod:`.spark_plan`). Every DataFrame
+* **Spark's plan is checked before any job runs** (:mod:`.plan`). Every DataFrame
   built from model-controlled SQL (a query, lazy or not; a lazy handle's snapshot and
   pulls; a handle re-created from a checkpoint) is explained first, and refused when any
   of its plans, views expanded, runs a script (``TRANSFORM ... USING``), holds a command
   or a reflection call, or scans files other than the configured file views. Sessions run
-  with SQL on raw files off (:data:`~.spark_plan.PINNED_CONF`, set again after every
+  with SQL on raw files off (:data:`~.plan.PINNED_CONF`, set again after every
   ``execute``). ``execute`` refuses a script transformation too: an approval for a
   statement never covers running a program on the server.
 * **Cached values cross exactly.** A cached DataFrame handle the SQL names is uploaded
@@ -57,7 +57,7 @@ an interrupt (``KeyboardInterrupt`` from the kernel's stop button) calls
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from harness_magic.core.execution.connectors._results import (
     DEFAULT_MAX_ROWS,
@@ -68,7 +68,7 @@ from harness_magic.core.execution.connectors._results import (
 )
 from harness_magic.core.execution.connectors.classify import SQLClassificationError, classify_sql, require_one_read
 from harness_magic.core.execution.connectors.lazy import (
-    LazyRelation,
+    Rebind,
     cache_location,
     definition_rebinder,
     is_cached_frame,
@@ -76,7 +76,7 @@ from harness_magic.core.execution.connectors.lazy import (
 from harness_magic.core.execution.connectors.progress import progress_reporter
 from harness_magic.core.execution.connectors.registry import Connector, ConnectorResult, ToolContext
 from harness_magic.core.execution.connectors.sameness import records_configuration
-from harness_magic.core.execution.connectors.spark_engine import (
+from harness_magic.core.execution.connectors.spark.engine import (
     COUNT_BUDGET_S,
     EXECUTE_RESULT_ROWS,
     SparkEngine,
@@ -97,21 +97,19 @@ def _check_query(sql: Any, connector_name: str, allow_writes: bool = True) -> No
     require_one_read(sql, "spark", f"{connector_name}__query", advice)
 
 
-def spark_rebinder(connectors: Any) -> Callable[[str, dict[str, str], Any], LazyRelation]:
+def spark_rebinder(connectors: Any, others: Rebind | None = None) -> Rebind:
     """``rebind`` for :meth:`SessionCache.load`: lazy Spark handles re-created on the configured connectors,
-    lazy DuckDB handles through :func:`~.duckdb_connector.lazy_rebinder`.
+    handles of another engine passed to ``others`` (refused without it).
 
     A saved definition names its connector and query; the query passes the
     same classification as the model's ``spark__query``, Spark's parser (the
     subquery wrapper) and the plan check, so a crafted checkpoint can run
     nothing the model could not. Refusals raise ToolError/LookupError naming the reason.
+    :func:`~harness_magic.core.execution.connectors.checkpoint.load_checkpoint` chains the
+    DuckDB connector's rebinder as ``others``.
     """
-    from harness_magic.core.execution.connectors.duckdb_connector import lazy_rebinder
-
-    if not (hasattr(connectors, "names") and hasattr(connectors, "__getitem__")):
-        connectors = list(connectors)  # read twice: once per engine's rebinder
     return definition_rebinder(connectors, SparkRelation.__harness_engine__, SparkEngine, _check_query,
-                               others=lazy_rebinder(connectors))
+                               others=others)
 
 
 @records_configuration

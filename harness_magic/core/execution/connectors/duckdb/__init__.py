@@ -1,0 +1,1 @@
+"""The ``duckdb`` connector type: in-process SQL over cached frames and configured files (:mod:`.connector`), its engine (:mod:`.engine`), the files it opens read-only (:mod:`.sources`, :mod:`.readonly_fs`) and the views that serve pseudonyms (:mod:`.pseudonyms`)."""

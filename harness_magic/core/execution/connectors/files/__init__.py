@@ -1,0 +1,1 @@
+"""The ``files`` connector type: list and read data files under configured roots (:mod:`.connector`)."""

@@ -1,0 +1,1 @@
+"""The ``spark`` connector type: Spark SQL through Spark Connect (:mod:`.connector`), its engine (:mod:`.engine`), the query form and plan check that bound what Spark runs (:mod:`.query`, :mod:`.plan`) and the private local server with its confined launcher (:mod:`.server`, :mod:`.launch`)."""
