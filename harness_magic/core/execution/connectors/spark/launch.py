@@ -48,6 +48,9 @@ OPEN_FILES = 65536
 """The JVM's descriptor limit (Netty, shuffle files); the soft limit is set to it and cannot be raised."""
 LOG_TAIL_CHARS = 2000
 """How much of the JVM's log an early exit reports."""
+CORE_DEPTH = 4
+"""Directories from this file up to ``harness_magic/core`` (``core/execution/connectors/spark/launch.py``),
+where ``confinement/layers.py`` is loaded by path."""
 
 
 def _confinement() -> Any:
@@ -61,8 +64,10 @@ def _confinement() -> Any:
         import pyseccomp  # noqa: F401
     except (ImportError, OSError):
         pass  # apply_seccomp reports the layer as unavailable
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "confinement",
-                        "layers.py")
+    core = os.path.abspath(__file__)
+    for _ in range(CORE_DEPTH):
+        core = os.path.dirname(core)
+    path = os.path.join(core, "confinement", "layers.py")
     spec = importlib.util.spec_from_file_location("_harness_confinement", path)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
