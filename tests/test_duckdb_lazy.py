@@ -563,6 +563,24 @@ def test_without_its_connector_a_lazy_handle_is_named_and_the_rest_loads(tmp_pat
     pd.testing.assert_frame_equal(loaded.get("targets"), cache.get("targets"))
 
 
+def test_load_checkpoint_chains_the_engines_and_the_spark_rebinder_alone_refuses_duckdb_handles(tmp_path, dataset):
+    """The engine packages do not import each other: the Spark rebinder re-binds Spark handles only, and
+    the shared ``load_checkpoint`` chains it with the DuckDB one (from a list read twice, too)."""
+    from harness_magic.core.cache import CheckpointWarning
+    from harness_magic.core.execution.connectors.checkpoint import load_checkpoint
+    from harness_magic.core.execution.connectors.spark.connector import spark_rebinder
+
+    registry, cache = _checkpointed(tmp_path, dataset)
+    with pytest.warns(CheckpointWarning, match="no connector re-binds 'duckdb' handles here"):
+        alone = SessionCache.load(tmp_path / "ckpt", rebind=spark_rebinder(registry))
+    assert alone.names() == ["targets"] and set(alone.not_restored) == {"joined", "by_region"}
+    for connectors in (registry, iter([registry["lake"]])):
+        loaded = load_checkpoint(tmp_path / "ckpt", connectors)
+        assert loaded.not_restored == {} and loaded.location("by_region") == "duckdb"
+        pd.testing.assert_frame_equal(loaded.get("by_region").materialize(loaded, 10**7),
+                                      cache.get("by_region").materialize(cache, 10**7))
+
+
 HOSTILE_DEFINITIONS = [
     "COPY (SELECT 'pwned' AS a) TO '{target}' (FORMAT csv)",
     "SELECT 1; COPY (SELECT 'pwned' AS a) TO '{target}' (FORMAT csv)",

@@ -6,6 +6,12 @@ the approver callback the notebook implements; :mod:`.policy` (environments,
 roles, the governance table) and :mod:`.preview` (writes previewed in a
 transaction, then committed or rolled back) govern writes. Built-ins: :func:`files_connector`,
 :func:`duckdb_connector`, :func:`sql_connector`, :func:`spark_connector` (their engines are imported on first use).
+
+Layout: one package per engine (:mod:`.duckdb`, :mod:`.spark`, :mod:`.sql`, :mod:`.files`, :mod:`.docs`),
+each importing only the shared modules here and never another engine's package (an import-linter
+``independence`` contract); what they share (registry, types, config, classify, policy, approval,
+guard, governed, preview, touched, lineage, lazy, sameness, progress, report, checkpoint, _results)
+sits at this level.
 """
 
 from harness_magic.core.execution.connectors.approval import (
