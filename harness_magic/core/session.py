@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Literal, Mapping
 
 from harness_magic.core.control.budgets import Budgets
 from harness_magic.core.cache import SessionCache
@@ -26,8 +26,13 @@ from harness_magic.core.agent.loop import Harness
 from harness_magic.core.agent.result import RunResult
 from harness_magic.core.providers.adapter import AsyncProviderAdapter, ProviderAdapter
 from harness_magic.core.execution.tools import ToolContext, ToolSpec
+from harness_magic.core.agent.host import HarnessHost
+from harness_magic.core.providers.protocol import SyncModelAdapter
 
 __all__ = ["AgentSession", "SessionBackend"]
+
+SandboxAction = Literal["start", "restart", "fork"]
+"""What :class:`~harness_magic.core.transcript.events.SandboxStep` reports the worker doing."""
 
 _ADAPTER_FIELDS = ("api_base", "stream", "extra", "prompt_caching", "context_window")
 """Settings baked into provider adapters: changing one rebuilds the real-provider adapters (offline ones keep
@@ -70,7 +75,7 @@ class AgentSession:
         self,
         config: AgentConfig | None = None,
         *,
-        adapter: Any | None = None,
+        adapter: SyncModelAdapter | None = None,
         extra_tools: list[ToolSpec] | None = None,
         backend: InterpreterBackend | None = None,
         cache: SessionCache | None = None,
@@ -91,7 +96,7 @@ class AgentSession:
         """The backend being started in the background (:meth:`prestart`), until a call takes it over."""
         self._fork_pending = False
         """The worker was retired when this run began; its first interpreter call forks the new one."""
-        self._adapters: dict[str, Any] = {}
+        self._adapters: dict[str, SyncModelAdapter] = {}
         if adapter is not None:
             self._adapters[adapter.model] = adapter
         self.runs: list[RunResult] = []
@@ -237,7 +242,7 @@ class AgentSession:
         if start is not None:
             start.cancel()
 
-    def _started_backend(self, harness: Any) -> Any:
+    def _started_backend(self, harness: HarnessHost | None) -> Any:
         """:attr:`backend`, its worker running; starting it is a visible step with its time.
 
         ``start``: the session's first use (launcher, data stack imports and the
@@ -251,6 +256,8 @@ class AgentSession:
             return self.backend
         if self._backend is None and self._start is not None and self._start.done:
             return self.backend  # started in the background before this call needed it: no wait to show
+        action: SandboxAction
+        start: Callable[[], object]
         if self._backend is None:
             action, start = "start", lambda: self.backend
         else:
@@ -281,7 +288,7 @@ class AgentSession:
             self._backend.retire_worker()
             self._fork_pending = True
 
-    def adapter_for(self, model: str) -> Any:
+    def adapter_for(self, model: str) -> SyncModelAdapter:
         """One adapter per model id, kept so offline scripts advance across cells."""
         if model not in self._adapters:
             self._adapters[model] = ProviderAdapter(
@@ -290,7 +297,7 @@ class AgentSession:
             )
         return self._adapters[model]
 
-    def _build_harness(self, adapter: Any) -> Harness:
+    def _build_harness(self, adapter: SyncModelAdapter) -> Harness:
         session = self
         context = ToolContext()  # the tools report to the harness built next with them
         tools = make_interpreter_tools(
@@ -444,7 +451,7 @@ class AgentSession:
         return {model: adapter.script_place() for model, adapter in self._adapters.items()
                 if isinstance(adapter, (ProviderAdapter, AsyncProviderAdapter)) and adapter.script_place() is not None}
 
-    def seek_scripts(self, places: dict[str, Any]) -> None:
+    def seek_scripts(self, places: Mapping[str, Any]) -> None:
         """Put offline models back at ``places`` (from :meth:`script_places`); one not named there was first used
         after they were taken, and starts over."""
         for model, adapter in self._adapters.items():
@@ -471,7 +478,8 @@ class AgentSession:
         """Restart scripted/replay models (all, or the one ``model`` names); returns the ids rewound."""
         rewound = []
         for name, adapter in self._adapters.items():
-            if (model is None or name == model) and getattr(adapter, "rewind", lambda: False)():
+            if (model is None or name == model) and isinstance(adapter, (ProviderAdapter, AsyncProviderAdapter)) \
+                    and adapter.rewind():
                 rewound.append(name)
         return rewound
 
@@ -641,7 +649,7 @@ class SessionBackend:
         """Nothing: the session closes its backend (:meth:`AgentSession.close`)."""
 
 
-def _sandbox_step(harness: Any, action: str, duration_s: float | None) -> None:
+def _sandbox_step(harness: HarnessHost, action: SandboxAction, duration_s: float | None) -> None:
     """Emit a :class:`SandboxStep` on ``harness`` for the tool call in progress."""
     from harness_magic.core.transcript.events import SandboxStep
 

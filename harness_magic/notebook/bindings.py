@@ -28,6 +28,7 @@ from typing import Any, Callable
 from IPython.core.error import UsageError
 
 from harness_magic.core.cache.fingerprint import fingerprint
+from harness_magic.core.cache.protocol import HandleCache
 from harness_magic.notebook.values import copy_value, describe
 
 __all__ = ["Bindings", "save", "push_value", "pulled_value", "SAVE_NAME"]
@@ -168,7 +169,7 @@ def save(name: str, value: Any) -> str:
     return handle
 
 
-def push_value(cache: Any, value: Any, handle: str) -> str:
+def push_value(cache: HandleCache, value: Any, handle: str) -> str:
     """Copy ``value`` into ``cache`` as ``handle`` (replacing an older value of that handle); returns
     ``"`HANDLE` (type shape)"`` from the cached snapshot."""
     if handle in cache:
@@ -182,10 +183,11 @@ def push_value(cache: Any, value: Any, handle: str) -> str:
     return f"`{actual}` ({described})"
 
 
-def pulled_value(cache: Any, handle: str, name: str, max_bytes: int, max_rows: int) -> Any:
+def pulled_value(cache: HandleCache, handle: str, name: str, max_bytes: int, max_rows: int) -> Any:
     """A copy of ``handle``'s value for the notebook variable ``name``; a lazy engine handle is materialised
     under ``max_bytes`` and ``max_rows``, and over either a UsageError names the cap and the flag to raise it."""
     from harness_magic.core.cache.errors import CacheError
+    from harness_magic.core.execution.connectors.lazy import MaterializeLimitError
     from harness_magic.core.execution.interpreter import materialize_inputs
 
     try:
@@ -193,10 +195,7 @@ def pulled_value(cache: Any, handle: str, name: str, max_bytes: int, max_rows: i
         value = cache.user_value(handle, value)  # pseudonyms made at entry back to the real values
     except CacheError as exc:  # e.g. a spilled or checkpointed file changed on disk: nothing was read
         raise UsageError(f"%agent_pull {handle}: {exc}") from None
-    # broad: materialising runs an engine's query (duckdb, Spark, SQL errors have no common base); shown as a UsageError
-    except Exception as exc:
-        if type(exc).__name__ == "MaterializeLimitError":
-            flag = "--max-rows" if getattr(exc, "limit", "bytes") == "rows" else "--max-bytes"
-            raise UsageError(f"{exc} To bring it in anyway: %agent_pull {handle} {name} {flag} N") from None
-        raise
+    except MaterializeLimitError as exc:  # over a cap: nothing was kept; the message names the flag that raises it
+        flag = "--max-rows" if exc.limit == "rows" else "--max-bytes"
+        raise UsageError(f"{exc} To bring it in anyway: %agent_pull {handle} {name} {flag} N") from None
     return copy_value(value)

@@ -68,7 +68,7 @@ class CheckpointMagics(Magics):
                 raise UsageError(f"%agent_checkpoint load: {exc} (the cache is unchanged)") from None
         names = cache.names()
         print(f"loaded {count(len(names), 'handle')} from {args.directory}: {', '.join(names) or '(none)'}")
-        missing = getattr(cache, "not_restored", None) or {}
+        missing = cache.not_restored
         for name, why in missing.items():
             print(f"not restored: {name} ({why})", file=sys.stderr)
         for item in caught:

@@ -8,7 +8,11 @@ two-column table.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness_magic.core.cache import SessionCache
+    from harness_magic.core.session import AgentSession
 
 __all__ = ["status_rows", "LABEL_WIDTH"]
 
@@ -18,7 +22,7 @@ ERROR_PREVIEW_CHARS = 160
 """A failed run's reason is cut here: the status table is a summary, the run's output holds the rest."""
 
 
-def _connectors(session: Any) -> str:
+def _connectors(session: AgentSession) -> str:
     """``"shared (files: 3 tools, loaded); warehouse (2 tools)"``, or ``(none)``."""
     installed = session.connectors
     if installed is None or not installed.registry.names:
@@ -31,7 +35,7 @@ def _connectors(session: Any) -> str:
     return "; ".join(parts)
 
 
-def _subagents(session: Any) -> str:
+def _subagents(session: AgentSession) -> str:
     from harness_magic.core.control.subagent import SUBAGENT_TOOL_NAME
 
     on = any(tool.name == SUBAGENT_TOOL_NAME for tool in session.harness.tools)
@@ -69,10 +73,10 @@ def _plugin_rows() -> list[tuple[str, str]]:
     return [("plugins", text)] + [("broken", f.line) for group, _ in groups for f in group.failures()]
 
 
-def _handles(cache: Any) -> str:
+def _handles(cache: SessionCache) -> str:
     names = cache.names()
     text = f"{len(names)}: " + ", ".join(names) if names else "(none)"
-    missing = getattr(cache, "not_restored", None) or {}
+    missing = cache.not_restored
     if missing:
         text += " · not restored from the checkpoint: " + "; ".join(f"{n} ({why})" for n, why in missing.items())
     return text

@@ -9,6 +9,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from harness_magic.core.cache.protocol import HandleCache
+
 __all__ = ["handle_rows", "sandbox_rows", "table_html", "table_text", "export_rows_html", "rows_text",
            "pairs_html", "HANDLE_COLUMNS", "SANDBOX_COLUMNS"]
 
@@ -20,13 +22,10 @@ _NOT_HOLDING = ("unavailable", "not ")
 """Prefixes of a layer's text status that mean it does not hold (mirrors the sandbox backend)."""
 
 
-def handle_rows(cache: Any, runs: dict[str, str] | None = None) -> list[dict[str, Any]]:
+def handle_rows(cache: HandleCache, runs: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """name, type, shape, size, where, run, turn, tool for every handle (``runs``: handle -> run id)."""
-    entries = cache.entries() if hasattr(cache, "entries") else cache.metadata()
     rows = []
-    for entry in entries:
-        if not isinstance(entry, dict):
-            entry = entry.as_dict() if hasattr(entry, "as_dict") else vars(entry)
+    for entry in cache.metadata():
         shape = entry.get("shape")
         size = next((entry[k] for k in ("size_bytes", "size", "nbytes") if entry.get(k) is not None), None)
         where = entry.get("location") or "memory"
@@ -38,7 +37,7 @@ def handle_rows(cache: Any, runs: dict[str, str] | None = None) -> list[dict[str
             "shape": "×".join(str(s) for s in shape) if isinstance(shape, (list, tuple)) else (shape or ""),
             "size": _size(size),
             "where": where,
-            "run": (runs or {}).get(entry.get("name"), ""),
+            "run": (runs or {}).get(entry["name"], ""),
             "turn": "" if entry.get("turn") is None else entry.get("turn"),
             "tool": entry.get("tool") or "",
         })

@@ -28,7 +28,7 @@ import contextlib
 import time
 import uuid
 import warnings
-from typing import Any, AsyncGenerator, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, AsyncGenerator, Callable, Generic, Iterator, Mapping, Sequence, TypeVar
 
 from harness_magic.core.agent.result import MaxTurnsExceeded, PromptTooLarge, RunResult
 from harness_magic.core.agent.run import RUN_ENDINGS, ResultMasker, Check, ReminderHook, Run, ToolGuard, ToolValidator
@@ -36,10 +36,17 @@ from harness_magic.core.agent.state import HarnessState
 from harness_magic.core.execution.tools import ToolSpec
 from harness_magic.core.knowledge.citations import Ledger
 from harness_magic.core.transcript.audit import AuditLog
-from harness_magic.core.transcript.events import Event, EventHandler, RunFinished
+from harness_magic.core.transcript.events import Event, EventHandler, RunFinished, SubagentEvent
 from harness_magic.core.transcript.messages import Message, Usage, unanswered_tool_uses
 
+if TYPE_CHECKING:
+    from harness_magic.core.cache.protocol import HandleCache
+    from harness_magic.core.providers.protocol import AsyncModelAdapter, ModelAdapter, SyncModelAdapter
+
 __all__ = ["Harness", "AsyncHarness"]
+
+AdapterT = TypeVar("AdapterT", bound="ModelAdapter")
+"""The adapter a driver calls: a :class:`SyncModelAdapter` for :class:`Harness`, an async one for :class:`AsyncHarness`."""
 
 
 def _checked_max_turns(max_turns: int) -> int:
@@ -48,15 +55,15 @@ def _checked_max_turns(max_turns: int) -> int:
     return max_turns
 
 
-class _HarnessBase:
+class _HarnessBase(Generic[AdapterT]):
     def __init__(
         self,
-        adapter: Any,
+        adapter: AdapterT,
         system: str,
         tools: list[ToolSpec],
         max_turns: int = 25,
         run_dir: str = "./runs",
-        cache: Any | None = None,
+        cache: HandleCache | None = None,
         log_extra: dict[str, Any] | None = None,
     ) -> None:
         _checked_max_turns(max_turns)
@@ -102,16 +109,16 @@ class _HarnessBase:
         return self._system
 
     @property
-    def cache(self) -> Any:
+    def cache(self) -> HandleCache:
         return self._cache
 
     @property
-    def adapter(self) -> Any:
+    def adapter(self) -> AdapterT:
         """The provider adapter; a new one applies from the next provider call."""
         return self._adapter
 
     @adapter.setter
-    def adapter(self, adapter: Any) -> None:
+    def adapter(self, adapter: AdapterT) -> None:
         self._adapter = adapter
 
     @property
@@ -193,7 +200,7 @@ class _HarnessBase:
         return (run.turn or None) if run is not None else None
 
     @contextlib.contextmanager
-    def overriding(self, *, adapter: Any | None = None, max_turns: int | None = None,
+    def overriding(self, *, adapter: AdapterT | None = None, max_turns: int | None = None,
                    log_extra: Mapping[str, Any] | None = None) -> Iterator[None]:
         """Within the block, runs use ``adapter``, ``max_turns`` and ``log_extra`` merged into the log's fields.
 
@@ -226,10 +233,9 @@ class _HarnessBase:
         A subagent's ``RunFinished`` reaching this harness as a ``SubagentEvent``
         also counts the subagent's usage in the run in progress.
         """
-        inner = getattr(event, "event", None)
-        if getattr(event, "kind", None) == "subagent_event" and getattr(inner, "kind", None) == "run_finished":
+        if isinstance(event, SubagentEvent) and isinstance(event.event, RunFinished):
             if self._active_run is not None:  # subagent usage counts towards this run
-                self.add_child_usage(getattr(inner.result, "total_usage", inner.result.usage))
+                self.add_child_usage(event.event.result.total_usage)
         for handler in list(self._handlers):
             try:
                 handler(event)
@@ -319,11 +325,11 @@ class _HarnessBase:
     def _new_run(self, user_message: str, run_id: str | None, session_id: str | None, fresh: bool) -> Run:
         if not isinstance(user_message, str) or not user_message.strip():
             raise ValueError("user_message must be a non-empty string")
-        limit = getattr(self._adapter, "max_input_tokens", None)
+        limit = self._adapter.max_input_tokens
         if limit:
             tokens = self._adapter.estimate_text_tokens(user_message)
             if tokens > limit:
-                raise PromptTooLarge(tokens, limit, getattr(self._adapter, "model", "?"))
+                raise PromptTooLarge(tokens, limit, self._adapter.model)
         if fresh:
             self._messages.clear()
         return self._start(user_message, run_id, session_id)
@@ -352,7 +358,7 @@ class _HarnessBase:
         self._end(result)
 
 
-class Harness(_HarnessBase):
+class Harness(_HarnessBase["SyncModelAdapter"]):
     """The synchronous ReAct loop.
 
     Owns the message list, dispatches tools, applies suffix-only reminders and
@@ -400,7 +406,7 @@ class Harness(_HarnessBase):
             raise
 
 
-class AsyncHarness(_HarnessBase):
+class AsyncHarness(_HarnessBase["AsyncModelAdapter"]):
     """Async variant of :class:`Harness`; needs an ``AsyncProviderAdapter``.
 
     ``run_stream`` / ``ask_stream`` yield the same events subscribers get,

@@ -12,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 import time
 import traceback
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
 from harness_magic.core.agent.result import NO_ANSWER_TEXT, RunResult, StopRun
+from harness_magic.core.cache.protocol import HandleCache
 from harness_magic.core.execution.format import format_exception, format_tool_output
 from harness_magic.core.execution.tools import ToolError, ToolOutput, ToolSpec
 from harness_magic.core.providers.payload import EMPTY_ANSWER_TEXT, EMPTY_TOOL_RESULT_TEXT
@@ -46,6 +47,9 @@ from harness_magic.core.transcript.messages import (
     unanswered_tool_uses,
 )
 from harness_magic.core.transcript.scrub import scrub
+
+if TYPE_CHECKING:
+    from harness_magic.core.providers.protocol import ModelAdapter
 
 __all__ = ["Run", "RunHost", "ReminderHook", "Check", "ToolGuard", "ToolValidator", "ResultMasker", "RUN_ENDINGS",
            "PARTIAL_OUTPUT_MAX_CHARS", "INTERRUPTED_RESULT", "SKIPPED_RESULT", "ROLLED_BACK_NOTE",
@@ -95,7 +99,7 @@ class ResultMasker(Protocol):
     model saw.
     """
 
-    def observe(self, cache: Any, handles: Sequence[str]) -> None:
+    def observe(self, cache: HandleCache, handles: Sequence[str]) -> None:
         """Learn the sensitive columns of ``handles`` in ``cache`` (before their text is masked)."""
         ...
 
@@ -116,7 +120,7 @@ class RunHost(Protocol):
     """
 
     @property
-    def adapter(self) -> Any: ...
+    def adapter(self) -> ModelAdapter: ...
     @property
     def system(self) -> str: ...
     @property
@@ -129,7 +133,7 @@ class RunHost(Protocol):
     @property
     def log_extra(self) -> Mapping[str, Any]: ...
     @property
-    def cache(self) -> Any: ...
+    def cache(self) -> HandleCache: ...
     @property
     def checks(self) -> tuple[Check, ...]: ...
     @property
@@ -166,7 +170,7 @@ class Run:
         self.handles: list[str] = []
         self.charts: list[str] = []
         self.started = time.monotonic()
-        self.model = getattr(host.adapter, "model", "unknown")
+        self.model = host.adapter.model
         self.start_len = len(history)
         """History length before this run: a run with no answer truncates back to it."""
         self.responses = 0
@@ -246,7 +250,7 @@ class Run:
         h = self.h
         adapter = h.adapter
         system = h.system
-        limit = getattr(adapter, "max_input_tokens", None)
+        limit = adapter.max_input_tokens
         if not limit:
             return
         tokens = adapter.estimate_tokens(system, self.history, tools)
@@ -280,7 +284,7 @@ class Run:
             h.emit(Notice(text=f"context compacted to fit {limit:,} tokens: {what} "
                                f"(~{report.tokens_before:,} → ~{report.tokens_after:,} tokens)"))
             tokens = report.tokens_after
-        if tokens > limit and not getattr(adapter, "window_learned", False):  # a learned window: the server decides
+        if tokens > limit and not adapter.window_learned:  # a learned window: the server decides
             raise StopRun("error", f"the conversation needs about {tokens:,} tokens, over the {limit:,}-token input "
                                    f"window of {self.model!r}, even after compaction: nothing was sent")
 
@@ -365,7 +369,7 @@ class Run:
             latency_s=round(latency_s, 6),
             usage=response.usage.to_dict(),
             cumulative_usage=self.usage.to_dict(),
-            cache=cache.metadata() if hasattr(cache, "metadata") else [],
+            cache=cache.metadata(),
         )
         h.emit(AssistantMessage(turn=self.turn, message=response.message, usage=response.usage,
                                 finish_reason=response.stop_reason))

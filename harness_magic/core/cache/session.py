@@ -277,7 +277,8 @@ class SessionCache:
     def snapshot(self, name: str) -> dict[str, Any]:
         """The snapshot made at put time (a copy; never hydrates)."""
         with self._lock:
-            return _copy_snapshot(self._require(name).snapshot)
+            snapshot: dict[str, Any] = _copy_snapshot(self._require(name).snapshot)
+            return snapshot
 
     def names(self) -> list[str]:
         """Handles in creation order (never hydrates)."""

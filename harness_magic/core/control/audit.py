@@ -12,11 +12,14 @@ exports. None of them ever records a value: only names, classes and counts.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from harness_magic.core.text.sensitivity import DETECT_SAMPLE_VALUES, DETECTED_KINDS, classify_column, find_sensitive
 from harness_magic.core.transcript.audit import AuditLog, audit
 from harness_magic.core.transcript.events import Event, MaskingApplied, SubagentEvent
+
+if TYPE_CHECKING:
+    from harness_magic.core.agent.host import HarnessHost
 
 __all__ = ["AuditRecorder", "column_classes", "column_names", "install_audit", "record_pull", "record_transfer",
            "redact_sensitive"]
@@ -98,7 +101,7 @@ def redact_sensitive(text: str) -> str:
     return "".join(parts)
 
 
-def install_audit(harness: Any, path: str | None, *, actor: str | None = None) -> AuditLog | None:
+def install_audit(harness: HarnessHost, path: str | None, *, actor: str | None = None) -> AuditLog | None:
     """Point ``harness.audit`` at the log at ``path`` (None or "": auditing off) and subscribe the recorder.
 
     Every string the log records passes :func:`redact_sensitive`."""

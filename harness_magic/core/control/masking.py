@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from harness_magic.core.cache.session import SessionCache
+from harness_magic.core.cache.protocol import HandleCache
 from harness_magic.core.text.masking import ColumnClass, Masker
 from harness_magic.core.text.sensitivity import DETECTED_KINDS, classify_column
 
@@ -54,18 +54,18 @@ class SessionMasking:
 
     # -- ResultMasker --------------------------------------------------------------------------
 
-    def observe(self, cache: Any, handles: Sequence[str]) -> None:
+    def observe(self, cache: HandleCache, handles: Sequence[str]) -> None:
         """Classify the columns of each new handle and track their values (bounded by :data:`SCAN_ROWS`)."""
         if not handles or not self.masker.active:
             return
-        if isinstance(cache, SessionCache) and cache.guard is not None:
+        if cache.guard is not None:
             # classified and concealed where the values came in (core/control/pseudonyms.py): what was
             # replaced there is counted with this tool result, so the mark shows where the model reads it
             if self.pseudonyms is not None:
                 for cls, n in self.pseudonyms.take_entry_counts(handles).items():
                     self._entry_counts[cls] = self._entry_counts.get(cls, 0) + n
             return
-        versions = cache.versions() if hasattr(cache, "versions") else {}
+        versions = cache.versions()
         for name in handles:
             version = versions.get(name, "")
             if name not in cache or self._seen.get(name) == version:
@@ -89,7 +89,7 @@ class SessionMasking:
 
     # -- classification ------------------------------------------------------------------------
 
-    def classify(self, cache: Any, name: str) -> dict[str, ColumnClass]:
+    def classify(self, cache: HandleCache, name: str) -> dict[str, ColumnClass]:
         """Classify ``name``'s columns (configuration first, then detection); returns column -> class."""
         snapshot = cache.snapshot(name)
         columns = [str(c) for c in snapshot.get("columns") or ([snapshot["name"]] if snapshot.get("name") else [])]
@@ -123,7 +123,7 @@ class SessionMasking:
         if len(self.notes) < NOTES_MAX:
             self.notes.append(text)
 
-    def column_rows(self, cache: Any, name: str) -> list[tuple[str, str]]:
+    def column_rows(self, cache: HandleCache, name: str) -> list[tuple[str, str]]:
         """``(column, "pii (detected email)")`` for each sensitive column of ``name`` (classified now if new)."""
         classes = self.column_classes(name) or self.classify(cache, name)
         return [(column, f"{c.cls} ({c.source} {c.kind})" if c.kind else f"{c.cls} ({c.source})")
@@ -134,9 +134,9 @@ class SessionMasking:
         return dict(self.masker.columns.get(name, {}))
 
 
-def _in_memory_frame(cache: Any, name: str) -> Any:
+def _in_memory_frame(cache: HandleCache, name: str) -> Any:
     """The cached pandas frame/series when it is in memory (never hydrates a spilled one or runs an engine)."""
-    info = next((e for e in cache.entries() if e.name == name), None) if hasattr(cache, "entries") else None
+    info = next((e for e in cache.entries() if e.name == name), None)
     if info is None or info.location != "memory" or info.type not in ("dataframe", "series"):
         return None
     return cache.get(name)

@@ -33,7 +33,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from harness_magic.core.execution.connectors.approval import ApprovalDecision, ApprovalRequest
 from harness_magic.core.execution.tools import ToolError, ToolSpec
@@ -47,6 +47,9 @@ from harness_magic.core.knowledge.workspace_memory import (
     write_definitions,
 )
 from harness_magic.core.transcript.events import ApprovalStep, AssumptionRecorded, MemoryChanged, Notice
+
+if TYPE_CHECKING:
+    from harness_magic.core.agent.host import HarnessHost
 
 __all__ = ["SessionMemory", "MemoryEntry", "MemoryEntryError", "MEMORY_KINDS", "DEFINITION_KIND",
            "MEMORY_TOOL_NAME", "MAX_ENTRIES", "ENTRY_MAX_CHARS", "SUFFIX_DEFINITIONS_MAX_CHARS", "MEMORY_PREFIX",
@@ -117,7 +120,7 @@ class SessionMemory:
         self.entries: list[MemoryEntry] = []
         self._workspace = workspace
         self._approver = approver
-        self._harness: Any = None
+        self._harness: HarnessHost | None = None
 
     # -- session entries ------------------------------------------------------------------
 
@@ -296,7 +299,7 @@ class SessionMemory:
 
     # -- binding into a harness -----------------------------------------------------------
 
-    def install(self, harness: Any) -> "SessionMemory":
+    def install(self, harness: HarnessHost) -> "SessionMemory":
         """Add the ``remember`` tool, the suffix hook and the answered-question subscriber to ``harness``."""
         self._harness = harness
         harness.add_tool(self.tool())

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from harness_magic.core.execution.tools import ToolError, ToolSpec
+from harness_magic.core.transcript.events import RunFinished
 
 __all__ = ["Planner", "PlanItem", "PLAN_STATUSES", "PLAN_ACTIONS", "PLAN_TOOL_NAME", "MAX_PLAN_ITEMS",
            "MAX_TITLE_CHARS"]
@@ -115,7 +116,7 @@ class Planner:
     def finish_run(self, event: Any) -> None:
         """Event handler (``harness.subscribe``): when a run finishes ``completed``, its in-progress steps are
         done; other endings (turn or budget limit, error, interrupt) leave them in progress, as they are."""
-        if getattr(event, "kind", None) == "run_finished" and getattr(event.result, "status", None) == "completed":
+        if isinstance(event, RunFinished) and event.result.status == "completed":
             for item in self.items:
                 if item.status == "in_progress":
                     item.status = "done"

@@ -44,9 +44,13 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from harness_magic.core.execution.tools import ToolError, ToolSpec
+from harness_magic.core.transcript.events import AssistantMessage, Event, RunStarted, ToolCallFinished
+
+if TYPE_CHECKING:
+    from harness_magic.core.agent.host import HarnessHost
 
 __all__ = [
     "Questions", "QuestionRequest", "QuestionAnswer", "Answerer", "ambiguity",
@@ -90,6 +94,8 @@ _EXPLICIT_DATE = re.compile(r"\b\d{4}-\d{2}(-\d{2})?\b|\b(19|20)\d{2}\b")
 _DEFINED = re.compile(r"\b(defined as|counted as|means|definition|i\.e\.)|=", re.I)
 
 Source = Literal["user", "scripted"]
+AnswerSource = Literal["user", "timeout", "interrupt", "no_person", "scripted"]
+"""Where a question's outcome came from (a person, a simulated user, or why nobody answered)."""
 
 
 @dataclass(frozen=True)
@@ -195,12 +201,12 @@ class Questions:
         """Whether the ambiguity reminder is on (the session's ``reminders`` setting)."""
         self.asked = 0
         """Questions asked in the run in progress (reset when a run starts)."""
-        self._harness: Any = None
+        self._harness: HarnessHost | None = None
         self._prompt = ""
         self._awaiting_assumption: str | None = None
         """Tool use id of a question left unanswered, until the model states its assumption."""
 
-    def install(self, harness: Any) -> "Questions":
+    def install(self, harness: HarnessHost) -> "Questions":
         """Add the tool to ``harness``, subscribe to its events and register the ambiguity reminder."""
         self._harness = harness
         harness.add_tool(self.tool())
@@ -210,14 +216,13 @@ class Questions:
 
     # -- events and the nudge ------------------------------------------------------------------
 
-    def on_event(self, event: Any) -> None:
-        kind = getattr(event, "kind", None)
-        if kind == "run_started":
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, RunStarted):
             self.asked, self._prompt, self._awaiting_assumption = 0, event.prompt, None
-        elif (kind == "tool_call_finished" and event.tool_use.name == REMEMBER_TOOL_NAME
+        elif (isinstance(event, ToolCallFinished) and event.tool_use.name == REMEMBER_TOOL_NAME
               and event.tool_use.input.get("kind") == "assumption" and not event.result.is_error):
             self._awaiting_assumption = None  # recorded by the memory tool
-        elif kind == "assistant_message" and self._awaiting_assumption is not None:
+        elif isinstance(event, AssistantMessage) and self._awaiting_assumption is not None:
             for line in event.message.text.splitlines():
                 if line.strip().startswith(ASSUMPTION_PREFIX):
                     text = _clip(line.strip()[len(ASSUMPTION_PREFIX):], MAX_ASSUMPTION_CHARS)
@@ -225,6 +230,7 @@ class Questions:
                         from harness_magic.core.transcript.events import AssumptionRecorded
 
                         use_id, self._awaiting_assumption = self._awaiting_assumption, None
+                        assert self._harness is not None  # on_event is subscribed by install(), which sets it
                         self._harness.emit(AssumptionRecorded(text=text, source="model", tool_use_id=use_id))
                         break
 
@@ -298,7 +304,7 @@ class Questions:
             return no_answer_text(reason, self._has_remember()) + note
         return f"The user answered: {answer}" + note
 
-    def _ask(self, request: QuestionRequest) -> tuple[str | None, str, str, float]:
+    def _ask(self, request: QuestionRequest) -> tuple[str | None, AnswerSource, str, float]:
         """``(answer or None, source, reason for no answer, seconds waited)``; emits the asking step."""
         answerer = self._answerer()
         if answerer is None:
@@ -318,6 +324,8 @@ class Questions:
         except Exception as exc:  # a broken answerer must not end the run
             return (None, "no_person", f"the answerer failed ({type(exc).__name__})", time.monotonic() - started)
         waited = time.monotonic() - started
+        source: AnswerSource
+        text: object
         if isinstance(reply, QuestionAnswer):
             text, source = reply.text, reply.source
         else:

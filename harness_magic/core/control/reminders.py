@@ -30,10 +30,14 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness_magic.core.control.budgets import BUDGET_WARNING_FRACTION, Budgets
 from harness_magic.core.control.planner import PLAN_TOOL_NAME
+from harness_magic.core.transcript.events import Event, RunStarted, ToolCallFinished, TurnFinished, TurnStarted
+
+if TYPE_CHECKING:
+    from harness_magic.core.agent.host import HarnessHost
 
 __all__ = [
     "ProgressTracker",
@@ -120,7 +124,7 @@ class ProgressTracker:
         self.sent: list[tuple[int, str]] = []
         """``(turn, text)`` of every reminder returned, for inspection."""
 
-    def install(self, harness: Any) -> "ProgressTracker":
+    def install(self, harness: HarnessHost) -> "ProgressTracker":
         """Subscribe to ``harness`` events and register the reminder hook."""
         harness.subscribe(self.on_event)
         harness.register_reminder(self.reminder)
@@ -128,16 +132,15 @@ class ProgressTracker:
 
     # -- events ------------------------------------------------------------------------
 
-    def on_event(self, event: Any) -> None:
-        kind = getattr(event, "kind", None)
-        if kind == "run_started":
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, RunStarted):
             self.state = _State()
-        elif kind == "turn_started":
+        elif isinstance(event, TurnStarted):
             self.state.plan_updated_this_turn = False
             self.state.tools_this_turn = False
-        elif kind == "tool_call_finished":
+        elif isinstance(event, ToolCallFinished):
             self._on_tool(event)
-        elif kind == "turn_finished":
+        elif isinstance(event, TurnFinished):
             state = self.state
             state.total_tokens = event.total_usage.total_tokens
             state.cost = event.total_usage.cost
@@ -146,7 +149,7 @@ class ProgressTracker:
             elif state.tools_this_turn:
                 state.turns_without_plan += 1
 
-    def _on_tool(self, event: Any) -> None:
+    def _on_tool(self, event: ToolCallFinished) -> None:
         state = self.state
         use, result = event.tool_use, event.result
         state.tools_this_turn = True

@@ -41,12 +41,19 @@ import tempfile
 from collections import defaultdict, deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from harness_magic.core.agent.result import StopRun
 from harness_magic.core.control.recorded import RecordedRun, checkpoint_messages, first_difference, load_run
 from harness_magic.core.execution.tools import ToolOutput, ToolSpec
 from harness_magic.core.transcript.messages import Message, ToolResultBlock, ToolUseBlock
+
+if TYPE_CHECKING:
+    from harness_magic.core.agent.host import HarnessHost
+    from harness_magic.core.agent.loop import Harness
+    from harness_magic.core.cache.protocol import HandleCache
+    from harness_magic.core.providers.protocol import SyncModelAdapter
+    from harness_magic.core.providers.response import ProviderResponse
 
 __all__ = [
     "ReplayResult",
@@ -97,13 +104,33 @@ class _RecordedTools:
 
 
 class _RecordedEnding:
-    """Adapter wrapper: plays the recording, then ends the run the way it ended."""
+    """Adapter wrapper: plays the recording, then ends the run the way it ended.
 
-    def __init__(self, adapter: Any, run: RecordedRun) -> None:
+    It declares no input window (``max_input_tokens`` None, so none learned either): a replay never compacts,
+    so the recorded requests are sent as they were; the estimates are the wrapped adapter's.
+    """
+
+    max_input_tokens = None
+    window_learned = False
+
+    def __init__(self, adapter: SyncModelAdapter, run: RecordedRun) -> None:
         self._adapter = adapter
         self.model = adapter.model
         self._run = run
         self._left = len(run.turn_records)
+
+    def fresh(self) -> SyncModelAdapter:
+        """The wrapped adapter's fresh copy (a subagent during a replay does not end with the recording)."""
+        return self._adapter.fresh()
+
+    def estimate_tokens(self, system: str, messages: Sequence[Message], tools: Sequence[Any]) -> int:
+        return self._adapter.estimate_tokens(system, messages, tools)
+
+    def estimate_messages_tokens(self, system: str, messages: Sequence[Message], tools: Sequence[Any]) -> int:
+        return self._adapter.estimate_messages_tokens(system, messages, tools)
+
+    def estimate_text_tokens(self, text: str) -> int:
+        return self._adapter.estimate_text_tokens(text)
 
     def _end(self) -> None:
         from harness_magic.core.providers.errors import ProviderError
@@ -116,7 +143,7 @@ class _RecordedEnding:
         raise ProviderError(f"replay: the recording ends here (status {self._run.status})")
 
     def complete(self, system: str, messages: Sequence[Message], tools: Sequence[Any],
-                 on_text: Callable[[str], None] | None = None) -> Any:
+                 on_text: Callable[[str], None] | None = None) -> ProviderResponse:
         if self._left <= 0:
             self._end()
         self._left -= 1
@@ -165,7 +192,7 @@ class ReplayResult:
         return self.first_difference is None
 
 
-def live_tools_of(harness: Any) -> dict[str, Any]:
+def live_tools_of(harness: HarnessHost) -> dict[str, Any]:
     """Options for :func:`replay_run` that re-run ``harness``'s tools under ``harness``'s guards.
 
     The tools, the cache, every tool guard (the connectors' approval policy,
@@ -180,7 +207,7 @@ def replay_run(
     log_path: "str | os.PathLike[str]",
     *,
     tools: Sequence[ToolSpec] | None = None,
-    cache: Any | None = None,
+    cache: HandleCache | None = None,
     run_dir: str | os.PathLike[str] | None = None,
     on_event: Callable[[Any], None] | None = None,
     tool_guards: Sequence[Callable[[ToolSpec, ToolUseBlock], "str | None"]] = (),
@@ -200,7 +227,7 @@ def replay_run(
     from harness_magic.core.providers.adapter import ProviderAdapter
 
     run = load_run(log_path)
-    adapter = ProviderAdapter(f"replay/{Path(log_path).name}", transport=ReplayModel(log_path))
+    adapter = ProviderAdapter(f"replay/{Path(log_path).name}", transport=ReplayModel(Path(log_path)))
     recorded_tools = _RecordedTools(run) if tools is None else None
     specs = recorded_tools.specs(run) if recorded_tools else list(tools or [])
     harness = Harness(
@@ -236,7 +263,7 @@ def replay_run(
 def retry_from(
     log_path: "str | os.PathLike[str]",
     from_turn: int,
-    harness: Any,
+    harness: Harness,
     *,
     run_id: str | None = None,
     session_id: str | None = None,

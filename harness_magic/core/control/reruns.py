@@ -43,13 +43,16 @@ from __future__ import annotations
 import contextlib
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol
 
 from harness_magic.core.control.memory import MemoryEntry, SessionMemory
 from harness_magic.core.control.planner import Planner, PlanItem
 from harness_magic.core.transcript.events import Notice
 from harness_magic.core.transcript.log import mark_superseded
 from harness_magic.core.transcript.messages import Message
+
+if TYPE_CHECKING:
+    from harness_magic.core.agent.host import HarnessHost
 
 __all__ = ["RunTimeline", "TimelineRun", "Rewind", "TimelineHost", "announce_rewind", "check_run_key",
            "RUN_KEY_MAX_CHARS", "NAMES_SHOWN"]
@@ -268,7 +271,7 @@ class RunTimeline:
 
 
 @contextlib.contextmanager
-def announce_rewind(harness: Any, rewind: Rewind | None) -> Iterator[None]:
+def announce_rewind(harness: HarnessHost, rewind: Rewind | None) -> Iterator[None]:
     """Within the block, the next run on ``harness`` begins by saying what ``rewind`` took back: a
     :class:`~harness_magic.core.transcript.events.Notice` in its transcript (after ``RunStarted``, so it belongs
     to the new run) and a ``rerun`` event in its log. Nothing when ``rewind`` is None."""

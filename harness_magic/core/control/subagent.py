@@ -45,7 +45,7 @@ child's own. An unknown preset is an error result listing the presets.
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from harness_magic.core.control.budgets import child_budgets
 from harness_magic.core.control.presets import (PRESETS, PresetError, SubagentPreset, get_preset, preset_catalogue,
@@ -55,7 +55,10 @@ from harness_magic.core.execution.format import truncate_middle
 from harness_magic.core.execution.tools import ToolContext, ToolError, ToolOutput, ToolSpec
 
 if TYPE_CHECKING:
+    from harness_magic.core.agent.host import HarnessHost
+    from harness_magic.core.cache.protocol import HandleCache
     from harness_magic.core.execution.interpreter import InterpreterBackend
+    from harness_magic.core.providers.protocol import ModelAdapter, SyncModelAdapter
 
 __all__ = [
     "SubagentRecursionError",
@@ -85,16 +88,18 @@ class SubagentRecursionError(RuntimeError):
     """Raised (as an error result) when a subagent tries to spawn a subagent."""
 
 
-def default_adapter_factory(parent_adapter: Any) -> Any:
+def default_adapter_factory(parent_adapter: ModelAdapter) -> ModelAdapter:
     """A fresh adapter for a subagent.
 
     Real providers: ``parent_adapter.fresh()``. An offline scripted model is
     shared instead of restarted, so a single script holds the parent's turns
     and, in order, the subagent's.
     """
+    from harness_magic.core.providers.adapter import AsyncProviderAdapter, ProviderAdapter
     from harness_magic.core.providers.offline import ScriptedModel
 
-    if isinstance(getattr(parent_adapter, "transport", None), ScriptedModel):
+    if isinstance(parent_adapter, (ProviderAdapter, AsyncProviderAdapter)) \
+            and isinstance(parent_adapter.transport, ScriptedModel):
         clone = copy.copy(parent_adapter)
         clone.last_payload = None
         return clone
@@ -130,14 +135,14 @@ def _recursion_stub() -> ToolSpec:
                     parameters=_parameters(), handler=refuse)
 
 
-def _put(cache: Any, name: str, value: Any, turn: int | None) -> str:
+def _put(cache: HandleCache, name: str, value: Any, turn: int | None) -> str:
     try:
         return cache.put(name, value, turn=turn, tool=SUBAGENT_TOOL_NAME)
     except TypeError:  # a cache without provenance keywords
         return cache.put(name, value)
 
 
-def _put_input(cache: Any, name: str, value: Any, version: str | None) -> str:
+def _put_input(cache: HandleCache, name: str, value: Any, version: str | None) -> str:
     """Put a copy of a parent handle into the child cache, keeping the parent's value token.
 
     Same token, same value: the sandbox maps the file it exported for the
@@ -151,13 +156,13 @@ def _put_input(cache: Any, name: str, value: Any, version: str | None) -> str:
 
 
 def make_subagent_tool(
-    parent: Any,
+    parent: HarnessHost,
     *,
-    adapter_factory: Callable[[Any], Any] | None = None,
-    tools_factory: Callable[[Any, Callable[[], "int | None"]], list[ToolSpec]] | None = None,
+    adapter_factory: Callable[[ModelAdapter], ModelAdapter] | None = None,
+    tools_factory: Callable[[HandleCache, Callable[[], "int | None"]], list[ToolSpec]] | None = None,
     backend: InterpreterBackend | None = None,
     backend_factory: Callable[[], InterpreterBackend | None] | None = None,
-    cache_factory: Callable[[], Any] | None = None,
+    cache_factory: Callable[[], HandleCache] | None = None,
     system_prompt: str | None = None,
     max_turns: int = DEFAULT_SUBAGENT_MAX_TURNS,
     connectors: Any | None = None,
@@ -190,7 +195,7 @@ def make_subagent_tool(
     make_adapter = adapter_factory or default_adapter_factory
     table = dict(PRESETS if presets is None else presets)
 
-    def build_tools(cache: Any, current_turn: Callable[[], "int | None"], own: Any,
+    def build_tools(cache: HandleCache, current_turn: Callable[[], "int | None"], own: Any,
                     on_output: Callable[[str], None] | None = None) -> list[ToolSpec]:
         if tools_factory is not None:
             return list(tools_factory(cache, current_turn))
@@ -241,7 +246,7 @@ def make_subagent_tool(
             raise ToolError(f"No budget left for a subagent ({spent}); finish the work yourself.")
 
         child_cache = cache_factory() if cache_factory is not None else SessionCache()
-        tokens = parent_cache.versions() if hasattr(parent_cache, "versions") else {}
+        tokens = parent_cache.versions()
         local_inputs = [_put_input(child_cache, h, parent_cache.view(h), tokens.get(h)) for h in inputs]
         context = ToolContext()  # the child's tools report to the child harness built below
         tools = build_tools(child_cache, context.current_turn, own, context.tool_output)
@@ -255,8 +260,10 @@ def make_subagent_tool(
             system = preset_system(system, preset, skill_set)
             base = connectors if connectors is not None else (preset_connectors() if preset_connectors else None)
             registry = subset_registry(preset, base)
+        # a subagent runs on the sync Harness, so its parent's adapter is a sync one (AgentSession builds sync
+        # harnesses only); the host protocol types the adapter of either driver
         child = Harness(
-            make_adapter(parent.adapter),
+            cast("SyncModelAdapter", make_adapter(parent.adapter)),
             system,
             tools + [_recursion_stub()],
             max_turns=budget,
@@ -299,8 +306,7 @@ def make_subagent_tool(
                              child_run_file=result.run_file, preset=preset.name if preset else None,
                              status=result.status, turns=result.turns,
                              usage=result.usage.to_dict(), published=[{"child": c, "parent": p} for c, p in published])
-        if hasattr(child_cache, "close"):
-            child_cache.close()
+        child_cache.close()
         if result.status == "interrupted":
             raise KeyboardInterrupt
         role = f" ({preset.name})" if preset is not None else ""
@@ -370,7 +376,7 @@ def _preload_skills(child: Any, preset: SubagentPreset, skill_set: Any) -> None:
     child.subscribe(load_at_start)
 
 
-def enable_subagents(harness: Any, **options: Any) -> ToolSpec:
+def enable_subagents(harness: HarnessHost, **options: Any) -> ToolSpec:
     """Add the ``subagent`` tool to ``harness`` (options as :func:`make_subagent_tool`)."""
     spec = make_subagent_tool(harness, **options)
     harness.add_tool(spec)

@@ -34,10 +34,13 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from harness_magic.core.text.counts import count
-from harness_magic.core.transcript.events import Notice, VerificationChecked
+from harness_magic.core.transcript.events import AssistantMessage, Notice, VerificationChecked
+
+if TYPE_CHECKING:
+    from harness_magic.core.agent.host import HarnessHost
 
 __all__ = ["Verifier", "Rule", "CheckOutcome", "handle_matches"]
 
@@ -115,7 +118,7 @@ class Verifier:
         self.rules: list[Rule] = list(rules)
         self.history: list[CheckOutcome] = []
         """Every outcome so far, in order."""
-        self._harness: Any | None = None
+        self._harness: HarnessHost | None = None
         self.citations = False
         """Whether final answers are checked (:meth:`require_citations`)."""
 
@@ -189,7 +192,7 @@ class Verifier:
 
     # -- running --------------------------------------------------------------------------
 
-    def install(self, harness: Any) -> "Verifier":
+    def install(self, harness: HarnessHost) -> "Verifier":
         """Run these checks after every tool call of ``harness`` (and on final answers)."""
         self._harness = harness
         harness.add_tool_validator(self.validate)
@@ -197,7 +200,7 @@ class Verifier:
         return self
 
     def _on_event(self, event: Any) -> None:
-        if not self.citations or getattr(event, "kind", None) != "assistant_message":
+        if not self.citations or not isinstance(event, AssistantMessage):
             return
         message = event.message
         if message.tool_uses or not message.text:
@@ -209,11 +212,10 @@ class Verifier:
         failed = [o for o in outcomes if not o.ok]
         harness = self._harness
         checks = [asdict(o) for o in outcomes]
-        if hasattr(harness, "log_event"):
-            harness.log_event("verification", tool_use_id="", tool=FINAL_ANSWER, passed=not failed, checks=checks)
-        emit = getattr(harness, "emit", None)
-        if emit is None:
+        if harness is None:
             return
+        harness.log_event("verification", tool_use_id="", tool=FINAL_ANSWER, passed=not failed, checks=checks)
+        emit = harness.emit
         emit(VerificationChecked(turn=event.turn, tool_use_id="", tool=FINAL_ANSWER, passed=not failed,
                                  checks=tuple(checks)))
         if failed:
@@ -249,12 +251,14 @@ class Verifier:
     def validate(self, spec: Any, use: Any, output: Any) -> str | None:
         """Tool validator: ``problem text`` when a check failed on the output's handles."""
         harness = self._harness
-        cache = getattr(harness, "cache", None)
+        cache = harness.cache if harness is not None else None
         outcomes: list[CheckOutcome] = []
         for handle in getattr(output, "handles", None) or []:
             if not any(rule.applies(spec.name, handle) for rule in self.rules):
                 continue
             try:
+                if cache is None:  # not installed on a harness: no cache to read the handle from
+                    raise LookupError("no cache: the verifier is not installed on a harness")
                 value = cache.get(handle)
             # broad: reading a handle may run an engine query or read a spill file; the failure is this check's outcome
             except Exception as exc:
@@ -276,14 +280,10 @@ class Verifier:
         harness = self._harness
         if harness is None:
             return
-        turn = getattr(harness, "current_turn", None)
+        turn = harness.current_turn
         checks = tuple(asdict(o) for o in outcomes)
-        if hasattr(harness, "log_event"):
-            harness.log_event("verification", tool_use_id=tool_use_id, tool=tool, passed=passed,
-                              checks=list(checks))
-        emit = getattr(harness, "emit", None)
-        if emit is None:
-            return
+        harness.log_event("verification", tool_use_id=tool_use_id, tool=tool, passed=passed, checks=list(checks))
+        emit = harness.emit
         emit(VerificationChecked(turn=turn, tool_use_id=tool_use_id, tool=tool, passed=passed, checks=checks))
         if not passed:
             failed = ", ".join(f"{o.handle}: {o.rule}" for o in outcomes if not o.ok)

@@ -40,6 +40,7 @@ from typing import Any
 from harness_magic.core.cache.guard import ColumnSources
 from harness_magic.core.cache.engine_value import engine_of
 from harness_magic.core.cache.names import sanitize_identifier
+from harness_magic.core.cache.protocol import HandleCache
 from harness_magic.core.cache.snapshot import snapshot_json
 from harness_magic.core.execution.tools import ToolOutput
 
@@ -82,7 +83,7 @@ def format_exception(exc: BaseException, *, with_traceback: bool = False) -> str
     return truncate_middle(text, INLINE_STR_MAX_CHARS)
 
 
-def format_handle(cache: Any, handle: str, preferred_name: str | None = None) -> str:
+def format_handle(cache: HandleCache, handle: str, preferred_name: str | None = None) -> str:
     """The model-visible announcement of a cached value: handle, and its snapshot."""
     note = ""
     if preferred_name is not None:
@@ -94,7 +95,7 @@ def format_handle(cache: Any, handle: str, preferred_name: str | None = None) ->
 
 def format_tool_output(
     value: Any,
-    cache: Any,
+    cache: HandleCache,
     preferred_name: str,
     *,
     turn: int | None = None,
@@ -136,10 +137,9 @@ def format_tool_output(
     return ToolOutput(text=truncate_middle(_safe_repr(value), REPR_MAX_CHARS))
 
 
-def _cached(cache: Any, preferred_name: str, value: Any, turn: int | None, tool: str | None,
+def _cached(cache: HandleCache, preferred_name: str, value: Any, turn: int | None, tool: str | None,
             sources: ColumnSources | None = None, derived: bool = False) -> ToolOutput:
-    lineage = ({} if sources is None else {"sources": sources}) | ({"derived": True} if derived else {})
-    handle = cache.put(preferred_name, value, turn=turn, tool=tool, **lineage)
+    handle = cache.put(preferred_name, value, turn=turn, tool=tool, sources=sources, derived=derived)
     return ToolOutput(text=format_handle(cache, handle, preferred_name), handles=[handle])
 
 

@@ -24,7 +24,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Protocol
 
-from harness_magic.core.cache.session import SessionCache
+from harness_magic.core.cache.protocol import HandleCache
 from harness_magic.core.cache.names import resolve_handle_name, sanitize_identifier
 from harness_magic.core.cache.engine_value import engine_of
 from harness_magic.core.execution.format import format_exception, format_tool_output, truncate_middle
@@ -85,19 +85,39 @@ class InterpreterBackend(Protocol):
     must not share state between calls.
     """
 
-    name: str
-    """Short name for logs and status (``inprocess``, ``sandbox``...)."""
-    exports_inputs: bool
-    """``execute`` honours ``versions``: an input is exported once per value version and reused after."""
-    streams_output: bool
-    """``execute`` honours ``on_output``: printed text is handed on while the call runs."""
-    has_workers: bool
-    """Code runs in worker processes this backend forks, retires and replaces; the worker members below
-    mean something only then (otherwise: ``worker_pid`` None, the methods do nothing)."""
-    restarts: int
-    """Workers started to replace one that was lost (crash, memory or time limit, interrupt)."""
-    last_start_s: float
-    """Seconds the latest worker took to start (0.0 without workers)."""
+    # The declared capabilities and counters are read-only here: a backend may keep them as plain attributes,
+    # a wrapper (AgentSession's SessionBackend) forwards them as properties.
+
+    @property
+    def name(self) -> str:
+        """Short name for logs and status (``inprocess``, ``sandbox``...)."""
+        ...
+
+    @property
+    def exports_inputs(self) -> bool:
+        """``execute`` honours ``versions``: an input is exported once per value version and reused after."""
+        ...
+
+    @property
+    def streams_output(self) -> bool:
+        """``execute`` honours ``on_output``: printed text is handed on while the call runs."""
+        ...
+
+    @property
+    def has_workers(self) -> bool:
+        """Code runs in worker processes this backend forks, retires and replaces; the worker members below
+        mean something only then (otherwise: ``worker_pid`` None, the methods do nothing)."""
+        ...
+
+    @property
+    def restarts(self) -> int:
+        """Workers started to replace one that was lost (crash, memory or time limit, interrupt)."""
+        ...
+
+    @property
+    def last_start_s(self) -> float:
+        """Seconds the latest worker took to start (0.0 without workers)."""
+        ...
 
     @property
     def worker_pid(self) -> int | None:
@@ -157,8 +177,10 @@ def split_trailing_expression(code: str, filename: str = "<agent>") -> tuple[Any
     """Compile ``code`` into (body, trailing expression or None)."""
     tree = ast.parse(code, filename=filename, mode="exec")
     last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = ast.Expression(tree.body.pop().value)
+    final = tree.body[-1] if tree.body else None
+    if isinstance(final, ast.Expr):
+        tree.body.pop()
+        last = ast.Expression(final.value)
     body = compile(tree, filename, "exec")
     return body, (compile(last, filename, "eval") if last is not None else None)
 
@@ -223,7 +245,7 @@ class _StreamingCapture(io.StringIO):
         inner, inner_err = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = self.outer, self.outer_err
         try:
-            self.on_output(text)  # type: ignore[misc]
+            self.on_output(text)  # type: ignore[misc]  # not None: write() queues text only when on_output is set
         except Exception as exc:  # noqa: BLE001 - the display is not the result
             warnings.warn(f"output callback failed: {exc!r}", RuntimeWarning)
         finally:
@@ -391,7 +413,7 @@ def _same_value(a: Any, b: Any) -> bool:
 
 
 def _describe_result(
-    execution: ExecutionResult, cache: Any, turn: Callable[[], int | None], *, code: str = "",
+    execution: ExecutionResult, cache: HandleCache, turn: Callable[[], int | None], *, code: str = "",
     inputs: dict[str, Any] | None = None,
 ) -> ToolOutput:
     """The model's text of one call, and what people read of it (:attr:`ToolOutput.display_text`): the same
@@ -411,7 +433,7 @@ def _describe_result(
         parts.append("stdout:\n" + truncate_middle(execution.stdout, STDOUT_MAX_CHARS))
         shown.append(parts[-1])
     for expected, value in execution.saved:
-        handle = cache.put(expected, value, turn=turn(), tool="python_interpreter", **_derived(cache))
+        handle = cache.put(expected, value, turn=turn(), tool="python_interpreter", derived=True)
         handles.append(handle)
         saved_names.update((expected, handle))
         snapshot = json.dumps(cache.snapshot(handle), ensure_ascii=False)
@@ -431,7 +453,7 @@ def _describe_result(
             parts.append(f"Value: `{same}` (saved above)")
     if same is None and execution.error is None and execution.has_value and execution.value is not None:
         formatted = format_tool_output(execution.value, cache, trailing_value_name(code, cache.names(), turn()),
-                                       turn=turn(), tool="python_interpreter", **_derived(cache))
+                                       turn=turn(), tool="python_interpreter", derived=True)
         handles.extend(formatted.handles)
         parts.append(formatted.text)
         if formatted.handles or not _only_saved_handles(execution.value, saved_names):
@@ -450,12 +472,7 @@ def _describe_result(
                       display_text=None if display == text else display)
 
 
-def _derived(cache: Any) -> dict[str, bool]:
-    """``put`` keywords for a value the interpreter computed (a cache other than :class:`SessionCache` takes none)."""
-    return {"derived": True} if isinstance(cache, SessionCache) else {}
-
-
-def materialize_inputs(cache: Any, names: Collection[str], max_bytes: int,
+def materialize_inputs(cache: HandleCache, names: Collection[str], max_bytes: int,
                        max_rows: int | None = None, *, for_user: bool = False) -> dict[str, Any]:
     """Copy-boundary values of ``names``; engine values (lazy handles) brought in as frames under ``max_bytes``
     bytes and ``max_rows`` rows (None: no row cap).
@@ -471,14 +488,14 @@ def materialize_inputs(cache: Any, names: Collection[str], max_bytes: int,
         value = cache.view(name)
         if engine_of(value) is not None:
             value = value.materialize(cache, max_bytes, max_rows=max_rows, handle=name)
-            if not for_user and isinstance(cache, SessionCache):
+            if not for_user:
                 value = cache.agent_rows(name, value)
         inputs[name] = value
     return inputs
 
 
 def make_interpreter_tools(
-    cache: Any,
+    cache: HandleCache,
     backend: InterpreterBackend,
     *,
     current_turn: Callable[[], int | None] = lambda: None,
@@ -490,9 +507,9 @@ def make_interpreter_tools(
 
     ``on_output(text)`` receives what the code prints while it runs, where the
     backend streams (``streams_output``); the tool's result is the full
-    captured output either way. ``cache`` must offer ``versions()`` (a
-    :class:`~harness_magic.core.cache.SessionCache` does) for a backend that
-    ``exports_inputs``.
+    captured output either way. ``cache`` is a
+    :class:`~harness_magic.core.cache.protocol.HandleCache`; its ``versions()`` let a backend that
+    ``exports_inputs`` export each input once per value version.
 
     Code that names a lazy (engine-held) handle gets its rows as a frame,
     streamed under ``materialize_max_bytes()`` bytes and ``materialize_max_rows()``
@@ -547,7 +564,7 @@ def make_interpreter_tools(
     ]
 
 
-def _where(cache: Any, name: str) -> dict[str, Any]:
+def _where(cache: HandleCache, name: str) -> dict[str, Any]:
     """``{"location": engine}`` for engine-held handles (memory/disk are not the model's concern)."""
     try:
         location = cache.location(name)

@@ -96,7 +96,7 @@ def retrieved_sources(harness: LedgerHost) -> dict[str, Source]:
     return ledger_for(harness).visible(getattr(harness, "messages", None))
 
 
-def record_retrieval(harness: Any, tool: str, sources: Sequence[Source]) -> None:
+def record_retrieval(harness: LedgerHost | None, tool: str, sources: Sequence[Source]) -> None:
     """Add ``sources`` to the run's ledger and log them (ids and bounded snippets)."""
     if harness is None or not sources:
         return

@@ -25,7 +25,7 @@ import copy
 import dataclasses
 import json
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Self, Sequence
 
 from harness_magic.core.providers.errors import ContextWindowExceeded, ProviderError
 from harness_magic.core.providers.offline import ReplayModel, ScriptedModel, is_offline_model, offline_transport
@@ -132,7 +132,7 @@ class _AdapterBase:
         self._tool_memo: dict[int, tuple[Any, dict[str, Any]]] = {}
         self._prefix_tokens: dict[tuple[Any, ...], int] = {}
 
-    def fresh(self) -> "_AdapterBase":
+    def fresh(self) -> Self:
         """A new adapter with the same settings and a fresh offline transport state."""
         clone = copy.copy(self)
         if hasattr(self.transport, "fresh"):
@@ -198,7 +198,7 @@ class _AdapterBase:
         else:
             if self._limit_resolved is False:
                 self._limit_resolved = self._lookup_limit()
-            known = self._limit_resolved  # type: ignore[assignment]
+            known = self._limit_resolved  # type: ignore[assignment]  # resolved above: an int or None, no longer False
         if self._learned_window is None:
             return known
         return min(known, self._learned_window) if known else self._learned_window
@@ -281,7 +281,8 @@ class _AdapterBase:
         memo = message.__dict__.get("_wire")
         key = ("tokens", self.model)
         if memo is not None and key in memo:
-            return memo[key]
+            known: int = memo[key]
+            return known
         if getattr(self, "_count", None) is None:
             self._count = self._counter()
         try:
@@ -331,7 +332,8 @@ class _AdapterBase:
     def _retry_delay(self, exc: ProviderError, attempt: int) -> float:
         """Backoff before retry ``attempt + 1``; re-raises ``exc`` when it is final (same class, attempts named)."""
         if exc.retryable and attempt < self.max_retries:
-            return self.backoff_s * (2**attempt)
+            delay: float = self.backoff_s * (2**attempt)
+            return delay
         if attempt:
             final = type(exc).__new__(type(exc))  # keep the subclass and its fields (status, url, served models)
             final.__dict__.update(exc.__dict__)

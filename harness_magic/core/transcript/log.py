@@ -86,7 +86,7 @@ class RunLogger:
         system: str,
         tools: Sequence[Any],
         history: Sequence[Message],
-        prompt: str,
+        prompt: str | None,
         max_turns: int,
         extra: dict[str, Any] | None = None,
     ) -> None:

@@ -14,13 +14,16 @@ An unknown name is a tool error listing the available skills.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness_magic.core.control.skills.loader import SkillSet
 from harness_magic.core.control.skills.rules import SkillRule, check_answer_rule, totals_check
 from harness_magic.core.control.verification import FINAL_ANSWER, CheckOutcome, Rule, Verifier, handle_matches
 from harness_magic.core.execution.tools import ToolError, ToolSpec
-from harness_magic.core.transcript.events import Notice, SkillLoaded, VerificationChecked
+from harness_magic.core.transcript.events import AssistantMessage, Event, Notice, RunFinished, SkillLoaded, VerificationChecked
+
+if TYPE_CHECKING:
+    from harness_magic.core.agent.host import HarnessHost
 
 __all__ = ["SkillsRuntime", "install_skills", "SKILLS_TOOL_NAME"]
 
@@ -30,7 +33,7 @@ SKILLS_TOOL_NAME = "skills__load"
 class SkillsRuntime:
     """The skills of one harness: the ``skills__load`` tool and the rules loaded in the current run."""
 
-    def __init__(self, harness: Any, verifier: Verifier, skill_set: SkillSet) -> None:
+    def __init__(self, harness: HarnessHost, verifier: Verifier, skill_set: SkillSet) -> None:
         self.harness = harness
         self.verifier = verifier
         self.skill_set = skill_set
@@ -58,8 +61,8 @@ class SkillsRuntime:
         )
 
     def _handle(self, name: str) -> str:
-        run = getattr(self.harness, "current_run", None)
-        use = getattr(run, "current_tool_use", None)
+        run = self.harness.current_run
+        use = run.current_tool_use if run is not None else None
         try:
             return self.load(name, tool_use_id=getattr(use, "id", None))
         except KeyError as exc:
@@ -104,11 +107,10 @@ class SkillsRuntime:
             raise KeyError(pattern)
         return cache.get(names[-1])
 
-    def _on_event(self, event: Any) -> None:
-        kind = getattr(event, "kind", None)
-        if kind == "run_finished":
+    def _on_event(self, event: Event) -> None:
+        if isinstance(event, RunFinished):
             self._clear()
-        elif kind == "assistant_message" and self._answer_rules:
+        elif isinstance(event, AssistantMessage) and self._answer_rules:
             message = event.message
             if not message.tool_uses and message.text:
                 self._check_answer(message.text, event.turn)
@@ -137,7 +139,7 @@ class SkillsRuntime:
         self._loaded.clear()
 
 
-def install_skills(harness: Any, verifier: Verifier, skill_set: SkillSet) -> SkillsRuntime:
+def install_skills(harness: HarnessHost, verifier: Verifier, skill_set: SkillSet) -> SkillsRuntime:
     """Offer ``skills__load`` on ``harness`` (when there are skills) and drop loaded rules after each run."""
     runtime = SkillsRuntime(harness, verifier, skill_set)
     if len(skill_set):

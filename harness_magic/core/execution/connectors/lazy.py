@@ -46,6 +46,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from harness_magic.core.cache.protocol import HandleCache
+
 __all__ = ["LazyRelation", "MaterializeLimitError", "LazyInputError", "COUNT_BUDGET_S", "materialize_count",
            "reconcile_rows", "check_cap", "MAX_CAP", "QueryInputs", "resolve_inputs",
            "cache_location", "is_cached_frame", "collect_within_caps", "definition_rebinder", "Rebind"]
@@ -210,7 +212,7 @@ class LazyRelation:
 
     # -- rows -----------------------------------------------------------------------------------
 
-    def materialize(self, cache: Any, max_bytes: int, *, max_rows: int | None = None, handle: str | None = None,
+    def materialize(self, cache: HandleCache, max_bytes: int, *, max_rows: int | None = None, handle: str | None = None,
                     progress: Callable[[float | None, bool], None] | None = None) -> Any:
         """The rows as a pandas frame, streamed as Arrow batches.
 
@@ -248,7 +250,7 @@ def reconcile_rows(info: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def cache_location(cache: Any, handle: str) -> str | None:
+def cache_location(cache: HandleCache, handle: str) -> str | None:
     """Where ``cache`` keeps ``handle`` (``"memory"``, ``"disk"`` or an engine's name); None when unknown."""
     try:
         return cache.location(handle)
@@ -256,7 +258,7 @@ def cache_location(cache: Any, handle: str) -> str | None:
         return None
 
 
-def is_cached_frame(cache: Any, handle: str) -> bool:
+def is_cached_frame(cache: HandleCache, handle: str) -> bool:
     """Whether ``handle`` holds a pandas DataFrame (judged from its snapshot, without hydrating it)."""
     try:
         return str(cache.snapshot(handle).get("type", "")).lower() == "dataframe"
@@ -280,7 +282,7 @@ class QueryInputs:
     order: dict[str, "LazyRelation"]
 
 
-def resolve_inputs(cache: Any, names: Iterable[str], engine: Any, kind: str,
+def resolve_inputs(cache: HandleCache | None, names: Iterable[str], engine: Any, kind: str,
                    root: "LazyRelation | None" = None) -> QueryInputs:
     """The handles among ``names`` (and ``root``'s inputs) that a query on ``engine`` uses.
 
@@ -291,7 +293,7 @@ def resolve_inputs(cache: Any, names: Iterable[str], engine: Any, kind: str,
     """
     from harness_magic.core.execution.tools import ToolError
 
-    versions = cache.versions() if cache is not None and hasattr(cache, "versions") else {}
+    versions = cache.versions() if cache is not None else {}
     frames: dict[str, str] = {}
     lazies: dict[str, LazyRelation] = {}
     chain: list[LazyRelation] = [root] if root is not None else []
@@ -385,7 +387,7 @@ def definition_rebinder(connectors: Any, engine_name: str, engine_type: type, ch
     else:
         found = {c.name: c for c in connectors}
 
-    def rebind(engine: str, definition: dict[str, str], cache: Any) -> LazyRelation:
+    def rebind(engine: str, definition: dict[str, str], cache: HandleCache) -> LazyRelation:
         if engine != engine_name:
             if others is not None:
                 return others(engine, definition, cache)
