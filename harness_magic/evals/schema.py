@@ -173,9 +173,9 @@ def _module(path: Path, suite: str, stem: str) -> ModuleType | None:
     if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(file):
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, file)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]  # a spec for an existing .py file always exists
     sys.modules[name] = module
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]  # a file spec always has a source loader
     return module
 
 

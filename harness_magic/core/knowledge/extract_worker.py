@@ -111,7 +111,7 @@ class ExtractionWorker:
             return
         for stream in (proc.stdin, proc.stdout):
             try:
-                stream.close()  # type: ignore[union-attr]
+                stream.close()  # type: ignore[union-attr]  # the worker is started with both pipes
             except OSError:
                 pass
         try:
@@ -133,7 +133,7 @@ class ExtractionWorker:
         proc.wait()
         for stream in (proc.stdin, proc.stdout):
             try:
-                stream.close()  # type: ignore[union-attr]
+                stream.close()  # type: ignore[union-attr]  # the worker is started with both pipes
             except OSError:
                 pass
 
@@ -157,7 +157,7 @@ class ExtractionWorker:
             raise WorkerError(f"the extraction worker could not be started: {exc}") from exc
         self.started += 1
         for stream in (proc.stdin, proc.stdout):
-            os.set_blocking(stream.fileno(), False)  # type: ignore[union-attr]
+            os.set_blocking(stream.fileno(), False)  # type: ignore[union-attr]  # the worker is started with both pipes
         self._proc = proc
         try:
             hello = self._exchange(b"", WORKER_START_TIMEOUT_S)

@@ -65,8 +65,8 @@ class FrozenDict(dict):
     def _refuse(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("rendered provider messages are shared and read-only; copy them with thaw() first")
 
-    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
-    __ior__ = _refuse  # type: ignore[assignment]
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]  # every mutator is replaced by one refusing method
+    __ior__ = _refuse  # type: ignore[assignment]  # every mutator is replaced by one refusing method
 
     def __copy__(self) -> dict[str, Any]:
         return dict(self)
@@ -83,8 +83,8 @@ class FrozenList(list):
     def _refuse(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("rendered provider messages are shared and read-only; copy them with thaw() first")
 
-    __setitem__ = __delitem__ = append = extend = insert = pop = remove = clear = sort = reverse = _refuse  # type: ignore[assignment]
-    __iadd__ = __imul__ = _refuse  # type: ignore[assignment]
+    __setitem__ = __delitem__ = append = extend = insert = pop = remove = clear = sort = reverse = _refuse  # type: ignore[assignment]  # every mutator is replaced by one refusing method
+    __iadd__ = __imul__ = _refuse  # type: ignore[assignment]  # every mutator is replaced by one refusing method
 
     def __copy__(self) -> list[Any]:
         return list(self)

@@ -179,7 +179,7 @@ def parse_plan(rendered: str, titles: Iterable[str] = ()) -> list[PlanStep] | No
         rest = match.group(3)
         known = max((t for t in titles if rest == t or rest.startswith(t + " — ")), key=len, default=None)
         title, _, note = (known, "", rest[len(known) + 3:]) if known else rest.partition(" — ")
-        steps.append(PlanStep(int(match.group(1)), _one_line(title), _PLAN_MARKS[match.group(2)],  # type: ignore[arg-type]
+        steps.append(PlanStep(int(match.group(1)), _one_line(title), _PLAN_MARKS[match.group(2)],  # type: ignore[arg-type]  # the marks table maps to PlanStep's status literals
                               _one_line(note)))
     return steps
 

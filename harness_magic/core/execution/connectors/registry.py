@@ -266,7 +266,7 @@ def tool_from_function(
         description=text,
         parameters=parameters,
         handler=fn,
-        safety=safety,  # type: ignore[arg-type]
+        safety=safety,  # type: ignore[arg-type]  # one of SAFETY_CLASSES: checked above
         connector=connector,
         result_name=result_name,
     )

@@ -53,7 +53,7 @@ def records_configuration(builder: Builder) -> Builder:
         connector.configuration = {"builder": f"{builder.__module__}.{builder.__qualname__}", **bound.arguments}
         return connector
 
-    return build  # type: ignore[return-value]
+    return build  # type: ignore[return-value]  # build keeps the builder's signature
 
 
 def same_value(a: Any, b: Any, depth: int = 0) -> bool:

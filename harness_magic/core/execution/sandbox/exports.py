@@ -124,7 +124,7 @@ class InputExports:
         caller then exports the value itself.
         """
         try:
-            paths, desc = self.origin.export_once(token, name, value)  # type: ignore[union-attr]
+            paths, desc = self.origin.export_once(token, name, value)  # type: ignore[union-attr]  # the caller checks that an origin is set
         except RuntimeError:
             return None
         if not paths:

@@ -96,7 +96,7 @@ def duckdb_connector(
     connector = Connector(
         name, description or "In-process DuckDB SQL over cached DataFrame handles (by handle name) and "
                              "configured files; results come back as handles.")
-    connector.engine = engine  # type: ignore[attr-defined]
+    connector.engine = engine  # type: ignore[attr-defined]  # a DuckDB connector's own attribute
     connector.dialect = "duckdb"
     connector.serves_pseudonyms = frozenset({f"{connector.name}__query"})  # files: views serving pseudonyms
     engine.connector_name = connector.name

@@ -104,7 +104,7 @@ class FileRoots:
         missing: OSError | None = None
         for label, relative in self.locate(path):
             try:
-                fd = open_beneath(str(self.roots[label]), relative, kind=kind,  # type: ignore[arg-type]
+                fd = open_beneath(str(self.roots[label]), relative, kind=kind,  # type: ignore[arg-type]  # kind is "file" or "directory" (the callers pass one of them)
                                   allow_hardlinks=label in self.hardlink_roots)
             except LinkRefused:
                 raise ToolError(f"Refused: {path!r} is or passes through a symbolic link. Links are not followed, "
@@ -193,7 +193,7 @@ def files_connector(
     connector = Connector(
         name, description or f"Data files (CSV, Parquet, JSON, Excel) under {', '.join(file_roots.roots)}: "
                              "list them and read one as a DataFrame handle.")
-    connector.roots = file_roots  # type: ignore[attr-defined]
+    connector.roots = file_roots  # type: ignore[attr-defined]  # a files connector's own attribute
 
     @connector.tool(name="list")
     def list_files(directory: str = "", pattern: str = "*") -> Any:

@@ -138,7 +138,7 @@ def spark_connector(
     connector = Connector(
         name, description or "Apache Spark SQL (Spark Connect): list and describe tables, run queries whose "
                              "results stay in Spark as lazy handles; cached frames are tables by handle name.")
-    connector.engine = engine  # type: ignore[attr-defined]
+    connector.engine = engine  # type: ignore[attr-defined]  # a Spark connector's own attribute
     connector.dialect = "spark"
     engine.connector_name = name  # type: ignore[attr-defined]  # lazy handles' checkpoint definitions name it
 

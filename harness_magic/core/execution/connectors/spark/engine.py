@@ -423,7 +423,7 @@ class SparkEngine:
             return pa.Table.from_batches(batches, schema=kept.schema)
 
         def fetch(spark: Any) -> Any:
-            self.bind(spark, cache, None, root=lazy)  # type: ignore[arg-type]
+            self.bind(spark, cache, None, root=lazy)  # type: ignore[arg-type]  # a lazy handle of this engine holds a SparkRelation
             df = self.checked(spark, lazy.sql)
             client = spark.client
             # the Connect client's streaming seam: Arrow batches as the server sends them

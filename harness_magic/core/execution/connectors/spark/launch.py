@@ -69,8 +69,8 @@ def _confinement() -> Any:
         core = os.path.dirname(core)
     path = os.path.join(core, "confinement", "layers.py")
     spec = importlib.util.spec_from_file_location("_harness_confinement", path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]  # a spec for an existing .py file always exists
+    spec.loader.exec_module(module)  # type: ignore[union-attr]  # a file spec always has a source loader
     sys.modules["_harness_confinement"] = module
     return module
 

@@ -338,8 +338,8 @@ class LocalSparkConnect:
             raise SparkStartError(f"the Spark supervisor did not start: {exc}") from None
         self._finalizer = weakref.finalize(self, _stop, self._proc, self.directory, self._pid_box)
         try:
-            self._proc.stdin.write(json.dumps(plan).encode() + b"\n")  # type: ignore[union-attr]
-            self._proc.stdin.flush()  # type: ignore[union-attr]
+            self._proc.stdin.write(json.dumps(plan).encode() + b"\n")  # type: ignore[union-attr]  # the supervisor is started with stdin piped
+            self._proc.stdin.flush()  # type: ignore[union-attr]  # the supervisor is started with stdin piped
         except OSError as exc:
             self.stop()
             raise SparkStartError(f"the Spark supervisor did not start: {exc}") from None
@@ -416,7 +416,7 @@ class LocalSparkConnect:
         ready, _, _ = select.select([stdout], [], [], max(timeout_s, 0))
         if not ready:
             return None
-        line = stdout.readline()  # type: ignore[union-attr]
+        line = stdout.readline()  # type: ignore[union-attr]  # the supervisor is started with stdout piped
         if not line:
             try:
                 said = _last_error(Path(self.directory, "logs", "supervisor.err").read_text(errors="replace"))

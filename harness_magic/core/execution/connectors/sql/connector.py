@@ -540,8 +540,8 @@ def sql_connector(
     connector = Connector(name, text)
     connector.dialect = db.dialect
     govern(connector, environment, allow_writes)
-    connector.connection = db  # type: ignore[attr-defined]
-    connector.safety_warnings = warnings  # type: ignore[attr-defined]
+    connector.connection = db  # type: ignore[attr-defined]  # a SQL connector's own attributes
+    connector.safety_warnings = warnings  # type: ignore[attr-defined]  # a SQL connector's own attributes
 
     @connector.tool()
     def list_tables(schema: str | None = None) -> Any:
