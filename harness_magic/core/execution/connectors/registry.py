@@ -47,7 +47,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
-from harness_magic.core.cache.session import SessionCache
+from harness_magic.core.cache.protocol import HandleCache
 from harness_magic.core.execution.connectors.lineage import column_sources
 from harness_magic.core.execution.connectors.approval import ApprovalDecision, ApprovalPolicy, ApprovalRequest
 from harness_magic.core.execution.connectors.guard import ApprovalGuard
@@ -84,7 +84,7 @@ _NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,30}")
 class ToolContext:
     """Injected into connector tools that declare a parameter of this type."""
 
-    cache: Any
+    cache: HandleCache
     """The session cache of the harness the tool runs in."""
     harness: Any
     """The harness (``current_run``, ``current_turn``, ``_emit``)."""
@@ -604,7 +604,7 @@ class InstalledConnectors:
                                                       self.registry.glossary_classes())
             sql = arguments.get("sql")
             sources = None
-            guard = harness.cache.guard if isinstance(harness.cache, SessionCache) else None
+            guard = harness.cache.guard
             if isinstance(sql, str) and guard is not None:  # lineage and pseudonyms matter only to an entry guard
                 sources = column_sources(sql, connector.dialect)
                 if template.name not in connector.serves_pseudonyms:  # an engine holding real values

@@ -50,7 +50,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from harness_magic.core.cache.session import SessionCache
+from harness_magic.core.cache.protocol import HandleCache
 from harness_magic.core.execution.connectors._results import (
     DEFAULT_BATCH_ROWS,
     DEFAULT_MAX_ROWS,
@@ -285,11 +285,11 @@ class DuckDBEngine:
             self._serving = serving
             return db
 
-    def connect(self, cache: Any, sql: str | None) -> Any:
+    def connect(self, cache: HandleCache, sql: str | None) -> Any:
         """A fresh cursor on the engine's locked database: configured files and the cached handles ``sql`` names."""
         return self._open(cache, sql)[0]
 
-    def _open(self, cache: Any, sql: str | None, root: LazyRelation | None = None
+    def _open(self, cache: HandleCache, sql: str | None, root: LazyRelation | None = None
               ) -> tuple[Any, dict[str, str], dict[str, LazyRelation]]:
         """(connection, frames registered: handle -> version, lazy views created: handle -> relation).
 
@@ -297,7 +297,7 @@ class DuckDBEngine:
         as temporary views of their own statements, their inputs first, all on
         a new cursor of the locked database (:meth:`_database`).
         """
-        guard = cache.guard if isinstance(cache, SessionCache) else None
+        guard = cache.guard
         con = self._cursor(guard is not None)
         try:
             if self._serving:
@@ -424,7 +424,7 @@ class DuckDBEngine:
                 poller.join()
                 progress(None, True)
 
-    def lazy(self, cache: Any, sql: str, progress: Progress | None = None) -> LazyRelation:
+    def lazy(self, cache: HandleCache, sql: str, progress: Progress | None = None) -> LazyRelation:
         """A :class:`LazyRelation` for one read-only statement; its snapshot facts come from the engine.
 
         One run of the query gives them (see *Snapshot by pushdown* in :mod:`.lazy`): an
@@ -527,7 +527,7 @@ class DuckDBEngine:
             con.execute(_READ_ONLY)
             return None
 
-    def fetch_lazy(self, lazy: LazyRelation, cache: Any, max_bytes: int, *, max_rows: int | None = None,
+    def fetch_lazy(self, lazy: LazyRelation, cache: HandleCache, max_bytes: int, *, max_rows: int | None = None,
                    handle: str | None = None, progress: Progress | None = None) -> Any:
         """The rows of ``lazy`` as an Arrow table; :class:`MaterializeLimitError` once they pass ``max_bytes``
         bytes or ``max_rows`` rows (None: no row cap).
@@ -559,7 +559,7 @@ class DuckDBEngine:
         finally:
             con.close()
 
-    def query(self, cache: Any, sql: str, max_rows: int | None = None,
+    def query(self, cache: HandleCache, sql: str, max_rows: int | None = None,
               progress: Progress | None = None) -> tuple[Any, bool]:
         import pyarrow as pa
 

@@ -20,6 +20,7 @@ import uuid
 import warnings
 from typing import Any, Callable, Mapping
 
+from harness_magic.core.cache.protocol import HandleCache
 from harness_magic.core.execution.connectors._results import (
     DEFAULT_MAX_ROWS,
     DEFAULT_TIMEOUT_S,
@@ -287,7 +288,7 @@ class SparkEngine:
 
     # -- cached handles as temp views ---------------------------------------------------------
 
-    def bind(self, spark: Any, cache: Any, sql: str | None, root: SparkRelation | None = None
+    def bind(self, spark: Any, cache: HandleCache, sql: str | None, root: SparkRelation | None = None
              ) -> tuple[dict[str, str], dict[str, SparkRelation]]:
         """Make every cached handle ``sql`` names (and ``root``'s inputs) a temp view of that name.
 
@@ -311,7 +312,7 @@ class SparkEngine:
                 self._bound[handle] = lazy
         return inputs.frames, inputs.lazies
 
-    def _upload(self, spark: Any, cache: Any, handle: str) -> None:
+    def _upload(self, spark: Any, cache: HandleCache, handle: str) -> None:
         frame = cache.view(handle)
         bad = [c for c in frame.columns if not isinstance(c, str)]
         if bad:
@@ -327,7 +328,7 @@ class SparkEngine:
 
     # -- lazy handles ---------------------------------------------------------------------------
 
-    def lazy(self, cache: Any, sql: str, progress: Progress | None = None) -> SparkRelation:
+    def lazy(self, cache: HandleCache, sql: str, progress: Progress | None = None) -> SparkRelation:
         """A :class:`SparkRelation` for one query; its snapshot facts come from Spark."""
 
         def describe(spark: Any) -> tuple[dict[str, Any], dict[str, str], dict[str, SparkRelation]]:
@@ -404,7 +405,7 @@ class SparkEngine:
             timer.cancel()
             spark.removeTag(tag)
 
-    def fetch_lazy(self, lazy: LazyRelation, cache: Any, max_bytes: int, *, max_rows: int | None = None,
+    def fetch_lazy(self, lazy: LazyRelation, cache: HandleCache, max_bytes: int, *, max_rows: int | None = None,
                    handle: str | None = None, progress: Progress | None = None) -> Any:
         """The rows of ``lazy`` as an Arrow table, streamed; :class:`MaterializeLimitError` once they pass
         ``max_bytes`` bytes or ``max_rows`` rows (None: no row cap), and the job is cancelled.
@@ -447,7 +448,7 @@ class SparkEngine:
 
     # -- eager statements ----------------------------------------------------------------------
 
-    def query(self, cache: Any, sql: str, max_rows: int | None = None,
+    def query(self, cache: HandleCache, sql: str, max_rows: int | None = None,
               progress: Progress | None = None) -> tuple[Any, bool]:
         """Up to ``max_rows`` rows of one query as a frame, and whether there were more."""
         cap = cap_rows(max_rows, self.max_rows)
@@ -459,7 +460,7 @@ class SparkEngine:
 
         return self.run(fetch, progress)
 
-    def execute(self, cache: Any, sql: str, progress: Progress | None = None) -> Any:
+    def execute(self, cache: HandleCache, sql: str, progress: Progress | None = None) -> Any:
         """Run one statement as is (after approval); the command's own output rows, if any, as a frame.
 
         Spark's plan of the statement is explained first and a script
