@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
 
+from harness_magic.core.cache.protocol import HandleCache
 from harness_magic.core.plugins import PluginGroup
 from harness_magic.core.text.counts import count
 from harness_magic.evals.writes import attempt_line, write_attempts
@@ -95,7 +96,7 @@ class Grade:
 @dataclass
 class GradeContext:
     answer: str
-    cache: Any = None
+    cache: HandleCache | None = None
     records: list[dict[str, Any]] = field(default_factory=list)
     inputs: dict[str, Any] = field(default_factory=dict)
     answers: ModuleType | None = None

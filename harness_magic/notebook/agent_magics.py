@@ -39,7 +39,7 @@ this one's session through its public surface: :attr:`~AgentMagics.session`,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
@@ -64,6 +64,9 @@ from harness_magic.notebook.live import live_renderer, settle, show_live
 from harness_magic.notebook.settings import check_trait, config_from, setting_traits, trait_names
 from harness_magic.notebook.tables import export_rows_html, handle_rows, pairs_html, rows_text
 from harness_magic.notebook.values import describe
+
+if TYPE_CHECKING:
+    from harness_magic.core.session import AgentSession
 
 __all__ = ["AgentMagics"]
 
@@ -151,7 +154,7 @@ class AgentMagics(Magics):
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
-        self._session: Any = None
+        self._session: AgentSession | None = None
         self._recorder: Any = None
         self._stale = False
         self._connectors_dirty = False
@@ -170,7 +173,7 @@ class AgentMagics(Magics):
         return config_from(self)
 
     @property
-    def session(self) -> Any:
+    def session(self) -> AgentSession:
         """The agent session, created on first use; a settings change is applied to it in place
         (conversation, cache and offline models' places are kept)."""
         if self._session is not None and self._stale:
