@@ -20,6 +20,7 @@ from harness_magic.core.cache import SessionCache
 from harness_magic.core.cache.protocol import CACHE_MEMBERS, HandleCache
 from harness_magic.core.control.recorded import load_run
 from harness_magic.core.control.replay import _RecordedEnding
+from harness_magic.core.execution.connectors.host import CONNECTOR_HOST_MEMBERS, ConnectorHost, ConnectorRun
 from harness_magic.core.providers.adapter import AsyncProviderAdapter
 from harness_magic.core.providers.protocol import (
     ADAPTER_MEMBERS,
@@ -58,6 +59,7 @@ def _recorded_ending(tmp_path: Path) -> _RecordedEnding:
     (SyncModelAdapter, ADAPTER_MEMBERS),
     (AsyncModelAdapter, ADAPTER_MEMBERS),
     (HarnessHost, HOST_MEMBERS),
+    (ConnectorHost, CONNECTOR_HOST_MEMBERS),
 ])
 def test_each_protocol_declares_exactly_its_member_list(protocol, members):
     assert declared_members(protocol) == set(members)
@@ -112,7 +114,18 @@ def test_both_harness_drivers_have_every_host_member(tmp_path):
         missing = [m for m in HOST_MEMBERS if not hasattr(harness, m)]
         assert missing == [], f"{type(harness).__name__} lacks {missing}"
         assert isinstance(harness, HarnessHost)
+        assert isinstance(harness, ConnectorHost)  # the connectors' narrower view of the same harness
         assert isinstance(harness.cache, HandleCache)
+
+
+def test_a_run_has_what_the_connectors_read_of_it(tmp_path):
+    harness = Harness(_scripted(), "system", [], run_dir=str(tmp_path))
+    seen = []
+    harness.subscribe(lambda event: seen.append(harness.current_run) if event.kind == "run_started" else None)
+    harness.run_result("hello")
+    run = seen[0]
+    missing = [m for m in declared_members(ConnectorRun) if not hasattr(run, m)]
+    assert missing == []
 
 
 def test_an_object_missing_a_member_is_not_taken_for_a_cache():
@@ -139,6 +152,7 @@ the execution and knowledge planes declare their own narrow host protocols (``To
     ("cache", CACHE_MEMBERS, ("",)),
     ("adapter", ADAPTER_MEMBERS, ("",)),
     ("harness", HOST_MEMBERS, _ABOVE_THE_AGENT),
+    ("connector's harness", CONNECTOR_HOST_MEMBERS, ("core/execution/connectors",)),
 ])
 def test_no_module_probes_a_seam_for_a_member_of_its_protocol(what, members, where):
     names = "|".join(re.escape(m) for m in members)

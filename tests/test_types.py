@@ -29,6 +29,7 @@ PROTOCOLS = {
     "harness_magic.core.cache.protocol": "HandleCache",
     "harness_magic.core.providers.protocol": "ModelAdapter",
     "harness_magic.core.agent.host": "HarnessHost",
+    "harness_magic.core.execution.connectors.host": "ConnectorHost",
 }
 """The seams' protocols: module -> protocol whose methods name an implementation."""
 
@@ -130,6 +131,11 @@ def test_every_implementation_of_a_seam_protocol_is_checked_strictly():
         "harness_magic.core.providers.adapter._AdapterBase",
     ]
     assert sorted(found["harness_magic.core.agent.host.HarnessHost"]) == [
+        "harness_magic.core.agent.loop.AsyncHarness",
+        "harness_magic.core.agent.loop.Harness",
+        "harness_magic.core.agent.loop._HarnessBase",
+    ]
+    assert sorted(found["harness_magic.core.execution.connectors.host.ConnectorHost"]) == [
         "harness_magic.core.agent.loop.AsyncHarness",
         "harness_magic.core.agent.loop.Harness",
         "harness_magic.core.agent.loop._HarnessBase",

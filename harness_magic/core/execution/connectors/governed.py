@@ -127,8 +127,9 @@ def run_governed(backend: Any, direct: Callable[[str], int | None], sql: str, di
     kind = "write" if classification.kind == "read" else classification.kind
     classification = dataclasses.replace(classification, kind=kind)
     harness = context.harness
-    run = getattr(harness, "current_run", None)
-    use_id = getattr(getattr(run, "current_tool_use", None), "id", None)
+    run = harness.current_run if harness is not None else None
+    use = run.current_tool_use if run is not None else None
+    use_id = use.id if use is not None else None
     if context.approve is None:
         raise ToolError("Refused: this write tool needs the approval guard (install the connector registry).")
 

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from harness_magic.core.execution.connectors.approval import ApprovalDecision, ApprovalRequest
 from harness_magic.core.transcript.audit import AuditError, record_decision
 from harness_magic.core.transcript.events import ApprovalStep, Notice
+
+if TYPE_CHECKING:
+    from harness_magic.core.execution.connectors.host import ConnectorHost
 
 __all__ = ["ApprovalGuard"]
 
@@ -28,7 +31,7 @@ __all__ = ["ApprovalGuard"]
 class ApprovalGuard:
     """Decides and records approvals for one harness; ``registry.approval`` is read at each call."""
 
-    def __init__(self, registry: Any, harness: Any) -> None:
+    def __init__(self, registry: Any, harness: ConnectorHost) -> None:
         self.registry = registry
         self.harness = harness
 
@@ -66,11 +69,11 @@ class ApprovalGuard:
         """``approve(request)`` for a previewed tool; the request gets the connector's governance fields."""
 
         def approve(request: ApprovalRequest) -> ApprovalDecision:
-            run = getattr(self.harness, "current_run", None)
-            use = getattr(run, "current_tool_use", None)
+            run = self.harness.current_run
+            use = run.current_tool_use if run is not None else None
             return self.decide(dataclasses.replace(
                 request, tool=tool, connector=connector.name, environment=connector.environment,
-                allow_writes=connector.allow_writes, tool_use_id=getattr(use, "id", request.tool_use_id)))
+                allow_writes=connector.allow_writes, tool_use_id=use.id if use is not None else request.tool_use_id))
 
         return approve
 
@@ -99,10 +102,10 @@ class ApprovalGuard:
         except AuditError as exc:
             if decision.approved:
                 decision = ApprovalDecision(False, f"the audit log cannot record the approval: {exc}")
-        run = getattr(self.harness, "current_run", None)
+        run = self.harness.current_run
         if run is not None:
-            waits = getattr(run, "approval_wait_s", None)
-            if isinstance(waits, dict) and use_id is not None:  # shown apart from the tool's own time
+            waits = run.approval_wait_s
+            if use_id is not None:  # shown apart from the tool's own time
                 waits[use_id] = waits.get(use_id, 0.0) + waited
             run.logger.write("event", event="approval", tool=request.tool, safety=request.safety,
                              summary=request.summary, approved=decision.approved, reason=decision.reason,

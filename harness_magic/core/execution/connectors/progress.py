@@ -20,9 +20,9 @@ Progress = Callable[[float | None, bool], None]
 
 def progress_reporter(context: ToolContext, engine: str) -> Progress | None:
     """Progress callback emitting :class:`EngineProgress` events on the tool's harness; None without a harness."""
-    emit = getattr(context.harness, "emit", None)
-    if emit is None:
+    if context.harness is None:
         return None
+    emit = context.harness.emit
     from harness_magic.core.transcript.events import EngineProgress
 
     def report(percent: float | None, done: bool) -> None:

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 from harness_magic.core.cache.protocol import HandleCache
+from harness_magic.core.execution.connectors.host import ConnectorHost
 from harness_magic.core.execution.connectors.lineage import column_sources
 from harness_magic.core.execution.connectors.approval import ApprovalDecision, ApprovalPolicy, ApprovalRequest
 from harness_magic.core.execution.connectors.guard import ApprovalGuard
@@ -86,8 +87,8 @@ class ToolContext:
 
     cache: HandleCache
     """The session cache of the harness the tool runs in."""
-    harness: Any
-    """The harness (``current_run``, ``current_turn``, ``_emit``)."""
+    harness: ConnectorHost | None
+    """The harness (``current_run``, ``current_turn``, ``emit``); None for a tool called outside one."""
     tool_name: str
     """Full tool name (``<connector>__<tool>``)."""
     approve: "Callable[[ApprovalRequest], ApprovalDecision] | None" = None
@@ -507,7 +508,7 @@ class ConnectorRegistry:
         lines = [c.catalogue_line() for c in self._connectors.values()]
         return "\n".join(lines) if lines else "(no connectors registered)"
 
-    def install(self, harness: Any) -> "InstalledConnectors":
+    def install(self, harness: ConnectorHost) -> "InstalledConnectors":
         """Add ``load_connectors``, every connector tool (hidden) and the approval guard to ``harness``."""
         installed = InstalledConnectors(self, harness)
         self._installed.append(installed)
@@ -517,7 +518,7 @@ class ConnectorRegistry:
 class InstalledConnectors:
     """The registry's tools inside one harness (visibility is per harness)."""
 
-    def __init__(self, registry: ConnectorRegistry, harness: Any) -> None:
+    def __init__(self, registry: ConnectorRegistry, harness: ConnectorHost) -> None:
         self.registry = registry
         self.harness = harness
         self.loaded: list[str] = []
@@ -648,11 +649,11 @@ class InstalledConnectors:
         for spec in specs:
             spec.visible = True
         self.loaded.append(connector_name)
-        run = getattr(self.harness, "current_run", None)
+        run = self.harness.current_run
         if run is not None:
+            use = run.current_tool_use
             run.logger.write("event", event="connector_loaded", connector=connector_name,
-                             tools=[s.name for s in specs], turn=run.turn,
-                             tool_use_id=getattr(run.current_tool_use, "id", None))
+                             tools=[s.name for s in specs], turn=run.turn, tool_use_id=use.id if use else None)
         self.harness.emit(Notice(text=f"Loaded connector {connector_name}: {', '.join(s.name for s in specs)}"))
         lines = [f"Loaded connector {connector_name!r}; these tools are available from your next step:"]
         for spec in specs:
