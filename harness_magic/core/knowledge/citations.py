@@ -28,6 +28,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Protocol, Sequence
 
+from harness_magic.core.transcript.messages import Message, ToolUseBlock
+
 __all__ = ["Source", "Ledger", "retrieved_sources", "CITATION_RE", "parse_citations", "record_retrieval", "ledger_for", "LedgerHost",
            "check_answer", "citations_markdown", "citations_html", "sources_from_log", "sources_from_run_file", "SNIPPET_MAX_CHARS"]
 
@@ -72,6 +74,21 @@ class Ledger:
         return {sid: src for sid, (src, use_id) in self.entries.items() if use_id is None or use_id in answered}
 
 
+class RetrievalRun(Protocol):
+    """What recording a retrieval reads of the run in progress (:class:`~harness_magic.core.agent.run.Run` is one)."""
+
+    @property
+    def current_tool_use(self) -> ToolUseBlock | None:
+        """The tool call running now (its id ties a source to the call that retrieved it)."""
+        ...
+
+
+class SnippetMasker(Protocol):
+    """The masking step a harness passes tool results through (``Harness.masker``)."""
+
+    def mask(self, text: str) -> tuple[str, dict[str, int]]: ...
+
+
 class LedgerHost(Protocol):
     """What the ledger functions need of a harness (:class:`~harness_magic.core.agent.loop.Harness` is one)."""
 
@@ -79,6 +96,17 @@ class LedgerHost(Protocol):
     def citations(self) -> Ledger:
         """The harness's own ledger: it lives and dies with the harness."""
         ...
+
+    @property
+    def messages(self) -> list[Message]:
+        """The conversation: a source counts as retrieved once its tool result is in it."""
+        ...
+
+    @property
+    def current_run(self) -> RetrievalRun | None: ...
+    @property
+    def masker(self) -> SnippetMasker | None: ...
+    def log_event(self, name: str, **fields: Any) -> None: ...
 
 
 def parse_citations(text: str) -> list[str]:
@@ -93,7 +121,7 @@ def ledger_for(harness: LedgerHost) -> Ledger:
 
 def retrieved_sources(harness: LedgerHost) -> dict[str, Source]:
     """Sources retrieved by tool calls whose results are in the harness's conversation."""
-    return ledger_for(harness).visible(getattr(harness, "messages", None))
+    return ledger_for(harness).visible(harness.messages)
 
 
 def record_retrieval(harness: LedgerHost | None, tool: str, sources: Sequence[Source]) -> None:
@@ -101,18 +129,17 @@ def record_retrieval(harness: LedgerHost | None, tool: str, sources: Sequence[So
     if harness is None or not sources:
         return
     ledger = ledger_for(harness)
-    run = getattr(harness, "current_run", None)
-    use_id = getattr(getattr(run, "current_tool_use", None), "id", None)
-    masker = getattr(harness, "masker", None)
+    run = harness.current_run
+    use = run.current_tool_use if run is not None else None
+    use_id = use.id if use is not None else None
+    masker = harness.masker
     if masker is not None:  # the ledger feeds citations in the live view and exports: what the model saw
         sources = [dataclasses.replace(s, snippet=masker.mask(s.snippet)[0], title=masker.mask(s.title)[0])
                    for s in sources]
     for source in sources:
         ledger.entries[source.source_id] = (source, use_id)
-    log = getattr(harness, "log_event", None)
-    if log is not None:
-        log("retrieval", tool=tool, sources=[{"id": s.source_id, "title": s.title[:200],
-                                              "snippet": s.snippet[:SNIPPET_MAX_CHARS]} for s in sources])
+    harness.log_event("retrieval", tool=tool, sources=[{"id": s.source_id, "title": s.title[:200],
+                                                        "snippet": s.snippet[:SNIPPET_MAX_CHARS]} for s in sources])
 
 
 def _words(text: str) -> list[str]:
@@ -174,7 +201,7 @@ def check_answer(text: str, sources: dict[str, Source]) -> list[Finding]:
         if subject is None or subject[0] >= max(cue_at, 1):
             continue
         source = subject[1]
-        cited = f"[{source.source_id}]" in sentence
+        cites_it = f"[{source.source_id}]" in sentence
         missing = [c[0] for c in source.components if not any(_mentions(words, p) for p in c)]
         short = " ".join(sentence.split())[:200]
         if missing:
@@ -182,7 +209,7 @@ def check_answer(text: str, sources: dict[str, Source]) -> list[Finding]:
                 "definition_consistent", False,
                 f"the answer defines {source.names[0]} as {short!r}, which leaves out "
                 f"{', '.join(missing)} from the retrieved definition [{source.source_id}]"
-                + ("" if cited else " (and does not cite it)")))
+                + ("" if cites_it else " (and does not cite it)")))
         else:
             findings.append(Finding("definition_consistent", True, f"[{source.source_id}]"))
     return findings
