@@ -47,9 +47,10 @@ class HarnessHost(RunHost, Protocol):
     @property
     def current_turn(self) -> int | None: ...
 
-    def overriding(self, *, adapter: Any | None = None, max_turns: int | None = None,
+    def overriding(self, *, max_turns: int | None = None,
                    log_extra: Mapping[str, Any] | None = None) -> AbstractContextManager[None]:
-        """Run with another adapter, turn limit or log fields inside the block; restored after."""
+        """Run with another turn limit or log fields inside the block; restored after. (Each driver also takes
+        ``adapter=``, typed by the adapter it drives: sync or async.)"""
         ...
 
     def set_masker(self, masker: ResultMasker | None) -> None: ...
