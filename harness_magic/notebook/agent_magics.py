@@ -66,6 +66,8 @@ from harness_magic.notebook.tables import export_rows_html, handle_rows, pairs_h
 from harness_magic.notebook.values import describe
 
 if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
     from harness_magic.core.session import AgentSession
 
 __all__ = ["AgentMagics"]
@@ -83,6 +85,12 @@ class AgentMagics(Magics):
     """The agent magics and their settings."""
 
     vars().update(setting_traits())  # one trait per setting of harness_magic.core.config.SETTINGS (help included)
+
+    if TYPE_CHECKING:
+        shell: InteractiveShell  # registered magics always have their shell (Magics declares it Optional)
+
+        def __getattr__(self, name: str) -> Any:
+            """The setting traits above: made from the table at class creation, so mypy cannot list them."""
 
     # -- validation -------------------------------------------------------------------------
 
@@ -141,16 +149,18 @@ class AgentMagics(Magics):
 
     @observe(*_RUN_TRAITS)
     def _budget_changed(self, change: Any) -> None:
-        if getattr(self, "_session", None) is not None:
-            setattr(self._session.config, change["name"], change["new"])
+        session = getattr(self, "_session", None)  # None too before __init__ ran (traits set by config)
+        if session is not None:
+            setattr(session.config, change["name"], change["new"])
 
     @observe("subagents")
     def _on_subagents(self, change: Any) -> None:
-        if getattr(self, "_session", None) is not None:
+        session = getattr(self, "_session", None)
+        if session is not None:
             if change["new"]:
-                self._session.enable_subagents()  # already on: keeps its tool and options
+                session.enable_subagents()  # already on: keeps its tool and options
             else:
-                self._session.disable_subagents()
+                session.disable_subagents()
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
@@ -159,6 +169,7 @@ class AgentMagics(Magics):
         self._stale = False
         self._connectors_dirty = False
         self._rejected: dict[str, Any] = {}
+        self._code_clipboard: Any = None  # the clipboard widget, made on first use (see .clipboard)
         self._prompt_host: Any = None
         """The live view of the latest run (its questions show in it while it runs), or None."""
         self.cells = CellTracker()
@@ -367,7 +378,7 @@ class AgentMagics(Magics):
             self._show_result(result)
             raise AgentRunError(result)
         found = {h: self._out_handle(h, result.handles, pushed) for h, _ in outputs}
-        bound = [(found[h], n) for h, n in outputs if found[h] is not None]
+        bound = [(got, n) for h, n in outputs if (got := found[h]) is not None]
         missing = [h for h, _ in outputs if found[h] is None]
         if not args.force:
             try:

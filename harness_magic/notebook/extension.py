@@ -14,7 +14,7 @@ also run in a plain kernel) is quiet: the extension wraps IPython's
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, cast
 
 from IPython.core.magic import Magics
 from traitlets import TraitError
@@ -65,7 +65,7 @@ def _make_magics(shell: Any) -> AgentMagics:
     try:
         magics = AgentMagics(shell=shell, parent=shell)
     finally:
-        if saved is not None:
+        if saved is not None and config is not None:  # saved implies config: both are checked for mypy
             config["AgentMagics"] = saved
     if saved:
         import sys
@@ -88,7 +88,8 @@ def load_extension(shell: Any) -> None:
     magics = _make_magics(shell)
     registered: list[Magics] = []
     for cls in magics_classes():
-        instance = magics if cls is AgentMagics else cls(shell, magics)
+        # every class after AgentMagics is built from (shell, agent_magics): see magics_classes
+        instance = magics if cls is AgentMagics else cast(Callable[[Any, AgentMagics], Magics], cls)(shell, magics)
         shell.register_magics(instance)
         registered.append(instance)
     if magics not in shell.configurables:  # register_magics already lists it: %config would run twice
@@ -171,9 +172,10 @@ def unload_extension(shell: Any) -> None:
     registered = _LOADED.pop(id(shell), None)
     if registered is None:
         return
-    registered[0].unobserve(_prestart_when_asked, names="prestart_sandbox")
-    if registered[0].cells.started in shell.events.callbacks["pre_run_cell"]:
-        shell.events.unregister("pre_run_cell", registered[0].cells.started)
+    agent = _agent_magics(registered)
+    agent.unobserve(_prestart_when_asked, names="prestart_sandbox")
+    if agent.cells.started in shell.events.callbacks["pre_run_cell"]:
+        shell.events.unregister("pre_run_cell", agent.cells.started)
     _restore_load_ext(shell)
     manager = shell.magics_manager
     for instance in registered:
@@ -195,7 +197,7 @@ def unload_extension(shell: Any) -> None:
     if shell.user_ns.get(SAVE_NAME) is save:
         del shell.user_ns[SAVE_NAME]
         shell.user_ns_hidden.pop(SAVE_NAME, None)
-    registered[0].close()
+    agent.close()
 
 
 def agent_session(shell: Any = None) -> Any:
@@ -216,4 +218,9 @@ def agent_session(shell: Any = None) -> Any:
     registered = _LOADED.get(id(shell))
     if registered is None:
         raise RuntimeError("harness_magic is not loaded here: run %load_ext harness_magic first")
-    return registered[0].session
+    return _agent_magics(registered).session
+
+
+def _agent_magics(registered: list[Magics]) -> AgentMagics:
+    """The :class:`AgentMagics` of a shell's registered instances (the first, as :func:`magics_classes` orders them)."""
+    return cast(AgentMagics, registered[0])

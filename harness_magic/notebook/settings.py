@@ -38,7 +38,7 @@ NOTEBOOK_SETTINGS = (
 ALL_SETTINGS: tuple[Setting, ...] = tuple(one for one in SETTINGS + NOTEBOOK_SETTINGS if one.trait_name is not None)
 """Every setting ``AgentMagics`` offers, in declaration order."""
 
-_BY_TRAIT = {one.trait_name: one for one in ALL_SETTINGS}
+_BY_TRAIT: dict[str, Setting] = {one.trait_name: one for one in ALL_SETTINGS if one.trait_name is not None}
 _TRAIT_TYPES: dict[type, type[TraitType[Any, Any]]] = {str: Unicode, int: Integer, float: Float, bool: Bool}
 
 
