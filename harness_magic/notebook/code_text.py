@@ -10,6 +10,7 @@ no IPython, no widgets.
 from __future__ import annotations
 
 import ast
+from collections.abc import Collection
 from typing import Any
 
 __all__ = ["agent_code_text", "call_code_text", "code_cell_text", "handles_read"]
@@ -40,8 +41,8 @@ def agent_code_text(record: Any, turn: int | None = None) -> str:
     written as ``sql_turnN_K = '...'`` (``repr``, so any quoting in it stays a
     string), file reads as a comment naming the path. ``""`` when there is none.
     """
-    blocks = [call_code_text(record, tool) for tool in record.tools if turn is None or tool.turn == turn]
-    blocks = [b for b in blocks if b is not None]
+    texts = [call_code_text(record, tool) for tool in record.tools if turn is None or tool.turn == turn]
+    blocks = [b for b in texts if b is not None]
     return "\n\n".join(blocks) + ("\n" if blocks else "")
 
 
@@ -105,7 +106,7 @@ def tool_call_language(tool: Any) -> str | None:
 
 
 def code_cell_text(body: str, run_id: str, how: str, reads: list[str], import_save: bool,
-                   held: list[str] = ()) -> str:
+                   held: Collection[str] = ()) -> str:
     """The whole cell ``%agent_code`` puts in: a line naming the run (``how`` it was taken), one
     ``%agent_pull`` per handle the code reads, except the handles in ``held`` (the notebook variable of that
     name already holds exactly the value pushed: a comment says so instead), the import of ``save`` where the

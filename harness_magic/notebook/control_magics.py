@@ -45,7 +45,7 @@ shares the session and live view of ``AgentMagics`` through its public surface.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class, no_var_expand
@@ -57,6 +57,9 @@ from harness_magic.notebook.code_text import agent_code_text, code_cell_text, ha
 from harness_magic.notebook.live import settle, show_live
 from harness_magic.notebook.status import LABEL_WIDTH, status_rows
 from harness_magic.notebook.tables import pairs_html
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
 
 __all__ = ["ControlMagics"]
 
@@ -71,6 +74,9 @@ def _log_path(path: str) -> str:
 @magics_class
 class ControlMagics(Magics):
     """Replay, retry and diff runs of the agent session owned by ``agent_magics``."""
+
+    if TYPE_CHECKING:
+        shell: InteractiveShell  # registered magics always have their shell (Magics declares it Optional)
 
     def __init__(self, shell: Any, agent_magics: Any) -> None:
         super().__init__(shell=shell)
@@ -106,8 +112,13 @@ class ControlMagics(Magics):
         if args.live_tools:
             options = live_tools_of(session.harness)
         replay = None
+
+        def on_event(event: Any) -> None:
+            for sink in sinks:
+                sink(event)
+
         try:
-            replay = replay_run(log, run_dir=session.config.run_dir, on_event=lambda e: [s(e) for s in sinks],
+            replay = replay_run(log, run_dir=session.config.run_dir, on_event=on_event,
                                 **options)
         except ValueError as exc:
             raise UsageError(f"cannot replay {args.log!r}: {exc}") from None

@@ -139,7 +139,7 @@ class EvalMagics(Magics):
             raise UsageError(f"%agent_eval: --repeat must be at least 1, got {args.repeat}")
         if not 1 <= args.jobs <= MAX_JOBS:
             raise UsageError(f"%agent_eval: --jobs must be from 1 to {MAX_JOBS}, got {args.jobs}")
-        model = args.model or getattr(self._agent, "model", None)
+        model: str = args.model or self._agent.model  # AgentMagics.model: a str setting, always set
         try:
             suite = load_suite(args.suite)
             tasks = suite.select(args.task)

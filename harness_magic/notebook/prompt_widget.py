@@ -94,7 +94,7 @@ class PromptBox:
 
     # -- answers (any thread) -------------------------------------------------------------------
 
-    def _answers(self, value: Any) -> Callable[[Any], None]:
+    def _answers(self, value: Any) -> Callable[[Any], object]:
         return lambda _button: self.offer(value)
 
     def _typed(self) -> None:
