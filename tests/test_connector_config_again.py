@@ -214,3 +214,15 @@ def test_a_registry_installed_in_a_harness_swaps_tools_in_place(session, data) -
     assert tool_names(session) == ["lake__list_tables", "lake__describe", "lake__query"]
     load = next(t for t in session.harness.tools if t.name == "load_connectors")
     assert load.parameters["properties"]["connector_name"]["enum"] == ["lake"]
+
+
+def test_methods_binding_builtins_compare_without_crashing() -> None:
+    """A bound method's function may be any callable (a builtin here): compared by value, never by ``__code__``."""
+    import types
+
+    from harness_magic.core.execution.connectors.sameness import same_value
+
+    owner = object()
+    assert same_value(types.MethodType(len, owner), types.MethodType(len, owner))
+    assert not same_value(types.MethodType(len, owner), types.MethodType(abs, owner))
+    assert not same_value(types.MethodType(len, owner), types.MethodType(len, object()))

@@ -679,3 +679,14 @@ def test_each_query_runs_on_its_own_cursor_and_leaves_nothing_behind(dataset):
     engine.close()
     with pytest.raises(ToolError, match="closed"):
         engine.query(cache, "SELECT 1")
+
+
+def test_a_lazy_handle_resolved_without_a_cache_reports_its_input_gone() -> None:
+    """No cache at all: a lazy handle built on a cached frame is refused as retired, never a TypeError."""
+    from harness_magic.core.execution.connectors.lazy import LazyRelation, resolve_inputs
+    from harness_magic.core.execution.tools import ToolError
+
+    engine = object()
+    lazy = LazyRelation(engine, "select * from t", {"t": "v1"}, {}, {"columns": ["a"], "rows": 1, "head": []})
+    with pytest.raises(ToolError, match="`t`, which was retired or replaced"):
+        resolve_inputs(None, (), engine, "duckdb", lazy)

@@ -321,7 +321,7 @@ def resolve_inputs(cache: HandleCache | None, names: Iterable[str], engine: Any,
         except LazyInputError as exc:
             raise ToolError(f"{exc}; rebuild the lazy handle") from None
         for name, version in deep_frames.items():
-            if name not in cache or versions.get(name, version) != version:
+            if cache is None or name not in cache or versions.get(name, version) != version:
                 raise ToolError(f"a lazy handle was built on `{name}`, which was retired or replaced since; "
                                 "rebuild the lazy handle from the current handles")
             needed.setdefault(name, version)
@@ -370,7 +370,7 @@ Rebind = Callable[[str, dict[str, str], Any], "LazyRelation"]
 """``rebind(engine, definition, cache)`` for :meth:`SessionCache.load`."""
 
 
-def definition_rebinder(connectors: Any, engine_name: str, engine_type: type, check: Callable[[str, str], Any],
+def definition_rebinder(connectors: Any, engine_name: str, engine_type: type[Any], check: Callable[[str, str], Any],
                         others: Rebind | None = None) -> Rebind:
     """``rebind`` re-creating ``engine_name`` lazy handles from their saved definition (connector + query).
 

@@ -27,6 +27,11 @@ at entry (see :mod:`harness_magic.core.control.pseudonyms`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # sqlglot is imported lazily at run time (an optional extra)
+    from sqlglot.expressions import Expr
+
 __all__ = ["column_sources", "SQLGLOT_DIALECTS", "LINEAGE_MAX_DEPTH", "LINEAGE_MAX_CHARS"]
 
 LINEAGE_MAX_DEPTH = 200
@@ -74,7 +79,7 @@ def column_sources(sql: str, dialect: str | None = None) -> dict[str, frozenset[
     return result
 
 
-def _outputs(tree: object) -> list[object] | None:
+def _outputs(tree: Expr) -> list[Expr] | None:
     """The projections of the statement's result (every branch of a set operation)."""
     from sqlglot import exp
 
@@ -96,7 +101,7 @@ def _outputs(tree: object) -> list[object] | None:
     return None
 
 
-def _references(projection: object) -> set[str]:
+def _references(projection: Expr) -> set[str]:
     from sqlglot import exp
 
     node = projection.unalias() if isinstance(projection, exp.Expression) else projection
@@ -111,7 +116,7 @@ def _references(projection: object) -> set[str]:
     return refs
 
 
-def _inside_aggregate(column: object, top: object) -> bool:
+def _inside_aggregate(column: Expr, top: Expr) -> bool:
     """The column is read only through an aggregate that yields a new number (count, sum, mean, spread)."""
     from sqlglot import exp
 

@@ -352,8 +352,8 @@ class Connector:
         ``previewed``: the guard only gates the call (refusals); ``fn`` takes a
         :class:`ToolContext` and asks through ``context.approve`` after its preview.
         """
-        short = name or getattr(fn, "__name__", "")
-        if not _NAME_RE.fullmatch(short or "") or TOOL_SEPARATOR in short:
+        short: str | None = name or getattr(fn, "__name__", "")
+        if short is None or not _NAME_RE.fullmatch(short) or TOOL_SEPARATOR in short:
             raise ValueError(f"tool name {short!r} of connector {self.name!r} is invalid")
         full = f"{self.name}{TOOL_SEPARATOR}{short}"
         if full in self.tool_names:

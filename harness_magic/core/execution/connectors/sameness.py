@@ -73,7 +73,10 @@ def same_value(a: Any, b: Any, depth: int = 0) -> bool:
     if isinstance(a, types.FunctionType):
         return _same_function(a, b, depth + 1)
     if isinstance(a, types.MethodType):
-        return a.__self__ is b.__self__ and _same_function(a.__func__, b.__func__, depth + 1)
+        f, g = a.__func__, b.__func__  # any callable can be bound, not only a Python function
+        if isinstance(f, types.FunctionType) and isinstance(g, types.FunctionType):
+            return a.__self__ is b.__self__ and _same_function(f, g, depth + 1)
+        return a.__self__ is b.__self__ and same_value(f, g, depth + 1)
     from harness_magic.core.cache.fingerprint import fingerprint
 
     stamp = fingerprint(a)

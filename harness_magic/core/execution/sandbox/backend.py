@@ -140,7 +140,7 @@ class SandboxedInterpreter:
         self.timeout = float(timeout)
         self.rss_limit = int(rss_limit) if rss_limit is not None else int(total * 0.75)
         self.scratch_max_bytes = int(scratch_max_bytes) if scratch_max_bytes is not None else self.rss_limit
-        self._options = dict(timeout=timeout, memory_limit=memory_limit, rss_limit=rss_limit,
+        self._options: dict[str, Any] = dict(timeout=timeout, memory_limit=memory_limit, rss_limit=rss_limit,
                              scratch_max_bytes=scratch_max_bytes, cpu_seconds=cpu_seconds,
                              result_max_bytes=result_max_bytes, stdout_max_chars=stdout_max_chars, layers=layers,
                              ast_precheck=ast_precheck, audit_hooks=audit_hooks, allow_unconfined=allow_unconfined)

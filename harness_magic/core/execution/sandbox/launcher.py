@@ -28,6 +28,7 @@ import signal
 import socket
 import sys
 import time
+from typing import Any
 
 __all__ = ["main", "MAX_CONTROL_BYTES"]
 
@@ -133,7 +134,7 @@ def main(control_fd: int) -> None:
                 for fd in fds:
                     os.close(fd)
                 children.add(pid)
-                reply = {"pid": pid}
+                reply: dict[str, Any] = {"pid": pid}
             elif op == "reap" and type(message.get("pid")) is int and isinstance(message.get("wait", 2.0), (int, float)):
                 pid, wait = message["pid"], float(message.get("wait", 2.0))
                 if pid in exited:

@@ -93,7 +93,7 @@ def sweep_stale_roots(base: str) -> list[str]:
 
     Only directories this user owns whose creating process is gone; returns their paths.
     """
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(base))
     except OSError:
@@ -154,7 +154,10 @@ class LauncherClient:
         self.lock = threading.RLock()
         self._ids = itertools.count(1)
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        package_root = os.path.dirname(os.path.dirname(importlib.util.find_spec("harness_magic").origin))
+        # This module is part of harness_magic, so its spec exists and has a file origin.
+        spec = importlib.util.find_spec("harness_magic")
+        assert spec is not None and spec.origin is not None
+        package_root = os.path.dirname(os.path.dirname(spec.origin))
         env = confinement.clean_environment({"PYTHONPATH": package_root})
         argv = list(command) if command is not None else [
             sys.executable, "-s", "-m", LAUNCHER_MODULE]
@@ -229,9 +232,9 @@ class LauncherClient:
             if current is None or not current.alive():
                 if current is not None and current.broken is None:
                     current.retire(f"the sandbox launcher (pid {current.pid}) {current._exit_detail()}")
-                cls._shared = cls()
-                atexit.register(cls._shared.close)
-            return cls._shared
+                current = cls._shared = cls()
+                atexit.register(current.close)
+            return current
 
     @classmethod
     def warm(cls) -> None:

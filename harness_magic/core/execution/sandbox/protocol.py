@@ -211,7 +211,8 @@ def _encode(value: Any, depth: int) -> dict[str, Any]:
             raise _TooBig
         return {"t": "bytes", "v": base64.b64encode(bytes(value)).decode("ascii")}
     if kind in (list, tuple, set, frozenset):
-        tag = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset"}[kind]
+        tags: dict[type, str] = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset"}
+        tag = tags[kind]
         return {"t": tag, "v": [_encode(item, depth + 1) for item in value]}
     if kind is dict:
         return {"t": "dict", "v": [[_encode(k, depth + 1), _encode(v, depth + 1)] for k, v in value.items()]}

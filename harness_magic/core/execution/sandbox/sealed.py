@@ -79,7 +79,7 @@ class _PartWriter:
         self._thread: threading.Thread | None = None
         if threaded:
             self._queue = queue.Queue(_QUEUE_DEPTH)
-            self._thread = threading.Thread(target=self._drain, name="harness-result-part", daemon=True)
+            self._thread = threading.Thread(target=self._drain, args=(self._queue,), name="harness-result-part", daemon=True)
             self._thread.start()
 
     def put(self, view: memoryview) -> None:
@@ -94,9 +94,9 @@ class _PartWriter:
             done = os.pwrite(self.fd, view, offset)
             view, offset = view[done:], offset + done
 
-    def _drain(self) -> None:
+    def _drain(self, jobs: queue.Queue) -> None:
         while True:
-            item = self._queue.get()
+            item = jobs.get()
             if item is None:
                 return
             if self.error is None:
@@ -106,7 +106,7 @@ class _PartWriter:
                     self.error = exc
 
     def finish(self) -> None:
-        if self._thread is not None:
+        if self._thread is not None and self._queue is not None:  # both set together, when threaded
             self._queue.put(None)
             self._thread.join()
         if self.error is not None:

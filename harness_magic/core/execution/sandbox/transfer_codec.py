@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any
+from typing import Any, cast
 
 from harness_magic.core.cache.codec import Unencodable, encode_tagged
 from harness_magic.core.cache.frames import SpillUnsupported, frame_to_table, table_to_frame
@@ -160,7 +160,7 @@ def npy_writer(value: Any, what: str = "the result") -> tuple[Any, int]:
             return
         for chunk in np.nditer(array, flags=["external_loop", "buffered", "zerosize_ok"],
                                buffersize=max(2**24 // max(array.itemsize, 1), 1), order="C"):
-            sink.write(chunk.tobytes("C"))
+            sink.write(cast(Any, chunk).tobytes("C"))  # one operand: nditer yields arrays, not tuples
 
     return write, len(header) + array.nbytes
 

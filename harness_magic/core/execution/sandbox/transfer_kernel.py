@@ -114,7 +114,7 @@ def receive_sealed(sock: Any, limit: int) -> dict[int, list[int]]:
     """
     import socket
 
-    found: dict[int, int] = {}
+    found: dict[int, list[int]] = {}
     for _ in range(limit * 2 + 2):
         try:
             data, fds, _flags, _addr = socket.recv_fds(sock, 256, STRIPE_MAX_PARTS + 1, socket.MSG_DONTWAIT)

@@ -114,7 +114,7 @@ class ReadOnlyFiles(AbstractFileSystem):
             raise FileNotFoundError(f"{path}: not a configured file")
         return self._files[name]
 
-    def _strip_protocol(self, path: Any) -> str:  # type: ignore[override]  # fsspec's signature is untyped (path: Any)
+    def _strip_protocol(self, path: Any) -> str:
         return self._name(path)
 
     # -- reading --------------------------------------------------------------------------------

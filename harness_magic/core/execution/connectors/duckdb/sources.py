@@ -14,7 +14,7 @@ from __future__ import annotations
 import glob as _glob
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 __all__ = ["READERS", "is_glob", "resolve_source", "open_source"]
 
@@ -57,7 +57,7 @@ def resolve_source(path: str) -> tuple[str, list[Path]]:
     if None in kinds or len(kinds) != 1:
         raise ValueError(f"duckdb {where} must match files of one kind ({', '.join(sorted(READERS))}); "
                          f"it matches {', '.join(sorted({m.suffix or '(none)' for m in members}))}")
-    kind = kinds.pop()
+    kind = cast(str, kinds.pop())  # None was rejected just above
     if kind == "json" and len(members) > 1:
         raise ValueError(f"duckdb {where}: JSON documents are read one file at a time; use JSON lines (.jsonl)")
     return kind, members

@@ -62,7 +62,7 @@ import tempfile
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, NoReturn
 
 __all__ = ["LocalSparkConnect", "SparkStartError", "START_TIMEOUT_S", "SPARK_LAYERS", "spark_home",
            "probe_spark_confinement", "spark_confinement_report"]
@@ -413,10 +413,11 @@ class LocalSparkConnect:
     def _message(self, timeout_s: float) -> dict[str, Any] | None:
         """The supervisor's next message, None if none came within ``timeout_s``."""
         stdout = self._proc.stdout
+        assert stdout is not None  # the supervisor is started with stdout piped
         ready, _, _ = select.select([stdout], [], [], max(timeout_s, 0))
         if not ready:
             return None
-        line = stdout.readline()  # type: ignore[union-attr]  # the supervisor is started with stdout piped
+        line = stdout.readline()
         if not line:
             try:
                 said = _last_error(Path(self.directory, "logs", "supervisor.err").read_text(errors="replace"))
@@ -428,7 +429,7 @@ class LocalSparkConnect:
         except ValueError:
             return {"error": f"the Spark supervisor said {line[:200]!r}"}
 
-    def _fail(self, why: str) -> None:
+    def _fail(self, why: str) -> NoReturn:
         self.stop()
         from harness_magic.core.transcript.scrub import scrub
 
