@@ -278,7 +278,8 @@ def read_number(text: str, *, prose: bool = False) -> NumberReading:
 
 def named_mentions(text: str, pattern: re.Pattern[str]) -> tuple[list[re.Match[str]], list[re.Match[str]]]:
     """(mentions that count as named, mentions negated or compared away) of ``pattern`` in ``text``."""
-    named, cancelled = [], []
+    named: list[re.Match[str]] = []
+    cancelled: list[re.Match[str]] = []
     for match in pattern.finditer(text[:MAX_ANSWER_CHARS]):
         (cancelled if is_cancelled(text, match.start(), match.end()) else named).append(match)
     return named, cancelled

@@ -27,7 +27,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 __all__ = ["ANSWER_FIELD", "TOLERANCE", "extract_answers", "answer_equal", "format_answers", "grade_dabench",
            "validate_dabench", "benchmark_figures", "BenchmarkGrade", "NAME", "valid_value"]
@@ -85,8 +85,8 @@ def valid_value(value: str) -> bool:
     return "]" not in value and "\n" not in value and "\r" not in value
 
 
-def format_answers(pairs: Iterable[tuple[str, str]]) -> str:
-    """``@a[1] @b[x]``: the answers in the benchmark's format."""
+def format_answers(pairs: Iterable[Sequence[str]]) -> str:
+    """``@a[1] @b[x]``: the answers (``(name, value)`` pairs) in the benchmark's format."""
     return " ".join(f"@{name}[{value}]" for name, value in pairs)
 
 

@@ -60,7 +60,7 @@ import re
 import sqlite3
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from harness_magic.core.cache.protocol import HandleCache
 from harness_magic.core.plugins import PluginGroup
@@ -239,14 +239,14 @@ def grade_frame(options: dict[str, Any], ctx: GradeContext) -> Grade:
     return Grade("frame", True, f"{len(got)} rows x {len(got.columns)} columns match")
 
 
-def _committed(kind: str, ctx: GradeContext) -> tuple[Committed | None, Grade | None]:
+def _committed(kind: str, ctx: GradeContext) -> Committed | Grade:
     """The committed answer, or the failed grade when there is none to grade."""
     committed = committed_answer(ctx.answer)
     if committed.problem:
-        return None, Grade(kind, False, committed.problem, ambiguous=True)
+        return Grade(kind, False, committed.problem, ambiguous=True)
     if not committed.text.strip():
-        return None, Grade(kind, False, "empty answer", missing=True)
-    return committed, None
+        return Grade(kind, False, "empty answer", missing=True)
+    return committed
 
 
 def _hedged(committed: Committed, mentions: list[re.Match[str]]) -> str | None:
@@ -260,9 +260,9 @@ def _hedged(committed: Committed, mentions: list[re.Match[str]]) -> str | None:
 
 
 def grade_contains(options: dict[str, Any], ctx: GradeContext) -> Grade:
-    committed, failed = _committed("contains", ctx)
-    if failed:
-        return failed
+    committed = _committed("contains", ctx)
+    if isinstance(committed, Grade):
+        return committed
     text = committed.text
     wanted = options.get("text") or []
     wanted = [wanted] if isinstance(wanted, str) else list(wanted)
@@ -270,7 +270,9 @@ def grade_contains(options: dict[str, Any], ctx: GradeContext) -> Grade:
         wanted.append(str(_expected(options, ctx)))
     absent = list(options.get("absent") or [])
     flags = 0 if options.get("case_sensitive") else re.IGNORECASE
-    missing, negated, found = [], [], []
+    missing: list[str] = []
+    negated: list[str] = []
+    found: list[re.Match[str]] = []
     for item in wanted:
         named, cancelled = named_mentions(text, re.compile(re.escape(item), flags))
         found.extend(named)
@@ -288,9 +290,9 @@ def grade_contains(options: dict[str, Any], ctx: GradeContext) -> Grade:
 
 
 def grade_regex(options: dict[str, Any], ctx: GradeContext) -> Grade:
-    committed, failed = _committed("regex", ctx)
-    if failed:
-        return failed
+    committed = _committed("regex", ctx)
+    if isinstance(committed, Grade):
+        return committed
     flags = re.IGNORECASE if options.get("ignore_case") else 0
     named, cancelled = named_mentions(committed.text, re.compile(options["pattern"], flags))
     if not named:
@@ -305,7 +307,7 @@ def grade_regex(options: dict[str, Any], ctx: GradeContext) -> Grade:
 
 def _option_mentions(text: str, choices: list[str], flags: int) -> list[tuple[str, re.Match[str]]]:
     """(option, match) for each whole-word mention; a mention inside a longer option's mention is dropped."""
-    found = []
+    found: list[tuple[str, re.Match[str]]] = []
     for choice in choices:
         pattern = re.compile(rf"(?<!\w){re.escape(choice)}(?!\w)", flags)
         found.extend((choice, m) for m in pattern.finditer(text))
@@ -318,9 +320,9 @@ def _option_mentions(text: str, choices: list[str], flags: int) -> list[tuple[st
 
 
 def grade_choice(options: dict[str, Any], ctx: GradeContext) -> Grade:
-    committed, failed = _committed("choice", ctx)
-    if failed:
-        return failed
+    committed = _committed("choice", ctx)
+    if isinstance(committed, Grade):
+        return committed
     text = committed.text
     choices = [str(c) for c in options["options"]]
     want = options["expected"] if options["expected"] in choices else str(_expected(options, ctx))
@@ -371,15 +373,16 @@ def grade_sql(options: dict[str, Any], ctx: GradeContext) -> Grade:
         else:
             import duckdb
 
-            con = duckdb.connect(":memory:", config={"enable_external_access": False})
+            db = duckdb.connect(":memory:", config={"enable_external_access": False})
             try:
-                for name in ctx.cache.names() if ctx.cache is not None else []:
-                    value = ctx.cache.get(name)
-                    if hasattr(value, "columns"):
-                        con.register(name, value)
-                rows = con.execute(query).fetchmany(MAX_SQL_ROWS + 1)
+                if ctx.cache is not None:
+                    for name in ctx.cache.names():
+                        value = ctx.cache.get(name)
+                        if hasattr(value, "columns"):
+                            db.register(name, value)
+                rows = db.execute(query).fetchmany(MAX_SQL_ROWS + 1)
             finally:
-                con.close()
+                db.close()
     except Exception as exc:  # the model's handles may be missing: a failed grade, not a crash
         return Grade("sql", False, f"query failed: {type(exc).__name__}: {exc}"[:400], missing=on == "handles")
     if len(rows) > MAX_SQL_ROWS:
@@ -598,5 +601,6 @@ NO_WRITES = _builtin("no_writes", grade_no_writes)
 CHART = _builtin("chart", grade_chart)
 JUDGE = _builtin("judge", grade_judge)
 from harness_magic.evals import dabench as _dabench, dabstep as _dabstep  # noqa: E402  benchmark graders
-DABENCH = GraderPlugin(_dabench.grade_dabench, _dabench.validate_dabench)
-DABSTEP = GraderPlugin(_dabstep.grade_dabstep, _dabstep.validate_dabstep)
+# A BenchmarkGrade has every field and the to_dict of a Grade (its own class so dabench need not import this module).
+DABENCH = GraderPlugin(cast(GraderFn, _dabench.grade_dabench), _dabench.validate_dabench)
+DABSTEP = GraderPlugin(cast(GraderFn, _dabstep.grade_dabstep), _dabstep.validate_dabstep)

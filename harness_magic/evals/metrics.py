@@ -176,14 +176,14 @@ def harness_metrics(data: dict[str, Any]) -> dict[str, Any]:
         notes["time_to_correct"] = "n/a: no attempt passed"
     taxonomy: dict[str, dict[str, Any]] = {kind: {"count": 0, "example": None} for kind in TAXONOMY}
     for r in results:
-        kind = taxonomy_kind(r)
-        if kind is None:
+        failure_kind = taxonomy_kind(r)
+        if failure_kind is None:
             continue
-        row = taxonomy[kind]
+        row = taxonomy[failure_kind]
         row["count"] += 1
         if row["example"] is None:
             detail = "; ".join(g.get("detail", "") for g in r.get("grades", []) if not g.get("passed"))
-            if kind == "provider error" and r.get("error"):
+            if failure_kind == "provider error" and r.get("error"):
                 detail = str(r["error"])  # the model or its script failed: that is the example's story
             row["example"] = {"task_id": r["task_id"], "repeat": r["repeat"], "variant": r.get("variant", ""),
                               "failure": r.get("failure"), "status": r.get("status", ""),

@@ -289,9 +289,9 @@ def _session(task: Task, suite: Suite, model: str, options: dict[str, Any], run_
     if database is not None:
         from harness_magic.core.execution.connectors import ApprovalPolicy, sql_connector
 
-        spec = task.connectors["sql"]
-        session.add_connector(sql_connector(f"sqlite:///{database}", allow_writes=spec.get("allow_writes", True)),
-                              approval=ApprovalPolicy.from_config(spec.get("approval", "ask")))
+        sql_spec = task.connectors["sql"]
+        session.add_connector(sql_connector(f"sqlite:///{database}", allow_writes=sql_spec.get("allow_writes", True)),
+                              approval=ApprovalPolicy.from_config(sql_spec.get("approval", "ask")))
     return session
 
 

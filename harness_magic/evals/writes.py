@@ -51,6 +51,8 @@ def write_attempts(records: list[dict[str, Any]], dialects: dict[str, str] | Non
         if tool != "query" or str(use.get("id")) in seen or not isinstance(arguments, dict):
             continue
         sql = arguments.get("sql")
+        if not isinstance(sql, str):
+            continue  # the tool refused it as not SQL (classify_sql raises SQLClassificationError for it too)
         try:
             classification = classify_sql(sql, dialects.get(connector, "postgresql"))
         except SQLClassificationError:

@@ -163,7 +163,7 @@ def import_dabench(questions: str | os.PathLike[str], labels: str | os.PathLike[
                 path, status = check_table(tables_dir, file_name)
                 if path is not None:
                     _, status = read_frame(path)
-                if status == "ok":
+                if status == "ok" and path is not None:  # check_table gives a path with every "ok"
                     frames[key] = (copy_table(path, suite, "tables", path.name), "ok")
                 else:
                     frames[key] = ("", status)
@@ -181,7 +181,7 @@ def import_dabench(questions: str | os.PathLike[str], labels: str | os.PathLike[
             grader["level"] = level
         right = format_answers(answers)
         first, value = answers[0]
-        changed = format_answers([(first, changed_value(value))] + [tuple(a) for a in answers[1:]])
+        changed = format_answers([(first, changed_value(value)), *(tuple(a) for a in answers[1:])])
         hedged = f"@{first}[{value}] or perhaps @{first}[{changed_value(value)}]"
         checks = [(right, "pass"), (changed, "wrong_answer"), (hedged, "ambiguous"),
                   ("I could not compute the answer.", "no_answer")]
