@@ -461,3 +461,25 @@ def test_in_a_notebook_the_prod_write_is_previewed_in_the_cell_and_committed_onl
         kernel.close()
     expected = {**ORIGINAL, 1: 200, 2: 200, 3: 200} if reply == "y" else ORIGINAL
     assert duck_balances(ledger) == expected
+
+
+def test_a_governed_write_outside_a_harness_runs_once_and_reports_without_an_audit_log() -> None:
+    """A tool called with no harness (``context.harness`` None): asked, run once, reported — no crash after the write."""
+    from harness_magic.core.execution.connectors import Connector
+    from harness_magic.core.execution.connectors.governed import run_governed
+    from harness_magic.core.execution.connectors.registry import ToolContext
+
+    asked, ran = [], []
+
+    def approve(request):
+        asked.append(request)
+        return ApprovalDecision(True, "ok")
+
+    def direct(sql):
+        ran.append(sql)
+        return 2
+
+    context = ToolContext(SessionCache(), None, "db__execute", approve=approve)
+    said = run_governed(None, direct, "UPDATE t SET a = 1", "sqlite", context, Connector("db", "a test database"))
+    assert said.endswith("without a preview; 2 rows affected.")
+    assert len(asked) == 1 and ran == ["UPDATE t SET a = 1"]

@@ -130,7 +130,8 @@ def run_governed(backend: Any, direct: Callable[[str], int | None], sql: str, di
     run = harness.current_run if harness is not None else None
     use = run.current_tool_use if run is not None else None
     use_id = use.id if use is not None else None
-    if context.approve is None:
+    ask = context.approve
+    if ask is None:
         raise ToolError("Refused: this write tool needs the approval guard (install the connector registry).")
 
     named = tables_named(sql, sqlglot_dialect(dialect))
@@ -140,6 +141,8 @@ def run_governed(backend: Any, direct: Callable[[str], int | None], sql: str, di
         tables = [t for t, _ in preflight.tables] if preflight is not None else []
         tables += [str(t) for t in named.tables if str(t) not in tables]
         rows = preflight.rows_affected if preflight is not None else None
+        if harness is None:  # a tool called outside a harness has no audit log to write to
+            return
         try:
             audit(harness.audit, "governed_write", connector=connector.name, environment=connector.environment,
                   statement=sql, tables=tables, rows=rows, outcome=outcome, previewed=previewed,
@@ -157,7 +160,7 @@ def run_governed(backend: Any, direct: Callable[[str], int | None], sql: str, di
                               keyword=classification.statements[0].keyword, rows_affected=None, previewed=False,
                               notes=(f"no preview: {why_not}", *((not_counted,) if not_counted else ()), *notes),
                               rows_matching=matching)
-        decision = context.approve(ApprovalRequest(
+        decision = ask(ApprovalRequest(
             tool=context.tool_name, connector=connector.name, safety=kind, arguments={"sql": sql},
             summary=f"{sql} [{classification.summary}] NO PREVIEW: {why_not}; {preflight.headline()}",
             tool_use_id=use_id, previewable=False, preflight=preflight, sensitivity=sensitivity))
@@ -179,7 +182,7 @@ def run_governed(backend: Any, direct: Callable[[str], int | None], sql: str, di
     def approve(preflight: Preflight) -> Any:
         sensitivity, notes = _sensitivity(named, preflight.tables, dialect, declared)
         preflight = dataclasses.replace(preflight, notes=preflight.notes + notes)
-        return context.approve(ApprovalRequest(
+        return ask(ApprovalRequest(
             tool=context.tool_name, connector=connector.name, safety=kind, arguments={"sql": sql},
             summary=preflight.headline(), tool_use_id=use_id, previewable=True, preflight=preflight,
             sensitivity=sensitivity))
@@ -202,19 +205,18 @@ def add_sql_execute(connector: Connector, db: Any) -> None:
             return run_governed(PostgresPreview(db), db.execute, sql, db.dialect, context, connector,
                                 count_rows=lambda statement: _matching_rows(db, statement))
 
-        return
+    else:
+        @connector.tool(safety="write", classify=classify, previewed=True)
+        def execute(sql: str, context: ToolContext) -> str:  # engines without a preview transaction
+            """Run one data-changing statement (INSERT, UPDATE, CREATE, ...) after the user approves it.
 
-    @connector.tool(safety="write", classify=classify, previewed=True)
-    def execute(sql: str, context: ToolContext) -> str:  # noqa: F811 - engines without a preview transaction
-        """Run one data-changing statement (INSERT, UPDATE, CREATE, ...) after the user approves it.
+            This engine has no preview transaction: the approval says so and shows how many rows the WHERE matches.
 
-        This engine has no preview transaction: the approval says so and shows how many rows the WHERE matches.
-
-        Args:
-            sql: Exactly one statement.
-        """
-        return run_governed(None, db.execute, sql, db.dialect, context, connector,
-                            count_rows=lambda statement: _matching_rows(db, statement))
+            Args:
+                sql: Exactly one statement.
+            """
+            return run_governed(None, db.execute, sql, db.dialect, context, connector,
+                                count_rows=lambda statement: _matching_rows(db, statement))
 
 
 def add_duckdb_execute(connector: Connector, database: str, timeout_s: float) -> None:
