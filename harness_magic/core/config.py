@@ -17,6 +17,7 @@ again. Validators import what they need lazily, so reading the table (as
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import types
 from dataclasses import dataclass, field
@@ -68,7 +69,7 @@ class Setting:
     check: Check
     nullable: bool = False
     """None is a value (meaning what :attr:`help` says)."""
-    item: type | None = None
+    item: builtins.type | None = None  # builtins: inside this class ``type`` names the field above
     """The type of a list's items."""
     trait: str | None = ""
     """The ``AgentMagics`` trait's name: ``""`` for :attr:`name`, None for a setting the notebook does not offer."""
@@ -427,7 +428,7 @@ class AgentConfig:
 
 def _value_type(annotation: Any) -> tuple[type, bool, type | None]:
     """``(type, nullable, item)`` of a field annotation such as ``int | None`` or ``tuple[str, ...]``."""
-    args = getattr(annotation, "__args__", ())
+    args: tuple[Any, ...] = getattr(annotation, "__args__", ())
     if isinstance(annotation, types.UnionType):
         (inner,) = [arg for arg in args if arg is not type(None)]
         return _value_type(inner)[0], True, None

@@ -110,8 +110,8 @@ def _fingerprint(value: Any) -> tuple[Any, ...] | None:
     if module == "numpy" and type(value).__name__ == "ndarray":
         return _numpy(value)
     if isinstance(value, _SCALARS) and type(value) in _SCALARS:
-        text = value if isinstance(value, bytes) else repr(value).encode("utf-8", "surrogatepass")
-        return ("scalar", type(value).__name__, _digest(text))
+        data = value if isinstance(value, bytes) else repr(value).encode("utf-8", "surrogatepass")
+        return ("scalar", type(value).__name__, _digest(data))
     if type(value) in (list, tuple, dict, set, frozenset):
         text = repr(value)
         if len(text) > REPR_MAX_CHARS:

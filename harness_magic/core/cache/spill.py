@@ -238,7 +238,7 @@ def _plan(value: Any) -> tuple[str, bytes | None]:
             return known, None
         probe = flat if whole else flat.iloc[:SPILL_PROBE_ROWS]
         expected = value if whole else value.iloc[:SPILL_PROBE_ROWS]
-        errors = []
+        errors: list[str] = []
         for fmt in ("arrow", "parquet"):
             data = _probe(fmt, probe, meta, expected, errors)
             if data is not None:
@@ -420,7 +420,9 @@ def _read_npy(path: str) -> Any:
 
 
 def _write_json(value: Any, path: str) -> None:
-    _, data = _plan(value)
+    fmt, data = _plan(value)
+    if data is None:  # only a "json" plan reaches here, and it always carries its bytes
+        raise SpillUnsupported(f"{_kind(value)} is planned as {fmt!r}, not tagged JSON")
     with open(path, "wb") as sink:
         sink.write(data)
 

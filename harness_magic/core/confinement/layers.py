@@ -132,13 +132,13 @@ def apply_fds(keep: Iterable[int]) -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    keep = sorted({fd for fd in keep if fd > 2})
+    kept: list[int | None] = [*sorted({fd for fd in keep if fd > 2}), None]
     low = 3
-    for fd in keep + [None]:
-        high = fd if fd is not None else 65536
+    for open_fd in kept:
+        high = open_fd if open_fd is not None else 65536
         if high > low:
             os.closerange(low, high)
-        low = (fd or 0) + 1
+        low = (open_fd or 0) + 1
 
 
 def apply_process_group() -> None:
@@ -203,7 +203,10 @@ def python_read_paths() -> list[str]:
     """Directories the worker must read to keep importing: the Python install and site-packages."""
     import importlib.util
 
-    package = importlib.util.find_spec("harness_magic").origin  # found, not imported: no arrow up the layers
+    spec = importlib.util.find_spec("harness_magic")  # found, not imported: no arrow up the layers
+    if spec is None or spec.origin is None:  # this code runs from the package, so it is always found
+        raise RuntimeError("harness_magic is not importable: cannot name its directory for the worker")
+    package = spec.origin
     candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
                   os.path.dirname(os.path.abspath(package))}
     for entry in sys.path:

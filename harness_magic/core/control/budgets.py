@@ -184,7 +184,7 @@ def child_budgets(harness: BudgetHost, run: Any, *, reserve_tool_calls: int = 1)
     (not yet in ``run.tool_calls``). Turns are left to the caller (the
     harness's own ``max_turns`` bounds them).
     """
-    limits: dict[str, float] = {}
+    limits: dict[str, Any] = {}  # Budgets' fields by name: ints for counts, floats for cost and time
     if run is None:
         return Budgets(), None
     for budgets in installed_budgets(harness):

@@ -33,7 +33,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
 from harness_magic.core.execution.connectors.approval import ApprovalDecision, ApprovalRequest
 from harness_magic.core.execution.tools import ToolError, ToolSpec
@@ -73,7 +73,8 @@ _RAW_MAX_CHARS = 20_000
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2064\ufeff]")
 
 _SOURCES = ("model", "user", "question")
-_ASSUMPTION_SOURCE = {"model": "model", "question": "question", "user": "memory"}
+_ASSUMPTION_SOURCE: dict[str, Literal["model", "question", "memory"]] = {
+    "model": "model", "question": "question", "user": "memory"}
 """Entry source -> AssumptionRecorded source (an assumption the user typed into memory counts as memory)."""
 
 
@@ -348,7 +349,8 @@ class SessionMemory:
         if self._harness is not None:
             self._harness.emit(event)
 
-    def _changed(self, scope: str, action: str, kind: str, text: str) -> None:
+    def _changed(self, scope: Literal["session", "workspace"],
+                 action: Literal["recorded", "edited", "removed", "cleared"], kind: str, text: str) -> None:
         self._emit(MemoryChanged(scope=scope, action=action, entry_kind=kind, text=text))
         if self._harness is not None:
             self._harness.log_event("memory", scope=scope, action=action, entry_kind=kind, text=text)

@@ -561,7 +561,7 @@ class Pseudonyms:
             parent = literal.parent.parent if isinstance(literal.parent, exp.Tuple) else literal.parent
             if isinstance(parent, exp.In):
                 parent.append("expressions", real)
-            else:
+            elif isinstance(parent, (exp.EQ, exp.NEQ)):  # what _compared_with_column kept: `=`/`<>` otherwise
                 column = parent.right if parent.left is literal else parent.left
                 widened = exp.In(this=column.copy(), expressions=[literal.copy(), real])
                 parent.replace(exp.Not(this=widened) if isinstance(parent, exp.NEQ) else widened)

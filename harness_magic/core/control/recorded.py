@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 from harness_magic.core.transcript.log import read_log
 from harness_magic.core.transcript.messages import (
+    Block,
     Message,
     ToolResultBlock,
     ToolUseBlock,
@@ -86,7 +87,10 @@ class RecordedRun:
     @property
     def question(self) -> str:
         retry = self.start.get("retry") or {}
-        return retry.get("question") if retry else (self.start.get("prompt") or "")
+        if not retry:
+            return self.start.get("prompt") or ""
+        question = retry.get("question")  # replay_from_turn always records it; a hand-edited log may not
+        return question if isinstance(question, str) else ""
 
     @property
     def status(self) -> str:
@@ -138,10 +142,10 @@ class RecordedRun:
                 results[result.tool_use_id].append(result)
         out = []
         for turn, use in calls:
-            result = results[use.id].popleft() if results[use.id] else None
+            matched = results[use.id].popleft() if results[use.id] else None
             out.append(ToolCallRecord(turn=turn, id=use.id, name=use.name, input=use.input,
-                                      result=result.content if result else "",
-                                      is_error=result.is_error if result else True))
+                                      result=matched.content if matched else "",
+                                      is_error=matched.is_error if matched else True))
         return out
 
 
@@ -195,6 +199,7 @@ def checkpoint_messages(log_path: "str | os.PathLike[str] | RecordedRun", turn: 
     last = prefix[-1]
     if last.role != "user":
         raise ValueError(f"{run.path.name}: no user message before turn {turn}")
+    kept: tuple[Block, ...]
     if last.tool_results:
         kept = tuple(b for b in last.content if isinstance(b, ToolResultBlock))
     else:

@@ -221,6 +221,8 @@ class RunTracer:
     def _send_trace_started(self, run: _RunSpans) -> None:
         """Tell the renderers the trace id, once every subscriber has seen the run start."""
         run_id, run.trace_pending = run.trace_pending, None
+        if run_id is None:  # callers send only a pending one
+            return
         context = run.root.get_span_context()
         self._harness.emit(TraceStarted(run_id=run_id, trace_id=f"{context.trace_id:032x}",
                                         span_id=f"{context.span_id:016x}"))
@@ -300,7 +302,7 @@ class RunTracer:
         if span is None:
             return
         usage = event.usage
-        uses = [b for b in event.message.content if getattr(b, "type", "") == "tool_use"]
+        uses = event.message.tool_uses
         text = "".join(getattr(b, "text", "") for b in event.message.content if getattr(b, "type", "") == "text")
         finish = event.finish_reason or ("tool_calls" if uses else "stop")
         span.set_attributes({

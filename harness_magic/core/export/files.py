@@ -46,6 +46,7 @@ def export_runs(records: Iterable[RunRecord], path: str | Path) -> Path:
                 raise ValueError(f"run {record.run_id}: its log file {record.run_file!r} is missing")
         with open(target, "w", encoding="utf-8") as out:
             for record in records:
+                assert record.run_file is not None  # checked for every record above
                 with open(record.run_file, encoding="utf-8") as source:
                     for line in source:
                         out.write(scrub(line))

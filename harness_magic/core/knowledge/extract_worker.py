@@ -36,7 +36,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the class by its import path: at run time ``extract`` may be loaded by file path (below)
+    from harness_magic.core.knowledge.extract import ExtractionLimits
 
 __all__ = ["ExtractionWorker", "WorkerError", "WORKER_START_TIMEOUT_S"]
 
@@ -86,7 +89,7 @@ class ExtractionWorker:
     timeout or a crash the child is gone; the next call starts another. :meth:`close` ends it.
     """
 
-    def __init__(self, limits: extract.ExtractionLimits | None = None) -> None:
+    def __init__(self, limits: ExtractionLimits | None = None) -> None:
         self.limits = limits or extract.ExtractionLimits()
         self.layers: dict[str, str] = {}
         """What the last child reported of its confinement layers: ``"ok"`` or why not."""

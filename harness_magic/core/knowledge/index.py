@@ -333,7 +333,7 @@ class DocIndex:
             if stale:
                 db.executemany("DELETE FROM failures WHERE path=?", [(path,) for path in stale])
             if self.embedder is not None:
-                self._embed_missing()
+                self._embed_missing(self.embedder)
             report.files = db.execute("SELECT count(*) FROM files").fetchone()[0]
             report.chunks = db.execute("SELECT count(*) FROM chunks").fetchone()[0]
             if report.changed:
@@ -374,18 +374,18 @@ class DocIndex:
         db.execute("DELETE FROM chunks WHERE path=?", (doc_path,))
         db.execute("DELETE FROM files WHERE path=?", (doc_path,))
 
-    def _embed_missing(self) -> None:
+    def _embed_missing(self, embedder: Any) -> None:
         import numpy as np
 
-        model = self.embedder.name
+        model = embedder.name
         db = self._db
         rows = db.execute(
             "SELECT c.id, c.trail, c.text FROM chunks c LEFT JOIN vectors v ON v.chunk_id = c.id "
             "WHERE v.chunk_id IS NULL OR v.model != ?", (model,)).fetchall()
-        batch = self.embedder.batch_size
+        batch = embedder.batch_size
         for start in range(0, len(rows), batch):
             part = rows[start : start + batch]
-            vectors = self.embedder.embed([" ".join(json.loads(r[1])) + "\n" + r[2] for r in part])
+            vectors = embedder.embed([" ".join(json.loads(r[1])) + "\n" + r[2] for r in part])
             db.execute("BEGIN")
             for (rowid, _, _), vec in zip(part, vectors):
                 blob = np.asarray(vec, dtype=np.float32).tobytes()
@@ -501,13 +501,13 @@ class DocIndex:
                 kept.append(term)
         return " OR ".join(kept) if kept else expression
 
-    def _vector_matrix(self) -> tuple[list[int], Any]:
+    def _vector_matrix(self, embedder: Any) -> tuple[list[int], Any]:
         import numpy as np
 
         if self._vectors is None:
             with self._lock:
                 rows = self._db.execute("SELECT chunk_id, vec FROM vectors WHERE model=? ORDER BY chunk_id",
-                                        (self.embedder.name,)).fetchall()
+                                        (embedder.name,)).fetchall()
             ids = [r[0] for r in rows]
             matrix = (np.vstack([np.frombuffer(r[1], dtype=np.float32) for r in rows]) if rows
                       else np.zeros((0, 1), dtype=np.float32))
@@ -522,7 +522,7 @@ class DocIndex:
 
         if self.embedder is None or not query.strip() or k < 1:
             return []
-        ids, matrix = self._vector_matrix()
+        ids, matrix = self._vector_matrix(self.embedder)
         if not ids:
             return []
         q = np.asarray(self.embedder.embed([query])[0], dtype=np.float32)

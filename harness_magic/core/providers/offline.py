@@ -156,7 +156,7 @@ class ScriptedModel:
         turn = self.turns[self.position]
         self.position += 1
         _stream(turn.text, on_text)
-        calls = []
+        calls: list[dict[str, Any]] = []
         for call in turn.tool_calls:
             self._calls += 1
             calls.append(

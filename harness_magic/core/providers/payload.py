@@ -83,7 +83,7 @@ class FrozenList(list):
     def _refuse(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("rendered provider messages are shared and read-only; copy them with thaw() first")
 
-    __setitem__ = __delitem__ = append = extend = insert = pop = remove = clear = sort = reverse = _refuse  # type: ignore[assignment]  # every mutator is replaced by one refusing method
+    __setitem__ = __delitem__ = append = extend = insert = pop = remove = clear = sort = reverse = _refuse
     __iadd__ = __imul__ = _refuse  # type: ignore[assignment]  # every mutator is replaced by one refusing method
 
     def __copy__(self) -> list[Any]:
@@ -186,7 +186,7 @@ def assemble_payload(model: str, system: str, flat: Sequence[dict[str, Any]], to
         system_content: Any = _freeze([{"type": "text", "text": system, "cache_control": dict(_CACHE_MARK)}])
     else:  # a plain string: strict OpenAI-compatible servers reject a list here
         system_content = system
-    rendered = [FrozenDict({"role": "system", "content": system_content})]
+    rendered: list[dict[str, Any]] = [FrozenDict({"role": "system", "content": system_content})]
     rendered.extend(flat)
     if cache_markers:
         for index in range(len(rendered) - 1, 0, -1):

@@ -195,7 +195,9 @@ def _looks_like_model_not_found(status: int, body: str) -> bool:
 
 def missing_v1(api_base: str | None) -> bool:
     """Whether ``api_base`` lacks the ``/v1`` that OpenAI-compatible servers serve their API under."""
-    return bool(api_base) and not api_base.rstrip("/").endswith("/v1")
+    if not api_base:
+        return False
+    return not api_base.rstrip("/").endswith("/v1")
 
 
 def served_models(api_base: str, api_key: str | None = None, *,
@@ -268,7 +270,7 @@ def _map_exception(exc: Exception, url: str | None = None, *, model: str | None 
         return ProviderAuthError(f"authentication refused by {where} (HTTP {status}): {line}{key_hint}",
                                  status_code=status, url=where)
     named_model = "model" in body.lower()
-    if status == 404 and missing_v1(models_at) and not named_model:  # the path, not the model, was not found
+    if status == 404 and models_at and missing_v1(models_at) and not named_model:  # the path, not the model, was not found
         served = served_models(models_at, api_key) if models_at else None
         base = models_at.rstrip("/")
         return ProviderHTTPError(

@@ -416,7 +416,9 @@ class Masker:
         if self._numbers:
             for match in _NUMBER.finditer(text):
                 key = number_key(match.group())
-                cls = self._numbers.get(key) if key is not None else None
+                if key is None:
+                    continue
+                cls = self._numbers.get(key)
                 if cls is None or policy[cls] == "allow" or taken.overlaps(match.start(), match.end()):
                     continue
                 taken.add(match.start(), match.end())

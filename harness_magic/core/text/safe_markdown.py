@@ -188,9 +188,9 @@ def _cite_children(children: list[Any], pattern: re.Pattern[str], links: Mapping
                     inner = [label]
                 out.extend(_cite_children(inner, pattern, links))
                 if token.markup != "autolink":
-                    shown = Token("text", "", 0)
-                    shown.content = f" ({token.attrGet('href') or ''})"
-                    out.append(shown)
+                    target = Token("text", "", 0)
+                    target.content = f" ({token.attrGet('href') or ''})"
+                    out.append(target)
             else:
                 out.extend(children[i:j])
             i = j

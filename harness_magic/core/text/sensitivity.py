@@ -162,7 +162,8 @@ def _national_lengths(region: str) -> frozenset[int]:
     import phonenumbers
 
     metadata = phonenumbers.PhoneMetadata.metadata_for_region(region)
-    lengths = set(metadata.general_desc.possible_length) if metadata is not None else set(range(7, 16))
+    general = metadata.general_desc if metadata is not None else None
+    lengths = set(general.possible_length) if general is not None else set(range(7, 16))
     return frozenset(lengths | {n + 1 for n in lengths})
 
 

@@ -165,8 +165,20 @@ def _shape_text(shape: Any) -> str:
     return ""
 
 
+def _dict_at(mapping: dict[str, Any], key: str) -> dict[str, Any]:
+    """``mapping[key]`` when it is a dict, else an empty dict (snapshots are untrusted JSON)."""
+    value = mapping.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _list_at(mapping: dict[str, Any], key: str) -> list[Any]:
+    """``mapping[key]`` when it is a list, else an empty list (snapshots are untrusted JSON)."""
+    value = mapping.get(key)
+    return value if isinstance(value, list) else []
+
+
 def _index_of(snapshot: dict[str, Any], n_rows: int) -> tuple[list[str], list[list[str]]]:
-    index = snapshot.get("index") if isinstance(snapshot.get("index"), dict) else {}
+    index = _dict_at(snapshot, "index")
     head = index.get("head")
     if index.get("type") == "RangeIndex" or not isinstance(head, list):
         start, step = index.get("start", 0), index.get("step", 1)
@@ -175,10 +187,11 @@ def _index_of(snapshot: dict[str, Any], n_rows: int) -> tuple[list[str], list[li
         names = [_label(index.get("name"))]
         return names, [[f"{start + i * step:,}"] for i in range(n_rows)]
     if index.get("type") == "MultiIndex" or any(isinstance(h, list) for h in head):
-        nlevels = index.get("nlevels") if isinstance(index.get("nlevels"), int) else max(
+        declared = index.get("nlevels")
+        nlevels = declared if isinstance(declared, int) else max(
             (len(h) for h in head if isinstance(h, list)), default=1)
-        names = index.get("names") if isinstance(index.get("names"), list) else []
-        names = [_label(n) for n in names] + [""] * (nlevels - len(names))
+        raw_names = _list_at(index, "names")
+        names = [_label(n) for n in raw_names] + [""] * (nlevels - len(raw_names))
         return names[:nlevels], _index_cells(head[:n_rows], nlevels)
     return [_label(index.get("name"))], _index_cells(head[:n_rows], 1)
 
@@ -187,10 +200,10 @@ def snapshot_table(name: str, snapshot: dict[str, Any]) -> SnapshotTable:
     """Lay ``snapshot`` out for display (see the module doc); never raises on odd input."""
     kind = str(snapshot.get("type", "?"))
     table = SnapshotTable(name=str(name), kind=kind, shape=_shape_text(snapshot.get("shape")))
-    shape = snapshot.get("shape") if isinstance(snapshot.get("shape"), list) else []
+    shape = _list_at(snapshot, "shape")
     sample = snapshot.get("sample")
     if kind == "dataframe" and isinstance(sample, list):
-        columns = snapshot.get("columns") if isinstance(snapshot.get("columns"), list) else []
+        columns = _list_at(snapshot, "columns")
         if sample and isinstance(sample[0], dict):
             keys = list(sample[0])
             rows = [[r.get(k) for k in keys] for r in sample if isinstance(r, dict)]
@@ -199,12 +212,14 @@ def snapshot_table(name: str, snapshot: dict[str, Any]) -> SnapshotTable:
             rows = [list(r) for r in sample if isinstance(r, list)]
         width = max([len(keys), *(len(r) for r in rows)] or [0])
         labels = list(columns[:width]) if len(columns) >= width else keys[:width]
-        col_index = snapshot.get("column_index") if isinstance(snapshot.get("column_index"), dict) else {}
-        nlevels = col_index.get("nlevels") if isinstance(col_index.get("nlevels"), int) else 1
+        col_index = _dict_at(snapshot, "column_index")
+        declared_levels = col_index.get("nlevels")
+        nlevels = declared_levels if isinstance(declared_levels, int) else 1
         table.header_rows = _header_rows(labels, nlevels) if labels else []
-        names = col_index.get("names") if isinstance(col_index.get("names"), list) else [col_index.get("name")]
+        level_names = col_index.get("names")
+        names = level_names if isinstance(level_names, list) else [col_index.get("name")]
         table.column_level_names = [_label(n) for n in names]
-        dtypes = snapshot.get("dtypes") if isinstance(snapshot.get("dtypes"), dict) else {}
+        dtypes = _dict_at(snapshot, "dtypes")
         dtype_list = list(dtypes.values())
         table.dtypes = [str(dtypes.get(k, dtype_list[j] if j < len(dtype_list) else "")) for j, k in enumerate(keys)]
         formatted = [_format_column([r[j] if j < len(r) else None for r in rows]) for j in range(width)]
@@ -294,21 +309,21 @@ def snapshot_html(name: str, snapshot: dict[str, Any]) -> str:
             )
             head.append(f"<tr>{corner_cells}{cells}</tr>")
         if table.names_columns and any(table.index_names):
-            names = "".join(f'<th style="{_CELL};text-align:left">{_e(n)}</th>' for n in
-                            table.index_names + [""] * (n_index - len(table.index_names)))
+            name_cells = "".join(f'<th style="{_CELL};text-align:left">{_e(n)}</th>' for n in
+                                 table.index_names + [""] * (n_index - len(table.index_names)))
             blanks = "".join(f'<th style="{_CELL}"></th>' for _ in table.numeric)
-            head.append(f'<tr class="agent-index-names">{names}{blanks}</tr>')
+            head.append(f'<tr class="agent-index-names">{name_cells}{blanks}</tr>')
         if table.dtypes and any(table.dtypes):
             corner = "".join(f'<th style="{_CELL}"></th>' for _ in range(n_index))
             dts = "".join(f'<td class="agent-dtype" style="{_CELL};{_MUTED};text-align:{"right" if table.numeric[j] else "left"}">'
                           f"{_e(d)}</td>" for j, d in enumerate(table.dtypes))
             head.append(f'<tr class="agent-dtype-row">{corner}{dts}</tr>')
         body = []
-        for index_cells, cells in table.rows:
+        for index_cells, row_cells in table.rows:
             idx = "".join(f'<th style="{_CELL};text-align:left">{_e(c)}</th>' for c in index_cells)
             idx += "".join(f'<th style="{_CELL}"></th>' for _ in range(n_index - len(index_cells)))
             tds = "".join(f'<td style="{_CELL};text-align:{"right" if table.numeric[j] else "left"}">{_e(c)}</td>'
-                          for j, c in enumerate(cells))
+                          for j, c in enumerate(row_cells))
             body.append(f"<tr>{idx}{tds}</tr>")
         parts.append(f"<thead>{''.join(head)}</thead><tbody>{''.join(body)}</tbody></table></div>")
     if table.notes:

@@ -115,7 +115,8 @@ def parse_trailer(answer: str) -> Trailer:
     tail_start = max(0, len(answer) - TRAILER_SCAN_CHARS)
     tail_start = answer.find("\n", tail_start) + 1 if tail_start else 0
     lines = answer[tail_start:].split("\n")
-    confidence, reason, questions = None, "", []
+    confidence, reason = None, ""
+    questions: list[str] = []
     start = len(lines)
     index = len(lines) - 1
     items: list[str] = []
