@@ -92,18 +92,24 @@ def apply_config(registry: ConnectorRegistry, entries: Iterable[Mapping[str, Any
     from harness_magic.core.execution.connectors.sameness import same_value
 
     entries = [dict(e) for e in entries]
-    configured = {name: registry[name] for name in registry.names if _configured_entry(registry[name]) is not None}
+    configured: dict[str, Mapping[str, Any]] = {}  # name -> the entry it was built from
+    for name in registry.names:
+        built_from = _configured_entry(registry[name])
+        if built_from is not None:
+            configured[name] = built_from
     plan: list[tuple[str, Connector | None]] = []  # (name of a kept connector, None) or ("", new connector)
     for entry in entries:
-        same = next((n for n, c in configured.items() if same_value(dict(_configured_entry(c)), entry)), None)
+        same = next((n for n, c in configured.items() if same_value(dict(c), entry)), None)
         plan.append((same, None) if same is not None else ("", connector_from_config(entry)))
-    names = [name or new.name for name, new in plan]
+    names = [new.name if new is not None else name for name, new in plan]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ValueError(f"connector names must be unique; listed more than once: {', '.join(duplicates)}")
     if approval is not None:
         registry.approval = approval
-    kept, rebuilt, added = [], [], []
+    kept: list[str] = []
+    rebuilt: list[str] = []
+    added: list[str] = []
     for name, new in plan:
         if new is None:
             kept.append(name)

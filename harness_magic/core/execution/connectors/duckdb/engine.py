@@ -420,7 +420,7 @@ class DuckDBEngine:
         finally:
             timer.cancel()
             stop.set()
-            if poller is not None:
+            if poller is not None and progress is not None:  # a poller runs only when progress is reported
                 poller.join()
                 progress(None, True)
 

@@ -140,7 +140,7 @@ def spark_connector(
                              "results stay in Spark as lazy handles; cached frames are tables by handle name.")
     connector.engine = engine  # type: ignore[attr-defined]  # a Spark connector's own attribute
     connector.dialect = "spark"
-    engine.connector_name = name  # type: ignore[attr-defined]  # lazy handles' checkpoint definitions name it
+    engine.connector_name = name  # lazy handles' checkpoint definitions name it
 
     @connector.tool()
     def list_databases() -> Any:

@@ -18,7 +18,7 @@ import re
 import threading
 import uuid
 import warnings
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, cast
 
 from harness_magic.core.cache.protocol import HandleCache
 from harness_magic.core.execution.connectors._results import (
@@ -93,9 +93,9 @@ class SparkEngine:
                                    or not (master == "local" or re.fullmatch(r"local\[(\*|[1-9][0-9]*)\]", master))):
             raise ValueError(f"spark master {master!r} is not a local master; use 'local', 'local[N]' or "
                              "'local[*]' (reach a cluster through 'remote': 'sc://host:15002')")
-        for what, value in (("timeout_s", timeout_s), ("count_budget_s", count_budget_s)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-                raise ValueError(f"spark {what} must be a positive number of seconds, got {value!r}")
+        for what, seconds in (("timeout_s", timeout_s), ("count_budget_s", count_budget_s)):
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < float("inf"):
+                raise ValueError(f"spark {what} must be a positive number of seconds, got {seconds!r}")
         self.remote, self.master = remote, master
         self.files: dict[str, tuple[str, str]] = {}
         """View name -> (Spark reader format, path or glob as Spark sees it), registered when the session starts."""
@@ -146,6 +146,7 @@ class SparkEngine:
                         except SparkStartError as exc:
                             raise ToolError(f"Spark did not start: {exc}") from None
                     url = self.server.url
+                assert url is not None  # __init__ requires exactly one of remote and master
                 try:
                     with warnings.catch_warnings():  # "pandas >= 3 not fully supported": frames cross as Arrow here
                         warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas",
@@ -162,7 +163,7 @@ class SparkEngine:
                 except Exception as exc:
                     raise ToolError(f"Cannot reach Spark Connect at {_redact(url)}: {first_line(exc)}") from None
                 self._pin(spark)
-                spark.registerProgressHandler(self._on_progress)
+                spark.registerProgressHandler(self._on_progress)  # type: ignore[arg-type]  # pyspark annotates its ProgressHandler ABC but calls any callable taking these four arguments
                 locations: dict[str, str] = {}
                 for view, (kind, path) in self.files.items():
                     try:
@@ -249,6 +250,7 @@ class SparkEngine:
             from pyspark.errors import PySparkException
             tag = f"harness-{uuid.uuid4().hex}"
             fired = threading.Event()
+            interrupting: tuple[type[BaseException], ...] = (KeyboardInterrupt, *cancel_on)
 
             def cancel() -> None:
                 fired.set()
@@ -261,7 +263,7 @@ class SparkEngine:
             timer.start()
             try:
                 return work(spark)
-            except (KeyboardInterrupt, *cancel_on):
+            except interrupting:
                 timer.cancel()
                 self._interrupt(spark, tag)  # the job stops on the server, not only in this client
                 raise
@@ -310,7 +312,8 @@ class SparkEngine:
             if self._bound.get(handle) is not lazy:
                 spark.sql(wrap_query(lazy.sql)).createOrReplaceTempView(handle)
                 self._bound[handle] = lazy
-        return inputs.frames, inputs.lazies
+        # resolve_inputs keeps only lazy handles whose engine is this one, and it makes SparkRelations only
+        return inputs.frames, cast("dict[str, SparkRelation]", inputs.lazies)
 
     def _upload(self, spark: Any, cache: HandleCache, handle: str) -> None:
         frame = cache.view(handle)
@@ -331,7 +334,7 @@ class SparkEngine:
     def lazy(self, cache: HandleCache, sql: str, progress: Progress | None = None) -> SparkRelation:
         """A :class:`SparkRelation` for one query; its snapshot facts come from Spark."""
 
-        def describe(spark: Any) -> tuple[dict[str, Any], dict[str, str], dict[str, SparkRelation]]:
+        def describe(spark: Any) -> tuple[dict[str, Any], dict[str, str], dict[str, SparkRelation], Any]:
             frames, lazies = self.bind(spark, cache, sql)
             df = self.checked(spark, sql)
             fields = df.schema.fields
