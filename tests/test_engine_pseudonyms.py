@@ -201,15 +201,11 @@ def test_outside_a_session_the_engine_reads_its_files_as_before_and_never_serves
 @pytest.mark.kernel
 def test_in_a_kernel_a_view_result_shows_pseudonyms_and_agent_pull_restores_the_real_values(tmp_path, lake):
     pytest.importorskip("jupyter_client")
-    from kernel_helpers import Kernel, script
+    from kernel_helpers import agent_kernel, script
 
     glossary(tmp_path)
-    kernel = Kernel(tmp_path)
-    try:
-        setup = kernel.run(
-            "%load_ext harness_magic\n%config AgentMagics.run_dir = 'runs'\n"
-            f"%config AgentMagics.connectors = [{{'type': 'glossary', 'files': ['terms.yaml']}}, {lake!r}]")
-        assert setup.ok, setup.outputs
+    with agent_kernel(tmp_path, run_dir="runs",
+                      connectors=[{"type": "glossary", "files": ["terms.yaml"]}, lake]) as kernel:
         model = script(kernel, load(),
                        {"tool_calls": [{"name": "lake__query", "arguments": {
                            "sql": "SELECT id, name, email, amount FROM customers ORDER BY id", "name": "people"}}]},
@@ -222,8 +218,6 @@ def test_in_a_kernel_a_view_result_shows_pseudonyms_and_agent_pull_restores_the_
         assert kernel.value("list(real['name'])") == NAMES and kernel.value("list(real['email'])") == LONG_EMAILS
         assert kernel.value("[float(a) for a in real['amount']]") == AMOUNTS
         assert leaks(logged(tmp_path)) == []
-    finally:
-        kernel.close()
 
 
 def test_a_star_query_over_a_view_is_classified_and_marked_though_its_values_arrive_concealed(tmp_path, server, lake):

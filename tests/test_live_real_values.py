@@ -103,17 +103,13 @@ def test_a_live_view_that_showed_real_values_is_emptied_even_after_an_error():
 @pytest.mark.kernel
 def test_in_a_kernel_the_widgets_show_real_values_only_with_the_setting_and_the_outputs_never(tmp_path):
     pytest.importorskip("jupyter_client")
-    from kernel_helpers import Kernel, script
+    from kernel_helpers import agent_kernel, script
 
     glossary(tmp_path)
-    kernel = Kernel(tmp_path)
-    try:
-        setup = kernel.run(
-            "%load_ext harness_magic\n%config AgentMagics.run_dir = 'runs'\n"
-            "%config AgentMagics.connectors = [{'type': 'glossary', 'files': ['terms.yaml']}]\n"
-            "import pandas as pd\n"
-            f"customers = pd.DataFrame({{'id': [1, 2, 3], 'name': {NAMES!r}, 'email': {LONG_EMAILS!r}}})")
-        assert setup.ok, setup.outputs
+    setup = ("import pandas as pd\n"
+             f"customers = pd.DataFrame({{'id': [1, 2, 3], 'name': {NAMES!r}, 'email': {LONG_EMAILS!r}}})")
+    with agent_kernel(tmp_path, setup, run_dir="runs",
+                      connectors=[{"type": "glossary", "files": ["terms.yaml"]}]) as kernel:
         code = "print(customers[['name', 'email']].to_string())"
         for shown in (False, True):
             kernel.run(f"%config AgentMagics.show_real_values = {shown}")
@@ -128,5 +124,3 @@ def test_in_a_kernel_the_widgets_show_real_values_only_with_the_setting_and_the_
             settled = [m["content"]["data"] for m in run.messages if m["msg_type"] == "update_display_data"]
             assert settled == [{}]  # the live view is emptied: the final form (what the model saw) stays
         assert leaks(logged(tmp_path)) == []
-    finally:
-        kernel.close()
