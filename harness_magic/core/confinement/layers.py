@@ -422,11 +422,13 @@ def _handled_fs(abi: int) -> int:
 
 
 def apply_landlock(read_paths: Iterable[str], write_paths: Iterable[str], *, exec_paths: Iterable[str] = (),
-                   bind_ports: Iterable[int] = (), connect_ports: Iterable[int] = ()) -> int:
+                   bind_ports: Iterable[int] = (), connect_ports: Iterable[int] = (),
+                   restrict_tcp: bool = True) -> int:
     """Restrict the filesystem to ``read_paths`` (read) and ``write_paths`` (read/write). Returns the ABI.
 
     ``exec_paths`` may also be executed (nothing else may). Where the ABI handles TCP (4+), only
     ``bind_ports`` may be bound and only ``connect_ports`` connected to; with none given, no TCP at all.
+    ``restrict_tcp=False`` leaves TCP alone (a server whose configuration allows the network).
     """
     abi = landlock_abi()
     if abi < 1:
@@ -435,7 +437,7 @@ def apply_landlock(read_paths: Iterable[str], write_paths: Iterable[str], *, exe
     attr = _RulesetAttr(handled_access_fs=handled)
     size = 8
     if abi >= 4:
-        attr.handled_access_net = _NET_BIND_TCP | _NET_CONNECT_TCP
+        attr.handled_access_net = _NET_BIND_TCP | _NET_CONNECT_TCP if restrict_tcp else 0
         size = 16
     if abi >= 6:
         attr.scoped = _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL
@@ -466,7 +468,7 @@ def apply_landlock(read_paths: Iterable[str], write_paths: Iterable[str], *, exe
                     raise _errno_error(f"landlock_add_rule({path})")
             finally:
                 os.close(fd)
-        if abi >= 4:
+        if abi >= 4 and restrict_tcp:
             ports = [(port, _NET_BIND_TCP) for port in bind_ports] + [(port, _NET_CONNECT_TCP)
                                                                      for port in connect_ports]
             for port, access in ports:
