@@ -36,7 +36,7 @@ from harness_magic.core.transcript.events import (
     TurnFinished,
     TurnStarted,
 )
-from harness_magic.core.transcript.log import RunLogger, system_hash
+from harness_magic.core.transcript.log import RunLogger
 from harness_magic.core.transcript.messages import (
     Message,
     TextBlock,
@@ -354,7 +354,7 @@ class Run:
             "turn",
             turn=self.turn,
             request={
-                "system_sha256": system_hash(h.system),
+                "system": h.system,  # the log holds it by hash after its first appearance
                 "messages_appended": [message_to_dict(m) for m in appended],
                 "visible_tools": [t.name for t in tools],
                 "reminders": reminders,
