@@ -25,7 +25,7 @@ from harness_magic.evals.graders import GRADERS, GradeContext, grade, validate_g
 from plugin_site import EXAMPLE_PACKAGE, EXAMPLE_TASK, install_distribution, install_example
 
 ALL_GROUPS = (CONNECTOR_TYPES, TOOL_PLUGINS, GRADERS, SKILL_PLUGINS)
-BUILTIN_CONNECTOR_TYPES = {"files", "duckdb", "sql", "spark", "docs", "glossary"}
+BUILTIN_CONNECTOR_TYPES = {"files", "duckdb", "sql", "spark", "docs", "glossary", "dbt"}
 BUILTIN_GRADERS = {"number", "frame", "contains", "regex", "choice", "sql", "no_writes", "chart", "judge",
                    "dabench", "dabstep"}
 
@@ -73,7 +73,7 @@ def test_the_built_ins_are_declared_in_the_same_groups_an_outside_package_uses(s
 
 def test_the_example_package_adds_a_connector_type_a_tool_a_grader_and_a_skill(site: Path, tmp_path: Path) -> None:
     install_example(site)
-    assert "facts" in CONNECTOR_TYPES.names() and CONNECTOR_TYPES.names()[:6] == tuple(sorted(BUILTIN_CONNECTOR_TYPES))
+    assert "facts" in CONNECTOR_TYPES.names() and CONNECTOR_TYPES.names()[:len(BUILTIN_CONNECTOR_TYPES)] == tuple(sorted(BUILTIN_CONNECTOR_TYPES))
     connector = connector_from_config({"type": "facts", "facts": {"fiscal_year_start": "April"}, "environment": "prod"})
     assert connector.name == "facts" and connector.tool_names == ["facts__lookup"] and connector.environment == "prod"
     assert connector.tools[0].handler(key="fiscal_year_start") == "April"
@@ -102,7 +102,7 @@ def test_an_unknown_connector_type_is_named_with_every_available_type(site: Path
     assert "connector type 'ftp' is unknown" in message
     assert all(kind in message for kind in BUILTIN_CONNECTOR_TYPES)
     for hostile in (None, 3, ["files"], "files\n", "../files", "__import__('os')"):
-        with pytest.raises(ValueError, match="is unknown; available: docs, duckdb, files"):
+        with pytest.raises(ValueError, match="is unknown; available: dbt, docs, duckdb, files"):
             connector_from_config({"type": hostile, "roots": ["."]})
 
 

@@ -1,7 +1,7 @@
 """Citation ids, the per-run ledger of retrieved sources, the answer check and rendering.
 
-Ids look like ``[doc:runbooks/refunds.md#partner-share]``, ``[term:net_revenue]``
-and ``[owner:finance-data]``. Knowledge tools call :func:`record_retrieval`
+Ids look like ``[doc:runbooks/refunds.md#partner-share]``, ``[term:net_revenue]``,
+``[owner:finance-data]`` and ``[dbt:metric.shop.revenue]`` (a dbt project's entry). Knowledge tools call :func:`record_retrieval`
 with what they returned; the ledger is kept on the harness (``harness.citations``), and a source counts as
 retrieved while the tool result that returned it is in the conversation (a
 continued conversation keeps its sources; ``--new`` forgets them). Each retrieval is written to the run log as an ``event``
@@ -35,7 +35,7 @@ __all__ = ["Source", "Ledger", "retrieved_sources", "CITATION_RE", "parse_citati
 
 SNIPPET_MAX_CHARS = 400
 """Snippet kept per source in the ledger and the log: enough to check a claim, bounded for the log."""
-CITATION_RE = re.compile(r"\[((?:doc|term|owner):[^\[\]\s]{1,300})\]")
+CITATION_RE = re.compile(r"\[((?:doc|term|owner|dbt):[^\[\]\s]{1,300})\]")
 """A citation in text: ``[kind:id]`` with no spaces or brackets inside."""
 _DEFINITION_CUE_RE = re.compile(
     r"\b(means|equals|defined as|calculated as|computed as|refers to|minus|plus|less|divided by|"

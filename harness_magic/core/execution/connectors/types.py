@@ -21,7 +21,7 @@ from harness_magic.core.execution.connectors.registry import Connector
 from harness_magic.core.plugins import PluginGroup
 
 __all__ = ["ConnectorType", "CONNECTOR_TYPES", "build_connector", "files_type", "duckdb_type", "sql_type",
-           "spark_type", "docs_type", "glossary_type"]
+           "spark_type", "docs_type", "glossary_type", "dbt_type"]
 
 ConnectorType = Callable[..., Connector]
 """``type(**options) -> Connector``."""
@@ -107,3 +107,10 @@ def glossary_type(*, files: Any, **options: Any) -> Connector:
     from harness_magic.core.execution.connectors.docs.connector import glossary_connector
 
     return glossary_connector(files, **options)
+
+
+def dbt_type(*, project: Any = None, **options: Any) -> Connector:
+    """``{"type": "dbt", "project": "analytics/"}`` or ``"manifest"``: :func:`~.dbt.connector.dbt_connector`."""
+    from harness_magic.core.execution.connectors.dbt.connector import dbt_connector
+
+    return dbt_connector(project, **options)
