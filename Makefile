@@ -5,6 +5,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# dbt pins many packages: it gets its own environment (tests/dbt_project.py builds the test project with it)
+DBT_VENV := $(VENV)/dbt
+DBT_STAMP := $(DBT_VENV)/.installed
 
 .PHONY: demo test venv bench clean lab
 
@@ -14,12 +17,17 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install -q -c constraints.txt -e ".[test]"
 	@touch $(STAMP)
 
-venv: $(STAMP)
+$(DBT_STAMP): constraints-dbt.txt
+	@test -x $(DBT_VENV)/bin/python || $(PYTHON) -m venv $(DBT_VENV)
+	$(DBT_VENV)/bin/pip install -q -r constraints-dbt.txt
+	@touch $(DBT_STAMP)
+
+venv: $(STAMP) $(DBT_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m harness_magic.demo
 
-test: $(STAMP)
+test: $(STAMP) $(DBT_STAMP)
 	bash scripts/system-deps.sh
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 tests notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg
 
