@@ -7,16 +7,20 @@ so the first tool call waits only for what is left of the start.
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
 from typing import Callable
 
 from harness_magic.core.execution.interpreter import InterpreterBackend
 
-__all__ = ["BackendStart", "with_data_stack", "KERNEL_DATA_STACK"]
+__all__ = ["BackendStart", "with_data_stack", "KERNEL_DATA_STACK", "DATA_STACK_TRIGGER"]
 
 KERNEL_DATA_STACK = ("pandas", "pyarrow")
-"""Imported beside a background start: the kernel reads and describes the first result with them (~0.7 s cold),
-which the first tool call would otherwise pay."""
+"""Imported beside a background start when the kernel already holds pandas (the user has data, so the first
+result is likely a frame the kernel reads and describes with them: ~0.7 s cold the first tool call would otherwise
+pay). A kernel without pandas keeps them unimported (about 84 MB) until a value needs them."""
+DATA_STACK_TRIGGER = "pandas"
+"""The module whose presence in ``sys.modules`` says the user works with data in this kernel."""
 
 
 class BackendStart:
@@ -91,7 +95,10 @@ def _import_data_stack() -> None:
 
 
 def with_data_stack(make: Callable[[], InterpreterBackend]) -> InterpreterBackend:
-    """``make()`` with :data:`KERNEL_DATA_STACK` imported on a thread alongside (both done when it returns)."""
+    """``make()``, with :data:`KERNEL_DATA_STACK` imported on a thread alongside when the kernel already uses
+    pandas (both done when it returns); otherwise just ``make()``: nothing heavy is imported before it is used."""
+    if DATA_STACK_TRIGGER not in sys.modules:
+        return make()
     imports = threading.Thread(target=_import_data_stack, name="harness-data-stack-import", daemon=True)
     imports.start()
     try:

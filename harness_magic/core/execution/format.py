@@ -34,6 +34,7 @@ import datetime as _dt
 import decimal
 import json
 import math
+import sys
 import traceback
 from typing import Any
 
@@ -93,6 +94,26 @@ def format_handle(cache: HandleCache, handle: str, preferred_name: str | None = 
     return f"Saved as `{handle}`{note}\nSnapshot: {snapshot_json(cache.snapshot(handle))}"
 
 
+def _array_types() -> tuple[type, ...]:
+    """The data-object types (frames, series, indexes, arrays) of the modules already imported.
+
+    A value cannot be a pandas or numpy object unless that module is loaded, so asking never imports them:
+    a run that moves no frame keeps the data stack out of the kernel."""
+    pd, np = sys.modules.get("pandas"), sys.modules.get("numpy")
+    types: list[type] = []
+    if np is not None:
+        types.append(np.ndarray)
+    if pd is not None:
+        types += [pd.DataFrame, pd.Series, pd.Index, pd.api.extensions.ExtensionArray]
+    return tuple(types)
+
+
+def _numpy_scalar(kind: str) -> tuple[type, ...]:
+    """``numpy.<kind>`` (``generic``, ``integer``, ``floating``, ``bool_``) when numpy is loaded, else ()."""
+    np = sys.modules.get("numpy")
+    return (getattr(np, kind),) if np is not None else ()
+
+
 def format_tool_output(
     value: Any,
     cache: HandleCache,
@@ -108,18 +129,14 @@ def format_tool_output(
     ``sources``: the query lineage of a connector's result (output column -> source columns), which the
     cache's entry guard uses to classify columns renamed by the query; ``derived``: the value was computed on
     the agent's side (the interpreter's trailing value)."""
-    import numpy as np
-    import pandas as pd
-
     if isinstance(value, ToolOutput):
         return value
     if isinstance(value, BaseException):
         return ToolOutput(text=format_exception(value), is_error=True)
-    if isinstance(value, (pd.DataFrame, pd.Series, pd.Index, np.ndarray, pd.api.extensions.ExtensionArray)) \
-            or engine_of(value) is not None:
+    if isinstance(value, _array_types()) or engine_of(value) is not None:
         return _cached(cache, preferred_name, value, turn, tool, sources, derived)
-    if value is None or isinstance(value, (bool, int, float, complex, decimal.Decimal, np.generic,
-                                           _dt.date, _dt.time, _dt.timedelta)):
+    if value is None or isinstance(value, (bool, int, float, complex, decimal.Decimal, _dt.date, _dt.time,
+                                           _dt.timedelta, *_numpy_scalar("generic"))):
         return ToolOutput(text=truncate_middle(str(value), INLINE_STR_MAX_CHARS))
     if isinstance(value, str):
         if len(value) <= INLINE_STR_MAX_CHARS:
@@ -160,9 +177,6 @@ def _inline_json(value: Any) -> str | None:
 
 def _plain(value: Any, budget: list[int]) -> Any:
     """JSON-ready copy of ``value``; raises :class:`_TooBig` past the node budget or on data objects."""
-    import numpy as np
-    import pandas as pd
-
     budget[0] -= 1
     if budget[0] < 0:
         raise _TooBig
@@ -170,12 +184,12 @@ def _plain(value: Any, budget: list[int]) -> Any:
         if isinstance(value, str) and len(value) > INLINE_JSON_MAX_CHARS:
             raise _TooBig
         return value
-    if isinstance(value, (int, np.integer)):
+    if isinstance(value, (int, *_numpy_scalar("integer"))):
         return int(value)
-    if isinstance(value, (float, np.floating)):
+    if isinstance(value, (float, *_numpy_scalar("floating"))):
         f = float(value)
         return None if math.isnan(f) else ("inf" if f == math.inf else "-inf" if f == -math.inf else f)
-    if isinstance(value, np.bool_):
+    if isinstance(value, _numpy_scalar("bool_")):
         return bool(value)
     if isinstance(value, dict):
         if len(value) > budget[0]:
@@ -185,8 +199,7 @@ def _plain(value: Any, budget: list[int]) -> Any:
         if len(value) > budget[0]:
             raise _TooBig
         return [_plain(v, budget) for v in value]
-    if isinstance(value, (pd.DataFrame, pd.Series, pd.Index, np.ndarray, pd.api.extensions.ExtensionArray,
-                          bytes, bytearray)):
+    if isinstance(value, (*_array_types(), bytes, bytearray)):
         raise _TooBig
     if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
         return value.isoformat()
