@@ -108,7 +108,7 @@ def _array_types() -> tuple[type, ...]:
     return tuple(types)
 
 
-def _numpy_scalar(kind: str) -> tuple[type, ...]:
+def _numpy_scalar(kind: str) -> tuple[type[Any], ...]:
     """``numpy.<kind>`` (``generic``, ``integer``, ``floating``, ``bool_``) when numpy is loaded, else ()."""
     np = sys.modules.get("numpy")
     return (getattr(np, kind),) if np is not None else ()
@@ -184,10 +184,11 @@ def _plain(value: Any, budget: list[int]) -> Any:
         if isinstance(value, str) and len(value) > INLINE_JSON_MAX_CHARS:
             raise _TooBig
         return value
+    number: Any = value  # numpy scalars are checked by a runtime tuple, which mypy narrows to object
     if isinstance(value, (int, *_numpy_scalar("integer"))):
-        return int(value)
+        return int(number)
     if isinstance(value, (float, *_numpy_scalar("floating"))):
-        f = float(value)
+        f = float(number)
         return None if math.isnan(f) else ("inf" if f == math.inf else "-inf" if f == -math.inf else f)
     if isinstance(value, _numpy_scalar("bool_")):
         return bool(value)
