@@ -114,12 +114,13 @@ PRESETS: dict[str, SubagentPreset] = {p.name: p for p in (
     SubagentPreset(
         name="lineage_impact",
         description="Trace what depends on a table or column (views, metrics, documents) before it changes.",
-        prompt=("You are a lineage impact subagent. From schemas, view definitions, the glossary and the "
-                "documents, list what reads the given table or column: views, metrics, reports. For each, "
-                "say how it would be affected by the change and cite where you found the dependency. "
+        prompt=("You are a lineage impact subagent. From a dbt project's lineage (its lineage tool, with a "
+                "column for column-level lineage), schemas, view definitions, the glossary and the documents, "
+                "list what reads the given table or column: models, views, metrics, dashboards and reports. For "
+                "each, say how it would be affected by the change and cite where you found the dependency. "
                 "Read metadata and definitions; do not compute on the data."),
         tools=(LOAD_CONNECTORS, "list_variables", *READ_METADATA, "*__query", "*__search", "*__read",
-               "*__lookup", "*__list"),
+               "*__lookup", "*__list", "*__lineage"),
     ),
 )}
 """The built-in presets, by name."""
