@@ -122,7 +122,8 @@ def test_the_magics_declare_no_trait_of_their_own() -> None:
 
 def test_which_settings_rebuild_what_is_read_from_the_table() -> None:
     assert set(trait_names(applies="run")) == {"max_tokens", "max_cost_usd", "max_wall_s", "max_tool_calls",
-                                                "materialize_max_bytes", "materialize_max_rows"}
+                                                "materialize_max_bytes", "materialize_max_rows", "max_query_rows",
+                                                "max_query_cost", "max_write_operations"}
     assert set(trait_names(reconnects=True)) == {"connectors", "workspace_memory", "actor_role", "policy",
                                                  "policy_file"}
     assert "memory_budget" in trait_names(applies="session") and "model" not in trait_names(applies="session")

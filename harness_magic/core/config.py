@@ -176,6 +176,13 @@ def number_limit(value: Any, label: str) -> float | None:
     return check_limit(value, label, integer=False)
 
 
+def write_count_limit(value: Any, label: str) -> int | None:
+    """A per-run count of approved writes: an integer 0 or more, or None (the budgets' own rule)."""
+    from harness_magic.core.control.budgets import check_limit
+
+    return check_limit(value, label, integer=True, zero=True)
+
+
 def materialize_cap(value: Any, label: str) -> int:
     """A row or byte cap on bringing a lazy handle into the kernel (the connectors' own rule)."""
     from harness_magic.core.execution.connectors.lazy import check_cap
@@ -413,13 +420,26 @@ class AgentConfig:
                         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, 'off', 'on' (OTLP/HTTP as the OTEL_* variables "
                         "say), or 'content' (as 'on', plus the prompt, tool arguments, results and answers, masked). "
                         "OTEL_SDK_DISABLED=true turns it off.", one_of(_otel_modes))
+    max_query_rows: int | None = setting(None, "Rows one query's plan may be estimated to handle (its largest step, "
+                                         "scans included), asked of the engine (DuckDB/PostgreSQL EXPLAIN, Spark "
+                                         "EXPLAIN COST) before the query runs; over it the read asks first or, with "
+                                         "no approver, is refused. None: not checked.", whole_limit, applies="run")
+    max_query_cost: float | None = setting(None, "The engine's own cost estimate one query may have, asked before it "
+                                           "runs (PostgreSQL: planner cost units; Spark: estimated bytes; DuckDB "
+                                           "gives none); over it the read asks first or is refused. None: not "
+                                           "checked.", number_limit, applies="run")
+    max_write_operations: int | None = setting(None, "Approved writes (governed execute calls) per run; further "
+                                               "writes are refused. 0: no write in a run. None: no count limit "
+                                               "(prod writes still need allow_writes and an approval each).",
+                                               write_count_limit, applies="run")
 
     def budgets(self) -> Budgets:
         """The per-run budgets these settings ask for."""
         from harness_magic.core.control.budgets import Budgets
 
         return Budgets(max_tokens=self.max_tokens, max_cost_usd=self.max_cost_usd, max_wall_s=self.max_wall_s,
-                       max_tool_calls=self.max_tool_calls)
+                       max_tool_calls=self.max_tool_calls, max_query_rows=self.max_query_rows,
+                       max_query_cost=self.max_query_cost, max_write_operations=self.max_write_operations)
 
     def __post_init__(self) -> None:
         for one in _FIELD_SETTINGS:

@@ -305,6 +305,13 @@ class AgentMagics(Magics):
               help="Wall-time budget in seconds for this cell (default: AgentMagics.max_wall_s).")
     @argument("--max-tool-calls", type=int, default=None, metavar="N",
               help="Tool-call budget for this cell (default: AgentMagics.max_tool_calls).")
+    @argument("--max-query-rows", type=int, default=None, metavar="N",
+              help="Rows one query's plan may be estimated to handle, asked of the engine before it runs "
+                   "(default: AgentMagics.max_query_rows).")
+    @argument("--max-query-cost", type=float, default=None, metavar="COST",
+              help="The engine's own cost estimate one query may have (default: AgentMagics.max_query_cost).")
+    @argument("--max-write-operations", type=int, default=None, metavar="N",
+              help="Approved writes in this cell's run; 0: none (default: AgentMagics.max_write_operations).")
     @cell_magic
     def agent(self, line: str, cell: str) -> Any:
         """Ask the data agent; the cell body is the prompt.
@@ -327,7 +334,8 @@ class AgentMagics(Magics):
         if args.max_turns is not None:
             flag_value("max_turns", args.max_turns, "--max-turns")
         limits = {"max_tokens": args.max_tokens, "max_cost_usd": args.max_cost, "max_wall_s": args.max_wall,
-                  "max_tool_calls": args.max_tool_calls}
+                  "max_tool_calls": args.max_tool_calls, "max_query_rows": args.max_query_rows,
+                  "max_query_cost": args.max_query_cost, "max_write_operations": args.max_write_operations}
         for field_name, flag in BUDGET_FLAGS.items():
             flag_value(field_name, limits[field_name], flag)
         inputs = [self._input_pair(spec) for spec in args.inputs]

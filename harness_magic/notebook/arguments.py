@@ -28,7 +28,8 @@ OFFLINE_PREFIXES = ("offline/", "scripted/", "replay/")
 MAX_CAP = 2**63 - 1
 """Mirrors :data:`harness_magic.core.execution.connectors.lazy.MAX_CAP` (64-bit row and byte counts)."""
 BUDGET_FLAGS = {"max_tokens": "--max-tokens", "max_cost_usd": "--max-cost", "max_wall_s": "--max-wall",
-                "max_tool_calls": "--max-tool-calls"}
+                "max_tool_calls": "--max-tool-calls", "max_query_rows": "--max-query-rows",
+                "max_query_cost": "--max-query-cost", "max_write_operations": "--max-write-operations"}
 """The ``%%agent`` flag setting each per-run budget for one cell (over ``AgentMagics``' value)."""
 
 

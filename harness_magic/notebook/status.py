@@ -87,7 +87,9 @@ def status_rows(agent: Any) -> list[tuple[str, str]]:
     session = agent.session
     budgets = session.config.budgets()
     limits = {"turns": agent.max_turns, "tokens": budgets.max_tokens, "cost USD": budgets.max_cost_usd,
-              "wall s": budgets.max_wall_s, "tool calls": budgets.max_tool_calls}
+              "wall s": budgets.max_wall_s, "tool calls": budgets.max_tool_calls,
+              "query rows": budgets.max_query_rows, "query cost": budgets.max_query_cost,
+              "writes": budgets.max_write_operations}
     records = agent.records
     cost = sum(r.usage.cost for r in records if r.usage is not None)
     tokens = sum(r.usage.total_tokens for r in records if r.usage is not None)

@@ -1,4 +1,4 @@
-"""Run budgets: turns, tokens, cost, wall time and tool calls.
+"""Run budgets: turns, tokens, cost, wall time and tool calls; the engines' estimates of each query; writes.
 
 A :class:`Budgets` value is plain data. :meth:`Budgets.install` turns it into
 a :class:`BudgetGuard` on a harness, which
@@ -15,6 +15,14 @@ a :class:`BudgetGuard` on a harness, which
 Limits are checked between steps: a single long tool call is not cut short
 by the wall-time budget (the interpreter's own time limit bounds it).
 
+The query budgets (``max_query_rows``, ``max_query_cost``) and the write
+budget (``max_write_operations``) never end a run: installing them registers
+them with the connectors of the harness
+(:func:`~harness_magic.core.execution.connectors.estimates.budget_for`), which
+ask each engine's plan before a read runs and refuse (or ask about) a read
+estimated over them, and refuse a write once the run's approved writes reach
+``max_write_operations`` (0: no write is approved in the run).
+
 Token and cost budgets count subagent usage too when the loop reports it
 (``run.child_usage``). A subagent started during a run gets at most what is
 left of every budget installed on its parent (:func:`child_budgets`), and its
@@ -24,11 +32,14 @@ tool calls are added to the parent run's count.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness_magic.core.agent.result import StopRun
 from harness_magic.core.agent.run import Check, ToolGuard
 from harness_magic.core.agent.state import HarnessState, StateKey
+
+if TYPE_CHECKING:
+    from harness_magic.core.execution.connectors.estimates import QueryLimits
 from harness_magic.core.transcript.messages import Usage
 
 __all__ = [
@@ -44,6 +55,7 @@ __all__ = [
     "check_limit",
     "MAX_LIMIT",
     "BUDGET_GUARDS",
+    "QUERY_BUDGETS",
 ]
 
 
@@ -80,24 +92,28 @@ def run_usage(run: Any) -> Usage:
     return usage + child if child is not None else usage
 
 
+QUERY_BUDGETS = ("max_query_rows", "max_query_cost", "max_write_operations")
+"""Budgets checked by the connectors (each query's estimate, each approved write), never ending a run."""
 MAX_LIMIT = 2**63 - 1
 """Largest per-run limit (64-bit counts; a larger or infinite one is a mistake: None means no limit)."""
-_COUNTS = ("max_turns", "max_tokens", "max_tool_calls")
+_COUNTS = ("max_turns", "max_tokens", "max_tool_calls", "max_query_rows", "max_write_operations")
 """Limits that count (whole numbers); the others are amounts (USD, seconds)."""
 
 
-def check_limit(value: Any, label: str, *, integer: bool) -> Any:
-    """``value`` as a per-run limit: positive and finite, at most :data:`MAX_LIMIT` (an integer where
-    ``integer``), or None (no limit); ValueError naming ``label`` and the value. The one rule for the budget
-    settings, whether set on :class:`Budgets`, ``AgentConfig``, ``%config`` or a ``%%agent`` flag."""
+def check_limit(value: Any, label: str, *, integer: bool, zero: bool = False) -> Any:
+    """``value`` as a per-run limit: positive (or 0 where ``zero``) and finite, at most :data:`MAX_LIMIT` (an
+    integer where ``integer``), or None (no limit); ValueError naming ``label`` and the value. The one rule for
+    the budget settings, whether set on :class:`Budgets`, ``AgentConfig``, ``%config`` or a ``%%agent`` flag."""
     if value is None:
         return None
     kinds = int if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds):
         shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
         raise ValueError(f"{label} must be {'an integer' if integer else 'a number'} or None, got {shown}")
+    if zero and value == 0:
+        return value
     if not value > 0:  # NaN too
-        raise ValueError(f"{label} must be positive or None, got {value!r}")
+        raise ValueError(f"{label} must be {'0 or more' if zero else 'positive'} or None, got {value!r}")
     if value > MAX_LIMIT:  # infinity too
         raise ValueError(f"{label} must be at most {MAX_LIMIT:,} (None: no limit), got {value!r}")
     return value
@@ -122,15 +138,29 @@ class Budgets:
     max_tool_calls: int | None = None
     """Tool calls dispatched per run. Calls past it are refused with an error result;
     the model still gets a turn to answer, and the run stops if it calls a tool again."""
+    max_query_rows: int | None = None
+    """Rows one query's plan may be estimated to handle (its largest step, scans included), asked of the engine
+    before the query runs; over it the read asks first or is refused."""
+    max_query_cost: float | None = None
+    """The engine's own cost estimate one query may have (PostgreSQL planner units, Spark bytes)."""
+    max_write_operations: int | None = None
+    """Approved writes per run (governed ``execute`` calls); 0: none."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            check_limit(getattr(self, f.name), f.name, integer=f.name in _COUNTS)
+            check_limit(getattr(self, f.name), f.name, integer=f.name in _COUNTS,
+                        zero=f.name == "max_write_operations")
 
     @property
     def active(self) -> dict[str, float]:
         """The limits that are set, by field name."""
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+    def query_limits(self) -> QueryLimits:
+        """The limits the connectors check (:data:`QUERY_BUDGETS`)."""
+        from harness_magic.core.execution.connectors.estimates import QueryLimits  # the connectors: only when used
+
+        return QueryLimits(self.max_query_rows, self.max_query_cost, self.max_write_operations)
 
     def merged(self, **overrides: Any) -> "Budgets":
         """A copy with the given limits replaced (``None`` values are ignored)."""
@@ -155,6 +185,8 @@ class Budgets:
         """``(status, reason)`` for the first budget ``run`` has spent, else None."""
         used = self.used(run)
         for name, limit in self.active.items():
+            if name in QUERY_BUDGETS:  # checked by the connectors at each query and write
+                continue
             # Tool calls past the limit are refused by the guard; the model keeps the turn
             # after its last allowed call to answer, and the run stops only if it calls again.
             spent = used[name] > limit if name == "max_tool_calls" else used[name] >= limit
@@ -164,7 +196,10 @@ class Budgets:
 
     def install(self, harness: BudgetHost) -> "BudgetGuard":
         """Enforce these budgets on every run of ``harness``; returns the guard (kept in ``harness.state``)."""
+        from harness_magic.core.execution.connectors.estimates import budget_for
+
         guard = BudgetGuard(self)
+        budget_for(harness).sources.append(lambda: guard.budgets.query_limits())
         harness.add_check(guard.check)
         harness.add_tool_guard(guard.tool_guard)
         harness.state.get(BUDGET_GUARDS).append(guard)
@@ -192,6 +227,15 @@ def child_budgets(harness: BudgetHost, run: Any, *, reserve_tool_calls: int = 1)
         used["max_tool_calls"] += reserve_tool_calls
         for name, limit in budgets.active.items():
             if name == "max_turns":
+                continue
+            if name in ("max_query_rows", "max_query_cost"):  # per query: the child's queries get the same limit
+                limits[name] = min(limits.get(name, limit), limit)
+                continue
+            if name == "max_write_operations":  # what the parent run has not approved yet (0 allowed)
+                from harness_magic.core.execution.connectors.estimates import budget_for
+
+                left = max(0, limit - budget_for(harness).writes(run))
+                limits[name] = min(limits.get(name, left), left)
                 continue
             left = limit - used[name]
             if left < 1 if name == "max_tool_calls" else left <= 0:

@@ -93,6 +93,9 @@ class ApprovalRequest:
     """The call runs inside a transaction the user commits or rolls back (see :mod:`.preview`)."""
     preflight: Any = None
     """The preflight summary of a previewed write (a :class:`~.preview.Preflight`), else None."""
+    over_budget: str = ""
+    """For a read: why the engine's own estimate is over the run's query budget (:mod:`.estimates`); such a read
+    asks (with no approver it is refused) unless a per-tool rule decides."""
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,8 @@ class ApprovalPolicy:
 
     def verdict(self, request: ApprovalRequest) -> Verdict:
         """allow / ask / deny for ``request`` with the reason and the roles that may approve."""
+        if request.over_budget and request.tool not in self.tools:
+            return Verdict("ask", f"a read estimated over the query budget asks ({request.over_budget})")
         rule = self.rule_for(request.tool, request.safety)
         verdict = Verdict(rule, {"allow": "allowed by policy", "ask": f"{request.safety} calls ask",
                                  "deny": f"the approval policy denies {request.safety} calls"}[rule])

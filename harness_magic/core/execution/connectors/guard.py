@@ -10,6 +10,10 @@ with the preflight summary. Every decision, wherever it is taken, goes the same
 way: status line (:class:`ApprovalStep` while a person decides), the workspace
 audit log (an approval the log cannot record is denied), the run log
 (``event: approval``) and a warning notice for a denial.
+
+Every approved ``write``/``destructive`` call counts against the run's
+``max_write_operations`` (:func:`~.estimates.budget_for`); once it is spent,
+further writes are refused before anything is asked or previewed.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from harness_magic.core.execution.connectors.approval import ApprovalDecision, ApprovalRequest
+from harness_magic.core.execution.connectors.estimates import budget_for
+from harness_magic.core.execution.connectors.policy import WRITE_CLASSES
 from harness_magic.core.transcript.audit import AuditError, record_decision
 from harness_magic.core.transcript.events import ApprovalStep, Notice
 
@@ -53,7 +59,10 @@ class ApprovalGuard:
                                   environment=connector.environment if connector is not None else "dev",
                                   allow_writes=connector is not None and connector.allow_writes,
                                   previewable=previewed)
-        if previewed:  # refusals now, before a transaction opens; the tool asks after its preview
+        spent = self._write_budget(request)
+        if spent is not None:
+            decision = self.record(request, spent, 0.0)
+        elif previewed:  # refusals now, before a transaction opens; the tool asks after its preview
             refusal = self.registry.approval.gate(request)
             if refusal is None:
                 return None
@@ -77,8 +86,19 @@ class ApprovalGuard:
 
         return approve
 
+    def _write_budget(self, request: ApprovalRequest) -> ApprovalDecision | None:
+        """A refusal when ``request`` is a write and the run's ``max_write_operations`` is spent, else None."""
+        if request.safety not in WRITE_CLASSES:
+            return None
+        refusal = budget_for(self.harness).write_refusal(self.harness.current_run)
+        return ApprovalDecision(False, refusal) if refusal is not None else None
+
     def decide(self, request: ApprovalRequest) -> ApprovalDecision:
-        """Ask the policy (showing the wait on the status line) and record the decision."""
+        """Ask the policy (showing the wait on the status line) and record the decision; an approved write
+        counts against the run's ``max_write_operations``."""
+        spent = self._write_budget(request)
+        if spent is not None:
+            return self.record(request, spent, 0.0)
         policy = self.registry.approval
         asks = policy.asks(request)
         if asks:  # the status line says so while the user decides
@@ -89,7 +109,10 @@ class ApprovalGuard:
         if asks:
             self.harness.emit(ApprovalStep(tool=request.tool, tool_use_id=request.tool_use_id, wait_s=waited,
                                             approved=decision.approved))
-        return self.record(request, decision, waited)
+        decision = self.record(request, decision, waited)
+        if decision.approved and request.safety in WRITE_CLASSES:
+            budget_for(self.harness).count_write(self.harness.current_run)
+        return decision
 
     def record(self, request: ApprovalRequest, decision: ApprovalDecision, waited: float) -> ApprovalDecision:
         """Audit log, run log, approval wait and a notice for a denial; returns the final decision."""

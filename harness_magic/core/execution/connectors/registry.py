@@ -92,7 +92,8 @@ class ToolContext:
     tool_name: str
     """Full tool name (``<connector>__<tool>``)."""
     approve: "Callable[[ApprovalRequest], ApprovalDecision] | None" = None
-    """For previewed tools: ask the approval policy (status line, run log, audit) after the preview."""
+    """Ask the approval policy (status line, run log, audit): a previewed tool after its preview, a read whose
+    estimate is over the query budget (:mod:`.estimates`) before it runs."""
     glossary_classes: Mapping[str, str] = field(default_factory=dict)
     """``{"[table.]column": class}`` the session's glossaries declare (:meth:`ConnectorRegistry.glossary_classes`)."""
 
@@ -600,7 +601,7 @@ class InstalledConnectors:
             if missing:
                 raise ToolError(f"Bad arguments for {template.name!r}: missing {', '.join(missing)}.")
             if context_name is not None:
-                approve = self._approver(template, connector) if connector.previews(template.name) else None
+                approve = self._approver(template, connector)  # previewed writes, reads over the query budget
                 arguments[context_name] = ToolContext(harness.cache, harness, template.name, approve,
                                                       self.registry.glossary_classes())
             sql = arguments.get("sql")

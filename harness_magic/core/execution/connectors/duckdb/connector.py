@@ -29,6 +29,7 @@ from harness_magic.core.execution.connectors._results import (
 )
 from harness_magic.core.execution.connectors.classify import require_one_read
 from harness_magic.core.execution.connectors.duckdb.engine import IDENTIFIER, DuckDBEngine
+from harness_magic.core.execution.connectors.estimates import Estimate, duckdb_plan_estimate, explain_target, gate_read
 from harness_magic.core.execution.connectors.governed import add_duckdb_execute, govern
 from harness_magic.core.execution.connectors.lazy import (
     COUNT_BUDGET_S,
@@ -65,6 +66,14 @@ def lazy_rebinder(connectors: Any) -> Callable[[str, dict[str, str], Any], LazyR
     ToolError/LookupError naming the reason; the cache records them.
     """
     return definition_rebinder(connectors, LazyRelation.__harness_engine__, DuckDBEngine, _check_read_only)
+
+
+def _estimate(engine: DuckDBEngine, context: ToolContext, sql: str) -> Estimate:
+    """DuckDB's own estimate of ``sql`` from its plan (nothing runs); a plain EXPLAIN reads no rows."""
+    target, note = explain_target(sql)
+    if target is None:
+        return Estimate("duckdb", None, note=note)
+    return duckdb_plan_estimate(engine.plan(context.cache, target))
 
 
 @records_configuration
@@ -151,18 +160,20 @@ def duckdb_connector(
                 python code that names it brings its rows in, within a size cap). Use for large intermediates.
         """
         _check_read_only(sql, connector.name)
+        if lazy and max_rows is not None:
+            raise ToolError("max_rows applies to fetched results; a lazy handle fetches nothing. Add LIMIT "
+                            "to the SQL instead, or leave lazy unset.")
+        estimate = gate_read(context, lambda: _estimate(engine, context, sql), "duckdb")  # before any row is read
         progress = progress_reporter(context, connector.name)
         if lazy:
-            if max_rows is not None:
-                raise ToolError("max_rows applies to fetched results; a lazy handle fetches nothing. Add LIMIT "
-                                "to the SQL instead, or leave lazy unset.")
             relation = engine.lazy(context.cache, sql, progress)
             note = lazy_handle_note(relation, "DuckDB", connector.name, f"at least {relation.rows_at_least or 0:,}; "
                                     f"counting them took over {COUNT_BUDGET_S:g} s, so the count was skipped")
-            return ConnectorResult(relation, note, name=name)
+            return ConnectorResult(relation, " ".join(filter(None, [estimate, note])), name=name)
         frame, truncated = engine.query(context.cache, sql, max_rows, progress)
         cap = cap_rows(max_rows, engine.max_rows)
-        return ConnectorResult(frame, truncation_note(len(frame), cap, truncated), name=name)
+        return ConnectorResult(frame, " ".join(filter(None, [estimate, truncation_note(len(frame), cap, truncated)])),
+                               name=name)
 
     if database is not None and allow_writes is not False:
         add_duckdb_execute(connector, os.path.abspath(os.fspath(database)), timeout_s)

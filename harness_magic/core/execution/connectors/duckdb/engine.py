@@ -559,6 +559,18 @@ class DuckDBEngine:
         finally:
             con.close()
 
+    def plan(self, cache: HandleCache, sql: str) -> str:
+        """DuckDB's physical plan of one statement as JSON (``EXPLAIN (FORMAT JSON)``): planned on the same
+        locked cursor as :meth:`query`, under the timeout, never run; ToolError with DuckDB's error when the
+        statement cannot be planned."""
+        statement = _single(sql)
+        con = self.connect(cache, sql)
+        try:
+            return str(self._run(con, lambda: con.execute(f"EXPLAIN (FORMAT JSON) {statement.query}").fetchall()[0][1],
+                                 None))
+        finally:
+            con.close()
+
     def query(self, cache: HandleCache, sql: str, max_rows: int | None = None,
               progress: Progress | None = None) -> tuple[Any, bool]:
         import pyarrow as pa

@@ -48,9 +48,15 @@ from harness_magic.core.execution.connectors._results import (
     truncation_note,
 )
 from harness_magic.core.execution.connectors.classify import SQLClassificationError, classify_sql
+from harness_magic.core.execution.connectors.estimates import (
+    Estimate,
+    explain_target,
+    gate_read,
+    postgres_plan_estimate,
+)
 from harness_magic.core.execution.connectors.governed import add_sql_execute, govern
 from harness_magic.core.execution.connectors.sql.masked_views import masked_view_warnings
-from harness_magic.core.execution.connectors.registry import Connector, ConnectorResult
+from harness_magic.core.execution.connectors.registry import Connector, ConnectorResult, ToolContext
 from harness_magic.core.execution.connectors.sameness import records_configuration
 from harness_magic.core.execution.tools import ToolError
 
@@ -239,6 +245,27 @@ class SQLConnection:
         except sa.exc.SQLAlchemyError as exc:
             raise ToolError(f"{self.dialect} error: {exc}") from exc
 
+    def plan(self, sql: str) -> Any:
+        """PostgreSQL's plan of one read statement (``EXPLAIN (FORMAT JSON)``, parsed), on the read connection
+        (read-only transaction, statement timeout); planned, never run. ToolError with the server's error when
+        the statement cannot be planned; None for other dialects (they give no estimate here)."""
+        if self.dialect != "postgresql":
+            return None
+        sa = _import_sqlalchemy()
+        try:
+            with self.read_engine.connect() as conn:
+                dbapi = conn.connection.dbapi_connection
+                cursor = dbapi.cursor()
+                try:
+                    cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", binary=True)  # binary: extended protocol, one statement
+                    row = cursor.fetchone()
+                finally:
+                    cursor.close()
+                    dbapi.rollback()
+        except (sa.exc.DBAPIError, *self.dbapi_errors()) as exc:
+            raise self.map_error(exc, sql) from exc
+        return row[0] if row else None
+
     def _stream(self, dbapi: Any, sql: str, cap: int) -> tuple[Any, bool]:
         cursor = dbapi.cursor()
         batches: list[list[Any]] = []
@@ -380,6 +407,17 @@ class SQLConnection:
             "foreign_keys": foreign_keys,
             "columns": columns,
         }
+
+
+def _estimate(db: SQLConnection, sql: str) -> Estimate | None:
+    """PostgreSQL's own estimate of ``sql`` from its plan (nothing runs); None: this dialect gives none here."""
+    if db.dialect != "postgresql":
+        return None
+    target, note = explain_target(sql)
+    if target is None:
+        return Estimate("postgresql", None, note=note)
+    plan = db.plan(target)
+    return postgres_plan_estimate(plan) if plan is not None else None
 
 
 CONNECT_TIMEOUT_S = 10
@@ -566,7 +604,7 @@ def sql_connector(
     """Set once the read role's access to the sensitive columns was checked (:mod:`.masked_views`)."""
 
     @connector.tool(result_name=f"{name}_result")
-    def query(sql: str, name: str | None = None, max_rows: int | None = None) -> Any:
+    def query(sql: str, context: ToolContext, name: str | None = None, max_rows: int | None = None) -> Any:
         """Run one read-only SQL statement in the database; the rows come back as a DataFrame handle.
 
         Aggregate and join in SQL: the engine does the work and only the result is fetched.
@@ -585,9 +623,10 @@ def sql_connector(
                       if allow_writes is not False else "this connection is read-only")
             raise ToolError(f"Refused: the statement is classified {classification.summary}; "
                             f"{connector.name}__query runs read-only statements ({advice}).")
+        estimate = gate_read(context, lambda: _estimate(db, sql), db.dialect)  # before any row is read
         frame, truncated = db.query(sql, max_rows)
         cap = cap_rows(max_rows, db.max_rows)
-        note = truncation_note(len(frame), cap, truncated)
+        note = " ".join(filter(None, [estimate, truncation_note(len(frame), cap, truncated)]))
         if not masked_checked and db.dialect == "postgresql":  # once: the read role and the sensitivity option
             masked_checked.append(True)
             found = masked_view_warnings(db, connector.sensitivity)
