@@ -154,7 +154,7 @@ def _full_messages(messages: Any, where: str) -> list[Any]:
             if isinstance(m, dict) and isinstance(m.get("content"), list) else m for m in messages]
 
 
-def _tool_uses(message: Any) -> dict[str, str]:
+def _tool_uses(message: Any) -> dict[str, Any]:
     """Tool use id -> tool name of a message in its JSON form."""
     content = message.get("content") if isinstance(message, dict) else None
     return {b["id"]: b.get("name") for b in content or () if isinstance(b, dict) and b.get("type") == "tool_use"
@@ -211,7 +211,7 @@ class _LeanWriter:
         self.visible: Any = None
         self.model: Any = None
         self.cache: Any = None
-        self.uses: dict[str, str] = {}
+        self.uses: dict[str, Any] = {}
         """Tool use id -> name, of the latest turn's response: a ``tools`` record need not repeat the name."""
 
     def system(self, text: str) -> tuple[str, str]:
@@ -346,7 +346,6 @@ class _Reader:
 
     def __init__(self) -> None:
         self.version = 1
-        self.started = False
         self.systems: dict[str, str] = {}
         self.system: str | None = None
         self.messages = 0
@@ -354,7 +353,7 @@ class _Reader:
         self.model: Any = None
         self.cache: Any = []
         self.usage = Usage()
-        self.uses: dict[str, str] = {}
+        self.uses: dict[str, Any] = {}
 
     def read(self, record: dict[str, Any]) -> dict[str, Any]:
         kind = record.get("type")
@@ -371,7 +370,7 @@ class _Reader:
         if isinstance(version, bool) or version not in READABLE_VERSIONS:
             raise ValueError(f"log_version {version!r} is not one this reader knows "
                              f"({', '.join(map(str, READABLE_VERSIONS))})")
-        self.version, self.started = version, True
+        self.version = version
         if version == 1:
             return record
         self.system = self.remember_system(record.get("system"), record.get("system_sha256"), "run_start")
@@ -389,8 +388,6 @@ class _Reader:
         return digest
 
     def turn(self, record: dict[str, Any]) -> dict[str, Any]:
-        if not self.started:
-            raise ValueError("a turn before its run_start")
         request = dict(record["request"])
         number = record.get("turn")
         if "system" in request:
