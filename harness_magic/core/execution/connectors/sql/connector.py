@@ -409,7 +409,7 @@ class SQLConnection:
         }
 
 
-def _estimate(db: SQLConnection, sql: str) -> Estimate | None:
+def _plan_estimate(db: SQLConnection, sql: str) -> Estimate | None:
     """PostgreSQL's own estimate of ``sql`` from its plan (nothing runs); None: this dialect gives none here."""
     if db.dialect != "postgresql":
         return None
@@ -623,7 +623,7 @@ def sql_connector(
                       if allow_writes is not False else "this connection is read-only")
             raise ToolError(f"Refused: the statement is classified {classification.summary}; "
                             f"{connector.name}__query runs read-only statements ({advice}).")
-        estimate = gate_read(context, lambda: _estimate(db, sql), db.dialect)  # before any row is read
+        estimate = gate_read(context, lambda: _plan_estimate(db, sql), db.dialect)  # before any row is read
         frame, truncated = db.query(sql, max_rows)
         cap = cap_rows(max_rows, db.max_rows)
         note = " ".join(filter(None, [estimate, truncation_note(len(frame), cap, truncated)]))
