@@ -314,7 +314,8 @@ def test_launcher_killed_is_replaced(sandbox):
     os.kill(sandbox._launcher.pid, signal.SIGKILL)
     time.sleep(0.3)
     result = run(sandbox, "1")
-    assert result.error  # the worker died with its launcher
+    assert result.error is None and result.value == 1  # its worker died with it: both replaced before the call
+    assert result.replaced is not None and result.replaced.process == "launcher"
     assert run(sandbox, "'alive'").value == "alive"
 
 

@@ -6,6 +6,7 @@ The notebook layer is glue over this class: it maps its traitlets onto an
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import uuid
@@ -20,6 +21,7 @@ from harness_magic.core.execution.interpreter import (
     BACKEND_MEMBERS,
     InProcessInterpreter,
     InterpreterBackend,
+    WorkerReplacement,
     make_interpreter_tools,
 )
 from harness_magic.core.agent.loop import Harness
@@ -627,10 +629,15 @@ class SessionBackend:
                 versions: dict[str, str] | None = None, on_output: Any = None) -> Any:
         backend = self._live()
         restarts = backend.restarts
+        result = None
         try:
-            return backend.execute(code, inputs, taken_names, versions=versions, on_output=on_output)
+            result = backend.execute(code, inputs, taken_names, versions=versions, on_output=on_output)
+            return result
         finally:
-            if backend.restarts > restarts:
+            replaced = result.replaced if result is not None else None  # None when execute raised
+            if replaced is not None:
+                _worker_replaced(self._session.harness, replaced)
+            elif backend.restarts > restarts:
                 _sandbox_step(self._session.harness, "restart", backend.last_start_s)
 
     def start_worker(self) -> float:
@@ -647,6 +654,20 @@ class SessionBackend:
 
     def close(self) -> None:
         """Nothing: the session closes its backend (:meth:`AgentSession.close`)."""
+
+
+def _worker_replaced(harness: HarnessHost | None, replaced: WorkerReplacement) -> None:
+    """Log and emit :class:`WorkerReplaced` for the tool call in progress: a dead worker or launcher was replaced
+    before the call ran (the call's result, which the model reads, does not mention it)."""
+    from harness_magic.core.transcript.events import WorkerReplaced
+
+    if harness is None:
+        return
+    run = harness.current_run
+    use = run.current_tool_use if run is not None else None
+    fields = dataclasses.asdict(replaced)
+    harness.log_event("worker_replaced", tool_use_id=use.id if use else None, **fields)
+    harness.emit(WorkerReplaced(**fields, tool_use_id=use.id if use else None))
 
 
 def _sandbox_step(harness: HarnessHost, action: SandboxAction, duration_s: float | None) -> None:

@@ -32,6 +32,7 @@ from harness_magic.core.transcript.events import (
     ToolCallStarted,
     ToolOutputDelta,
     TurnFinished,
+    WorkerReplaced,
 )
 from harness_magic.core.transcript.run_state import RunState
 
@@ -188,9 +189,15 @@ _STEP_WORDS = {"start": ("starting the sandbox", "sandbox started"),
 """What a :class:`SandboxStep` says while it runs, and once done (followed by its time)."""
 
 
-def sandbox_step_text(event: SandboxStep) -> str:
+def sandbox_step_text(event: SandboxStep | WorkerReplaced) -> str:
     """``sandbox started · 2.31 s`` (``fresh sandbox worker forked``, ``sandbox restarted``);
-    ``starting the sandbox`` (``forking …``, ``restarting …``) while it runs."""
+    ``starting the sandbox`` (``forking …``, ``restarting …``) while it runs; for a :class:`WorkerReplaced`,
+    ``sandbox worker (pid 812) was found dead (killed by SIGKILL) and replaced before the call ran · 0.05 s``."""
+    if isinstance(event, WorkerReplaced):
+        what = "sandbox worker" if event.process == "worker" else "sandbox launcher"
+        replaced = "replaced" if event.process == "worker" else "replaced with its worker"
+        return (f"{what} (pid {event.pid}) was found dead ({event.why[:200]}) and {replaced} "
+                f"before the call ran · {event.duration_s:.2f} s")
     running, done = _STEP_WORDS.get(event.action, _STEP_WORDS["restart"])
     if event.duration_s is None:
         return running
@@ -234,7 +241,7 @@ def apply_event(record: RunRecord, event: Any, state: Any) -> None:
         tool.handles = list(event.handles)
         tool.snapshots = [dict(s) for s in event.snapshots]
         tool.charts = [a["data"] for a in event.artifacts if a.get("kind") == "image/png" and a.get("data")]
-    elif isinstance(event, SandboxStep):
+    elif isinstance(event, (SandboxStep, WorkerReplaced)):
         if event.duration_s is not None:  # placed before the call it ran for: it happened before the code ran
             tool = record.tool(event.tool_use_id) if event.tool_use_id else None
             notice = ("notice", "info", sandbox_step_text(event))

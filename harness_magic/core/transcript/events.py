@@ -20,6 +20,7 @@ __all__ = [
     "ToolCallFinished",
     "ToolOutputDelta",
     "SandboxStep",
+    "WorkerReplaced",
     "ApprovalStep",
     "ReminderAdded",
     "TurnFinished",
@@ -129,6 +130,28 @@ class SandboxStep:
     duration_s: float | None = None
     tool_use_id: str | None = None
     kind: Literal["sandbox_step"] = "sandbox_step"
+
+
+@dataclass(frozen=True)
+class WorkerReplaced:
+    """The sandbox worker, or the launcher that forks workers, was found dead when a tool call started and was
+    replaced before the code ran; the call then ran once, in the new worker. For the log and the live view:
+    the model's result carries no trace of it."""
+
+    process: Literal["worker", "launcher"]
+    """What had died."""
+    pid: int
+    why: str
+    """How it ended: ``killed by SIGKILL``, ``exited with status 3``..."""
+    exit_status: int | None = None
+    signal: str | None = None
+    """The signal's name (``SIGKILL``) when one killed it."""
+    new_pid: int | None = None
+    """The replacement worker's process id."""
+    duration_s: float = 0.0
+    """Seconds the replacement took (a new launcher's start included)."""
+    tool_use_id: str | None = None
+    kind: Literal["worker_replaced"] = "worker_replaced"
 
 
 @dataclass(frozen=True)
@@ -325,6 +348,7 @@ Event = Union[
     ToolCallFinished,
     ToolOutputDelta,
     SandboxStep,
+    WorkerReplaced,
     ApprovalStep,
     ReminderAdded,
     TurnFinished,

@@ -22,6 +22,7 @@ from harness_magic.core.transcript.events import (
     RunFinished,
     RunStarted,
     SandboxStep,
+    WorkerReplaced,
     SubagentEvent,
     ToolCallFinished,
     ToolCallStarted,
@@ -218,7 +219,7 @@ class TerminalRenderer:
             return
         with self._lock:
             self._clear_progress_locked()  # anything else printed starts on a clean line
-            if isinstance(event, SandboxStep) and self._pending is not None \
+            if isinstance(event, (SandboxStep, WorkerReplaced)) and self._pending is not None \
                     and event.tool_use_id == self._pending.tool_use_id:  # the step of the call whose header waits
                 fold_event(self.record, event, self)
                 if event.duration_s is None:
@@ -271,7 +272,7 @@ class TerminalRenderer:
             self._hold_header(event.tool_use.id,
                               Panel(body, title=strip_control(event.tool_use.name), title_align="left",
                                     border_style="blue"))
-        elif isinstance(event, SandboxStep):  # not for a waiting header: where it happens
+        elif isinstance(event, (SandboxStep, WorkerReplaced)):  # not for a waiting header: where it happens
             if event.duration_s is None:
                 self._step_running(event)
             else:

@@ -38,6 +38,7 @@ from harness_magic.core.transcript.events import (
     RunFinished,
     RunStarted,
     SandboxStep,
+    WorkerReplaced,
     SubagentEvent,
     TextDelta,
     ToolCallFinished,
@@ -286,7 +287,7 @@ class WidgetRunView:
                 transcript.on_tool_started(tool)
             if transcript is self.transcript:
                 self._set_status(f"running {event.tool_use.name}")
-        elif isinstance(event, SandboxStep):
+        elif isinstance(event, (SandboxStep, WorkerReplaced)):
             if event.duration_s is None:
                 if transcript is self.transcript:
                     self._set_status(export.sandbox_step_text(event))

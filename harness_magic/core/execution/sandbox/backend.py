@@ -9,9 +9,13 @@ waits for the reply in the loop that enforces the wall-clock timeout and the
 memory watchdog (:mod:`.watchdog`; a memory cgroup backs it in the OS), then
 rebuilds the results (:mod:`.transfer_kernel`). The worker itself is a
 :class:`~.worker_handle.WorkerHandle`. A worker that crashes, times out or is
-killed is restarted on the next call; the call that lost it gets a readable
-error result. This module decides when workers start and stop and whether
-their layers confine untrusted code (:func:`confinement_gap`).
+killed while a call runs is restarted on the next call; the call that lost it
+gets one readable error result (what died, that its work was lost, which cached
+handles survive). A worker found dead when a call starts (killed between calls,
+or its launcher gone) is replaced before the code is sent and the call runs
+once, in the new worker: its result says so in ``replaced`` (for the log and the
+live view, never for the model). This module decides when workers start and
+stop and whether their layers confine untrusted code (:func:`confinement_gap`).
 """
 
 from __future__ import annotations
@@ -25,11 +29,11 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Collection, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from harness_magic.core.cache.names import resolve_handle_name
 from harness_magic.core.confinement import layers as confinement
-from harness_magic.core.execution.interpreter import ExecutionResult
+from harness_magic.core.execution.interpreter import ExecutionResult, WorkerReplacement
 from harness_magic.core.execution.sandbox.exports import InputExports
 from harness_magic.core.execution.sandbox.launcher_client import LauncherClient, SandboxUnavailableError
 from harness_magic.core.execution.sandbox.protocol import ProtocolError, send_frame
@@ -84,6 +88,13 @@ def confinement_gap(layers: Mapping[str, Any]) -> str | None:
 def _holds(status: Any) -> bool:
     return status is True or (isinstance(status, str) and not status.startswith(("unavailable", "not ")))
 
+
+LOST_STATE_NOTE = ("Everything this call had computed in the worker was lost and nothing it saved was kept; "
+                   "the next call runs in a fresh worker.")
+"""Said to the model after the worker died during its call (what it lost; :func:`_surviving` says what it kept)."""
+
+SURVIVORS_LISTED = 30
+"""Cached handle names a lost-worker error lists; the rest are counted."""
 
 _MAX_SAVES = 100
 """Matches the worker's cap on save() calls per run."""
@@ -228,31 +239,41 @@ class SandboxedInterpreter:
             self._seq += 1
             seq = self._seq
             written: list[str] = []
+            replaced: WorkerReplacement | None = None
             try:
                 worker = self._ensure_worker()
+                if worker.hung_up() or worker.launcher.loss() is not None:
+                    worker, replaced = self._replace_found_dead(worker)
                 try:
                     descs, written = self._exports.prepare(inputs, versions, seq)
                 except TransferRefused as exc:  # the model's input, not a broken worker: state stays
-                    result = ExecutionResult()
-                    result.error = f"TransferRefused: {exc}"
-                    return result
-                for parts in receive_sealed(worker.result_sock, _MAX_SAVES + 1).values():
-                    for fd in parts:
-                        os.close(fd)  # anything a previous call left queued is stale
-                send_frame(worker.req_fd, {"op": "exec", "seq": seq, "code": code, "inputs": descs,
-                                           "taken": sorted(taken_names)})
-                reply = self._wait(worker, seq, on_output)
+                    return ExecutionResult(error=f"TransferRefused: {exc}", replaced=replaced)
+                request = {"op": "exec", "seq": seq, "code": code, "inputs": descs, "taken": sorted(taken_names)}
+                try:
+                    self._send_request(worker, request)
+                except BrokenPipeError:
+                    if replaced is not None:
+                        raise  # the worker just started is gone too: not our plumbing to hide any more
+                    # It died after the check and before reading the request: the code never ran.
+                    worker, replaced = self._replace_found_dead(worker)
+                    self._send_request(worker, request)
+                reply = self._wait(worker, seq, on_output, taken_names)
                 if isinstance(reply, ExecutionResult):
+                    reply.replaced = replaced
                     return reply
                 sealed = receive_sealed(worker.result_sock, _MAX_SAVES + 1)
                 try:
-                    return self._build_result(reply, taken_names, sealed)
+                    result = self._build_result(reply, taken_names, sealed)
+                    result.replaced = replaced
+                    return result
                 finally:
                     for parts in sealed.values():
                         for fd in parts:
                             os.close(fd)  # the mappings made from them stay valid
             except (BrokenPipeError, EOFError, ProtocolError) as exc:
-                return self._lost_worker(f"the sandbox worker failed: {type(exc).__name__}: {exc}")
+                lost = self._lost_worker(f"the sandbox worker failed: {type(exc).__name__}: {exc}", taken_names)
+                lost.replaced = replaced
+                return lost
             except KeyboardInterrupt:
                 self._stop_worker()  # the code is still running: stop it, the next call gets a fresh worker
                 raise
@@ -387,11 +408,47 @@ class SandboxedInterpreter:
             return self._start_worker()
         return self._worker
 
+    @staticmethod
+    def _send_request(worker: WorkerHandle, request: dict[str, Any]) -> None:
+        for parts in receive_sealed(worker.result_sock, _MAX_SAVES + 1).values():
+            for fd in parts:
+                os.close(fd)  # anything a previous call left queued is stale
+        send_frame(worker.req_fd, request)
+
+    def _replace_found_dead(self, worker: WorkerHandle) -> tuple[WorkerHandle, WorkerReplacement]:
+        """Replace ``worker``, found dead (or its launcher gone) before a call ran: the new worker and what died.
+
+        Counts in :attr:`restarts`. A launcher that is gone is replaced with the
+        worker (:meth:`_spawn_worker`); a failure to start raises as any start does.
+        """
+        started = time.monotonic()
+        gone = worker.launcher.loss()
+        self._worker = None
+        process: Literal["worker", "launcher"]
+        if gone is not None:  # its workers died with it (PR_SET_PDEATHSIG)
+            code = worker.launcher.process.returncode  # set by loss() when the process had ended
+            status = {"status": code if code is not None and code >= 0 else None,
+                      "signal": -code if code is not None and code < 0 else None}
+            process, pid = "launcher", worker.launcher.pid
+            why = _ending(status) if worker.launcher.broken is None else worker.launcher.broken
+            worker.stop()
+        else:
+            status = worker.end_found_dead()
+            process, pid, why = "worker", worker.pid, _ending(status)
+        self.restarts += 1
+        new = self._start_worker()
+        sig = status.get("signal")
+        return new, WorkerReplacement(
+            process=process, pid=pid, why=why, exit_status=status.get("status"),
+            signal=_signal_name(sig) if sig else None, new_pid=new.pid,
+            duration_s=time.monotonic() - started)
+
     def _stop_worker(self) -> dict[str, Any]:
         worker, self._worker = self._worker, None
         return worker.stop() if worker is not None else {}
 
-    def _lost_worker(self, why: str) -> ExecutionResult:
+    def _lost_worker(self, why: str, taken_names: Collection[str]) -> ExecutionResult:
+        """The error result of a call whose worker was lost while it ran: what died, what was lost, what survives."""
         worker = self._worker
         gone = worker.launcher.loss() if worker is not None else None
         status = self._stop_worker()
@@ -401,19 +458,19 @@ class SandboxedInterpreter:
             why += f" (exit status {status['status']})"
         if gone is not None:  # the launcher's end took its workers with it (PR_SET_PDEATHSIG)
             why += f"; its launcher is gone: {gone}"
-        return ExecutionResult(error=f"SandboxError: {why}. The worker was restarted; the session is intact.")
+        return ExecutionResult(error=f"SandboxError: {why}. {LOST_STATE_NOTE} {_surviving(taken_names)}")
 
-    def _wait(self, worker: WorkerHandle, seq: int,
-              on_output: Callable[[str], None] | None = None) -> dict[str, Any] | ExecutionResult:
+    def _wait(self, worker: WorkerHandle, seq: int, on_output: Callable[[str], None] | None,
+              taken_names: Collection[str]) -> dict[str, Any] | ExecutionResult:
         """The reply to call ``seq``, or an error result (see :func:`.watchdog.await_reply`)."""
         limits = MemoryLimits(self.rss_limit, self.scratch_max_bytes, self.scratch_dir)
         reply = await_reply(worker, seq, self.timeout, limits, on_output)
         if isinstance(reply, WorkerLost):
-            return self._lost_worker(reply.why)
+            return self._lost_worker(reply.why, taken_names)
         if reply.get("recycle"):
             self._stop_worker()
         if reply.get("op") != "result":
-            return self._lost_worker(f"the sandbox worker failed: {str(reply.get('error'))[-2000:]}")
+            return self._lost_worker(f"the sandbox worker failed: {str(reply.get('error'))[-2000:]}", taken_names)
         return reply
 
     def _build_result(self, reply: dict[str, Any], taken_names: Collection[str],
@@ -458,6 +515,34 @@ class SandboxedInterpreter:
             return read_result(desc, self.scratch_dir, self.result_max_bytes, sealed)
         except ProtocolError as exc:
             raise ProtocolError(f"result refused: {exc}") from exc
+
+
+def _ending(status: Mapping[str, Any]) -> str:
+    """How a process found dead had ended, from a reap's ``{"status", "signal"[, "running"]}``."""
+    if status.get("running"):
+        return "closed its reply pipe while still running (it was stopped)"
+    if status.get("signal"):
+        return f"killed by {_signal_name(status['signal'])}"
+    if status.get("status") is not None:
+        return f"exited with status {status['status']}"
+    return "ended (its exit status is no longer known)"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _surviving(taken_names: Collection[str]) -> str:
+    """The sentence naming the cached handles a lost worker did not take with it (at most SURVIVORS_LISTED)."""
+    names = sorted(taken_names)
+    if not names:
+        return "The cache holds no handles yet."
+    listed = ", ".join(names[:SURVIVORS_LISTED])
+    more = f" and {len(names) - SURVIVORS_LISTED} more" if len(names) > SURVIVORS_LISTED else ""
+    return f"Every cached handle is intact and usable in the next call: {listed}{more}."
 
 
 def probe_confinement() -> dict[str, bool | str]:

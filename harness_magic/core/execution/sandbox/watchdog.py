@@ -114,7 +114,7 @@ class ReplyWatch:
                         return WorkerLost(
                             f"the code went over the {limits.rss_limit / 2**20:.0f} MiB memory limit (stopped by "
                             "its memory cgroup); its scratch files were deleted")
-                    return WorkerLost("the sandbox worker died (crash or memory limit)")
+                    return WorkerLost("the sandbox worker running this code died before the code finished")
                 if reply is not None and reply.get("op") == "output":
                     relay.take(reply)
                     reply = None

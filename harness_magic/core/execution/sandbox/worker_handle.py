@@ -23,13 +23,18 @@ from harness_magic.core.execution.sandbox.launcher_client import LauncherClient,
 from harness_magic.core.execution.sandbox.memcg import CgroupUnavailable, MemoryCgroup, cgroup_limit
 from harness_magic.core.execution.sandbox.protocol import FrameReader, ProtocolError
 
-__all__ = ["WorkerHandle", "fork_worker", "SPAWN_TIMEOUT_S", "REAP_WAIT_S"]
+__all__ = ["WorkerHandle", "fork_worker", "SPAWN_TIMEOUT_S", "REAP_WAIT_S", "EXITED_REAP_WAIT_S"]
 
 SPAWN_TIMEOUT_S = 30.0
 """A forked worker confines itself in milliseconds; this only guards a stuck launcher."""
 
 REAP_WAIT_S = 2.0
 """How long the launcher waits for a killed worker to exit before answering that it still runs."""
+
+EXITED_REAP_WAIT_S = 1.0
+"""How long the launcher waits for a worker whose pipe hung up to be reapable: it closed its ends as it exited."""
+
+_HUNG_UP = select.POLLHUP | select.POLLERR | select.POLLNVAL
 
 
 class WorkerHandle:
@@ -99,6 +104,40 @@ class WorkerHandle:
             except OSError:
                 pass
         self.result_sock.close()
+
+    def hung_up(self) -> bool:
+        """Whether the worker's reply pipe has no writer left (it exited or was killed), without waiting.
+
+        One ``poll(2)`` with no timeout: cheap enough to ask before every call.
+        A worker that is alive holds the write end, so a hang-up means it is
+        gone (or closed its own end, which leaves it useless all the same).
+        """
+        poller = select.poll()
+        poller.register(self.resp_fd, 0)  # hang-up and error are always reported
+        return any(events & _HUNG_UP for _, events in poller.poll(0))
+
+    def end_found_dead(self) -> dict[str, Any]:
+        """End a worker whose pipe hung up; its exit status (``{"status", "signal"}``, ``{}`` when unknown).
+
+        Reaped through its launcher first, without a kill: the status says how it
+        really ended. One still running (it closed its own pipe) is stopped, and
+        ``{"running": True}`` says so. Our ends are closed either way.
+        """
+        try:
+            status = self.launcher.reap(self.pid, EXITED_REAP_WAIT_S)
+        except SandboxUnavailableError:
+            status = {}
+        if not status or status.get("running"):
+            self.stop()  # alive, or its launcher is gone: the kill makes sure
+            return {"running": True} if status else {}
+        self.release()  # reaped: its pid may be reused, so it is not signalled again
+        return status
+
+    def release(self) -> None:
+        """Close our ends and remove its memory cgroup, for a worker already reaped."""
+        self.close_fds()
+        if self.cgroup is not None:
+            self.cgroup.remove()
 
     def stop(self) -> dict[str, Any]:
         """Kill it, close our ends, have its launcher reap it; its exit status (``{}`` when unknown)."""
