@@ -102,7 +102,7 @@ def test_a_new_module_is_unlisted_too_not_only_a_package(tmp_path):
     assert _unlisted(result.stdout) == ["harness_magic.core.helpers"]
 
 
-ENGINE_PACKAGES = ["harness_magic.core.execution.connectors." + name for name in ("duckdb", "spark", "sql", "files", "docs", "dbt")]
+ENGINE_PACKAGES = ["harness_magic.core.execution.connectors." + name for name in ("duckdb", "spark", "sql", "files", "docs", "dbt", "mcp")]
 """One package per engine under ``connectors/``; the shared governance pieces sit beside them."""
 
 

@@ -21,7 +21,7 @@ from harness_magic.core.execution.connectors.registry import Connector
 from harness_magic.core.plugins import PluginGroup
 
 __all__ = ["ConnectorType", "CONNECTOR_TYPES", "build_connector", "files_type", "duckdb_type", "sql_type",
-           "spark_type", "docs_type", "glossary_type", "dbt_type"]
+           "spark_type", "docs_type", "glossary_type", "dbt_type", "mcp_type"]
 
 ConnectorType = Callable[..., Connector]
 """``type(**options) -> Connector``."""
@@ -114,3 +114,10 @@ def dbt_type(*, project: Any = None, **options: Any) -> Connector:
     from harness_magic.core.execution.connectors.dbt.connector import dbt_connector
 
     return dbt_connector(project, **options)
+
+
+def mcp_type(**options: Any) -> Connector:
+    """``{"type": "mcp", "command": [...]}`` or ``"url"``: :func:`~.mcp.connector.mcp_connector`."""
+    from harness_magic.core.execution.connectors.mcp.connector import mcp_connector
+
+    return mcp_connector(**options)
