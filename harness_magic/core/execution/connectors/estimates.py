@@ -291,14 +291,32 @@ def duckdb_plan_estimate(plan_json: str) -> Estimate:
     return Estimate("duckdb", max(known) if known else None)
 
 
+def _parallel_share(workers: float) -> float:
+    """How many participants share a parallel plan's rows: the workers and the leader's part (PostgreSQL's
+    own divisor: the leader contributes ``1 - 0.3 * workers`` while that is positive)."""
+    return workers + max(0.0, 1.0 - 0.3 * workers)
+
+
 def postgres_plan_estimate(plan: Any) -> Estimate:
-    """The estimate in PostgreSQL's ``EXPLAIN (FORMAT JSON)`` output (parsed or text): the largest
-    ``Plan Rows`` of any node, and the top node's ``Total Cost`` (planner units)."""
+    """The estimate in PostgreSQL's ``EXPLAIN (FORMAT JSON)`` output (parsed or text): the largest ``Plan Rows``
+    of any node (below a ``Gather``, rows are per participant: counted for all of them), and the top node's
+    ``Total Cost`` (planner units)."""
     document = json.loads(plan) if isinstance(plan, (str, bytes)) else plan
     top = document[0]["Plan"] if isinstance(document, list) and document else {}
-    rows = [_finite(node.get("Plan Rows")) for node in _walk(top, "Plans")]
-    known = [r for r in rows if r is not None]
-    return Estimate("postgresql", max(known) if known else None, _finite(top.get("Total Cost")), "planner units")
+    known: list[float] = []
+    stack: list[tuple[Any, float]] = [(top, 1.0)]
+    while stack:
+        node, share = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        rows = _finite(node.get("Plan Rows"))
+        if rows is not None:
+            known.append(rows * share)
+        workers = _finite(node.get("Workers Planned"))
+        below = _parallel_share(workers) if workers else share
+        stack.extend((child, below) for child in node.get("Plans") or ())
+    return Estimate("postgresql", round(max(known)) if known else None, _finite(top.get("Total Cost")),
+                    "planner units")
 
 
 _SPARK_STATS = re.compile(r"Statistics\(sizeInBytes=(?P<size>[0-9.]+(?:E[+-]?[0-9]+)?)\s*(?P<unit>[KMGTPE]i?B|B)?"
