@@ -52,8 +52,12 @@ DEFAULT_USAGE = {"prompt_tokens": 100, "completion_tokens": 20, "cached_tokens":
 class ScriptedServer:
     def __init__(self, replies: list[dict[str, Any]] | None = None, *, strict: bool = False,
                  strict_fields: bool = False, string_content: bool = False, models: list[str] | None = None,
-                 served_model: str | None = None, on_request: Any = None, v1_only: bool = False) -> None:
+                 served_model: str | None = None, on_request: Any = None, v1_only: bool = False,
+                 reply_for: Any = None) -> None:
         self.replies: list[dict[str, Any]] = list(replies or [])
+        self.reply_for = reply_for
+        """``reply_for(request_body) -> reply``: answers each request by its content instead of taking the next
+        scripted reply (for many concurrent conversations, where the order of requests is not known)."""
         self.strict = strict or strict_fields
         self.strict_fields = strict_fields
         self.string_content = string_content
@@ -129,6 +133,8 @@ class ScriptedServer:
                         self._json(404, {"object": "error", "type": "NotFoundError", "code": 404,
                                          "message": f"The model `{asked}` does not exist."})
                         return
+                    elif server.reply_for is not None:
+                        reply = server.reply_for(server.requests[-1])
                     else:
                         while server.replies and server.replies[0].get("empty_stream") \
                                 and not server.requests[-1].get("stream"):
@@ -152,7 +158,7 @@ class ScriptedServer:
                     self.end_headers()
                     self.wfile.write(payload)
                     return
-                request = server.requests[-1]
+                request = json.loads(body)
                 if request.get("stream"):
                     self._stream(reply, request)
                 else:
