@@ -123,12 +123,15 @@ def test_a_compromised_server_cannot_read_secrets_the_kernels_environment_or_exe
 def test_only_the_named_variables_reach_the_server(monkeypatch):
     monkeypatch.setenv("HM_MCP_GIVEN", "given-value")
     monkeypatch.setenv("HM_MCP_SECRET", "kernel-only-secret")
-    connector = mcp_connector(name="envcheck", env=["HM_MCP_GIVEN"], read_tools=["environment"], **LOCAL)
+    monkeypatch.setenv("HM_MCP_SERVICE_TOKEN", "tok-given-to-the-server-9431")
+    connector = mcp_connector(name="envcheck", env=["HM_MCP_GIVEN", "HM_MCP_SERVICE_TOKEN"],
+                              read_tools=["environment"], **LOCAL)
     try:
         seen = connector.call_tool("envcheck__environment", {})
     finally:
         connector.close()
     assert "HM_MCP_GIVEN=given-value" in seen
+    assert "HM_MCP_SERVICE_TOKEN=" in seen and "tok-given-to-the-server-9431" not in seen  # passed, then scrubbed
     assert "kernel-only-secret" not in seen and "HM_MCP_SECRET" not in seen
     assert "PATH=/nonexistent" in seen
     names = {line.split("=", 1)[0] for line in seen.splitlines()}

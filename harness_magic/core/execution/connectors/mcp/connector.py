@@ -16,8 +16,9 @@ naming it and what is allowed)::
   ``trust_annotations`` is true and the server annotates it ``readOnlyHint: true``.
 * A server with resources also gets ``<name>__search_resources(query, k)`` and ``<name>__read_resource(uri)``
   (read): results cite ``[doc:<uri>]`` and enter the run's citation ledger like docs search.
-* Results are bounded (:data:`RESULT_MAX_CHARS`, then the one formatter) and in time (``timeout_s``), pass the
-  run's masking step and scrubber like every tool result, and are logged like them. A server that crashes,
+* Results are bounded (:data:`RESULT_MAX_CHARS`, then the one formatter) and in time (``timeout_s``), are
+  scrubbed of credentials here (a server may echo a token it was given), pass the run's masking step like every
+  tool result, and are logged like them. A server that crashes,
   hangs or sends a malformed message gives the model a tool error saying so; the next call starts it again.
 * A local server runs confined (:mod:`.launch`): only the named environment variables, read only the Python
   install, its own files and ``read_paths``, write only its private directory, execute nothing but its own
@@ -45,6 +46,7 @@ from harness_magic.core.execution.connectors.sameness import records_configurati
 from harness_magic.core.execution.tools import ToolError, ToolSpec
 from harness_magic.core.knowledge.citations import LedgerHost, Source, record_retrieval
 from harness_magic.core.knowledge.ranking import lead, snippet
+from harness_magic.core.transcript.scrub import scrub
 
 __all__ = ["McpConnector", "McpServerConfig", "mcp_connector", "parse_options", "CALL_TIMEOUT_S",
            "CONNECT_TIMEOUT_S", "RESULT_MAX_CHARS", "DESCRIPTION_MAX_CHARS", "RESOURCES_MAX",
@@ -418,7 +420,7 @@ class McpConnector(Connector):
         # broad: the server's JSON-RPC error answer (unknown tool, invalid arguments) comes as the SDK's exception
         except Exception as exc:
             raise ToolError(f"{full} was refused by the server: {exc}") from None
-        text = _bounded(result_text(result), RESULT_MAX_CHARS, "result")
+        text = scrub(_bounded(result_text(result), RESULT_MAX_CHARS, "result"))  # a server may echo a credential
         if getattr(result, "is_error", False):
             raise ToolError(f"{full} reported an error: {text or '(no message)'}")
         return text
@@ -434,8 +436,8 @@ class McpConnector(Connector):
             result = self.client.request(f"the read of {uri!r}", lambda s: s.read_resource(uri),
                                          self.config.timeout_s)
             texts = [c.text for c in result.contents if isinstance(getattr(c, "text", None), str)]
-            self._resource_text[uri] = _bounded("\n".join(texts) or "(no text content)", RESOURCE_MAX_CHARS,
-                                                "resource")
+            self._resource_text[uri] = scrub(_bounded("\n".join(texts) or "(no text content)", RESOURCE_MAX_CHARS,
+                                                      "resource"))
         return self._resource_text[uri]
 
     def _search(self, query: str, ctx: ToolContext, k: int = 5) -> str:
