@@ -14,6 +14,7 @@ make up is stated in :mod:`.connector`.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import uuid
@@ -42,6 +43,7 @@ from harness_magic.core.execution.connectors.spark.plan import (
     explain_statement,
     view_locations,
 )
+from harness_magic.core.execution.connectors.spark.pseudonyms import PseudonymCopies
 from harness_magic.core.execution.connectors.spark.query import estimate_rows, first_line, parse_query, wrap_query
 from harness_magic.core.execution.tools import ToolError
 
@@ -123,6 +125,8 @@ class SparkEngine:
         """Each file view's location as Spark's plan shows it -> "view: path": the files a query may scan."""
         self.pinned: dict[str, bool] = {}
         """:data:`~.plan.PINNED_CONF` key -> whether this session took it (a remote cluster may refuse)."""
+        self._copies = PseudonymCopies(self.files)
+        """The file views' pseudonymised copies while a session's guard serves them."""
         self.interrupted: list[tuple[str, list[str]]] = []
         """(job tag, operation ids Spark reported cancelled) for each interrupt this engine sent, newest last.
         On ``KeyboardInterrupt`` pyspark's client also cancels its own operation, so the list may be empty."""
@@ -164,21 +168,61 @@ class SparkEngine:
                     raise ToolError(f"Cannot reach Spark Connect at {_redact(url)}: {first_line(exc)}") from None
                 self._pin(spark)
                 spark.registerProgressHandler(self._on_progress)  # type: ignore[arg-type]  # pyspark annotates its ProgressHandler ABC but calls any callable taking these four arguments
-                locations: dict[str, str] = {}
-                for view, (kind, path) in self.files.items():
+                for view in self.files:
                     try:
-                        reader = spark.read.format(kind)
-                        if kind == "csv":
-                            reader = reader.option("header", "true").option("inferSchema", "true")
-                        reader.load(path).createOrReplaceTempView(view)
-                        for location in view_locations(explain_query(spark.table(f"`{view}`"))):
-                            locations.setdefault(location, f"{view}: {path}")
+                        self._register_view(spark, view, None)
                     # broad: pyspark raises its own types for a file it cannot read; the tool's error
                     except Exception as exc:
                         spark.stop()
-                        raise ToolError(f"Spark cannot read file view {view!r} ({path}): {first_line(exc)}") from None
-                self._spark, self._view_locations = spark, locations
+                        raise ToolError(f"Spark cannot read file view {view!r} ({self.files[view][1]}): "
+                                        f"{first_line(exc)}") from None
+                self._spark, self._view_locations = spark, self._locations(spark)
             return self._spark
+
+    def _register_view(self, spark: Any, view: str, copy: str | None) -> None:
+        """(Re)define file view ``view`` over its configured file (``copy`` None), a pseudonymised copy (a path),
+        or nothing (``""``: the view is dropped). A local server reads the copy itself; a remote one is sent
+        its rows (it may not see this machine's files)."""
+        if copy == "":
+            spark.catalog.dropTempView(view)
+            return
+        if copy is None:
+            kind, path = self.files[view]
+            reader = spark.read.format(kind)
+            if kind == "csv":
+                reader = reader.option("header", "true").option("inferSchema", "true")
+            reader.load(path).createOrReplaceTempView(view)
+        elif self.server is not None:
+            spark.read.parquet(copy).createOrReplaceTempView(view)
+        else:
+            import pyarrow.parquet as pq
+
+            spark.createDataFrame(pq.read_table(copy)).createOrReplaceTempView(view)
+
+    def _locations(self, spark: Any) -> dict[str, str]:
+        """Each file view's scan location as Spark's plan shows it -> "view: path" (what a query may scan)."""
+        locations: dict[str, str] = {}
+        for view, (_, path) in self.files.items():
+            if view in self._copies.problems:
+                continue
+            for location in view_locations(explain_query(spark.table(f"`{view}`"))):
+                locations.setdefault(location, f"{view}: {path}")
+        return locations
+
+    def _serve(self, spark: Any, cache: HandleCache, wanted: set[str]) -> None:
+        """Each file view over what ``cache``'s guard lets the agent's side see (see :mod:`.pseudonyms`): a
+        changed view re-creates the lazy handles' views built on it; a query naming a view that cannot be
+        served is refused."""
+        directory = None if self.server is None else os.path.join(self.server.directory, "pseudonyms")
+        changed = self._copies.refresh(cache.guard if cache is not None else None, directory)
+        for view, copy in changed.items():
+            self._register_view(spark, view, copy)
+        if changed:
+            self._view_locations = self._locations(spark)
+            self._bound = {k: v for k, v in self._bound.items() if not isinstance(v, SparkRelation)}
+        blocked = sorted(wanted & set(self._copies.problems))
+        if blocked:
+            raise ToolError(f"file view {blocked[0]!r} is not served: {self._copies.problems[blocked[0]]}")
 
     def _pin(self, spark: Any) -> None:
         """Set :data:`~.plan.PINNED_CONF` on the session (again after every ``execute``: a ``SET`` or
@@ -216,6 +260,7 @@ class SparkEngine:
                     pass
                 self._spark = None
                 self._bound.clear()
+            self._copies.reset()
             if self.server is not None:
                 self.server.stop()
                 self.server = None
@@ -298,6 +343,7 @@ class SparkEngine:
         text names directly. Frames are uploaded once per value version.
         """
         wanted = set(_IDENT.findall(sql)) if sql is not None else set()
+        self._serve(spark, cache, wanted if root is None else wanted | set(_IDENT.findall(root.sql)))
         inputs = resolve_inputs(cache, wanted - set(self.files), self, SparkRelation.__harness_engine__, root)
         needed, order = inputs.needed, inputs.order
         clash = sorted((set(needed) | set(order)) & set(self.files))
