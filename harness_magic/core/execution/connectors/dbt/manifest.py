@@ -217,7 +217,7 @@ def read_json(path: Path, what: str, max_bytes: int) -> dict[str, Any]:
     except LinkRefused:
         raise DbtError(f"{where} is a symbolic link; name the file itself") from None
     except NotRegularFile as exc:
-        raise DbtError(f"{where} is {exc.strerror}; a dbt artifact is a regular file") from None
+        raise DbtError(f"{where} is {exc.strerror}; dbt writes its artifacts as regular files") from None
     except FileNotFoundError:
         hint = " (run `dbt build` or `dbt docs generate` in the project first)" if what == "manifest" else ""
         raise DbtError(f"{where} does not exist{hint}") from None
@@ -375,6 +375,7 @@ def parse_manifest(manifest: dict[str, Any], catalog: dict[str, Any] | None = No
     for section in ("nodes", "sources", "semantic_models", "metrics", "exposures"):
         for uid, raw in _mapping(manifest.get(section)).items():
             if not isinstance(raw, dict):
+                project.skipped += 1
                 continue
             if isinstance(uid, str) and uid.startswith("test.") and raw.get("resource_type") == "test":
                 tests.append(raw)
