@@ -74,7 +74,9 @@ from harness_magic.core.execution.connectors.lazy import (
     is_cached_frame,
 )
 from harness_magic.core.execution.connectors.progress import progress_reporter
+from harness_magic.core.execution.connectors.estimates import gate_read
 from harness_magic.core.execution.connectors.registry import Connector, ConnectorResult, ToolContext
+from harness_magic.core.execution.connectors.spark.estimate import spark_estimate
 from harness_magic.core.execution.connectors.sameness import records_configuration
 from harness_magic.core.execution.connectors.spark.engine import (
     COUNT_BUDGET_S,
@@ -190,18 +192,19 @@ def spark_connector(
             max_rows: With lazy=false, fetch at most this many rows (cannot exceed the connector's cap).
         """
         _check_query(sql, connector.name, allow_writes)
+        if lazy and max_rows is not None:
+            raise ToolError("max_rows applies to fetched results; a lazy handle fetches nothing. Add LIMIT "
+                            "to the SQL instead, or pass lazy=false.")
+        estimate = gate_read(context, lambda: spark_estimate(engine, context.cache, sql), "spark")  # before any job
         progress = progress_reporter(context, connector.name)
         if lazy:
-            if max_rows is not None:
-                raise ToolError("max_rows applies to fetched results; a lazy handle fetches nothing. Add LIMIT "
-                                "to the SQL instead, or pass lazy=false.")
             relation = engine.lazy(context.cache, sql, progress)
             note = lazy_handle_note(relation, "Spark", connector.name,
                                     "counting took too long and Spark has no estimate")
-            return ConnectorResult(relation, note, name=name)
+            return ConnectorResult(relation, " ".join(filter(None, [estimate, note])), name=name)
         frame, truncated = engine.query(context.cache, sql, max_rows, progress)
-        return ConnectorResult(frame, truncation_note(len(frame), cap_rows(max_rows, engine.max_rows), truncated),
-                               name=name)
+        note = truncation_note(len(frame), cap_rows(max_rows, engine.max_rows), truncated)
+        return ConnectorResult(frame, " ".join(filter(None, [estimate, note])), name=name)
 
     if allow_writes:
 
