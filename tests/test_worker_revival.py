@@ -11,7 +11,8 @@ Contracts (issue 35, point 3), with real launchers and workers killed with real 
   is such a call: it is never retried in a loop.
 
 Between-call kills come from the scripted model server's request hook (``tests/scripted_server.py``): the model
-"thinks" while the worker is killed, as a real kill would land.
+"thinks" while the worker is killed, as a real kill would land, and the test waits until the killed process
+holds no descriptor (a kill landing in the very microseconds a call starts is a kill during that call).
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def sandbox(**options) -> SandboxedInterpreter:
 
 
 def dead(pid: int) -> bool:
-    """Gone, or a zombie whose every thread has exited (only then are its descriptors closed)."""
+    """Gone, or a zombie whose every thread has ended: only then are its descriptors closed (a zombie leader
+    whose other threads still exit lists no descriptors, yet its threads hold them)."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
             state = stat.read().rsplit(")", 1)[1].split()[0]
@@ -69,12 +71,12 @@ def kill_and_wait(pid: int, sig: signal.Signals = signal.SIGKILL) -> None:
         time.sleep(0.01)
 
 
-def kill_launcher(launcher: LauncherClient) -> None:
-    """SIGKILL the launcher; its workers die with it (PR_SET_PDEATHSIG)."""
+def kill_launcher(launcher: LauncherClient, worker_pid: int | None) -> None:
+    """SIGKILL the launcher and wait for it and its worker, which dies with it (PR_SET_PDEATHSIG)."""
     os.kill(launcher.pid, signal.SIGKILL)
     deadline = time.monotonic() + DEATH_WAIT_S
-    while launcher.process.poll() is None:
-        assert time.monotonic() < deadline, "the launcher survived SIGKILL"
+    while launcher.process.poll() is None or (worker_pid is not None and not dead(worker_pid)):
+        assert time.monotonic() < deadline, "the launcher or its worker survived SIGKILL"
         time.sleep(0.01)
 
 
@@ -123,7 +125,7 @@ def test_a_worker_killed_between_calls_is_replaced_and_the_call_runs_in_the_new_
 def test_a_launcher_killed_between_calls_is_replaced_with_its_worker_and_the_call_runs(interp):
     assert interp.execute("1", {}, []).value == 1
     old_launcher, old_worker = interp._launcher, interp.worker_pid
-    kill_launcher(old_launcher)
+    kill_launcher(old_launcher, old_worker)
 
     result = interp.execute("6 * 7", {}, ["kept"])
 
@@ -228,7 +230,7 @@ def test_a_process_killed_between_calls_leaves_the_model_no_trace_and_the_log_a_
             kill_and_wait(backend.worker_pid)
         else:
             killed["pid"] = backend._launcher.pid
-            kill_launcher(backend._launcher)
+            kill_launcher(backend._launcher, backend.worker_pid)
 
     kill_at_request(server, 2, kill)
     events: list = []
@@ -331,3 +333,17 @@ def _children(pid: int) -> set[int]:
         except FileNotFoundError:
             continue
     return found
+
+
+def test_a_launcher_found_dead_by_the_fork_after_a_retired_worker_is_reported_by_the_next_call(interp):
+    """Between two cells the worker is retired; a launcher that dies then is found by the next cell's fork."""
+    interp.retire_worker()
+    old = interp._launcher
+    kill_launcher(old, None)
+    assert interp.start_worker() > 0  # the next cell's fork step: a new launcher, then its worker
+    result = interp.execute("6 * 7", {}, [])
+    assert result.error is None and result.value == 42
+    replaced = result.replaced
+    assert replaced is not None and replaced.process == "launcher" and replaced.pid == old.pid
+    assert replaced.why == "killed by SIGKILL" and replaced.new_pid == interp.worker_pid
+    assert interp.execute("1", {}, []).replaced is None, "reported once"

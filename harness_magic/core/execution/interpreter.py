@@ -64,7 +64,7 @@ class WorkerReplacement:
     pid: int
     """The dead process's id."""
     why: str
-    """How it ended, as a phrase: ``killed by SIGKILL``, ``exited with status 3``, ``closed its reply pipe``."""
+    """How it ended, as a phrase: ``killed by SIGKILL``, ``exited with status 3``."""
     exit_status: int | None = None
     """Its exit status when it exited, else None."""
     signal: str | None = None

@@ -12,9 +12,10 @@ rebuilds the results (:mod:`.transfer_kernel`). The worker itself is a
 killed while a call runs is restarted on the next call; the call that lost it
 gets one readable error result (what died, that its work was lost, which cached
 handles survive). A worker found dead when a call starts (killed between calls,
-or its launcher gone) is replaced before the code is sent and the call runs
-once, in the new worker: its result says so in ``replaced`` (for the log and the
-live view, never for the model). This module decides when workers start and
+or with its launcher) is found at no cost to a live worker's call: the request
+finds no reader on its pipe. It is replaced, the request is sent again and the
+call runs once, in the new worker; its result says so in ``replaced`` (for the
+log and the live view, never for the model). This module decides when workers start and
 stop and whether their layers confine untrusted code (:func:`confinement_gap`).
 """
 
@@ -174,6 +175,9 @@ class SandboxedInterpreter:
         os.mkdir(self.input_dir, 0o755)
         os.mkdir(self.scratch_dir, 0o700)
         self._worker: WorkerHandle | None = None
+        self._lost_launcher: tuple[int, str, dict[str, Any]] | None = None
+        """A launcher found dead by a worker start and replaced (pid, how it ended, its status), until a call's
+        result reports it."""
         self._seq = 0
         self._lock = threading.Lock()
         self._exports = InputExports(self.input_dir, self._lock)
@@ -242,8 +246,8 @@ class SandboxedInterpreter:
             replaced: WorkerReplacement | None = None
             try:
                 worker = self._ensure_worker()
-                if worker.hung_up() or worker.launcher.loss() is not None:
-                    worker, replaced = self._replace_found_dead(worker)
+                if self._lost_launcher is not None:  # found dead when this worker was forked (after a retire)
+                    replaced = self._launcher_replaced(worker)
                 try:
                     descs, written = self._exports.prepare(inputs, versions, seq)
                 except TransferRefused as exc:  # the model's input, not a broken worker: state stays
@@ -252,9 +256,11 @@ class SandboxedInterpreter:
                 try:
                     self._send_request(worker, request)
                 except BrokenPipeError:
+                    # No reader: the worker died before this call (killed between calls, or with its launcher
+                    # through PR_SET_PDEATHSIG) and the code never reached it. Found at no cost to a live worker's
+                    # call; replaced once.
                     if replaced is not None:
                         raise  # the worker just started is gone too: not our plumbing to hide any more
-                    # It died after the check and before reading the request: the code never ran.
                     worker, replaced = self._replace_found_dead(worker)
                     self._send_request(worker, request)
                 reply = self._wait(worker, seq, on_output, taken_names)
@@ -370,14 +376,16 @@ class SandboxedInterpreter:
         config = {"session_dir": self.session_dir, "input_dir": self.input_dir, "scratch_dir": self.scratch_dir,
                   "layers": list(self._layers), "limits": self._limits, "ast_precheck": self._ast_precheck,
                   "audit_hooks": self._audit_hooks}
-        if not self._launcher.alive():
-            self._launcher = LauncherClient.shared()  # ours exited or was retired (maybe by another session)
+        if not self._launcher.alive():  # ours exited or was retired (maybe by another session)
+            self._lost_launcher = self._lost_launcher or (self._launcher.pid, *_launcher_ending(self._launcher))
+            self._launcher = LauncherClient.shared()
         try:
             worker = fork_worker(self._launcher, config)
         except SandboxUnavailableError as first:
             if self._launcher.alive():
                 raise  # it answered and refused: a new launcher would refuse too
             # It died, hung or broke the protocol and was retired: one fresh launcher, once.
+            self._lost_launcher = self._lost_launcher or (self._launcher.pid, *_launcher_ending(self._launcher))
             self._launcher = LauncherClient.shared()
             try:
                 worker = fork_worker(self._launcher, config)
@@ -426,22 +434,30 @@ class SandboxedInterpreter:
         self._worker = None
         process: Literal["worker", "launcher"]
         if gone is not None:  # its workers died with it (PR_SET_PDEATHSIG)
-            code = worker.launcher.process.returncode  # set by loss() when the process had ended
-            status = {"status": code if code is not None and code >= 0 else None,
-                      "signal": -code if code is not None and code < 0 else None}
+            why, status = _launcher_ending(worker.launcher)
             process, pid = "launcher", worker.launcher.pid
-            why = _ending(status) if worker.launcher.broken is None else worker.launcher.broken
             worker.stop()
         else:
             status = worker.end_found_dead()
             process, pid, why = "worker", worker.pid, _ending(status)
         self.restarts += 1
         new = self._start_worker()
+        self._lost_launcher = None  # reported here, with the worker
         sig = status.get("signal")
         return new, WorkerReplacement(
             process=process, pid=pid, why=why, exit_status=status.get("status"),
             signal=_signal_name(sig) if sig else None, new_pid=new.pid,
             duration_s=time.monotonic() - started)
+
+    def _launcher_replaced(self, worker: WorkerHandle) -> WorkerReplacement:
+        """What a worker start found: its launcher dead and replaced (reported once, by the call that follows)."""
+        lost, self._lost_launcher = self._lost_launcher, None
+        assert lost is not None, "called only when a start found its launcher dead"
+        pid, why, status = lost
+        sig = status.get("signal")
+        return WorkerReplacement(process="launcher", pid=pid, why=why, exit_status=status.get("status"),
+                                 signal=_signal_name(sig) if sig else None, new_pid=worker.pid,
+                                 duration_s=self.last_start_s)
 
     def _stop_worker(self) -> dict[str, Any]:
         worker, self._worker = self._worker, None
@@ -520,12 +536,21 @@ class SandboxedInterpreter:
 def _ending(status: Mapping[str, Any]) -> str:
     """How a process found dead had ended, from a reap's ``{"status", "signal"[, "running"]}``."""
     if status.get("running"):
-        return "closed its reply pipe while still running (it was stopped)"
+        return "closed its request pipe while still running (it was stopped)"
     if status.get("signal"):
         return f"killed by {_signal_name(status['signal'])}"
     if status.get("status") is not None:
         return f"exited with status {status['status']}"
     return "ended (its exit status is no longer known)"
+
+
+def _launcher_ending(launcher: LauncherClient) -> tuple[str, dict[str, Any]]:
+    """How a launcher that no longer serves ended: the phrase (its retirement's reason when it was retired) and
+    ``{"status", "signal"}`` from its process's return code."""
+    code = launcher.process.poll()
+    status = {"status": code if code is not None and code >= 0 else None,
+              "signal": -code if code is not None and code < 0 else None}
+    return (_ending(status) if launcher.broken is None else launcher.broken), status
 
 
 def _signal_name(number: int) -> str:

@@ -32,9 +32,7 @@ REAP_WAIT_S = 2.0
 """How long the launcher waits for a killed worker to exit before answering that it still runs."""
 
 EXITED_REAP_WAIT_S = 1.0
-"""How long the launcher waits for a worker whose pipe hung up to be reapable: it closed its ends as it exited."""
-
-_HUNG_UP = select.POLLHUP | select.POLLERR | select.POLLNVAL
+"""How long the launcher waits for a worker found dead to be reapable: its pipes closed as it exited."""
 
 
 class WorkerHandle:
@@ -105,19 +103,9 @@ class WorkerHandle:
                 pass
         self.result_sock.close()
 
-    def hung_up(self) -> bool:
-        """Whether the worker's reply pipe has no writer left (it exited or was killed), without waiting.
-
-        One ``poll(2)`` with no timeout: cheap enough to ask before every call.
-        A worker that is alive holds the write end, so a hang-up means it is
-        gone (or closed its own end, which leaves it useless all the same).
-        """
-        poller = select.poll()
-        poller.register(self.resp_fd, 0)  # hang-up and error are always reported
-        return any(events & _HUNG_UP for _, events in poller.poll(0))
-
     def end_found_dead(self) -> dict[str, Any]:
-        """End a worker whose pipe hung up; its exit status (``{"status", "signal"}``, ``{}`` when unknown).
+        """End a worker found dead (its request pipe has no reader); its exit status (``{"status", "signal"}``,
+        ``{}`` when unknown).
 
         Reaped through its launcher first, without a kill: the status says how it
         really ended. One still running (it closed its own pipe) is stopped, and
