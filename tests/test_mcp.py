@@ -20,9 +20,16 @@ from harness_magic.core.execution.connectors.mcp.connector import (RESULT_MAX_CH
                                                                  parse_options, tool_name_for)
 from harness_magic.core.execution.tools import ToolError
 
+from harness_magic.core.confinement.layers import landlock_abi, probe_seccomp_library
+
 TESTS = Path(__file__).parent
 SERVER = str(TESTS / "mcp_server.py")
 LOCAL = {"command": [sys.executable, SERVER]}
+
+
+CONFINABLE = landlock_abi() >= 4 and probe_seccomp_library() is True
+"""A local server starts only where Landlock and seccomp hold (TCP rules need Landlock ABI 4)."""
+confined = pytest.mark.skipif(not CONFINABLE, reason="Landlock ABI 4+ and libseccomp are needed for a local server")
 
 
 def call(tool, /, **arguments):
@@ -76,7 +83,7 @@ def test_the_type_is_registered_and_a_literal_secret_never_reaches_the_configura
 
 def test_server_tool_names_become_valid_connector_tool_names():
     taken: set[str] = set()
-    names = [tool_name_for(n, taken) or "" for n in ()]
+    names: list[str] = []
     for raw in ("get-user.v2", "get_user_v2", "9lives", "a__b", "x" * 80):
         name = tool_name_for(raw, taken)
         taken.add(name)
@@ -84,6 +91,7 @@ def test_server_tool_names_become_valid_connector_tool_names():
     assert names == ["get_user_v2", "get_user_v2_2", "t_9lives", "a_b", "x" * 31]
 
 
+@confined
 def test_a_command_that_cannot_start_or_a_read_tool_it_lacks_is_a_clear_error():
     with pytest.raises(ConnectionError, match="'/nonexistent/server' of MCP connector 'ghost' is not an executable"):
         mcp_connector(name="ghost", command=["/nonexistent/server"])
@@ -94,6 +102,7 @@ def test_a_command_that_cannot_start_or_a_read_tool_it_lacks_is_a_clear_error():
 # -- the local server, confined ----------------------------------------------------------------------------------
 
 
+@confined
 def test_the_local_server_runs_with_every_required_layer(crm):
     layers = crm.confinement
     for layer in ("pdeathsig", "netns", "ipcns", "no_new_privs"):
@@ -101,6 +110,7 @@ def test_the_local_server_runs_with_every_required_layer(crm):
     assert layers["landlock"].startswith("ABI ") and layers["seccomp"].endswith(" rules"), layers
 
 
+@confined
 def test_a_compromised_server_cannot_read_secrets_the_kernels_environment_or_exec_a_shell(crm, tmp_path):
     secret = tmp_path / "home" / ".ssh" / "id_rsa"
     secret.parent.mkdir(parents=True)
@@ -120,6 +130,7 @@ def test_a_compromised_server_cannot_read_secrets_the_kernels_environment_or_exe
     assert inside.startswith("WROTE") and (Path(crm.directory) / "notes.txt").exists()
 
 
+@confined
 def test_only_the_named_variables_reach_the_server(monkeypatch):
     monkeypatch.setenv("HM_MCP_GIVEN", "given-value")
     monkeypatch.setenv("HM_MCP_SECRET", "kernel-only-secret")
@@ -138,6 +149,7 @@ def test_only_the_named_variables_reach_the_server(monkeypatch):
     assert not names & {"OPENAI_API_KEY", "ANTHROPIC_API_KEY", "SSH_AUTH_SOCK", "USER", "SHELL"}
 
 
+@confined
 def test_network_is_off_unless_configured(crm):
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
@@ -151,8 +163,14 @@ def test_network_is_off_unless_configured(crm):
             assert allowed.call_tool("net__connect", {"port": 9}).startswith("DENIED")  # not a listed port
         finally:
             allowed.close()
+        anywhere = mcp_connector(name="net2", network=True, read_tools=["connect"], **LOCAL)
+        try:
+            assert anywhere.call_tool("net2__connect", {"port": port}) == f"CONNECTED: {port}"
+        finally:
+            anywhere.close()
 
 
+@confined
 def test_a_crash_mid_call_is_a_clear_tool_error_and_the_next_call_restarts_it(crm):
     before = crm.client.starts
     first_pid = crm.call_tool("crm__pid", {})
@@ -163,6 +181,7 @@ def test_a_crash_mid_call_is_a_clear_tool_error_and_the_next_call_restarts_it(cr
     assert crm.client.starts == before + 1 and crm.call_tool("crm__pid", {}) != first_pid
 
 
+@confined
 def test_a_malformed_message_is_a_clear_tool_error_and_the_next_call_works(crm):
     started = time.monotonic()
     with pytest.raises(ToolError, match="it sent a message that is not MCP"):
@@ -171,6 +190,7 @@ def test_a_malformed_message_is_a_clear_tool_error_and_the_next_call_works(crm):
     assert crm.call_tool("crm__lookup_customer", {"customer_id": 2}).startswith("customer 2: Bob Stone")
 
 
+@confined
 def test_a_hanging_server_times_out_and_is_restarted():
     connector = mcp_connector(name="slow", timeout_s=2, read_tools=["hang", "pid"], **LOCAL)
     try:
@@ -185,6 +205,7 @@ def test_a_hanging_server_times_out_and_is_restarted():
         connector.close()
 
 
+@confined
 def test_results_are_bounded(crm):
     text = crm.call_tool("crm__huge", {"chars": RESULT_MAX_CHARS * 3})
     assert len(text) < RESULT_MAX_CHARS + 200 and text.endswith(f"of {RESULT_MAX_CHARS * 3:,} characters]")
@@ -199,6 +220,7 @@ def _alive(pid: int) -> bool:
         return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+@confined
 def test_the_server_dies_with_the_kernel(tmp_path):
     """A kernel killed with SIGKILL takes its server along (PR_SET_PDEATHSIG), and close() stops it too."""
     kernel = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
@@ -291,7 +313,7 @@ def _session(tmp_path, server, connectors, approver):
     return session, registry
 
 
-@pytest.mark.parametrize("transport", ["local", "http"])
+@pytest.mark.parametrize("transport", [pytest.param("local", marks=confined), "http"])
 def test_a_session_loads_the_tools_progressively_asks_for_external_ones_and_masks_results(
         transport, http_url, tmp_path):
     from scripted_server import ScriptedServer

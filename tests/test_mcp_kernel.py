@@ -14,7 +14,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from kernel_helpers import agent_kernel, answer, script  # noqa: E402
 
-pytestmark = pytest.mark.kernel
+from harness_magic.core.confinement.layers import landlock_abi, probe_seccomp_library  # noqa: E402
+
+pytestmark = [pytest.mark.kernel, pytest.mark.skipif(landlock_abi() < 4 or probe_seccomp_library() is not True,
+                                                     reason="a local MCP server needs Landlock ABI 4+ and libseccomp")]
 
 SERVER = str(Path(__file__).parent / "mcp_server.py")
 
