@@ -8,9 +8,9 @@ Run by the MCP SDK's stdio client as ``python -I launch.py PLAN`` (``PLAN``: JSO
   directory;
 * every other descriptor closed; ``PR_SET_PDEATHSIG`` = SIGKILL bound to the kernel (it kept across the
   ``execve``, so the server dies with the kernel, ``kill -9`` included); core dumps off;
-* ``network: false``: an empty network namespace (and no TCP by Landlock); else TCP only to the listed ports, or
-  any where the configuration allows every port;
-* a private IPC namespace; ``no_new_privs``; Landlock: read the Python install, the command's own files and the
+* ``network: false``: no TCP by Landlock and, as root, an empty network namespace; else TCP only to the listed
+  ports, or any where the configuration allows every port;
+* as root, a private IPC namespace; ``no_new_privs``; Landlock: read the Python install, the command's own files and the
   configured ``read_paths``, write only the private directory, execute only the command's executable and the
   program loader; capabilities dropped (when root); seccomp: no fork, no ptrace, no namespaces, no signals to
   other processes (the server's own threads may run).
@@ -55,6 +55,15 @@ def holds(value: Any) -> bool:
     return value is True or (isinstance(value, str) and not value.startswith(("unavailable", "not ")))
 
 
+def _applied(apply: Any) -> Any:
+    """``apply()``'s result (``True`` for None), or ``"unavailable: why"`` when the layer cannot be put in place."""
+    try:
+        result = apply()
+    except OSError as exc:
+        return f"unavailable: {exc}"
+    return True if result is None else result
+
+
 def confine(plan: dict[str, Any]) -> dict[str, Any]:
     """Apply every layer to this process (see the module docstring); returns each one's status."""
     from harness_magic.core.confinement import layers as conf
@@ -72,36 +81,22 @@ def confine(plan: dict[str, Any]) -> dict[str, Any]:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     status["rlimits"] = True
     network = plan["network"]
-    if network is False:
-        try:
-            conf.apply_netns()
-            status["netns"] = True
-        except OSError as exc:
-            status["netns"] = f"unavailable: {exc}"
-    try:
-        conf.apply_ipcns()
-        status["ipcns"] = True
-    except OSError as exc:
-        status["ipcns"] = f"unavailable: {exc}"
+    root = os.geteuid() == 0
+    namespaces = [*(["netns"] if network is False else []), "ipcns"]
+    for name in namespaces:  # as root only: an unprivileged one needs a user namespace, where files it makes fail
+        status[name] = _applied(getattr(conf, f"apply_{name}")) if root else \
+            "unavailable: not root (it would need a user namespace; network: false is then Landlock's no TCP)"
     conf.apply_no_new_privs()
     status["no_new_privs"] = True
-    try:
-        abi = conf.apply_landlock(plan["read_paths"], [plan["directory"]], exec_paths=plan["exec_paths"],
-                                  connect_ports=network if isinstance(network, list) else (),
-                                  restrict_tcp=network is not True)
-        status["landlock"] = f"ABI {abi}" + ("" if abi >= 4 else " (TCP ports not restricted: ABI < 4)")
-    except OSError as exc:
-        status["landlock"] = f"unavailable: {exc}"
-    if os.geteuid() == 0:
-        try:
-            conf.drop_capabilities()
-            status["drop_caps"] = True
-        except OSError as exc:
-            status["drop_caps"] = f"unavailable: {exc}"
-    try:
-        status["seccomp"] = f"{conf.apply_seccomp(os.getpid(), keep=conf.SERVER_SECCOMP_KEEP)} rules"
-    except OSError as exc:
-        status["seccomp"] = f"unavailable: {exc}"
+    landlock = _applied(lambda: conf.apply_landlock(
+        plan["read_paths"], [plan["directory"]], exec_paths=plan["exec_paths"],
+        connect_ports=network if isinstance(network, list) else (), restrict_tcp=network is not True))
+    status["landlock"] = landlock if not isinstance(landlock, int) else \
+        f"ABI {landlock}" + ("" if landlock >= 4 else " (TCP ports not restricted: ABI < 4)")
+    if root:
+        status["drop_caps"] = _applied(conf.drop_capabilities)
+    seccomp = _applied(lambda: conf.apply_seccomp(os.getpid(), keep=conf.SERVER_SECCOMP_KEEP))
+    status["seccomp"] = f"{seccomp} rules" if isinstance(seccomp, int) and seccomp is not True else seccomp
     return status
 
 
