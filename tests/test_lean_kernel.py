@@ -58,3 +58,35 @@ def test_a_frame_made_in_the_worker_still_comes_back_described_without_a_preload
     code = "import pandas as pd\nframe = pd.DataFrame({'a': [1, 2, 3]})\nframe"
     out = run_cell(tmp_path, "none", code.replace("\\\\n", "\\n"))
     assert "done" in out["answer"]
+
+
+HTTP_CELL = textwrap.dedent("""\
+    import json, sys
+    sys.path.insert(0, TESTS)
+    from scripted_server import ScriptedServer
+    from IPython.core.interactiveshell import InteractiveShell
+    turns = [{"text": "", "tool_calls": [{"name": "python_interpreter", "arguments": {"code": "print(6 * 7)"}}]},
+             {"text": "42"}]
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "harness_magic")
+    shell.run_line_magic("config", "AgentMagics.live = 'off'")
+    shell.run_line_magic("config", "AgentMagics.run_dir = 'runs'")
+    with ScriptedServer(turns, strict_fields=True) as server:
+        shell.run_line_magic("config", f"AgentMagics.api_base = {server.api_base!r}")
+        result = shell.run_cell_magic("agent", "-m openai/lean", "Work.")
+    print(json.dumps({"status": result.status, "answer": result.text, "rejections": server.rejections,
+                      "tools_sent": [len(r.get("tools") or []) for r in server.requests],
+                      "loaded": [m for m in ("mcp", "starlette", "uvicorn") if m in sys.modules]}))
+""").replace("TESTS", repr(str(__import__("pathlib").Path(__file__).resolve().parent)))
+
+
+def test_a_model_call_with_tools_over_http_does_not_load_litellms_mcp_gateway(tmp_path):
+    """litellm imports its MCP server stack (about 80 MB) on any call with tools unless told to skip it; the
+    option is internal to litellm: a server that rejects unknown fields accepts every request."""
+    done = subprocess.run([sys.executable, "-c", HTTP_CELL], capture_output=True, text=True, timeout=240,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["status"] == "completed" and out["answer"] == "42", out
+    assert out["rejections"] == [] and all(n > 0 for n in out["tools_sent"]), out
+    assert out["loaded"] == [], out

@@ -72,6 +72,11 @@ DEFAULT_TIMEOUT_S = 120.0
 """Per-request timeout; long enough for slow models, short enough to notice a hang."""
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 """HTTP statuses worth a retry: throttling and transient server trouble."""
+LITELLM_CALL_OPTIONS = {"_skip_mcp_handler": True}
+"""Passed on every litellm call. Our tools are plain function tools, never litellm's MCP gateway, and without
+this litellm imports its whole MCP server stack (starlette, uvicorn, the MCP SDK: about 80 MB in every kernel)
+on the first call that has tools, just to find that out. litellm strips it before the request is sent."""
+
 PLACEHOLDER_API_KEY = "no-key-needed-by-local-servers"
 """Sent to an ``api_base`` when the provider's key is missing: not a secret, local servers ignore it."""
 MODELS_LIST_TIMEOUT_S = 3.0
@@ -388,7 +393,7 @@ class LiteLLMTransport:
                 )
         kwargs = thaw(payload)  # plain containers: some routes mutate messages in place
         kwargs.update(self.extra)
-        kwargs.update(timeout=self.timeout_s, num_retries=0, max_retries=0)
+        kwargs.update(timeout=self.timeout_s, num_retries=0, max_retries=0, **LITELLM_CALL_OPTIONS)
         if self.api_base:
             kwargs["api_base"] = self.api_base
         if self._api_key is not None:
