@@ -286,6 +286,31 @@ def test_max_write_operations_zero_allows_no_write_and_each_run_counts_anew(tmp_
     assert rows_in(path) == 4
 
 
+def test_max_write_operations_bounds_unpreviewed_writes_too(tmp_path):
+    import sqlalchemy as sa
+
+    from harness_magic.core.execution.connectors import sql_connector
+
+    url = f"sqlite:///{tmp_path / 'notes.sqlite'}"
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE notes (n INTEGER)")
+    registry = ConnectorRegistry([sql_connector(url, name="notes")], approval=ApprovalPolicy.allow_all())
+    turns = [{"tool_calls": [call("load_connectors", connector_name="notes")]}]
+    turns += [{"tool_calls": [call("notes__execute", sql=f"INSERT INTO notes VALUES ({i})")]} for i in range(3)]
+    harness = Harness(ProviderAdapter("scripted/sqlite", transport=ScriptedModel(turns + [{"text": "done"}])),
+                      "sys", [], run_dir=str(tmp_path / "runs"), cache=SessionCache())
+    Budgets(max_write_operations=2).install(harness)
+    registry.install(harness)
+    result = harness.run_result("go")
+    blocks = [b for m in result.messages for b in m.content if getattr(b, "type", "") == "tool_result"][1:]
+    assert [b.is_error for b in blocks] == [False, False, True]
+    assert "2 approved writes of max_write_operations=2" in blocks[2].content
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM notes").scalar() == 2
+    engine.dispose()
+
+
 def test_a_cell_budget_overrides_the_configured_one_for_that_run_only(tmp_path):
     turns = [{"tool_calls": [call("load_connectors", connector_name="duckdb")]},
              {"tool_calls": [call("duckdb__query", sql="SELECT count(*) FROM range(5000)")]}, {"text": "done"},
