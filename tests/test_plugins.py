@@ -25,7 +25,7 @@ from harness_magic.evals.graders import GRADERS, GradeContext, grade, validate_g
 from plugin_site import EXAMPLE_PACKAGE, EXAMPLE_TASK, install_distribution, install_example
 
 ALL_GROUPS = (CONNECTOR_TYPES, TOOL_PLUGINS, GRADERS, SKILL_PLUGINS)
-BUILTIN_CONNECTOR_TYPES = {"files", "duckdb", "sql", "spark", "docs", "glossary", "dbt"}
+BUILTIN_CONNECTOR_TYPES = {"files", "duckdb", "sql", "spark", "docs", "glossary", "dbt", "mcp"}
 BUILTIN_GRADERS = {"number", "frame", "contains", "regex", "choice", "sql", "no_writes", "chart", "judge",
                    "dabench", "dabstep"}
 
