@@ -280,5 +280,8 @@ class ControlMagics(Magics):
             if len(known) < needed:
                 raise UsageError("%agent_diff needs two runs: pass their logs, or run the agent twice first")
             logs = logs + known[-needed:] if logs else known[-2:]
-        return diff_runs(logs[0], logs[1])
+        try:
+            return diff_runs(logs[0], logs[1])
+        except ValueError as exc:  # not a run log, or a malformed one (named with its line)
+            raise UsageError(f"%agent_diff: {exc}") from None
 
