@@ -328,6 +328,7 @@ def test_a_session_loads_the_tools_progressively_asks_for_external_ones_and_mask
             {"tool_calls": [{"id": "c3", **call("crm__delete_customer", customer_id=1)}]},
             {"tool_calls": [{"id": "c4", **call("crm__search_resources", query="refund approver")}]},
             {"tool_calls": [{"id": "c5", **call("crm__read_resource", uri="docs://refunds")}]},
+            {"tool_calls": [{"id": "c6", **call("crm__read_resource", uri="file:///etc/passwd")}]},
             {"text": "Refunds above 500 EUR need a second approver [doc:docs://refunds]."},
         ]
         session, registry = _session(tmp_path, server, [entry], lambda r: asked.append(r) or False)
@@ -342,7 +343,8 @@ def test_a_session_loads_the_tools_progressively_asks_for_external_ones_and_mask
     assert not any(n.startswith("crm__") for n in offered[0])  # hidden until loaded
     assert "crm__lookup_customer" in offered[1] and "crm__search_resources" in offered[1]
     results = [m for m in requests[-1]["messages"] if m["role"] == "tool"]
-    lookup, delete, search, read = (r["content"] for r in results[1:5])
+    lookup, delete, search, read, outside = (r["content"] for r in results[1:6])
+    assert "No resource 'file:///etc/passwd' on crm; its resources: docs://refunds, docs://returns" in outside
     assert "Alice Martin" in lookup and "alice.martin@example.com" not in json.dumps(requests)  # masked e-mail
     assert [r.tool for r in asked] == ["crm__delete_customer"] and asked[0].safety == "external"
     assert "Not run: crm__delete_customer is a external call and was denied" in delete
