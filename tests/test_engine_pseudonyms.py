@@ -248,3 +248,26 @@ def test_a_star_query_over_a_view_is_classified_and_marked_though_its_values_arr
         assert leaks(sent(server)) == [] and leaks(logged(tmp_path)) == []
     finally:
         session.close()
+
+
+@pytest.mark.parametrize("dtype", ["str", "string[pyarrow]", "large_string[pyarrow]", "string[python]", "object"])
+def test_every_kind_of_text_column_is_concealed_and_restored_exactly_with_its_dtype_and_missing_cells(dtype):
+    """The Arrow path (pandas' default text) and the object path give the same pseudonyms; a missing cell stays
+    missing; a pull restores the column exactly, dtype included."""
+    import pyarrow as pa
+
+    from harness_magic.core.control.pseudonyms import Pseudonyms
+    from harness_magic.core.text.masking import ColumnClass, Masker
+
+    kind = pd.ArrowDtype(pa.large_string()) if dtype == "large_string[pyarrow]" else dtype
+    column = pd.Series([LONG_EMAILS[0], None, LONG_EMAILS[1], LONG_EMAILS[0], "[denied pii]"], dtype=kind)
+    frame = pd.DataFrame({"who": column, "n": range(5)})
+    pseudonyms = Pseudonyms(Masker(declared=lambda: {"who": ColumnClass("pii", "config")}))
+    concealed = pseudonyms.conceal("h", frame, None)
+    shown = concealed["who"]
+    assert shown.dtype == column.dtype and shown.isna().tolist() == column.isna().tolist()
+    assert shown[0] == shown[3] != shown[2] and leaks(shown.astype(str).str.cat()) == []
+    assert shown[0] == pseudonyms.masker.pseudonyms("email", [LONG_EMAILS[0]])[0]  # the keyed function, as views use
+    assert pseudonyms.conceal("h2", concealed, None)["who"].equals(shown)  # never pseudonymised twice
+    restored = pseudonyms.reveal_value(concealed)
+    assert restored["who"].dtype == column.dtype and restored["who"].equals(column)

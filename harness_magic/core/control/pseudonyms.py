@@ -320,6 +320,9 @@ class Pseudonyms:
             if len(set(categories)) == len(categories):
                 return series.cat.rename_categories(categories)
             series = series.astype(object)  # two categories denied alike: no longer categories
+        arrow = _arrow_text(series)
+        if arrow is not None:  # Arrow-backed text (pandas' default): encoded, mapped and taken back in Arrow
+            return self._map_arrow(series, arrow, fn)
         codes, uniques = pd.factorize(series, use_na_sentinel=True)
         uniques = np.asarray(uniques, dtype=object).tolist()
         replaced = fn(uniques)
@@ -333,6 +336,22 @@ class Pseudonyms:
         dtype = series.dtype if isinstance(series.dtype, pd.StringDtype) else object
         return pd.Series(values, index=series.index, name=series.name, dtype=dtype)
 
+    @staticmethod
+    def _map_arrow(series: Any, arrow: Any, fn: Callable[[list[Any]], list[str]]) -> Any:
+        """:meth:`_map` of Arrow-backed text: each distinct value mapped once, taken back by its index (nulls stay
+        null), the dtype kept."""
+        import pandas as pd
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        encoded = pc.dictionary_encode(arrow)
+        uniques = encoded.dictionary.to_pylist()
+        replaced = fn(uniques)
+        if replaced == uniques:
+            return series  # every value already in its agent-side form (pseudonyms saved back)
+        taken = pc.take(pa.array(replaced, arrow.type), encoded.indices)
+        return pd.Series(pd.array(taken, dtype=series.dtype), index=series.index, name=series.name)
+
     def _pseudonyms_of(self, kind: str, cls: str, values: list[Any]) -> list[str]:
         """The pseudonym of each of ``values`` (distinct), issuing new ones (one keyed hash each, in bulk)."""
         texts = [v if isinstance(v, str) else str(v) for v in values]
@@ -342,12 +361,16 @@ class Pseudonyms:
             fresh = [i for i, t in enumerate(texts) if t not in reverse]  # a pseudonym saved back stays itself
             fresh_texts = [texts[i] for i in fresh]
             made = self.masker.pseudonyms(kind, fresh_texts)
-            if len(set(made)) == len(made) and not any(p in reverse for p in made) \
-                    and not any(p == t for p, t in zip(made, fresh_texts)):  # the usual case: all new, in bulk
+            if len(set(made)) == len(made) and reverse.keys().isdisjoint(made) \
+                    and not any(map(str.__eq__, made, fresh_texts)):  # the usual case: all new, in bulk
                 issued = list(zip(fresh_texts, made))
-                reverse.update(zip(made, (values[i] for i in fresh)))
-                for i, pseudonym in zip(fresh, made):
-                    out[i] = pseudonym
+                if len(fresh) == len(texts):  # nothing seen before (a column's first entry)
+                    reverse.update(zip(made, values))
+                    out = made
+                else:
+                    reverse.update(zip(made, (values[i] for i in fresh)))
+                    for i, pseudonym in zip(fresh, made):
+                        out[i] = pseudonym
                 self.masker.register_pseudonyms(issued, cls)
                 return out
             issued = []
@@ -474,6 +497,13 @@ class Pseudonyms:
             series = series.astype(object)
         if series.dtype.kind not in _STRING_KINDS and not isinstance(series.dtype, pd.StringDtype):
             return series
+        arrow = _arrow_text(series)
+        if arrow is not None:
+            reverse = self._reverse
+            try:
+                return self._map_arrow(series, arrow, lambda uniques: [reverse.get(u, u) for u in uniques])
+            except (TypeError, ValueError):  # a real value that is not text (Arrow's type errors): as objects below
+                pass
         try:
             codes, uniques = pd.factorize(series, use_na_sentinel=True)
         except TypeError:
@@ -586,6 +616,22 @@ def _action(cc: ColumnClass, numeric: bool, policy: Mapping[str, str]) -> str | 
     if action == "deny":
         return "deny"
     return None if cc.cls == "financial" and numeric else "pseudonym"
+
+
+def _arrow_text(series: Any) -> Any:
+    """The Arrow array behind a series of Arrow-backed text (pandas' ``str``/``string[pyarrow]``, or an
+    ``ArrowDtype`` of strings), in one chunk; None for any other series."""
+    import pandas as pd
+    import pyarrow as pa
+
+    dtype = series.dtype
+    if isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow":
+        pass
+    elif not (isinstance(dtype, pd.ArrowDtype) and (pa.types.is_string(dtype.pyarrow_dtype)
+                                                    or pa.types.is_large_string(dtype.pyarrow_dtype))):
+        return None
+    arrow = pa.array(series.array)
+    return arrow.combine_chunks() if isinstance(arrow, pa.ChunkedArray) else arrow
 
 
 def _numeric(series: Any) -> bool:
