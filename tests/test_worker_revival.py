@@ -17,6 +17,7 @@ holds no descriptor (a kill landing in the very microseconds a call starts is a 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from rich.console import Console
 
 from harness_magic import AgentConfig, AgentSession, ProviderAdapter
 from harness_magic.core.execution.sandbox import SandboxedInterpreter
@@ -35,6 +37,7 @@ from harness_magic.core.execution.sandbox.launcher_client import LauncherClient
 from harness_magic.core.export.record import RunRecord, ToolRecord, apply_event, sandbox_step_text
 from harness_magic.core.transcript.events import WorkerReplaced
 from harness_magic.core.transcript.log import read_log
+from harness_magic.notebook.render import TerminalRenderer
 
 FRIENDLY_OFF = {"ast_precheck": False, "audit_hooks": False}
 """The friendly refusals are off where code kills its own worker (the OS layers still hold)."""
@@ -235,6 +238,8 @@ def test_a_process_killed_between_calls_leaves_the_model_no_trace_and_the_log_a_
     kill_at_request(server, 2, kill)
     events: list = []
     session.subscribe(events.append)
+    screen = io.StringIO()
+    session.subscribe(TerminalRenderer(Console(file=screen, force_terminal=False, color_system=None, width=200)))
 
     result = session.ask("sum three numbers")
 
@@ -252,6 +257,10 @@ def test_a_process_killed_between_calls_leaves_the_model_no_trace_and_the_log_a_
     assert len(logged) == 1
     assert logged[0]["process"] == process and logged[0]["pid"] == killed["pid"] and logged[0]["tool_use_id"] == "c2"
     assert logged[0]["why"] == "killed by SIGKILL" and logged[0]["new_pid"] == session.backend.worker_pid
+    replaced_words = "replaced" if process == "worker" else "replaced with its worker"
+    line = f"sandbox {process} (pid {killed['pid']}) was found dead (killed by SIGKILL) and {replaced_words} " \
+           "before the call ran · "
+    assert screen.getvalue().count(line) == 1, screen.getvalue()
 
 
 def test_a_worker_killed_during_a_call_tells_the_model_once_and_the_next_call_works(server, session):

@@ -14,14 +14,13 @@ from typing import Any, Callable, Literal, Mapping
 
 from harness_magic.core.control.budgets import Budgets
 from harness_magic.core.cache import SessionCache
-from harness_magic.core.transcript.events import EventHandler
+from harness_magic.core.transcript.events import EventHandler, WorkerReplaced
 from harness_magic.core.config import AgentConfig
 from harness_magic.core.execution.backend_start import BackendStart, with_data_stack
 from harness_magic.core.execution.interpreter import (
     BACKEND_MEMBERS,
     InProcessInterpreter,
     InterpreterBackend,
-    WorkerReplacement,
     make_interpreter_tools,
 )
 from harness_magic.core.agent.loop import Harness
@@ -656,18 +655,18 @@ class SessionBackend:
         """Nothing: the session closes its backend (:meth:`AgentSession.close`)."""
 
 
-def _worker_replaced(harness: HarnessHost | None, replaced: WorkerReplacement) -> None:
-    """Log and emit :class:`WorkerReplaced` for the tool call in progress: a dead worker or launcher was replaced
-    before the call ran (the call's result, which the model reads, does not mention it)."""
-    from harness_magic.core.transcript.events import WorkerReplaced
-
+def _worker_replaced(harness: HarnessHost | None, replaced: WorkerReplaced) -> None:
+    """Log and emit ``replaced`` for the tool call in progress: a dead worker or launcher was replaced before the
+    call ran (the call's result, which the model reads, does not mention it)."""
     if harness is None:
         return
     run = harness.current_run
     use = run.current_tool_use if run is not None else None
-    fields = dataclasses.asdict(replaced)
-    harness.log_event("worker_replaced", tool_use_id=use.id if use else None, **fields)
-    harness.emit(WorkerReplaced(**fields, tool_use_id=use.id if use else None))
+    event = dataclasses.replace(replaced, tool_use_id=use.id if use else None)
+    fields = dataclasses.asdict(event)
+    del fields["kind"]
+    harness.log_event(event.kind, **fields)
+    harness.emit(event)
 
 
 def _sandbox_step(harness: HarnessHost, action: SandboxAction, duration_s: float | None) -> None:

@@ -22,17 +22,17 @@ import time
 import traceback
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Literal, Protocol
+from typing import Any, Callable, Collection, Protocol
 
 from harness_magic.core.cache.protocol import HandleCache
 from harness_magic.core.cache.names import resolve_handle_name, sanitize_identifier
 from harness_magic.core.cache.engine_value import engine_of
 from harness_magic.core.execution.format import format_exception, format_tool_output, truncate_middle
 from harness_magic.core.execution.tools import ToolOutput, ToolSpec
+from harness_magic.core.transcript.events import WorkerReplaced
 
 __all__ = [
     "ExecutionResult",
-    "WorkerReplacement",
     "InterpreterBackend",
     "BACKEND_MEMBERS",
     "InProcessInterpreter",
@@ -55,26 +55,6 @@ STREAM_MAX_CHARS = 64_000
 _NO_VALUE = object()
 
 
-@dataclass(frozen=True)
-class WorkerReplacement:
-    """A process found dead when a call started, and the worker that replaced it (see ``ExecutionResult.replaced``)."""
-
-    process: Literal["worker", "launcher"]
-    """What had died: the worker itself, or the launcher that forked it (its workers die with it)."""
-    pid: int
-    """The dead process's id."""
-    why: str
-    """How it ended, as a phrase: ``killed by SIGKILL``, ``exited with status 3``."""
-    exit_status: int | None = None
-    """Its exit status when it exited, else None."""
-    signal: str | None = None
-    """The signal that killed it (``SIGKILL``), else None."""
-    new_pid: int | None = None
-    """The replacement worker's process id."""
-    duration_s: float = 0.0
-    """Seconds spent finding the death and starting the replacement (a new launcher's start included)."""
-
-
 @dataclass
 class ExecutionResult:
     """What one interpreter call produced."""
@@ -89,11 +69,10 @@ class ExecutionResult:
     """PNG images of figures the code drew."""
     error: str | None = None
     """Readable traceback when the code raised, else None."""
-    replaced: WorkerReplacement | None = None
-    """The worker (or its launcher) was found dead when this call started and was replaced before the code ran.
-
-    For the log and the live view only: the call itself ran once, in the new worker, and its result is
-    complete. Never part of what the model reads."""
+    replaced: WorkerReplaced | None = None
+    """The worker (or its launcher) was found dead when this call started and was replaced before the code ran
+    (the event, without its ``tool_use_id``, which the session fills in). For the log and the live view only:
+    the call itself ran once, in the new worker, and its result is complete. Never part of what the model reads."""
 
     @property
     def has_value(self) -> bool:

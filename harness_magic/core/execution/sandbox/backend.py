@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from harness_magic.core.cache.names import resolve_handle_name
 from harness_magic.core.confinement import layers as confinement
-from harness_magic.core.execution.interpreter import ExecutionResult, WorkerReplacement
+from harness_magic.core.execution.interpreter import ExecutionResult
 from harness_magic.core.execution.sandbox.exports import InputExports
 from harness_magic.core.execution.sandbox.launcher_client import LauncherClient, SandboxUnavailableError
 from harness_magic.core.execution.sandbox.protocol import ProtocolError, send_frame
@@ -43,6 +43,7 @@ from harness_magic.core.execution.sandbox.transfer_codec import RESULT_MAX_BYTES
 from harness_magic.core.execution.sandbox.transfer_kernel import read_result, receive_sealed
 from harness_magic.core.execution.sandbox.watchdog import WATCHDOG_INTERVAL_S, MemoryLimits, WorkerLost, await_reply
 from harness_magic.core.execution.sandbox.worker_handle import WorkerHandle, fork_worker
+from harness_magic.core.transcript.events import WorkerReplaced
 
 __all__ = [
     "SandboxedInterpreter",
@@ -243,7 +244,7 @@ class SandboxedInterpreter:
             self._seq += 1
             seq = self._seq
             written: list[str] = []
-            replaced: WorkerReplacement | None = None
+            replaced: WorkerReplaced | None = None
             try:
                 worker = self._ensure_worker()
                 if self._lost_launcher is not None:  # found dead when this worker was forked (after a retire)
@@ -423,7 +424,7 @@ class SandboxedInterpreter:
                 os.close(fd)  # anything a previous call left queued is stale
         send_frame(worker.req_fd, request)
 
-    def _replace_found_dead(self, worker: WorkerHandle) -> tuple[WorkerHandle, WorkerReplacement]:
+    def _replace_found_dead(self, worker: WorkerHandle) -> tuple[WorkerHandle, WorkerReplaced]:
         """Replace ``worker``, found dead (or its launcher gone) before a call ran: the new worker and what died.
 
         Counts in :attr:`restarts`. A launcher that is gone is replaced with the
@@ -444,18 +445,18 @@ class SandboxedInterpreter:
         new = self._start_worker()
         self._lost_launcher = None  # reported here, with the worker
         sig = status.get("signal")
-        return new, WorkerReplacement(
+        return new, WorkerReplaced(
             process=process, pid=pid, why=why, exit_status=status.get("status"),
             signal=_signal_name(sig) if sig else None, new_pid=new.pid,
             duration_s=time.monotonic() - started)
 
-    def _launcher_replaced(self, worker: WorkerHandle) -> WorkerReplacement:
+    def _launcher_replaced(self, worker: WorkerHandle) -> WorkerReplaced:
         """What a worker start found: its launcher dead and replaced (reported once, by the call that follows)."""
         lost, self._lost_launcher = self._lost_launcher, None
         assert lost is not None, "called only when a start found its launcher dead"
         pid, why, status = lost
         sig = status.get("signal")
-        return WorkerReplacement(process="launcher", pid=pid, why=why, exit_status=status.get("status"),
+        return WorkerReplaced(process="launcher", pid=pid, why=why, exit_status=status.get("status"),
                                  signal=_signal_name(sig) if sig else None, new_pid=worker.pid,
                                  duration_s=self.last_start_s)
 
