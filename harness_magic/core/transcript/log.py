@@ -119,9 +119,10 @@ def _dumps(record: dict[str, Any]) -> str:
 
 
 def _lean_usage(usage: dict[str, Any], *, turn: bool) -> dict[str, Any]:
-    """Usage without its zero fields and ``total_tokens`` (a sum); a turn's ``calls: 1`` is implied."""
+    """Usage without its zero fields and ``total_tokens`` (a sum); ``calls`` only when not implied (1 in a turn)."""
+    implied = 1 if turn else 0
     return {k: v for k, v in usage.items()
-            if k != "total_tokens" and v and not (turn and k == "calls" and v == 1)}
+            if k != "total_tokens" and (v != implied if k == "calls" else bool(v))}
 
 
 def _full_usage(usage: Any, *, turn: bool) -> dict[str, Any]:
