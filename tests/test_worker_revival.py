@@ -171,7 +171,7 @@ def test_code_that_kills_its_own_worker_fails_once_and_is_never_retried(interp):
 
 def test_code_that_leaves_a_self_kill_for_later_is_found_dead_by_the_next_call_which_runs(interp):
     """The hostile version of a between-calls death: the model's code arms a timer that kills its worker after
-    the reply. The next call still runs (once, in a new worker); a process that hangs up its pipe is stopped."""
+    the reply. The next call still runs (once, in a new worker), and the log says which signal ended the old one."""
     armed = interp.execute("import os, signal\nsignal.signal(signal.SIGALRM, signal.SIG_DFL)\n"
                            "signal.setitimer(signal.ITIMER_REAL, 0.2)\n'armed'", {}, [])
     assert armed.value == "armed"
