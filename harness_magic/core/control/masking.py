@@ -4,12 +4,21 @@
 a session installs on its harness (and its subagents' harnesses). For each
 handle a tool result announces it classifies the columns — by configuration
 (connector ``sensitivity`` options, glossary entries) first, else by detection
-on the snapshot's sample rows and up to :data:`SCAN_ROWS` rows of a frame held
-in memory — and tracks the values of classified columns no pattern recognises
-(names, notes, codes configured ``pii`` or ``restricted``), so they are
-masked wherever they later appear: a printed line, an error, a column name, a
-subagent's answer. The text itself is masked by
-:class:`~harness_magic.core.text.masking.Masker`.
+on a sample: at most :data:`CLASSIFY_SAMPLE_ROWS` rows spread evenly over a
+frame held in memory (the first, the last and rows between), or the
+snapshot's sample rows — and tracks the values of the first :data:`SCAN_ROWS`
+rows of each classified column, so values no pattern recognises (names,
+notes, codes configured ``pii`` or ``restricted``) are masked wherever they
+later appear: a printed line, an error, a column name, a subagent's answer.
+The text itself is masked by :class:`~harness_magic.core.text.masking.Masker`.
+
+Time per new handle is bounded whatever its size: a sample for the classes, at
+most :data:`SCAN_ROWS` values per classified column learned in one pass. A
+column whose sensitive values all lie outside the sample (an e-mail only in
+row 5,000 of a notes column) is not classified: its values are not tracked as
+known values, but any that a pattern recognises (e-mails, phones, cards...)
+are still masked wherever they are printed, and a configured column is
+classified whatever its values.
 
 Engine values (SQL, Spark relations) are never materialised for this: their
 snapshot's sample is what is scanned; values that match a pattern (e-mails,
@@ -24,10 +33,14 @@ from harness_magic.core.cache.protocol import HandleCache
 from harness_magic.core.text.masking import ColumnClass, Masker
 from harness_magic.core.text.sensitivity import DETECTED_KINDS, classify_column
 
-__all__ = ["SessionMasking", "SCAN_ROWS", "column_classes_text", "declared_classes", "sensitivity_report"]
+__all__ = ["SessionMasking", "SCAN_ROWS", "CLASSIFY_SAMPLE_ROWS", "column_classes_text", "declared_classes",
+           "sensitivity_report"]
 
 SCAN_ROWS = 10_000
 """Rows of an in-memory frame whose classified columns' values are tracked: bounded time per tool result."""
+CLASSIFY_SAMPLE_ROWS = 200
+"""Rows of an in-memory frame read to classify its columns, spread evenly over it: detection needs a share of
+values of one kind (:data:`~harness_magic.core.text.sensitivity.DETECT_MIN_SHARE`), not every row."""
 NOTES_MAX = 100
 """Notes kept about columns that could not be read: enough to name the problem, bounded for long sessions."""
 
@@ -95,12 +108,15 @@ class SessionMasking:
         columns = [str(c) for c in snapshot.get("columns") or ([snapshot["name"]] if snapshot.get("name") else [])]
         sample = snapshot.get("sample") or []
         frame = _in_memory_frame(cache, name)
+        spread = _spread_rows(frame)
         found: dict[str, ColumnClass] = {}
         for column in columns:
             cls = self.masker.declared_class(column)
             try:  # never crash on data: a column that cannot be read keeps its configured class, if any
-                values = _column_values(frame, column, sample)
-                kind = classify_column(values)
+                kind = classify_column(_column_values(spread, column, sample, CLASSIFY_SAMPLE_ROWS))
+                if cls is None and kind is None:
+                    continue
+                values = _column_values(frame, column, sample, SCAN_ROWS)
             except Exception as exc:  # broad: never crash on data: the values are any cell type an engine returns
                 values, kind = [], None
                 self._note(f"{name}.{column}: values not read ({type(exc).__name__}); "
@@ -142,11 +158,28 @@ def _in_memory_frame(cache: HandleCache, name: str) -> Any:
     return cache.get(name)
 
 
-def _column_values(frame: Any, column: str, sample: list[Any]) -> list[Any]:
+def _spread_rows(frame: Any) -> Any:
+    """At most :data:`CLASSIFY_SAMPLE_ROWS` rows of ``frame`` spread evenly over it (the first and the last among
+    them), or ``frame`` itself when it is that short or None; the frame as it is when it cannot be indexed so."""
+    if frame is None:
+        return None
+    try:
+        rows = len(frame)
+        if rows <= CLASSIFY_SAMPLE_ROWS:
+            return frame
+        step = (rows - 1) / (CLASSIFY_SAMPLE_ROWS - 1)
+        return frame.iloc[[round(i * step) for i in range(CLASSIFY_SAMPLE_ROWS)]]
+    except Exception:  # broad: an exotic frame or index; the first rows (head) are read instead
+        return frame
+
+
+def _column_values(frame: Any, column: str, sample: list[Any], rows: int) -> list[Any]:
+    """The first ``rows`` values of ``column`` of ``frame`` (a frame, or a series for its one column), or the
+    snapshot's ``sample`` rows' when there is no frame in memory or the column cannot be read from it."""
     if frame is not None:
         try:
             data = frame[column] if hasattr(frame, "columns") else frame
-            return list(data.head(SCAN_ROWS).tolist())
+            return list(data.head(rows).tolist())
         except Exception:  # not one column (a duplicate or MultiIndex label), or an exotic dtype: the sample
             pass
     return [row.get(column) for row in sample if isinstance(row, dict)]

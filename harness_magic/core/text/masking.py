@@ -84,6 +84,8 @@ shows before cutting it."""
 _NUMBER = re.compile(r"(?<![\w.])(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d[\d_]*(?:\.\d*)?(?:[eE][-+]?\d+)?"
                      r"|\.\d+(?:[eE][-+]?\d+)?)(?!\w)(?!\.\d)")
 """A number as Python, pandas and people print it: ``99000.5``, ``99,000.50``, ``9.90005e+04``, ``99_000.5``."""
+NUMBER_TEXTS_MEMO = 65_536
+"""Numbers as printed whose verdict (a known number or not) is remembered: printed output repeats them."""
 _NUMBER_EXPONENT_MAX = 400
 """Exponents past this are not numbers anyone's data holds (and ``Decimal`` work on them is not free)."""
 
@@ -170,27 +172,70 @@ _PROTECT_MIN_DIGITS = 7
 """Issued pseudonyms with at least this many digits are protected in text (shorter ones cannot pass as a value)."""
 
 
-class _Trie:
-    """Known values -> one compiled alternation built as a prefix tree (fast for thousands of literals)."""
+DIRECT_SCAN_MAX = 30_000
+"""Known values are found by the automaton once it holds them all. Until then (values were just learned), in a
+text of ``n`` characters they are found by looking up its spans (``n`` times one more than the number of distinct
+lengths of known values) while that product is under this: a snapshot or a short tool result does not pay for
+extending the automaton, a long text does, once."""
+
+
+def _is_word(ch: str) -> bool:
+    """``ch`` is a character of a word, as ``\\w`` reads it (letters and digits of any script, ``_``)."""
+    return ch.isalnum() or ch == "_"
+
+
+class _KnownValues:
+    """Known values, found in a text as whole words (never inside one), the longest first where several start
+    at one place, left to right, never overlapping.
+
+    One structure for all of them: a dict (value -> class) looked up span by span in a short text, and one
+    Aho-Corasick automaton (:mod:`ahocorasick`, built in C, extended with the values learned since its last
+    use) for a long one. Both give the same spans (``tests/test_masking_values.py`` compares them)."""
 
     def __init__(self) -> None:
         self.values: dict[str, str] = {}
-        self._regex: re.Pattern[str] | None = None
-        self._sorted: list[str] | None = None
+        self._order: list[str] = []
+        """The values in the order they were added: each index below takes those added since its last use."""
+        self._lengths: set[int] = set()
+        self._longest = 0
         self._heads: set[str] = set()
-        """The first :data:`KNOWN_PREFIX_MIN_CHARS` characters of each value that long (a cheap first check)."""
+        """The first :data:`KNOWN_PREFIX_MIN_CHARS` characters of each value that long (the cut scan's first check)."""
+        self._automaton: Any = None
+        self._taken = {"heads": 0, "automaton": 0}
+        """How many of :attr:`_order` each index holds."""
+        self._sorted: list[str] | None = None
 
     def add(self, value: str, cls: str) -> bool:
-        if value in self.values or len(self.values) >= KNOWN_VALUES_MAX:
-            return False
-        self.values[value] = cls
-        self._regex = self._sorted = None
-        if len(value) >= KNOWN_PREFIX_MIN_CHARS:
-            self._heads.add(value[:KNOWN_PREFIX_MIN_CHARS])
-        return True
+        return self.add_many([value], cls) == 1
+
+    def add_many(self, values: Iterable[str], cls: str) -> int:
+        """Add ``values`` not known yet (up to :data:`KNOWN_VALUES_MAX` in all) as ``cls``; returns how many.
+        Every value is at least :data:`KNOWN_VALUE_MIN_CHARS` long (callers skip shorter ones)."""
+        room = KNOWN_VALUES_MAX - len(self.values)
+        return self.extend([v for v in dict.fromkeys(values) if v not in self.values][:max(room, 0)], cls)
+
+    def extend(self, new: list[str], cls: str) -> int:
+        """Add ``new``: distinct values, none known yet, within the bound (what :meth:`add_many` checks)."""
+        if not new:
+            return 0
+        self.values.update(dict.fromkeys(new, cls))
+        self._order.extend(new)
+        lengths = set(map(len, new))
+        self._lengths |= lengths
+        self._longest = max(self._longest, max(lengths))
+        self._sorted = None
+        return len(new)
+
+    def _fresh(self, index: str) -> list[str]:
+        """The values added since ``index`` last took them (and marks them taken)."""
+        start = self._taken[index]
+        self._taken[index] = len(self._order)
+        return self._order[start:]
 
     def completion(self, prefix: str) -> str | None:
         """The known value ``prefix`` starts (the first in order when several do), or None."""
+        fresh = self._fresh("heads")
+        self._heads.update(v[:KNOWN_PREFIX_MIN_CHARS] for v in fresh if len(v) >= KNOWN_PREFIX_MIN_CHARS)
         if prefix[:KNOWN_PREFIX_MIN_CHARS] not in self._heads:
             return None
         if self._sorted is None:
@@ -203,14 +248,14 @@ class _Trie:
     def cut_spans(self, text: str) -> list[tuple[int, int, str]]:
         """``(start, end, known value)`` for each known value cut in ``text``: its start, at least
         :data:`KNOWN_PREFIX_MIN_CHARS` long and at a word boundary, right before a cut mark."""
-        if not self._heads:
+        if self._longest < KNOWN_PREFIX_MIN_CHARS:
             return []
         spans: list[tuple[int, int, str]] = []
         floor = 0
         for mark in CUT_MARK.finditer(text):
             end = mark.start()
             for start in range(max(floor, end - CUT_PREFIX_MAX_CHARS), end - KNOWN_PREFIX_MIN_CHARS + 1):
-                if start and (text[start - 1].isalnum() or text[start - 1] == "_"):
+                if start and _is_word(text[start - 1]):
                     continue  # the known-value matcher's own rule: never from inside a word
                 value = self.completion(text[start:end])
                 if value is not None:
@@ -219,24 +264,66 @@ class _Trie:
             floor = mark.end()
         return spans
 
-    def regex(self) -> re.Pattern[str] | None:
-        if self._regex is None and self.values:
-            root: dict[str, Any] = {}
-            for value in self.values:
-                node = root
-                for ch in value:
-                    node = node.setdefault(ch, {})
-                node[""] = True
-            self._regex = re.compile(r"(?<!\w)(?:" + _trie_pattern(root) + r")(?!\w)")
-        return self._regex
+    def spans(self, text: str, *, direct: bool | None = None) -> list[tuple[int, int, str]]:
+        """``(start, end, value)`` of each known value in ``text`` (see the class); ``direct`` forces the span
+        lookups (True) or the automaton (False) instead of the cheaper of the two."""
+        if not self.values or not text:
+            return []
+        if direct is None:  # the automaton once it holds every value; spans looked up in a short text meanwhile
+            unindexed = self._taken["automaton"] < len(self._order)
+            direct = unindexed and len(text) * (1 + len(self._lengths)) <= DIRECT_SCAN_MAX
+        if direct:
+            return self._direct_spans(text)
+        return self._automaton_spans(text)
 
+    def _direct_spans(self, text: str) -> list[tuple[int, int, str]]:
+        values, size = self.values, len(text)
+        lengths = sorted(self._lengths, reverse=True)
+        spans: list[tuple[int, int, str]] = []
+        start = 0
+        while start < size:
+            if start and (text[start - 1].isalnum() or text[start - 1] == "_"):  # inside a word (see _is_word)
+                start += 1
+                continue
+            for length in lengths:
+                end = start + length
+                if end > size or (end < size and _is_word(text[end])):
+                    continue
+                value = text[start:end]
+                if value in values:
+                    spans.append((start, end, value))
+                    start = end
+                    break
+            else:
+                start += 1
+        return spans
 
-def _trie_pattern(node: dict[str, Any]) -> str:
-    branches = [re.escape(ch) + _trie_pattern(child) for ch, child in sorted(node.items()) if ch]
-    if not branches:
-        return ""
-    body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
-    return f"(?:{body})?" if "" in node else body
+    def _automaton_spans(self, text: str) -> list[tuple[int, int, str]]:
+        import ahocorasick
+
+        fresh = self._fresh("automaton")
+        if fresh or self._automaton is None:
+            if self._automaton is None:
+                self._automaton = ahocorasick.Automaton()
+            add = self._automaton.add_word
+            for value in fresh:
+                add(value, value)
+            self._automaton.make_automaton()
+        size = len(text)
+        found = []
+        for last, value in self._automaton.iter(text):  # every occurrence, overlapping ones too
+            start, end = last + 1 - len(value), last + 1
+            if (start and _is_word(text[start - 1])) or (end < size and _is_word(text[end])):
+                continue
+            found.append((start, -end, value))
+        found.sort()
+        spans: list[tuple[int, int, str]] = []
+        taken = 0
+        for start, negative_end, value in found:  # leftmost first, the longest of those starting there
+            if start >= taken:
+                spans.append((start, -negative_end, value))
+                taken = -negative_end
+        return spans
 
 
 class Masker:
@@ -253,20 +340,22 @@ class Masker:
         self._policy = policy
         self._declared = declared or (lambda: {})
         self._key = key or secrets.token_bytes(32)
-        self._known = _Trie()
+        self._known = _KnownValues()
         self._kinds: dict[str, str | None] = {}
         """Known value -> its detected kind (memo): a known e-mail still gets an e-mail-shaped pseudonym."""
         self.columns: dict[str, dict[str, ColumnClass]] = {}
         """Handle -> column -> class, for the handles :meth:`learn_column` was told about (``%agent_vars``)."""
         self._numbers: dict[decimal.Decimal, str] = {}
         """Known numeric values (magnitudes, :func:`number_key`) -> class: matched by value in any format."""
+        self._number_texts: dict[str, str | None] = {}
+        """Number as printed -> the class of the known number it is, or None (memo, :data:`NUMBER_TEXTS_MEMO`)."""
         self.unread = 0
         """Values :meth:`learn_column` could not read as one value (containers, bytes, a failing ``str``)."""
         self._pseudonyms: dict[str, str] = {}
         """Real value -> the pseudonym it got at entry (:meth:`register_pseudonym`): text masks it the same way."""
         self._issued: set[str] = set()
         """Pseudonyms issued at entry: what the agent's side holds, never masked again."""
-        self._issued_digits = _Trie()
+        self._issued_digits = _KnownValues()
         """Issued pseudonyms made of digit groups (phones, cards, ids): found first in a text and left alone, so
         a run of digits printed beside them is never read as a new value (a pseudonym phone and card side by side)."""
 
@@ -325,8 +414,7 @@ class Masker:
     def issued_digit_spans(self, text: str) -> list[tuple[int, int]]:
         """``(start, end)`` of each pseudonym issued at entry that is made of digit groups (phones, cards, ids
         with at least :data:`_PROTECT_MIN_DIGITS` digits) in ``text``."""
-        issued = self._issued_digits.regex()
-        return [] if issued is None else [m.span() for m in issued.finditer(text)]
+        return [(start, end) for start, end, _ in self._issued_digits.spans(text)]
 
     def learn_column(self, handle: str, column: str, cls: ColumnClass, values: Iterable[Any]) -> None:
         """Record ``column`` of ``handle`` as ``cls`` and track its ``values`` as known sensitive values
@@ -335,7 +423,12 @@ class Masker:
         Numbers are tracked by value (:func:`number_key`), text as text. Never raises on a value: missing
         ones are skipped, those that are not one value or cannot be read are counted in :attr:`unread`."""
         self.columns.setdefault(handle, {})[str(column)] = cls
-        for value in values:
+        values = values if isinstance(values, list) else list(values)
+        strings = [value for value in values if type(value) is str]
+        if strings:
+            self._learn_texts(strings, cls)
+        others = [value for value in values if type(value) is not str] if len(strings) < len(values) else []
+        for value in others:
             if is_missing(value):
                 continue
             if self.known_values >= KNOWN_VALUES_MAX:
@@ -347,7 +440,7 @@ class Masker:
                     self.unread += 1
                     continue
                 if key is not None and _number_digits(key) >= KNOWN_VALUE_MIN_CHARS:
-                    self._numbers.setdefault(key, cls.cls)
+                    self._add_number(key, cls.cls)
                 continue
             if not isinstance(value, (str, numbers.Number, bool)) and not _is_scalar(value):
                 self.unread += 1  # a list, dict, bytes or array in a cell: not one value
@@ -358,14 +451,39 @@ class Masker:
             except Exception:
                 self.unread += 1
                 continue
-            if text in self._issued:
-                continue
-            if len(text) >= KNOWN_VALUE_MIN_CHARS:
-                self._known.add(text, cls.cls)
-                if cls.cls == "financial" and cls.kind is None and (text[:1].isdigit() or text[:1] == "."):
+            self._learn_texts([text], cls)
+
+    def _learn_texts(self, texts: list[str], cls: ColumnClass) -> None:
+        """Track the stripped ``texts`` (plain strings) of a column classed ``cls``, in one pass: those long
+        enough, not issued pseudonyms, up to :data:`KNOWN_VALUES_MAX` known values in all."""
+        room = KNOWN_VALUES_MAX - self.known_values
+        if room <= 0:
+            return
+        known, issued = self._known.values, self._issued
+        fresh = [text for text in dict.fromkeys(map(str.strip, texts))
+                 if len(text) >= KNOWN_VALUE_MIN_CHARS and text not in known and text not in issued][:room]
+        self._known.extend(fresh, cls.cls)
+        if cls.cls == "financial" and cls.kind is None:
+            for text in fresh:
+                if text[:1].isdigit() or text[:1] == ".":
                     key = number_key(text)  # an amount held as text is matched by value too (not a card's digits)
                     if key is not None and _number_digits(key) >= KNOWN_VALUE_MIN_CHARS:
-                        self._numbers.setdefault(key, cls.cls)
+                        self._add_number(key, cls.cls)
+
+    def _add_number(self, key: decimal.Decimal, cls: str) -> None:
+        if key not in self._numbers:
+            self._numbers[key] = cls
+            self._number_texts.clear()  # a number printed before may be this one
+
+    def _number_class(self, text: str) -> str | None:
+        """The class of the known number ``text`` (as printed) stands for, or None (memoised per text)."""
+        memo = self._number_texts
+        if text not in memo:
+            if len(memo) >= NUMBER_TEXTS_MEMO:
+                memo.clear()
+            key = number_key(text)
+            memo[text] = None if key is None else self._numbers.get(key)
+        return memo[text]
 
     @property
     def known_values(self) -> int:
@@ -398,35 +516,31 @@ class Masker:
             return Masked(text)
         counts: dict[str, int] = {}
         spans: list[tuple[int, int, str]] = []
-        regex = self._known.regex()
-        if regex is not None:
-            for match in regex.finditer(text):
-                value = match.group()
-                cls = self._known.values.get(value)
-                if cls is None or policy[cls] == "allow":
-                    continue
-                spans.append((match.start(), match.end(),
-                               self._replace(cls, self._kind(value, cls), value, policy, counts)))
+        for start, end, value in self._known.spans(text):
+            cls = self._known.values[value]
+            if policy[cls] != "allow":
+                spans.append((start, end, self._replace(cls, self._kind(value, cls), value, policy, counts)))
         taken = _Spans(spans)
         for start, end, value in self._known.cut_spans(text) if "..." in text or "…" in text else ():
             cls = self._known.values[value]
             if policy[cls] != "allow" and not taken.overlaps(start, end):
                 taken.add(start, end)
                 spans.append((start, end, self._replace(cls, self._kind(value, cls), value, policy, counts)))
-        if self._numbers:
-            for match in _NUMBER.finditer(text):
-                key = number_key(match.group())
-                if key is None:
-                    continue
-                cls = self._numbers.get(key)
-                if cls is None or policy[cls] == "allow" or taken.overlaps(match.start(), match.end()):
+        if self._numbers:  # every number printed, by value: first the distinct texts, then where the known ones are
+            wanted = {number for number in set(_NUMBER.findall(text)) if self._number_class(number) is not None}
+            for match in _NUMBER.finditer(text) if wanted else ():
+                number = match.group()
+                number_cls = self._number_class(number) if number in wanted else None
+                key = number_key(number) if number_cls is not None else None
+                if key is None or number_cls is None or policy[number_cls] == "allow" \
+                        or taken.overlaps(match.start(), match.end()):
                     continue
                 taken.add(match.start(), match.end())
-                spans.append((match.start(), match.end(), self._replace(cls, None, _number_text(key), policy, counts)))
-        issued = self._issued_digits.regex()
-        for match in issued.finditer(text) if issued is not None else ():
-            if not taken.overlaps(match.start(), match.end()):
-                taken.add(match.start(), match.end())  # a pseudonym: protected, never replaced
+                spans.append((match.start(), match.end(),
+                              self._replace(number_cls, None, _number_text(key), policy, counts)))
+        for start, end, _ in self._issued_digits.spans(text):
+            if not taken.overlaps(start, end):
+                taken.add(start, end)  # a pseudonym: protected, never replaced
         for found in find_sensitive(text):
             if policy[found.cls] == "allow" or found.value in self._issued or taken.overlaps(found.start, found.end):
                 continue
@@ -507,6 +621,8 @@ class _Spans:
             return True
         return i < len(self._spans) and self._spans[i][0] < end
 
+_DIGIT_OF_BYTE = [str(b % 10) for b in range(256)]
+"""A digest byte -> the digit that stands for a digit of the value."""
 _SHAPED_KINDS = ("email", "card", "phone", "national_id", "iban", "ip")
 """Kinds whose pseudonym keeps the value's shape; any other kind (a class) gets ``<kind:hex>``."""
 
@@ -521,20 +637,14 @@ def _shaped(kind: str, value: str, digest: bytes, cut: bool) -> str:
         tld = domain.rsplit(".", 1)[-1]
         return f"user-{digest[:4].hex()}@{digest[4:7].hex()}.{tld}"
     if kind in ("card", "phone", "national_id"):
-        digits = sum(ch.isdigit() for ch in value)
+        positions = [i for i, ch in enumerate(value) if ch.isdigit()]
         keep = 4 if kind == "card" and not cut else 0  # a card's last four digits are what receipts show
         brand = 1 if kind == "card" and not cut else 0  # ... and its first digit names the network (4: Visa)
-        out, seen = [], 0
-        for ch in value:
-            if ch.isdigit():
-                seen += 1
-                if seen > digits - keep or seen <= brand:
-                    out.append(ch)
-                else:
-                    out.append(str(next(stream) % 10))
-            else:
-                out.append(ch)
-        text = "".join(out)
+        chars = list(value)
+        pool = digest * 4
+        for j, i in enumerate(positions[brand:len(positions) - keep]):
+            chars[i] = _DIGIT_OF_BYTE[pool[j]]
+        text = "".join(chars)
         return f"9{text[1:]}" if kind == "national_id" else text  # 9xx: never an issued SSN
     if kind == "iban":
         out = [value[:2]]
