@@ -8,7 +8,8 @@ Bounded and strict, since a manifest is input from outside:
   session), never through a symbolic link in its last component, and read up to ``max_bytes``
   (:data:`MANIFEST_MAX_BYTES` by default; only ``max_bytes + 1`` bytes are ever read);
 * its ``[``/``{`` nesting is measured before parsing (:data:`JSON_MAX_DEPTH`), so a deeply nested file is
-  refused instead of exhausting the parser's stack; ``NaN``/``Infinity`` are refused;
+  refused instead of exhausting the parser's stack (the audit log's own check,
+  :func:`~harness_magic.core.transcript.audit.json_nesting`);
 * at most :data:`MAX_ENTRIES` entries and :data:`MAX_COLUMNS` columns per entry are kept, each text is one
   line of at most :data:`TEXT_MAX_CHARS`, and an entry whose id is not a plain dbt id is left out (counted in
   :attr:`DbtProject.skipped`).
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from harness_magic.core.confinement.safe_open import LinkRefused, NotRegularFile, TooLarge, read_regular
+from harness_magic.core.transcript.audit import json_nesting
 
 __all__ = ["DbtError", "DbtProject", "Entry", "Column", "load_project", "project_paths", "MANIFEST_MAX_BYTES",
            "JSON_MAX_DEPTH", "MAX_ENTRIES", "MAX_COLUMNS", "TEXT_MAX_CHARS", "KINDS", "clean_text"]
@@ -57,8 +58,6 @@ _RELATION_PRIORITY = {"model": 0, "snapshot": 1, "source": 2, "seed": 3}
 
 _ID_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,299}")
 _CITATION_SHAPE = re.compile(r"\[([^\[\]\n]{0,300})\]")
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_BRACKETS = re.compile(rb"[\[\]{}]")
 
 
 class DbtError(ValueError):
@@ -184,29 +183,6 @@ def project_paths(project: str | os.PathLike[str] | None, manifest: str | os.Pat
     return Path(manifest).expanduser(), Path(catalog).expanduser() if catalog is not None else None  # type: ignore[arg-type]  # manifest is not None here (checked above)
 
 
-def _nesting(raw: bytes) -> int:
-    """The deepest ``[``/``{`` nesting of JSON text, strings skipped, without recursion (the cheap count of
-    openers answers first when it cannot exceed the limit)."""
-    if raw.count(b"[") + raw.count(b"{") <= JSON_MAX_DEPTH:
-        return 0
-    depth = deepest = 0
-    for bracket in _BRACKETS.findall(_STRING.sub(b"", raw)):
-        depth += 1 if bracket in (b"[", b"{") else -1
-        deepest = max(deepest, depth)
-    return deepest
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text[:40]} overflows to {value}")
-    return value
-
-
 def read_json(path: Path, what: str, max_bytes: int) -> dict[str, Any]:
     """The JSON object in ``path`` (bounded as the module says); DbtError naming ``what`` and the reason."""
     where = f"dbt {what} {str(path)!r}"
@@ -223,11 +199,11 @@ def read_json(path: Path, what: str, max_bytes: int) -> dict[str, Any]:
         raise DbtError(f"{where} does not exist{hint}") from None
     except OSError as exc:
         raise DbtError(f"{where} cannot be read: {exc.strerror or errno.errorcode.get(exc.errno or 0, exc)}") from None
-    depth = _nesting(raw)
+    depth = json_nesting(raw, JSON_MAX_DEPTH)
     if depth > JSON_MAX_DEPTH:
         raise DbtError(f"{where} nests {depth} levels deep; at most {JSON_MAX_DEPTH} are read")
     try:
-        data = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+        data = json.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise DbtError(f"{where} is not valid JSON: {str(exc)[:200]}") from None
     if not isinstance(data, dict):
