@@ -53,6 +53,11 @@ def test_an_mcp_connector_in_a_real_kernel(tmp_path: Path) -> None:
         assert any("Not run: crm__delete_customer is a external call and was denied" in r for r in results), results
         directory = kernel.value(f"{magics}.session.connectors.registry['crm'].directory")
         assert not os.path.exists(os.path.join(directory, "deleted-1"))
+        layers = kernel.run("%agent_sandbox")
+        shown = "\n".join(str(o.get("data", {}).get("text/plain", "")) for o in layers.outputs)
+        assert layers.ok and "local MCP server 'crm': the layers it was started with" in shown, layers.outputs
+        mcp_part = shown.split("local MCP server 'crm'")[1]
+        assert all(layer in mcp_part for layer in ("landlock", "seccomp", "pdeathsig", "netns")), mcp_part
         server = int(kernel.value(f"{magics}.session.connectors.registry['crm'].call_tool('crm__pid', {{}})"))
         assert _alive(server)
     deadline = time.monotonic() + 10  # the kernel is gone: its server too

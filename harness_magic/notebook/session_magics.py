@@ -92,13 +92,26 @@ class SessionMagics(Magics):
                     "hold, even where they do not confine it (AgentMagics.sandbox = 'worker' refuses then):")
         else:
             head = "sandbox: worker — the agent's code runs in a confined subprocess with these layers:"
-        self._agent.show(f"<p>{html.escape(head)}</p>" + table_html(rows, SANDBOX_COLUMNS),
-                   head + "\n" + table_text(rows, SANDBOX_COLUMNS))
+        self._show_layers(head, rows)
         if any(isinstance(c, dict) and c.get("type") == "spark" and c.get("master") for c in self._agent.connectors or ()):
             from harness_magic.core.execution.connectors.spark.server import spark_confinement_report
 
             state, report = spark_confinement_report()
             head = f"local Spark server (connectors with 'master'): {state}:"
             rows = sandbox_rows(report)
-            self._agent.show(f"<p>{html.escape(head)}</p>" + table_html(rows, SANDBOX_COLUMNS),
-                       head + "\n" + table_text(rows, SANDBOX_COLUMNS))
+            self._show_layers(head, rows)
+        if any(isinstance(c, dict) and c.get("type") == "mcp" and "command" in c for c in self._agent.connectors or ()):
+            from harness_magic.core.execution.connectors.mcp.connector import McpConnector
+
+            installed = self._agent.session.connectors
+            for connector in [installed.registry[n] for n in installed.registry.names] if installed is not None else ():
+                if isinstance(connector, McpConnector) and connector.directory is not None:
+                    report = connector.confinement
+                    head = (f"local MCP server {connector.name!r}: "
+                            f"{'the layers it was started with' if report else 'not started yet'}:")
+                    self._show_layers(head, sandbox_rows(report))
+
+    def _show_layers(self, head: str, rows: list[dict[str, Any]]) -> None:
+        """A heading line and a table of confinement layers (layer, state, detail)."""
+        self._agent.show(f"<p>{html.escape(head)}</p>" + table_html(rows, SANDBOX_COLUMNS),
+                         head + "\n" + table_text(rows, SANDBOX_COLUMNS))
