@@ -197,6 +197,67 @@ def test_a_system_prompt_that_changes_mid_run_is_stored_in_full_once_then_by_has
     assert usage == [1, 2, 3, 4], "the cumulative usage a reader gets is the sum of the turns"
 
 
+RAW_RESPONSE = {
+    "id": "chatcmpl-42", "model": "m", "created": 1700000000, "system_fingerprint": "fp_1", "object": "chat.completion",
+    "choices": [{"index": 0, "finish_reason": "tool_calls", "logprobs": None,
+                 "message": {"role": "assistant", "content": "Looking.", "reasoning_content": "think first",
+                             "tool_calls": [{"id": "c1", "type": "function",
+                                             "function": {"name": "echo", "arguments": "{}"}}]}}],
+    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
+              "prompt_tokens_details": {"cached_tokens": 4, "audio_tokens": 0},
+              "completion_tokens_details": {"reasoning_tokens": 3}},
+}
+
+
+def test_compaction_run_end_fields_and_the_raw_responses_own_fields_round_trip(tmp_path):
+    user = message_to_dict(Message("user", (TextBlock("q"),)))
+    calling = message_to_dict(Message("assistant", (TextBlock("Looking."), ToolUseBlock("c1", "echo", {}))))
+    answered = Message("user", (ToolResultBlock("c1", "ok"), ToolResultBlock("c2", "no", True)))
+    results = message_to_dict(answered)
+    turn_usage = {"input_tokens": 10, "output_tokens": 5, "cached_tokens": 4, "total_tokens": 15, "cost": 0.0,
+                  "calls": 1}
+    handed = [
+        ("turn", {"turn": 1, "request": {"system": SYSTEM, "messages_appended": [user], "visible_tools": ["echo"],
+                                         "reminders": []},
+                  "response": {"message": calling, "usage": turn_usage, "stop_reason": "tool_calls", "model": "m"},
+                  "provider_response": RAW_RESPONSE, "latency_s": 0.5, "usage": turn_usage,
+                  "cumulative_usage": turn_usage, "cache": [{"name": "a"}]}),
+        ("tools", {"turn": 1, "results": [{"tool_use_id": "c1", "name": "echo", "is_error": True, "handles": ["a"],
+                                           "duration_s": 0.1}]}),
+        ("compaction", {"turn": 2, "stage": "summary", "history": [user, results]}),
+        ("run_end", {"status": "error", "text": "", "error": "boom", "rolled_back": True, "turns": 1,
+                     "tool_calls": 1, "usage": turn_usage, "subagent_usage": {"input_tokens": 0, "output_tokens": 0,
+                     "cached_tokens": 0, "total_tokens": 0, "cost": 0.0, "calls": 0}, "handles": ["a"],
+                     "messages_appended": [results]}),
+    ]
+    logger = RunLogger(tmp_path, "r2")
+    logger.start(session_id="s", model="m", system=SYSTEM, tools=[], history=[answered], prompt="q", max_turns=3)
+    for kind, fields in handed:
+        logger.write(kind, **fields)
+    logger.close()
+    raw = lines(logger.path)
+    assert raw[1]["request"]["messages_before"] == 1
+    assert raw[0]["history"][0]["content"] == [{"type": "tool_result", "tool_use_id": "c1", "content": "ok"},
+                                               {"type": "tool_result", "tool_use_id": "c2", "content": "no",
+                                                "is_error": True}], "only a true is_error is written"
+    assert raw[1]["provider_extra"] == {
+        "id": "chatcmpl-42", "created": 1700000000, "system_fingerprint": "fp_1", "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"reasoning_content": "think first"}}],
+        "usage": {"completion_tokens_details": {"reasoning_tokens": 3}}}
+    assert "name" not in raw[2]["results"][0], "the name is the tool use's, in the turn before"
+    back = read_log(logger.path)
+    for (kind, given), read in zip(handed, back[1:]):
+        read = {k: v for k, v in read.items() if k not in ("type", "run_id", "time")}
+        if kind == "turn":
+            assert read.pop("provider_response") == raw[1]["provider_extra"]
+            assert read["request"].pop("messages_before") == 1
+            given = {k: v for k, v in given.items() if k != "provider_response"}
+            given["request"] = {**{k: v for k, v in given["request"].items() if k != "system"},
+                                "system_sha256": system_hash(SYSTEM)}
+        assert read == given, kind
+    assert back[0]["history"] == [results]
+
+
 def test_a_registered_secret_in_the_system_prompt_is_scrubbed_and_the_log_still_reads(tmp_path):
     secret = "sk-lean-log-test-secret-0123456789"
     register_secret(secret)
