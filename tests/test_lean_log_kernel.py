@@ -41,7 +41,6 @@ def test_an_old_log_replays_retries_and_diffs_against_a_new_one_in_a_kernel(kern
 
 
 def test_a_tampered_log_is_a_one_line_usage_error_naming_its_line(kernel: Kernel) -> None:
-    records = [json.loads(line) for line in (kernel.cwd / "old/v1_replay_run.jsonl").read_text().splitlines()]
     model = script(kernel, code_turn("save('t', 1)"), answer("Fine."))
     assert kernel.run(f"%%agent --reset {model}\nA question.").ok
     log = Path(kernel.cwd, kernel.value("_.run_file"))
