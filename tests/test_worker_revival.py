@@ -313,7 +313,7 @@ def test_in_a_kernel_a_worker_killed_between_calls_is_replaced_and_the_cell_show
 
     server.replies = [call("save('nums', [1, 2, 3])", "c1"), call("print(sum(nums))", "c2"), {"text": "six"}]
     with agent_kernel(tmp_path, run_dir="runs", model="openai/test-model", api_base=server.api_base,
-                      live="off") as kernel:
+                      live="rich") as kernel:
         kernel_pid = kernel.value("__import__('os').getpid()")
 
         def kill_worker() -> None:
@@ -331,6 +331,8 @@ def test_in_a_kernel_a_worker_killed_between_calls_is_replaced_and_the_cell_show
         logs = list((tmp_path / "runs").rglob("*.jsonl"))
         names = [r.get("name") for path in logs for r in read_log(path) if r.get("type") == "event"]
         assert names.count("worker_replaced") == 1
+        shown = "".join(o.get("text") or o.get("data", {}).get("text/plain", "") for o in cell.outputs)
+        assert shown.count("was found dead (killed by SIGKILL) and replaced before the call ran") == 1, shown
 
 
 def _children(pid: int) -> set[int]:
