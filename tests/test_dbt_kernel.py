@@ -1,6 +1,7 @@
 """A dbt project in a real kernel: a model served over HTTP (tests/scripted_server.py, behind litellm) loads the
 ``dbt`` connector from ``AgentMagics.connectors``, reads a metric's definition, a model's column descriptions and
-a column's lineage, and answers with ``[dbt:...]`` citations that the verifier checks and the answer links to.
+a column's lineage, and answers with ``[dbt:...]`` citations that the verifier checks and the answer links to;
+``%agent_docs`` lists and searches the project for the user.
 
 The project is the shop project dbt builds during the test run (tests/dbt_project.py), shared with test_dbt.
 """
@@ -64,6 +65,13 @@ def test_a_metric_definition_column_descriptions_and_lineage_answer_with_citatio
         assert "<summary><code>[dbt:metric.shop.revenue]</code> revenue (metric)</summary>" in final
         assert "<summary><code>[dbt:exposure.shop.revenue_dashboard]</code>" in final
         assert '<a class="hm-cite" href="#hm-src-1"' in final
+
+        listing = kernel.run("%agent_docs").data("text/plain")[0]
+        assert (f"dbt: shop (dbt 1.11.16, duckdb): 5 models, 2 sources, 2 seeds, 3 metrics, 1 semantic model, "
+                f"1 exposure, from {shop / 'target' / 'manifest.json'}") in listing
+        search = kernel.run("%agent_docs average order value").data("text/plain")[0]
+        assert ('[dbt:metric.shop.average_order_value] average_order_value "Average order value" (metric): '
+                "Revenue divided by completed orders.") in search
 
         fabricated = kernel.run("%%agent\nAnd margin?")
         assert fabricated.ok, fabricated.outputs

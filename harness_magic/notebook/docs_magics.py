@@ -6,11 +6,11 @@
     index with the reason (a link, a hard link, over an extraction limit such
     as "extraction exceeded 5 s" or "text over 8 MiB") and the files deferred
     to the next refresh; each ``glossary`` connector: its files and term
-    counts. The index is refreshed first (incrementally), and what the refresh
+    counts; each ``dbt`` connector: its project and entry counts. The index is refreshed first (incrementally), and what the refresh
     changed is shown.
 ``%agent_docs QUERY... [-k N] [--connector NAME]``
     The best sections for QUERY, with their source ids, as the model would
-    get them from ``docs__search``; glossary terms matching QUERY too.
+    get them from ``docs__search``; glossary terms and dbt entries matching QUERY too.
 
 Glue only: the work is :class:`~harness_magic.core.execution.connectors.docs.DocsConnector`'s.
 Registered by the extension (:func:`harness_magic.notebook.extension.magics_classes`).
@@ -76,7 +76,8 @@ class DocsMagics(Magics):
         super().__init__(shell=shell)
         self._agent = agent_magics
 
-    def _connectors(self, name: str | None) -> tuple[list[Any], list[Any]]:
+    def _connectors(self, name: str | None) -> tuple[list[Any], list[Any], list[Any]]:
+        from harness_magic.core.execution.connectors.dbt.connector import DbtConnector
         from harness_magic.core.execution.connectors.docs.connector import DocsConnector, GlossaryConnector
 
         installed = self._agent.session.connectors
@@ -88,11 +89,12 @@ class DocsMagics(Magics):
                 raise UsageError(f"%agent_docs: no connector {name!r}; connectors: {known or '(none)'}")
         docs = [c for c in every if isinstance(c, DocsConnector)]
         glossaries = [c for c in every if isinstance(c, GlossaryConnector)]
-        if not docs and not glossaries:
-            raise UsageError("%agent_docs: no docs or glossary connector in this session; add one with "
+        dbts = [c for c in every if isinstance(c, DbtConnector)]
+        if not docs and not glossaries and not dbts:
+            raise UsageError("%agent_docs: no docs, glossary or dbt connector in this session; add one with "
                              "%config AgentMagics.connectors = [{'type': 'docs', 'roots': ['docs/']}] "
                              "or agent_session().add_connector(docs_connector([...]))")
-        return docs, glossaries
+        return docs, glossaries, dbts
 
     @no_var_expand
     @magic_arguments()
@@ -103,13 +105,13 @@ class DocsMagics(Magics):
     def agent_docs(self, line: str) -> DocsView:
         """List the indexed documents and glossary terms, or search them: ``%agent_docs net revenue``."""
         args = parse_argstring(self.agent_docs, line)
-        docs, glossaries = self._connectors(args.connector)
+        docs, glossaries, dbts = self._connectors(args.connector)
         query = " ".join(args.query).strip()
         if query:
-            return self._search(query, args.k, docs, glossaries)
-        return self._listing(docs, glossaries)
+            return self._search(query, args.k, docs, glossaries, dbts)
+        return self._listing(docs, glossaries, dbts)
 
-    def _listing(self, docs: list[Any], glossaries: list[Any]) -> DocsView:
+    def _listing(self, docs: list[Any], glossaries: list[Any], dbts: list[Any]) -> DocsView:
         view = DocsView("Knowledge connectors")
         for connector in docs:
             report = connector.refresh()
@@ -145,9 +147,24 @@ class DocsMagics(Magics):
                               f"{count(len(glossary.owners), 'owner')}, from {', '.join(glossary.files)}")
             view.tables.append((connector.name, ["term", "kind", "owners"],
                                 [[t.name, t.kind, ", ".join(t.owners)] for t in glossary.terms.values()]))
+        for connector in dbts:
+            project = self._dbt_project(connector)
+            view.lines.append(f"{connector.name}: {project.summary()}, from {connector.manifest_path}")
+            view.tables.append((connector.name, ["entry", "kind", "owner"],
+                                [[f"[{e.source_id}]", e.kind, e.owner] for e in
+                                 list(project.entries.values())[:FILES_SHOWN]]))
         return view
 
-    def _search(self, query: str, k: int, docs: list[Any], glossaries: list[Any]) -> DocsView:
+    @staticmethod
+    def _dbt_project(connector: Any) -> Any:
+        from harness_magic.core.execution.tools import ToolError
+
+        try:
+            return connector.reload()
+        except ToolError as exc:
+            raise UsageError(f"%agent_docs: {exc}") from None
+
+    def _search(self, query: str, k: int, docs: list[Any], glossaries: list[Any], dbts: list[Any]) -> DocsView:
         from harness_magic.core.execution.tools import ToolError
 
         view = DocsView(f"Search: {query}")
@@ -176,5 +193,12 @@ class DocsMagics(Magics):
                 view.lines.append(f"[{match.source_id}] {match.name} ({match.kind}): {match.definition}")
             view.tables.append((connector.name, ["term", "kind", "definition"],
                                 [[f"[{m.source_id}]", m.kind, m.definition] for m in matches]))
+        for connector in dbts:
+            self._dbt_project(connector)
+            entries = connector.find(query) or connector.suggest(query, max(1, min(k, 10)))
+            for entry in entries:
+                view.lines.append(connector.summary_line(entry))
+            view.tables.append((connector.name, ["entry", "kind", "description"],
+                                [[f"[{e.source_id}]", e.kind, e.description] for e in entries]))
         return view
 
