@@ -243,17 +243,19 @@ def test_starting_and_restarting_the_sandbox_are_steps_with_their_time(tmp_path)
     def call(code):
         return {"tool_calls": [{"name": "python_interpreter", "arguments": {"code": code}}]}
 
-    turns = [call("print('hi', flush=True)"), call("1"), call("6 * 7"), {"text": "done"}]
+    turns = [call("print('hi', flush=True)"), call("import time\ntime.sleep(5)"), call("6 * 7"), {"text": "done"}]
     adapter = ProviderAdapter("scripted/steps", transport=ScriptedModel(turns))
     session = AgentSession(AgentConfig(run_dir=str(tmp_path / "runs"), sandbox="worker"), adapter=adapter)
     events: list = []
     session.subscribe(events.append)
 
-    def kill_worker_after_the_first_call(event) -> None:
-        if isinstance(event, ToolCallFinished) and sum(isinstance(e, ToolCallFinished) for e in events) == 1:
-            os.kill(session.backend.worker_pid, signal.SIGKILL)  # the worker dies between calls
+    def kill_worker_during_the_second_call(event) -> None:
+        if isinstance(event, ToolCallStarted) and sum(isinstance(e, ToolCallStarted) for e in events) == 2:
+            # the worker dies while the call sleeps (one found dead between calls is replaced silently instead:
+            # tests/test_worker_revival.py)
+            threading.Timer(0.5, os.kill, (session.backend.worker_pid, signal.SIGKILL)).start()
 
-    session.subscribe(kill_worker_after_the_first_call)
+    session.subscribe(kill_worker_during_the_second_call)
     try:
         result = session.ask("go")
         assert result.status == "completed"
