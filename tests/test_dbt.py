@@ -302,10 +302,14 @@ def test_a_huge_manifest_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
 
 
 def test_a_deeply_nested_manifest_is_refused_without_recursing(tmp_path: Path) -> None:
-    depth = 100_000
-    (tmp_path / "deep.json").write_text('{"metadata": {}, "nodes": {}, "x": ' + "[" * depth + "]" * depth + "}")
-    with pytest.raises(DbtError, match=f"nests {depth + 1} levels deep; at most {JSON_MAX_DEPTH}"):
-        dbt_connector(manifest=tmp_path / "deep.json")
+    for depth, message in ((100_000, "nests deeper than the JSON parser reads"),
+                           (JSON_MAX_DEPTH, f"nests more than {JSON_MAX_DEPTH} levels deep, the limit")):
+        (tmp_path / "deep.json").write_text('{"metadata": {}, "nodes": {}, "x": ' + "[" * depth + "]" * depth + "}")
+        with pytest.raises(DbtError, match=message):
+            dbt_connector(manifest=tmp_path / "deep.json")
+    within = JSON_MAX_DEPTH - 2
+    (tmp_path / "deep.json").write_text('{"metadata": {}, "nodes": {}, "x": ' + "[" * within + "]" * within + "}")
+    assert dbt_connector(manifest=tmp_path / "deep.json").project.entries == {}
     (tmp_path / "strings.json").write_text(json.dumps({"metadata": {}, "nodes": {}, "s": "[" * 5000}))
     assert dbt_connector(manifest=tmp_path / "strings.json").project.entries == {}  # brackets in text are text
 

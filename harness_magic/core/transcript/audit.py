@@ -44,7 +44,6 @@ __all__ = [
     "AUDIT_KINDS", "GENESIS", "FIELD_MAX_CHARS", "RECORD_MAX_BYTES", "RESERVED_FIELDS",
     "AuditError", "AuditLog", "Redactor", "Verification", "audit", "canonical", "record_hash",
     "read_tail", "verify_file", "record_decision", "parse_record", "RECORD_MAX_DEPTH", "LINE_MAX_BYTES",
-    "json_nesting",
 ]
 
 AUDIT_KINDS: tuple[str, ...] = ("approval", "denial", "refusal", "governed_write", "masking", "export", "pull")
@@ -151,11 +150,10 @@ _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKETS = re.compile(rb"[\[\]{}]")
 
 
-def json_nesting(raw: bytes, limit: int = RECORD_MAX_DEPTH) -> int:
+def _nesting(raw: bytes) -> int:
     """The deepest ``[``/``{`` nesting of the JSON text ``raw`` (strings skipped as JSON skips them), without
-    recursion, so it can be checked before parsing; the cheap count of openers answers 0 first when the text
-    cannot nest deeper than ``limit``."""
-    if raw.count(b"[") + raw.count(b"{") <= limit:
+    recursion; the cheap count of openers answers first when it cannot exceed the limit."""
+    if raw.count(b"[") + raw.count(b"{") <= RECORD_MAX_DEPTH:
         return 0
     depth = deepest = 0
     for bracket in _BRACKETS.findall(_STRING.sub(b"", raw)):
@@ -194,7 +192,7 @@ def parse_record(raw: bytes) -> dict[str, Any]:
     """
     if len(raw) > LINE_MAX_BYTES:
         raise ValueError(f"the line is over {LINE_MAX_BYTES:,} bytes")
-    depth = json_nesting(raw)
+    depth = _nesting(raw)
     if depth > RECORD_MAX_DEPTH:
         raise ValueError(f"nested {depth} levels deep (a record nests at most {RECORD_MAX_DEPTH})")
     record = json.loads(raw, object_pairs_hook=_no_duplicates, parse_constant=_no_constant, parse_float=_finite)

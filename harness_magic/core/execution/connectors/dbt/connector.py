@@ -91,6 +91,8 @@ class DbtConnector(Connector):
         self.relation_names = relation_names
         self._stamp = self._stat()
         self.project: DbtProject = load_project(manifest, catalog, max_bytes=max_bytes)
+        self._words_of: tuple[DbtProject | None, dict[str, tuple[set[str], set[str], set[str]]]] = (None, {})
+        """The words of each entry's name and label, column names, and texts, for the project they were taken of."""
         self.add_function(self._lookup, name="lookup")
         self.add_function(self._search, name="search")
         self.add_function(self._lineage, name="lineage")
@@ -138,12 +140,16 @@ class DbtConnector(Connector):
         words = _words(text)
         if not words:
             return []
+        if self._words_of[0] is not self.project:
+            self._words_of = (self.project, {
+                entry.uid: (_words(f"{entry.name} {entry.label}"),
+                            _words(" ".join(c.name for c in entry.columns.values())),
+                            _words(" ".join((entry.description, *entry.details,
+                                             *(c.description for c in entry.columns.values())))))
+                for entry in self.project.entries.values()})
         scored = []
         for entry in self.project.entries.values():
-            head = _words(f"{entry.name} {entry.label}")
-            cols = _words(" ".join(c.name for c in entry.columns.values()))
-            body = _words(" ".join((entry.description, *entry.details,
-                                    *(c.description for c in entry.columns.values()))))
+            head, cols, body = self._words_of[1][entry.uid]
             score = 3 * len(words & head) + 2 * len(words & cols) + len(words & body)
             if score:
                 scored.append((-score, _KIND_ORDER.get(entry.kind, 99), entry.uid))
@@ -321,7 +327,7 @@ class DbtConnector(Connector):
         if graph.unknown:
             lines.append("Not traced (SQL the parser could not read): "
                          + ", ".join(self._ref(u) for u in sorted(graph.unknown)))
-        if graph.steps_left <= 0:
+        if graph.stopped:
             lines.append("Stopped early: the project is too wide to trace in one call; ask with a smaller depth.")
         if len(lines) > LINEAGE_MAX_LINES:
             lines = lines[:LINEAGE_MAX_LINES] + [f"... and {len(lines) - LINEAGE_MAX_LINES} more lines"]

@@ -9,14 +9,15 @@ relation it is. It is a parser's answer, not dbt's: a column computed without re
 (``count(*)``) has no column parents, and SQL the parser cannot read (or longer than
 :data:`~harness_magic.core.execution.connectors.lineage.LINEAGE_MAX_CHARS`) gives "unknown" for that model,
 said as such. A semantic model's measure whose expression names the column links it to the metrics built on
-that measure. Walks are bounded: :data:`MAX_DEPTH` levels and :data:`MAX_STEPS` parses per question.
+that measure. Each model's SQL is parsed once per question, for all its columns, with only its parents'
+relations as schema. Walks are bounded: :data:`MAX_DEPTH` levels and :data:`MAX_STEPS` parses per question.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from harness_magic.core.execution.connectors.dbt.manifest import DbtProject, Entry
 from harness_magic.core.execution.connectors.lineage import LINEAGE_MAX_CHARS, SQLGLOT_DIALECTS
@@ -26,7 +27,7 @@ __all__ = ["Lineage", "Step", "MAX_DEPTH", "MAX_STEPS"]
 MAX_DEPTH = 10
 """Most levels walked up or down from the entry asked about."""
 MAX_STEPS = 400
-"""Most column-lineage parses per question (a wide project stops there and says so)."""
+"""Most models whose SQL one question parses (a wide project stops there and says so)."""
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -46,9 +47,10 @@ class Lineage:
     """Lineage questions over one :class:`DbtProject` (parses are cached for its lifetime)."""
 
     project: DbtProject
-    _parents: dict[tuple[str, str], list[tuple[str, str]] | None] = field(default_factory=dict)
-    _schema: dict[str, Any] | None = None
+    _models: dict[str, dict[str, list[tuple[str, str]]] | None] = field(default_factory=dict)
     steps_left: int = MAX_STEPS
+    stopped: bool = False
+    """The last question ran out of steps (its answer is partial)."""
     unknown: set[str] = field(default_factory=set)
     """Models whose SQL could not be traced in the last question."""
 
@@ -76,77 +78,72 @@ class Lineage:
 
     # -- column level ----------------------------------------------------------------------------------
 
-    def _schema_dict(self) -> dict[str, Any]:
-        if self._schema is None:
-            schema: dict[str, Any] = {}
-            for entry in self.project.entries.values():
-                if entry.relation is None or not entry.columns:
-                    continue
-                database, db_schema, name = entry.relation
-                schema.setdefault(database, {}).setdefault(db_schema, {})[name] = {
-                    c.name: c.data_type or "TEXT" for c in entry.columns.values()}
-            self._schema = schema
-        return self._schema
+    def _schema_of(self, entry: Entry) -> dict[str, Any]:
+        """The columns of the relations ``entry`` reads (its parents): all a parse of its SQL needs."""
+        schema: dict[str, Any] = {}
+        for uid in entry.parents:
+            parent = self.project.entries[uid]
+            if parent.relation is None or not parent.columns:
+                continue
+            database, db_schema, name = parent.relation
+            schema.setdefault(database, {}).setdefault(db_schema, {})[name] = {
+                c.name: c.data_type or "TEXT" for c in parent.columns.values()}
+        return schema
 
     def entry_of_table(self, table: Any) -> str | None:
-        key = tuple(str(part).lower() for part in (table.catalog, table.db, table.name))
-        found = self.project.by_relation.get(key)  # type: ignore[arg-type]  # a 3-tuple of str
+        """The entry whose relation a parsed ``table`` names (by its bare name when that is unambiguous)."""
+        key = (str(table.catalog).lower(), str(table.db).lower(), str(table.name).lower())
+        found = self.project.by_relation.get(key)
         if found is not None:
             return found
         named = [uid for rel, uid in self.project.by_relation.items() if rel[2] == key[2]]
         return named[0] if len(named) == 1 else None
 
-    def column_parents(self, uid: str, column: str) -> list[tuple[str, str]] | None:
-        """(entry id, column) pairs the model's ``column`` is computed from; None when unknown."""
-        key = (uid, column.lower())
-        if key in self._parents:
-            return self._parents[key]
+    def model_columns(self, uid: str) -> dict[str, list[tuple[str, str]]] | None:
+        """Every output column of the model ``uid`` (lower-cased) with the (entry id, column) pairs it is computed
+        from, from one parse of its compiled SQL; None when unknown (no SQL, unreadable SQL, out of steps)."""
+        if uid in self._models:
+            return self._models[uid]
         entry = self.project.entries[uid]
-        if not entry.compiled_sql or len(entry.compiled_sql) > LINEAGE_MAX_CHARS or self.steps_left <= 0:
-            if entry.compiled_sql and self.steps_left > 0:
+        if not entry.compiled_sql or len(entry.compiled_sql) > LINEAGE_MAX_CHARS:
+            if entry.compiled_sql:
                 self.unknown.add(uid)
+            return None
+        if self.steps_left <= 0:
+            self.stopped = True
             return None
         self.steps_left -= 1
         from sqlglot import exp
         from sqlglot.errors import SqlglotError
         from sqlglot.lineage import lineage
 
-        name = next((c.name for c in entry.columns.values() if c.name.lower() == column.lower()), column)
         try:
-            node = lineage(name, entry.compiled_sql, schema=self._schema_dict(),
-                           dialect=SQLGLOT_DIALECTS.get(self.project.adapter_type.lower()))
-            leaves = [n for n in node.walk() if not n.downstream]
+            nodes = lineage(None, entry.compiled_sql, schema=self._schema_of(entry),
+                            dialect=SQLGLOT_DIALECTS.get(self.project.adapter_type.lower()))
+            leaves = {name: [n for n in node.walk() if not n.downstream]
+                      for name, node in cast("dict[str, Any]", nodes).items()}
         except (SqlglotError, RecursionError, ValueError, KeyError, AttributeError):
             self.unknown.add(uid)
-            self._parents[key] = None
+            self._models[uid] = None
             return None
-        found: list[tuple[str, str]] = []
-        for leaf in leaves:
-            if not isinstance(leaf.expression, exp.Table):
-                continue  # computed without reading a column (count(*), a literal)
-            parent = self.entry_of_table(leaf.expression)
-            if parent is None:
-                continue
-            pair = (parent, leaf.name.rsplit(".", 1)[-1].strip('"').lower())
-            if pair not in found:
-                found.append(pair)
-        self._parents[key] = found
-        return found
+        columns: dict[str, list[tuple[str, str]]] = {}
+        for name, found in leaves.items():
+            pairs: list[tuple[str, str]] = []
+            for leaf in found:
+                if not isinstance(leaf.expression, exp.Table):
+                    continue  # computed without reading a column (count(*), a literal)
+                parent = self.entry_of_table(leaf.expression)
+                pair = (parent, leaf.name.rsplit(".", 1)[-1].strip('"').lower()) if parent is not None else None
+                if pair is not None and pair not in pairs:
+                    pairs.append(pair)
+            columns[str(name).lower()] = pairs
+        self._models[uid] = columns
+        return columns
 
-    def _output_columns(self, entry: Entry) -> list[str]:
-        if entry.columns:
-            return [c.name.lower() for c in entry.columns.values()]
-        if not entry.compiled_sql or len(entry.compiled_sql) > LINEAGE_MAX_CHARS:
-            return []
-        import sqlglot
-        from sqlglot.errors import SqlglotError
-
-        try:
-            tree = sqlglot.parse_one(entry.compiled_sql,
-                                     read=SQLGLOT_DIALECTS.get(self.project.adapter_type.lower()))
-        except (SqlglotError, RecursionError, ValueError):
-            return []
-        return [n.lower() for n in getattr(tree, "named_selects", []) if n != "*"]
+    def column_parents(self, uid: str, column: str) -> list[tuple[str, str]] | None:
+        """(entry id, column) pairs the model's ``column`` is computed from; None when unknown."""
+        columns = self.model_columns(uid)
+        return None if columns is None else columns.get(column.lower(), [])
 
     def column_upstream(self, uid: str, column: str, depth: int) -> list[Step]:
         out: list[Step] = []
@@ -176,10 +173,10 @@ class Lineage:
             for child in self.project.children.get(current, []):
                 entry = self.project.entries[child]
                 if entry.kind in ("model", "snapshot"):
-                    for child_col in self._output_columns(entry):
+                    for child_col, parents in (self.model_columns(child) or {}).items():
                         if (child, child_col) in seen:
                             continue
-                        if (current, col) in (self.column_parents(child, child_col) or []):
+                        if (current, col) in parents:
                             seen.add((child, child_col))
                             out.append(Step(level, child, child_col))
                             visit(child, child_col, level + 1)

@@ -7,9 +7,8 @@ Bounded and strict, since a manifest is input from outside:
 * each file is opened as a regular file only (a FIFO, device or directory is refused, so nothing can hang the
   session), never through a symbolic link in its last component, and read up to ``max_bytes``
   (:data:`MANIFEST_MAX_BYTES` by default; only ``max_bytes + 1`` bytes are ever read);
-* its ``[``/``{`` nesting is measured before parsing (:data:`JSON_MAX_DEPTH`), so a deeply nested file is
-  refused instead of exhausting the parser's stack (the audit log's own check,
-  :func:`~harness_magic.core.transcript.audit.json_nesting`);
+* nesting deeper than :data:`JSON_MAX_DEPTH` is refused: the C JSON parser stops at the interpreter's recursion
+  limit with an error (never a crash), and the parsed value's depth is then measured without recursion;
 * at most :data:`MAX_ENTRIES` entries and :data:`MAX_COLUMNS` columns per entry are kept, each text is one
   line of at most :data:`TEXT_MAX_CHARS`, and an entry whose id is not a plain dbt id is left out (counted in
   :attr:`DbtProject.skipped`).
@@ -32,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from harness_magic.core.confinement.safe_open import LinkRefused, NotRegularFile, TooLarge, read_regular
-from harness_magic.core.transcript.audit import json_nesting
 
 __all__ = ["DbtError", "DbtProject", "Entry", "Column", "load_project", "project_paths", "MANIFEST_MAX_BYTES",
            "JSON_MAX_DEPTH", "MAX_ENTRIES", "MAX_COLUMNS", "TEXT_MAX_CHARS", "KINDS", "clean_text"]
@@ -69,7 +67,8 @@ def clean_text(value: Any, limit: int = TEXT_MAX_CHARS) -> str:
     if value is None or isinstance(value, (dict, list)):
         return ""
     text = " ".join(str(value).split())
-    text = _CITATION_SHAPE.sub(lambda m: f"({m.group(1)})", text)
+    if "[" in text:
+        text = _CITATION_SHAPE.sub(lambda m: f"({m.group(1)})", text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -183,6 +182,22 @@ def project_paths(project: str | os.PathLike[str] | None, manifest: str | os.Pat
     return Path(manifest).expanduser(), Path(catalog).expanduser() if catalog is not None else None  # type: ignore[arg-type]  # manifest is not None here (checked above)
 
 
+def _depth(value: Any) -> int:
+    """The deepest list/object nesting of a parsed JSON value, without recursion (stops past the limit)."""
+    if not isinstance(value, (dict, list)):
+        return 0
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > JSON_MAX_DEPTH:
+            return depth
+        stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item)
+                     if isinstance(child, (dict, list)))
+    return deepest
+
+
 def read_json(path: Path, what: str, max_bytes: int) -> dict[str, Any]:
     """The JSON object in ``path`` (bounded as the module says); DbtError naming ``what`` and the reason."""
     where = f"dbt {what} {str(path)!r}"
@@ -199,13 +214,16 @@ def read_json(path: Path, what: str, max_bytes: int) -> dict[str, Any]:
         raise DbtError(f"{where} does not exist{hint}") from None
     except OSError as exc:
         raise DbtError(f"{where} cannot be read: {exc.strerror or errno.errorcode.get(exc.errno or 0, exc)}") from None
-    depth = json_nesting(raw, JSON_MAX_DEPTH)
-    if depth > JSON_MAX_DEPTH:
-        raise DbtError(f"{where} nests {depth} levels deep; at most {JSON_MAX_DEPTH} are read")
-    try:
+    try:  # the C parser stops at the interpreter's recursion limit with RecursionError, never a crash
         data = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        raise DbtError(f"{where} nests deeper than the JSON parser reads; at most {JSON_MAX_DEPTH} levels "
+                       "are read") from None
+    except ValueError as exc:
         raise DbtError(f"{where} is not valid JSON: {str(exc)[:200]}") from None
+    depth = _depth(data)
+    if depth > JSON_MAX_DEPTH:
+        raise DbtError(f"{where} nests more than {JSON_MAX_DEPTH} levels deep, the limit")
     if not isinstance(data, dict):
         raise DbtError(f"{where} holds a JSON {type(data).__name__}, not a dbt artifact object")
     return data
