@@ -343,23 +343,15 @@ def test_the_real_launcher_refuses_malformed_requests_and_keeps_serving():
         interp.close()
 
 
-def _holds_descriptors(pid: int) -> bool:
-    """Running, or exiting with threads left (they hold its descriptors until the last one ends)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            state = stat.read().rsplit(")", 1)[1].split()[0]
-        return state not in ("Z", "X") or os.listdir(f"/proc/{pid}/task") != [str(pid)]
-    except FileNotFoundError:
-        return False  # gone
-
-
 def test_a_launcher_lost_between_calls_is_replaced_and_the_next_call_runs_on_a_new_one():
+    from test_worker_revival import dead
+
     interp = sandbox()
     try:
         old, worker = interp._launcher, interp.worker_pid
         os.kill(old.pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while (old.process.poll() is None or _holds_descriptors(worker)) and time.monotonic() < deadline:
+        while (old.process.poll() is None or not dead(worker)) and time.monotonic() < deadline:
             time.sleep(0.01)  # reaped, and its worker (SIGKILL by PR_SET_PDEATHSIG) has closed its descriptors
         result = interp.execute("1", {}, [])
         assert result.error is None and result.value == 1  # found dead before the call: replaced, then run

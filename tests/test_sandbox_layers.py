@@ -311,8 +311,9 @@ def test_timeout_kills_the_process_group_and_recovers(sandbox):
 
 
 def test_launcher_killed_is_replaced(sandbox):
-    os.kill(sandbox._launcher.pid, signal.SIGKILL)
-    time.sleep(0.3)
+    from test_worker_revival import kill_launcher
+
+    kill_launcher(sandbox._launcher, sandbox.worker_pid)  # its worker dies with it (PR_SET_PDEATHSIG)
     result = run(sandbox, "1")
     assert result.error is None and result.value == 1  # its worker died with it: both replaced before the call
     assert result.replaced is not None and result.replaced.process == "launcher"
