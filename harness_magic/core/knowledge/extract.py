@@ -214,9 +214,9 @@ def _markdown_lines(lines: list[str]) -> list[Line]:
     out: list[Line] = []
     fenced = False
     for number, text in enumerate(lines, 1):
-        if _FENCE_RE.match(text):
+        if ("`" in text or "~" in text) and _FENCE_RE.match(text):
             fenced = not fenced
-        found = None if fenced else heading(text)
+        found = heading(text) if not fenced and "#" in text else None  # no "#": not a heading (cheap first check)
         out.append(Line(number, text, found[0] if found else 0))
     return out
 

@@ -232,106 +232,107 @@ class DocIndex:
             failures = {row[0]: row[1:] for row in db.execute("SELECT path, size, mtime_ns, limits, reason "
                                                               "FROM failures")}
             limits_key = self.limits.key()
-            seen: set[str] = set()
-            walked: set[str] = set()
-            spent = 0.0
-            for doc_path, root, rel, stat in self.tree.walk(report.skipped):
-                walked.add(doc_path)
-                if stat.st_size > FILE_MAX_BYTES:
-                    report.skipped.append(f"{doc_path}: {stat.st_size} bytes, over the {FILE_MAX_BYTES} limit")
-                    continue
-                previous = known.get(doc_path)
-                if previous is not None and previous[1] == stat.st_size and previous[2] == stat.st_mtime_ns:
-                    seen.add(doc_path)
-                    report.unchanged += 1
-                    continue
-                failed = failures.get(doc_path)
-                if failed is not None and failed[:3] == (stat.st_size, stat.st_mtime_ns, limits_key):
-                    report.skipped.append(f"{doc_path}: {failed[3]} (not tried again until the file changes)")
-                    continue
-                confined = Path(rel).suffix.lower() in CONFINED_SUFFIXES
-                if confined and spent >= self.limits.refresh_budget_s:
-                    report.deferred.append(doc_path)
-                    if previous is not None:
-                        seen.add(doc_path)  # its last indexed text stays searchable meanwhile
-                    continue
-                try:
-                    data, stat = self.tree.read(root, rel)
-                except LinkRefused:
-                    report.skipped.append(f"{doc_path}: became a symbolic link (links are not followed)")
-                    continue
-                except HardLinkRefused as exc:
-                    report.skipped.append(f"{doc_path}: {exc.strerror} ({HARDLINK_REASON})")
-                    continue
-                except OSError as exc:
-                    report.skipped.append(f"{doc_path}: {exc.strerror or exc}")
-                    continue
-                if len(data) > FILE_MAX_BYTES:
-                    report.skipped.append(f"{doc_path}: over the {FILE_MAX_BYTES} bytes limit")
-                    continue
-                report.bytes_read += len(data)
-                digest = hashlib.sha256(data).hexdigest()
-                if previous is not None and previous[0] == digest:
-                    seen.add(doc_path)
-                    db.execute("UPDATE files SET size=?, mtime_ns=? WHERE path=?",
-                               (stat.st_size, stat.st_mtime_ns, doc_path))
-                    report.unchanged += 1
-                    continue
-                budget_left = self.limits.refresh_budget_s - spent
-                clock = time.monotonic()
-                try:
-                    lines, note = self._extract(worker, rel, data, budget_left)
-                except ExtractionTimeout as exc:
-                    if exc.seconds < self.limits.extract_timeout_s:  # cut short by the budget, not its own limit
+            next_id = (db.execute("SELECT max(id) FROM chunks").fetchone()[0] or 0) + 1
+            db.execute("BEGIN")  # one transaction for the whole refresh: FTS5 merges its terms once, at the end
+            try:
+                seen: set[str] = set()
+                walked: set[str] = set()
+                spent = 0.0
+                for doc_path, root, rel, stat in self.tree.walk(report.skipped):
+                    walked.add(doc_path)
+                    if stat.st_size > FILE_MAX_BYTES:
+                        report.skipped.append(f"{doc_path}: {stat.st_size} bytes, over the {FILE_MAX_BYTES} limit")
+                        continue
+                    previous = known.get(doc_path)
+                    if previous is not None and previous[1] == stat.st_size and previous[2] == stat.st_mtime_ns:
+                        seen.add(doc_path)
+                        report.unchanged += 1
+                        continue
+                    failed = failures.get(doc_path)
+                    if failed is not None and failed[:3] == (stat.st_size, stat.st_mtime_ns, limits_key):
+                        report.skipped.append(f"{doc_path}: {failed[3]} (not tried again until the file changes)")
+                        continue
+                    confined = Path(rel).suffix.lower() in CONFINED_SUFFIXES
+                    if confined and spent >= self.limits.refresh_budget_s:
                         report.deferred.append(doc_path)
+                        if previous is not None:
+                            seen.add(doc_path)  # its last indexed text stays searchable meanwhile
+                        continue
+                    try:
+                        data, stat = self.tree.read(root, rel)
+                    except LinkRefused:
+                        report.skipped.append(f"{doc_path}: became a symbolic link (links are not followed)")
+                        continue
+                    except HardLinkRefused as exc:
+                        report.skipped.append(f"{doc_path}: {exc.strerror} ({HARDLINK_REASON})")
+                        continue
+                    except OSError as exc:
+                        report.skipped.append(f"{doc_path}: {exc.strerror or exc}")
+                        continue
+                    if len(data) > FILE_MAX_BYTES:
+                        report.skipped.append(f"{doc_path}: over the {FILE_MAX_BYTES} bytes limit")
+                        continue
+                    report.bytes_read += len(data)
+                    digest = hashlib.sha256(data).hexdigest()
+                    if previous is not None and previous[0] == digest:
+                        seen.add(doc_path)
+                        db.execute("UPDATE files SET size=?, mtime_ns=? WHERE path=?",
+                                   (stat.st_size, stat.st_mtime_ns, doc_path))
+                        report.unchanged += 1
+                        continue
+                    budget_left = self.limits.refresh_budget_s - spent
+                    clock = time.monotonic()
+                    try:
+                        lines, note = self._extract(worker, rel, data, budget_left)
+                    except ExtractionTimeout as exc:
+                        if exc.seconds < self.limits.extract_timeout_s:  # cut short by the budget, not its own limit
+                            report.deferred.append(doc_path)
+                            if previous is not None:
+                                seen.add(doc_path)
+                            continue
+                        self._failed(report, doc_path, previous, stat, limits_key, str(exc))
+                        continue
+                    except ExtractionError as exc:
+                        self._failed(report, doc_path, previous, stat, limits_key, str(exc))
+                        continue
+                    except WorkerError as exc:  # not the file's fault: it is tried again next refresh
+                        report.skipped.append(f"{doc_path}: {exc}")
                         if previous is not None:
                             seen.add(doc_path)
                         continue
-                    self._failed(report, doc_path, previous, stat, limits_key, str(exc))
-                    continue
-                except ExtractionError as exc:
-                    self._failed(report, doc_path, previous, stat, limits_key, str(exc))
-                    continue
-                except WorkerError as exc:  # not the file's fault: it is tried again next refresh
-                    report.skipped.append(f"{doc_path}: {exc}")
+                    finally:
+                        if confined:
+                            spent += time.monotonic() - clock
+                    seen.add(doc_path)
+                    if note:
+                        report.skipped.append(note)
+                    chunks = chunk_lines(doc_path, lines)
                     if previous is not None:
-                        seen.add(doc_path)
-                    continue
-                finally:
-                    if confined:
-                        spent += time.monotonic() - clock
-                seen.add(doc_path)
-                if note:
-                    report.skipped.append(note)
-                chunks = chunk_lines(doc_path, lines)
-                db.execute("BEGIN")
-                try:
-                    self._delete_file(doc_path)
-                    for chunk in chunks:
-                        cursor = db.execute(
-                            "INSERT INTO chunks (path, slug, trail, start_line, end_line, text) VALUES (?,?,?,?,?,?)",
-                            (chunk.path, chunk.slug, json.dumps(list(chunk.trail)), chunk.start_line,
-                             chunk.end_line, chunk.text))
-                        rowid = cursor.lastrowid
-                        db.execute("INSERT INTO chunks_fts (rowid, title, body) VALUES (?,?,?)",
-                                   (rowid, " ".join(chunk.trail) + " " + chunk.path, chunk.text))
+                        self._delete_file(doc_path)
+                    first = next_id
+                    next_id += len(chunks)
+                    db.executemany(
+                        "INSERT INTO chunks (id, path, slug, trail, start_line, end_line, text) VALUES (?,?,?,?,?,?,?)",
+                        [(first + i, c.path, c.slug, json.dumps(list(c.trail)), c.start_line, c.end_line, c.text)
+                         for i, c in enumerate(chunks)])
+                    db.executemany("INSERT INTO chunks_fts (rowid, title, body) VALUES (?,?,?)",
+                                   [(first + i, " ".join(c.trail) + " " + c.path, c.text) for i, c in enumerate(chunks)])
                     db.execute("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?,?)",
                                (doc_path, digest, stat.st_size, stat.st_mtime_ns, len(chunks), time.time(), note))
-                    db.execute("DELETE FROM failures WHERE path=?", (doc_path,))
-                    db.execute("COMMIT")
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
-                report.chunks_written += len(chunks)
-                (report.updated if previous is not None else report.added).append(doc_path)
-            for gone in sorted(set(known) - seen):
-                db.execute("BEGIN")
-                self._delete_file(gone)
-                db.execute("COMMIT")
-                report.removed.append(gone)
-            stale = [path for path in failures if path not in walked]
-            if stale:
-                db.executemany("DELETE FROM failures WHERE path=?", [(path,) for path in stale])
+                    if doc_path in failures:
+                        db.execute("DELETE FROM failures WHERE path=?", (doc_path,))
+                    report.chunks_written += len(chunks)
+                    (report.updated if previous is not None else report.added).append(doc_path)
+                for gone in sorted(set(known) - seen):
+                    self._delete_file(gone)
+                    report.removed.append(gone)
+                stale = [path for path in failures if path not in walked]
+                if stale:
+                    db.executemany("DELETE FROM failures WHERE path=?", [(path,) for path in stale])
+            except BaseException:
+                db.execute("ROLLBACK")  # nothing of a refresh cut short is kept: the next one does it again
+                raise
+            db.execute("COMMIT")
             if self.embedder is not None:
                 self._embed_missing(self.embedder)
             report.files = db.execute("SELECT count(*) FROM files").fetchone()[0]
@@ -355,22 +356,17 @@ class DocIndex:
                 reason: str) -> None:
         """Skip a file its extraction refused, remember why until it changes, drop its old chunks."""
         report.skipped.append(f"{doc_path}: {reason}")
-        db = self._db
-        db.execute("BEGIN")
-        db.execute("INSERT OR REPLACE INTO failures VALUES (?,?,?,?,?)",
-                   (doc_path, stat.st_size, stat.st_mtime_ns, limits_key, reason))
+        self._db.execute("INSERT OR REPLACE INTO failures VALUES (?,?,?,?,?)",
+                         (doc_path, stat.st_size, stat.st_mtime_ns, limits_key, reason))
         if previous is not None:
             self._delete_file(doc_path)
-        db.execute("COMMIT")
-        if previous is not None:
             report.removed.append(doc_path)
 
     def _delete_file(self, doc_path: str) -> None:
         db = self._db
-        ids = [row[0] for row in db.execute("SELECT id FROM chunks WHERE path=?", (doc_path,))]
-        for rowid in ids:
-            db.execute("DELETE FROM chunks_fts WHERE rowid=?", (rowid,))
-            db.execute("DELETE FROM vectors WHERE chunk_id=?", (rowid,))
+        ids = [(row[0],) for row in db.execute("SELECT id FROM chunks WHERE path=?", (doc_path,))]
+        db.executemany("DELETE FROM chunks_fts WHERE rowid=?", ids)
+        db.executemany("DELETE FROM vectors WHERE chunk_id=?", ids)
         db.execute("DELETE FROM chunks WHERE path=?", (doc_path,))
         db.execute("DELETE FROM files WHERE path=?", (doc_path,))
 
