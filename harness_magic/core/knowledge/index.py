@@ -4,7 +4,11 @@
 chunk count; :meth:`DocIndex.refresh` walks the roots and re-indexes only what
 changed (a file whose size and mtime are unchanged is not even read; one whose
 bytes hash the same is not re-chunked), drops files that disappeared, and
-returns an :class:`IndexReport` saying what it did.
+returns an :class:`IndexReport` saying what it did. A refresh writes in one
+transaction (chunks and full-text rows inserted in batches, FTS5 merging its
+terms once): one cut short by an error or an interrupt leaves the index as it
+was, and the next refresh does its work again. Vectors are computed only when
+an embedder is configured.
 
 Keyword search is FTS5's ``bm25()`` over the heading trail (weighted higher)
 and the text, with the Porter stemmer. The user's or model's query is never
