@@ -400,3 +400,17 @@ def test_a_rewritten_manifest_is_read_again_and_a_broken_one_keeps_the_last(shop
     with pytest.raises(ToolError, match="The dbt artifacts changed and cannot be read again"):
         lookup(dbt, "revenue")
     assert dbt.project.entries["metric.shop.revenue"].description == "Revenue, restated by finance in November."
+
+
+def test_sql_the_parser_cannot_read_is_named_as_not_traced(shop: Path, tmp_path: Path) -> None:
+    def garble(manifest: dict) -> None:
+        manifest["nodes"]["model.shop.customer_revenue"]["compiled_code"] = "select ((( from where"
+
+    dbt = dbt_connector(manifest=copied_manifest(shop, tmp_path, garble), relation_names="identifier")
+    text = lineage(dbt, "orders", column="amount", direction="downstream")
+    assert "customer_revenue.revenue" not in text
+    assert text.splitlines()[-1] == ("Not traced (SQL the parser could not read): "
+                                     "[dbt:model.shop.customer_revenue] customer_revenue")
+    assert "- orders (semantic model) [dbt:semantic_model.shop.orders] — measure order_total = sum(amount)" in text
+    with pytest.raises(ToolError, match="The compiled SQL of customer_revenue cannot be parsed"):
+        dbt._model_sql("customer_revenue", ctx("dbt__model_sql"))
