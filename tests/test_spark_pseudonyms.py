@@ -15,7 +15,7 @@ import os
 import pandas as pd
 import pytest
 
-from test_engine_pseudonyms import ORDERS, seen_email
+from test_engine_pseudonyms import ORDERS, load, seen_email
 from test_pseudonyms import AMOUNTS, LONG_EMAILS, NAMES, NOTES, call, glossary, leaks, logged, make_session, people, sent
 
 pytest.importorskip("pyspark")
@@ -38,10 +38,6 @@ def queries(*sqls: str, prefix: str = "r") -> list[dict]:
     """One ``lake__query`` turn per statement (fetched now), the results named ``<prefix>0``, ``<prefix>1``..."""
     return [{"tool_calls": [{"id": f"{prefix}{i}", **call("lake__query", sql=sql, name=f"{prefix}{i}", lazy=False)}]}
             for i, sql in enumerate(sqls)]
-
-
-def load() -> dict:
-    return {"tool_calls": [{"id": "c0", **call("load_connectors", connector_name="lake")}]}
 
 
 def errors(result) -> list[str]:

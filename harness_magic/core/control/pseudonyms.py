@@ -37,10 +37,13 @@ is the second). Contract:
   (:meth:`Pseudonyms.served_column`, :meth:`Pseudonyms.engine_pseudonyms`;
   see :mod:`~harness_magic.core.execution.connectors.duckdb.pseudonyms`): the
   model's SQL runs over the pseudonyms the cache holds, and their results
-  arrive already pseudonymised (never pseudonymised again).
+  arrive already pseudonymised (never pseudonymised again). A Spark connector's
+  configured files are views over a copy the kernel writes with the same
+  function (:mod:`~harness_magic.core.execution.connectors.spark.pseudonyms`):
+  the key never reaches Spark.
 * **Other engines get real values for pseudonyms the model compares against**
-  (only where no such view exists: SQL databases, Spark, a DuckDB database's
-  governed writes). :meth:`Pseudonyms.query_for_engine` widens a quoted pseudonym that is an
+  (only where no such view exists: SQL databases, Spark catalog tables and
+  remote files, a DuckDB database's governed writes). :meth:`Pseudonyms.query_for_engine` widens a quoted pseudonym that is an
   operand of ``=``, ``<>`` or ``IN`` against a column to the pseudonym *and*
   its real value (``email IN ('<pseudonym>', '<real>')``), so ``WHERE email =
   '<pseudonym>'`` finds the row in a database table (real values) and in a

@@ -36,6 +36,7 @@ from typing import Any, Mapping
 
 from harness_magic.core.cache.guard import EntryGuard, ServedColumn
 from harness_magic.core.execution.connectors.duckdb.sources import open_source
+from harness_magic.core.execution.connectors.served import ServedPlan, served_plan
 from harness_magic.core.text.masking import denied_text
 from harness_magic.core.text.sensitivity import DETECT_SAMPLE_VALUES, DETECTED_KINDS, SENSITIVITY_CLASSES
 
@@ -64,7 +65,7 @@ class PseudonymViews:
         """View -> the Arrow dataset/table it scans (kept alive here: the view holds only a pointer to it)."""
         self._samples: dict[str, dict[str, list[Any]]] = {}
         """View -> column -> its first values (kind detection), read once."""
-        self._plans: dict[str, tuple[tuple[str, ServedColumn], ...]] = {}
+        self._plans: dict[str, ServedPlan] = {}
         """View -> the treatment its current definition applies (a different one replaces the view)."""
         self._guard: EntryGuard | None = None
         """The guard the function issues pseudonyms through (the last query's)."""
@@ -107,7 +108,7 @@ class PseudonymViews:
             self._opened[view] = open_source(*self._sources[view])
         return self._opened[view]
 
-    def _plan(self, view: str, source: Any, guard: EntryGuard) -> tuple[tuple[str, ServedColumn], ...]:
+    def _plan(self, view: str, source: Any, guard: EntryGuard) -> ServedPlan:
         import pyarrow as pa
 
         samples = self._samples.get(view)
@@ -115,14 +116,7 @@ class PseudonymViews:
             head = source.slice(0, DETECT_SAMPLE_VALUES) if isinstance(source, pa.Table) \
                 else source.head(DETECT_SAMPLE_VALUES)
             samples = self._samples[view] = head.to_pydict()
-        plan = []
-        for field in source.schema:
-            numeric = pa.types.is_integer(field.type) or pa.types.is_floating(field.type) \
-                or pa.types.is_decimal(field.type)
-            column = guard.served_column(view, field.name, numeric, samples.get(field.name, []))
-            if column is not None:
-                plan.append((field.name, column))
-        return tuple(plan)
+        return served_plan(view, source.schema, samples, guard)
 
     def _function(self, values: Any, kinds: Any, classes: Any) -> Any:
         """``harness_pseudonym`` over one Arrow batch: the distinct values issued in bulk, mapped back by index."""

@@ -39,9 +39,10 @@ import shutil
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from harness_magic.core.cache.guard import EntryGuard, ServedColumn
+from harness_magic.core.execution.connectors.served import ServedPlan, served_plan
 from harness_magic.core.text.masking import denied_text
 from harness_magic.core.text.sensitivity import DETECT_SAMPLE_VALUES
 
@@ -54,9 +55,7 @@ _ARROW_FORMATS = {"parquet": "parquet", "csv": "csv", "json": "json", "orc": "or
 _HIDDEN = (".", "_")
 """Spark and pyarrow skip files and directories whose names start with these (``_SUCCESS``, ``.crc``)."""
 
-Plan = tuple[tuple[str, ServedColumn], ...]
-"""(column, treatment) for each column a view serves concealed."""
-CopyState = tuple[tuple[Any, ...], Plan, str | None]
+CopyState = tuple[tuple[Any, ...], ServedPlan, str | None]
 """What a view shows now: (source fingerprint, plan, copy path or None for the original file)."""
 
 
@@ -77,8 +76,8 @@ class PseudonymCopies:
         self._files = dict(files)
         """View -> (Spark reader format, path as configured)."""
         self._state: dict[str, CopyState] = {}
-        self._samples: dict[tuple[str, tuple[Any, ...]], dict[str, list[Any]]] = {}
-        """(view, fingerprint) -> column -> its first values (kind detection), read once per fingerprint."""
+        self._samples: dict[tuple[str, tuple[Any, ...]], tuple[Any, dict[str, list[Any]]]] = {}
+        """(view, fingerprint) -> (Arrow schema, column -> its first values for kind detection), read once."""
         self._owned: str | None = None
         """A private directory this object created (removed by :meth:`close`)."""
         self.problems: dict[str, str] = {}
@@ -121,33 +120,25 @@ class PseudonymCopies:
             raise ValueError(f"a {kind} file is not copied by the kernel (supported: {', '.join(_ARROW_FORMATS)})")
         members = _members(path)
         fingerprint = tuple(_fingerprint(m) for m in members)
-        dataset = _dataset(members, fmt, path)
-        plan = self._plan(view, fingerprint, dataset, guard)
+        plan = self._plan(view, fingerprint, lambda: _dataset(members, fmt, path), guard)
         old = self._state.get(view)
         if old is not None and old[0] == fingerprint and old[1] == plan and (old[2] or not plan):
             return old
         if not plan:
             return fingerprint, plan, None
         target = os.path.join(self._directory(directory), f"{view}-{_digest(fingerprint, plan)}.parquet")
-        _write_copy(dataset, dict(plan), guard, target)
+        _write_copy(_dataset(members, fmt, path), dict(plan), guard, target)
         return fingerprint, plan, target
 
-    def _plan(self, view: str, fingerprint: tuple[Any, ...], dataset: Any, guard: EntryGuard) -> Plan:
-        import pyarrow as pa
-
-        samples = self._samples.get((view, fingerprint))
-        if samples is None:
-            samples = dataset.head(DETECT_SAMPLE_VALUES).to_pydict()
+    def _plan(self, view: str, fingerprint: tuple[Any, ...], open_dataset: Callable[[], Any],
+              guard: EntryGuard) -> ServedPlan:
+        known = self._samples.get((view, fingerprint))
+        if known is None:  # the file is opened only when it changed: a query's refresh costs its stat calls
+            dataset = open_dataset()
+            known = dataset.schema, dataset.head(DETECT_SAMPLE_VALUES).to_pydict()
             self._samples = {k: v for k, v in self._samples.items() if k[0] != view}
-            self._samples[(view, fingerprint)] = samples
-        plan = []
-        for field in dataset.schema:
-            numeric = pa.types.is_integer(field.type) or pa.types.is_floating(field.type) \
-                or pa.types.is_decimal(field.type)
-            column = guard.served_column(view, field.name, numeric, samples.get(field.name, []))
-            if column is not None:
-                plan.append((field.name, column))
-        return tuple(plan)
+            self._samples[(view, fingerprint)] = known
+        return served_plan(view, *known, guard)
 
     def _directory(self, directory: str | None) -> str:
         if directory is not None:
@@ -203,7 +194,7 @@ def _dataset(members: list[Path], fmt: str, path: str) -> Any:
     return ds.dataset([str(m) for m in members], format=fmt)
 
 
-def _digest(fingerprint: tuple[Any, ...], plan: Plan) -> str:
+def _digest(fingerprint: tuple[Any, ...], plan: ServedPlan) -> str:
     return hashlib.blake2b(repr((fingerprint, plan)).encode(), digest_size=8).hexdigest()
 
 
