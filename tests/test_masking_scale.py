@@ -165,3 +165,14 @@ def test_a_sensitive_value_only_outside_the_sample_is_masked_by_its_pattern_not_
     assert masking.masker.known_values <= SCAN_ROWS * 2  # note and email of SCAN_ROWS rows; late_email's top is empty
     late, _ = masking.mask(f"Given{ROWS - 1} Family{ROWS - 1}")  # past SCAN_ROWS: not tracked (entry covers it)
     assert late == f"Given{ROWS - 1} Family{ROWS - 1}"
+
+
+def test_a_known_amount_is_found_in_a_long_text_in_any_format_and_in_other_digits():
+    masker = Masker()
+    masker.learn_column("deals", "amount", ColumnClass("financial", "config"), [99000.5, 1234567])
+    filler = "".join(f"{i:>8} order ok amount={i % 1000}.{i % 100:02d}\n" for i in range(3_000))
+    assert masker.mask_text(filler).text == filler  # none of their digits: not one number read
+    for printed in ("99000.5", "99,000.50", "9.90005e4", "9.90005e+04", "99_000.5", "-99000.50", "1,234,567",
+                    "1.234567e6", "٩٩٠٠٠.٥"):
+        masked = masker.mask_text(filler + f"total {printed} due\n")
+        assert printed not in masked.text and masked.counts == {"financial": 1}, printed

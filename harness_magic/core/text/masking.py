@@ -347,6 +347,9 @@ class Masker:
         """Handle -> column -> class, for the handles :meth:`learn_column` was told about (``%agent_vars``)."""
         self._numbers: dict[decimal.Decimal, str] = {}
         """Known numeric values (magnitudes, :func:`number_key`) -> class: matched by value in any format."""
+        self._digits_automaton: Any = None
+        """The significant digits of each known number (:meth:`_numbers_may_be_in`), built when first needed."""
+        self._digits_indexed = 0
         self._number_texts: dict[str, str | None] = {}
         """Number as printed -> the class of the known number it is, or None (memo, :data:`NUMBER_TEXTS_MEMO`)."""
         self.unread = 0
@@ -475,6 +478,23 @@ class Masker:
             self._numbers[key] = cls
             self._number_texts.clear()  # a number printed before may be this one
 
+    def _numbers_may_be_in(self, text: str) -> bool:
+        """False when no known number can be printed in ``text``: an ASCII text in which, once ``,``, ``_`` and
+        ``.`` are dropped, no known number's significant digits appear (every format :data:`_NUMBER` reads keeps
+        them in order: ``99,000.50`` and ``9.90005e4`` hold ``990005``). One automaton pass instead of reading
+        every number; a text with other digits (``٩٩٠٠٠``) is always read number by number."""
+        if not text.isascii():
+            return True
+        if self._digits_automaton is None or self._digits_indexed < len(self._numbers):
+            import ahocorasick
+
+            automaton = ahocorasick.Automaton()
+            for key in self._numbers:
+                automaton.add_word(_significant_digits(key), True)
+            automaton.make_automaton()
+            self._digits_automaton, self._digits_indexed = automaton, len(self._numbers)
+        return next(self._digits_automaton.iter(text.translate(_NUMBER_SEPARATORS)), None) is not None
+
     def _number_class(self, text: str) -> str | None:
         """The class of the known number ``text`` (as printed) stands for, or None (memoised per text)."""
         memo = self._number_texts
@@ -526,7 +546,7 @@ class Masker:
             if policy[cls] != "allow" and not taken.overlaps(start, end):
                 taken.add(start, end)
                 spans.append((start, end, self._replace(cls, self._kind(value, cls), value, policy, counts)))
-        if self._numbers:  # every number printed, by value: first the distinct texts, then where the known ones are
+        if self._numbers and self._numbers_may_be_in(text):  # by value: the distinct texts, then where they are
             wanted = {number for number in set(_NUMBER.findall(text)) if self._number_class(number) is not None}
             for match in _NUMBER.finditer(text) if wanted else ():
                 number = match.group()
@@ -592,6 +612,16 @@ class Masker:
             if key is not None and key in self._numbers:
                 return self.mask_value(str(value), counts)
         return value
+
+
+_NUMBER_SEPARATORS = str.maketrans("", "", ",_.")
+"""What a printed number may hold between its digits (thousands, underscores, the point): dropped before looking
+for known numbers' digits."""
+
+
+def _significant_digits(key: decimal.Decimal) -> str:
+    """The digits of a number without leading or trailing zeros (``99000.50`` -> ``990005``)."""
+    return "".join(map(str, key.normalize().as_tuple().digits))
 
 
 def _number_text(key: decimal.Decimal) -> str:
