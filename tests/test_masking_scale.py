@@ -98,7 +98,7 @@ def test_values_learned_after_the_automaton_was_built_are_found_in_a_long_text()
     assert "Zebulon" not in masked.text and masked.counts == {"restricted": 1}
 
 
-def test_a_bulk_of_learned_values_stays_bounded_and_skips_pseudonyms_and_short_values():
+def test_bulk_learning_strips_values_and_skips_pseudonyms_and_short_ones():
     masker = Masker()
     masker.register_pseudonym("real.person@corp-mail.com", "user-1234abcd@abcdef.com", "pii")
     masker.learn_column("h", "c", ColumnClass("pii", "config"),
