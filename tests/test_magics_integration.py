@@ -247,7 +247,7 @@ def test_budget_flags_are_in_the_magic_help(kernel: Kernel) -> None:
 
 def test_a_bad_connector_setting_is_a_one_line_usage_error(kernel: Kernel) -> None:
     bad_type = kernel.run('%config AgentMagics.connectors = [{"type": "ftp"}]')
-    assert "needs a 'type' of docs, duckdb, files, glossary, spark, sql" in usage_error(bad_type)
+    assert "needs a 'type' of dbt, docs, duckdb, files, glossary, mcp, spark, sql" in usage_error(bad_type)
     assert kernel.run('%config AgentMagics.connectors = [{"type": "files"}]').ok
     try:
         assert "AgentMagics.connectors: KeyError" in usage_error(kernel.run("%agent_vars"))

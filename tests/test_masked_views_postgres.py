@@ -70,6 +70,8 @@ def test_a_read_role_reading_sensitive_columns_is_named_and_the_dba_ddl_leaves_i
 
 def test_the_first_query_of_a_connector_with_sensitive_columns_warns_naming_them(crm, postgres_url):  # noqa: F811
     from harness_magic.core.execution.connectors.sql.masked_views import masked_view_warnings
+    from harness_magic.core.cache import SessionCache
+    from harness_magic.core.execution.connectors.registry import ToolContext
     from harness_magic.core.execution.connectors.sql.connector import SQLConnection, sql_connector
 
     reader_url, _admin = crm
@@ -77,10 +79,11 @@ def test_the_first_query_of_a_connector_with_sensitive_columns_warns_naming_them
     connector.sensitivity = {"crm_people.email": "pii"}
     try:
         query = next(t for t in connector.tools if t.name == "crm__query").handler
-        first = query(sql="SELECT count(*) AS n FROM crm_regions")
+        context = ToolContext(cache=SessionCache(), harness=None, tool_name="crm__query")
+        first = query(sql="SELECT count(*) AS n FROM crm_regions", context=context)
         assert "WARNING: the read role" in first.note and "public.crm_people.email" in first.note
         assert "masked_view_ddl" in first.note and "crm_people.name" not in first.note  # only the configured one
-        assert "WARNING" not in (query(sql="SELECT 1 AS x").note or "")  # said once
+        assert "WARNING" not in (query(sql="SELECT 1 AS x", context=context).note or "")  # said once
     finally:
         connector.connection.read_engine.dispose()
         connector.connection.engine.dispose()

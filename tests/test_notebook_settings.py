@@ -32,7 +32,7 @@ BAD = [
     ("max_cost_usd", -0.5, "max_cost_usd must be positive or None, got -0.5"),
     ("max_wall_s", 0.0, "max_wall_s must be positive or None, got 0.0"),
     ("max_tool_calls", -2, "max_tool_calls must be positive or None, got -2"),
-    ("connectors", [{"type": "ftp"}], "connector {'type': 'ftp'} needs a 'type' of docs, duckdb, files, glossary, spark, sql"),
+    ("connectors", [{"type": "ftp"}], "connector {'type': 'ftp'} needs a 'type' of dbt, docs, duckdb, files, glossary, mcp, spark, sql"),
     ("context_window", 0, "context_window must be a positive number of tokens or None, got 0"),
     ("run_dir", "runs\nUsageError: fake", "run_dir must be a path of at most 4,096 printable characters"),
     ("max_questions", -1, "max_questions must be a non-negative integer, got -1"),

@@ -114,7 +114,7 @@ def test_agent_status_names_the_broken_plugin_and_the_built_ins_still_work(kerne
     assert cell.ok, cell.outputs
     lines = cell.data("text/plain")[0].splitlines()
     plugins = next(line for line in lines if line.startswith("plugins"))
-    assert "7 connector types" in plugins and "1 tools" in plugins and "12 grader kinds" in plugins
+    assert "9 connector types" in plugins and "1 tools" in plugins and "12 grader kinds" in plugins
     assert "harness-magic-example-plugin" in plugins
     broken = [line for line in lines if line.startswith("broken")]
     print("\n".join([plugins, *broken]), file=sys.stderr)
