@@ -176,3 +176,15 @@ def test_a_known_amount_is_found_in_a_long_text_in_any_format_and_in_other_digit
                     "1.234567e6", "٩٩٠٠٠.٥"):
         masked = masker.mask_text(filler + f"total {printed} due\n")
         assert printed not in masked.text and masked.counts == {"financial": 1}, printed
+
+
+@pytest.mark.parametrize("kind", ["email", "phone", "card", "pii", "restricted", "financial"])
+def test_the_bulk_pseudonyms_of_a_column_are_the_one_by_one_pseudonyms(kind):
+    """Entry conceals a column with :meth:`Masker.pseudonyms` (a keyed state copied per value) and the scanner
+    masks a printed value with :meth:`Masker.pseudonym`: both must give the same stand-in for the same value,
+    or a pseudonym the model read in a frame would not match the one in a printed line."""
+    masker = Masker(key=b"\x07" * 32)
+    values = {"email": ["ana.lima@example.com", "x@y.org", "ünï@exämple.de"],
+              "phone": ["+44 20 7946 0958", "+1 415 555 2671"],
+              "card": ["4111 1111 1111 1111", "3400 0000 0000 009"]}.get(kind, ["Ana Lima", "", "名前", "a" * 500])
+    assert masker.pseudonyms(kind, values) == [masker.pseudonym(kind, value) for value in values]

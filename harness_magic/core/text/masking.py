@@ -518,9 +518,14 @@ class Masker:
 
     def pseudonyms(self, kind: str, values: list[str]) -> list[str]:
         """:meth:`pseudonym` of each of ``values`` (whole values), in one pass: what entry uses for a column."""
-        key, prefix = self._key, f"{kind}\0\0".encode()
-        blake2b = hashlib.blake2b
-        digests = [blake2b(prefix + value.encode(), key=key).digest() for value in values]
+        # The key and the prefix are absorbed once; each value continues a copy of that state, which gives the
+        # same digest as :meth:`pseudonym`'s one-shot call at about half the cost per value.
+        keyed = hashlib.blake2b(f"{kind}\0\0".encode(), key=self._key)
+        digests = []
+        for value in values:
+            state = keyed.copy()
+            state.update(value.encode())
+            digests.append(state.digest())
         if kind == "email":
             return [f"user-{d[:4].hex()}@{d[4:7].hex()}.{v.rpartition('@')[2].rsplit('.', 1)[-1]}"
                     for v, d in zip(values, digests)]
