@@ -349,7 +349,7 @@ def test_a_session_loads_the_tools_progressively_asks_for_external_ones_and_mask
     assert "No resource 'file:///etc/passwd' on crm; its resources: docs://refunds, docs://returns" in outside
     assert "Alice Martin" in lookup and "alice.martin@example.com" not in json.dumps(requests)  # masked e-mail
     assert [r.tool for r in asked] == ["crm__delete_customer"] and asked[0].safety == "external"
-    assert "Not run: crm__delete_customer is a external call and was denied" in delete
+    assert "Not run: crm__delete_customer is an external call and was denied" in delete
     if transport == "local":
         assert not (Path(connector.directory or "") / "deleted-1").exists()
     assert "[doc:docs://refunds]" in search and "second approver" in read

@@ -50,7 +50,7 @@ def test_an_mcp_connector_in_a_real_kernel(tmp_path: Path) -> None:
         assert "alice.martin@example.com" not in html  # masked before the model and the cell saw it
         results = kernel.value(f"[b.content for m in {magics}.session.harness.messages for b in m.tool_results]")
         assert "alice.martin@example.com" not in str(results)
-        assert any("Not run: crm__delete_customer is a external call and was denied" in r for r in results), results
+        assert any("Not run: crm__delete_customer is an external call and was denied" in r for r in results), results
         directory = kernel.value(f"{magics}.session.connectors.registry['crm'].directory")
         assert not os.path.exists(os.path.join(directory, "deleted-1"))
         layers = kernel.run("%agent_sandbox")

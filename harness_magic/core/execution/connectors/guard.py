@@ -71,7 +71,8 @@ class ApprovalGuard:
             decision = self.decide(request)
         if decision.approved:
             return None
-        return (f"Not run: {spec.name} is a {safety} call and was denied ({decision.reason}). "
+        article = "an" if safety[:1] in "aeiou" else "a"
+        return (f"Not run: {spec.name} is {article} {safety} call and was denied ({decision.reason}). "
                 "Nothing was executed or changed.")
 
     def approver(self, tool: str, connector: Any) -> Callable[[ApprovalRequest], ApprovalDecision]:
