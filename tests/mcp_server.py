@@ -156,6 +156,17 @@ def connect(port: int) -> str:
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def udp(port: int) -> str:
+    """Send a UDP datagram to 127.0.0.1:port (what Landlock's TCP rules do not cover)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.sendto(b"leak", ("127.0.0.1", port))
+            return f"SENT: {port}"
+    except OSError as exc:
+        return _denied(exc)
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def pid() -> str:
     """This server's process id."""
     return str(os.getpid())

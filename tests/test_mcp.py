@@ -41,7 +41,7 @@ def crm():
     """A local server marked: count_orders and lookup_customer read, annotations not trusted."""
     connector = mcp_connector(name="crm", read_tools=["count_orders", "lookup_customer", "read_path", "environment",
                                                       "parent_environment", "run_shell", "write_path", "connect",
-                                                      "crash", "garbage", "huge", "pid"], env=["HM_MCP_GIVEN"],
+                                                      "crash", "garbage", "huge", "pid", "udp"], env=["HM_MCP_GIVEN"],
                               **LOCAL)
     yield connector
     connector.close()
@@ -158,16 +158,21 @@ def test_network_is_off_unless_configured(crm):
         listener.listen()
         port = listener.getsockname()[1]
         assert crm.call_tool("crm__connect", {"port": port}).startswith("DENIED")
-        allowed = mcp_connector(name="net", network=[port], read_tools=["connect"], **LOCAL)
+        udp = crm.call_tool("crm__udp", {"port": port})  # seccomp refuses the socket itself (EPERM), root or not,
+        assert udp.startswith("DENIED") and "Operation not permitted" in udp, udp  # not the namespace's no route
+        allowed = mcp_connector(name="net", network=[port], read_tools=["connect", "udp"], **LOCAL)
         try:
             assert allowed.confinement.get("netns") is None  # a network of its own would reach nothing
             assert allowed.call_tool("net__connect", {"port": port}) == f"CONNECTED: {port}"
             assert allowed.call_tool("net__connect", {"port": 9}).startswith("DENIED")  # not a listed port
+            udp = allowed.call_tool("net__udp", {"port": port})
+            assert udp.startswith("DENIED") and "Operation not permitted" in udp, udp  # listed ports are TCP only
         finally:
             allowed.close()
-        anywhere = mcp_connector(name="net2", network=True, read_tools=["connect"], **LOCAL)
+        anywhere = mcp_connector(name="net2", network=True, read_tools=["connect", "udp"], **LOCAL)
         try:
             assert anywhere.call_tool("net2__connect", {"port": port}) == f"CONNECTED: {port}"
+            assert anywhere.call_tool("net2__udp", {"port": port}) == f"SENT: {port}"
         finally:
             anywhere.close()
 

@@ -527,13 +527,23 @@ files it may execute."""
 CLONE_VFORK = 0x00004000
 
 
-def apply_seccomp(own_pid: int, *, keep: Iterable[str] = (), allow_spawn: bool = False) -> int:
+INET_POLICIES = ("any", "tcp", "none")
+"""What :func:`apply_seccomp` lets a process that keeps ``socket`` open on IP: every socket, TCP only (no UDP or
+raw sockets, which Landlock's port rules do not cover), or none (no IPv4, IPv6 or packet socket at all)."""
+_AF_INET, _AF_INET6, _AF_PACKET = 2, 10, 17
+_SOCK_TYPE_MASK, _SOCK_DGRAM, _SOCK_RAW = 0xF, 2, 3
+
+
+def apply_seccomp(own_pid: int, *, keep: Iterable[str] = (), allow_spawn: bool = False, inet: str = "any") -> int:
     """Load the deny-list filter. Returns the number of rules. Requires libseccomp (Debian: libseccomp2).
 
     ``keep``: system calls of the deny list left allowed (see :data:`SERVER_SECCOMP_KEEP`); every other rule stays.
     ``allow_spawn``: a ``clone`` with ``CLONE_VFORK`` (``posix_spawn``, whose child execs at once) is allowed; a
     plain fork (and the ``fork``/``vfork`` calls) still is not. What may be executed is then Landlock's to decide.
+    ``inet`` (one of :data:`INET_POLICIES`), for a process that keeps ``socket``: which IP sockets it may open.
     """
+    if inet not in INET_POLICIES:
+        raise ValueError(f"inet must be one of {', '.join(INET_POLICIES)}, got {inet!r}")
     keep = frozenset(keep)
     try:
         import pyseccomp as sc
@@ -571,6 +581,14 @@ def apply_seccomp(own_pid: int, *, keep: Iterable[str] = (), allow_spawn: bool =
         for command in (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX):
             add(eperm, name, sc.Arg(1, sc.EQ, command))
         add(eperm, name, sc.Arg(1, sc.EQ, _F_SETFL), sc.Arg(2, sc.MASKED_EQ, _O_ASYNC, _O_ASYNC))
+    if inet == "none":
+        for family in (_AF_INET, _AF_INET6, _AF_PACKET):
+            add(eperm, "socket", sc.Arg(0, sc.EQ, family))
+    elif inet == "tcp":  # the type's low bits; SOCK_NONBLOCK / SOCK_CLOEXEC ride above them
+        for family in (_AF_INET, _AF_INET6):
+            for kind in (_SOCK_DGRAM, _SOCK_RAW):
+                add(eperm, "socket", sc.Arg(0, sc.EQ, family), sc.Arg(1, sc.MASKED_EQ, _SOCK_TYPE_MASK, kind))
+        add(eperm, "socket", sc.Arg(0, sc.EQ, _AF_PACKET))
     filt.load()
     return rules
 

@@ -8,8 +8,9 @@ Run by the MCP SDK's stdio client as ``python -I launch.py PLAN`` (``PLAN``: JSO
   directory;
 * every other descriptor closed; ``PR_SET_PDEATHSIG`` = SIGKILL bound to the kernel (it kept across the
   ``execve``, so the server dies with the kernel, ``kill -9`` included); core dumps off;
-* ``network: false``: no TCP by Landlock and, as root, an empty network namespace; else TCP only to the listed
-  ports, or any where the configuration allows every port;
+* ``network: false``: no TCP by Landlock, no IPv4/IPv6/packet socket at all by seccomp and, as root, an empty
+  network namespace; a list of ports: TCP only to those (Landlock) and no UDP or raw socket (seccomp); ``true``:
+  any;
 * as root, a private IPC namespace; ``no_new_privs``; Landlock: read the Python install, the command's own files and the
   configured ``read_paths``, write only the private directory, execute only the command's executable and the
   program loader; capabilities dropped (when root); seccomp: no fork, no ptrace, no namespaces, no signals to
@@ -84,8 +85,9 @@ def confine(plan: dict[str, Any]) -> dict[str, Any]:
     root = os.geteuid() == 0
     namespaces = [*(["netns"] if network is False else []), "ipcns"]
     for name in namespaces:  # as root only: an unprivileged one needs a user namespace, where files it makes fail
-        status[name] = _applied(getattr(conf, f"apply_{name}")) if root else \
-            "unavailable: not root (it would need a user namespace; network: false is then Landlock's no TCP)"
+        status[name] = _applied(getattr(conf, f"apply_{name}")) if root else (
+            "unavailable: not root (it would need a user namespace; network: false is then Landlock's no TCP "
+            "and seccomp's no IP socket)")
     conf.apply_no_new_privs()
     status["no_new_privs"] = True
     landlock = _applied(lambda: conf.apply_landlock(
@@ -95,7 +97,9 @@ def confine(plan: dict[str, Any]) -> dict[str, Any]:
         f"ABI {landlock}" + ("" if landlock >= 4 else " (TCP ports not restricted: ABI < 4)")
     if root:
         status["drop_caps"] = _applied(conf.drop_capabilities)
-    seccomp = _applied(lambda: conf.apply_seccomp(os.getpid(), keep=conf.SERVER_SECCOMP_KEEP))
+    # Landlock rules TCP only: seccomp closes UDP and raw sockets too (all IP with network: false), root or not.
+    inet = "any" if network is True else "none" if network is False else "tcp"
+    seccomp = _applied(lambda: conf.apply_seccomp(os.getpid(), keep=conf.SERVER_SECCOMP_KEEP, inet=inet))
     status["seccomp"] = f"{seccomp} rules" if isinstance(seccomp, int) and seccomp is not True else seccomp
     return status
 
