@@ -12,9 +12,10 @@ from IPython.core.error import UsageError  # noqa: E402
 
 @pytest.fixture(scope="module")
 def shell():
+    from IPython import get_ipython
     from IPython.testing.globalipapp import start_ipython
 
-    ip = start_ipython()
+    ip = start_ipython() or get_ipython()  # start_ipython returns None once another test module started it
     ip.run_line_magic("load_ext", "harness_magic")
     yield ip
 
