@@ -17,6 +17,7 @@ From a notebook or a shell (the repository root as working directory)::
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -300,8 +301,17 @@ def build_shop_project(dest: str | os.PathLike[str]) -> Path:
     """Write the shop project into ``dest`` and build it with dbt (seeds, models, tests, docs); its path.
 
     Idempotent: a folder that already holds ``target/catalog.json`` from a finished build is returned as is.
+    Builders of the same folder at once (parallel test workers, a notebook and a test) take turns on a lock
+    file beside it: one builds, the others then find it built.
     """
     root = Path(dest).resolve()
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / f".{root.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build(root)
+
+
+def _build(root: Path) -> Path:
     if (root / "target" / "catalog.json").is_file() and (root / ".built").is_file():
         return root
     root.mkdir(parents=True, exist_ok=True)
