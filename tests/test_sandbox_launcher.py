@@ -15,6 +15,7 @@ import time
 import warnings
 
 import pytest
+from processes import children_of
 
 from harness_magic.core.execution.sandbox import SandboxedInterpreter, SandboxUnavailableError
 from harness_magic.core.execution.sandbox import launcher_client
@@ -114,11 +115,6 @@ def pid_inside(interp: SandboxedInterpreter) -> int:
     result = interp.execute(PID_CODE, {}, [])
     assert result.error is None, result.error
     return int(result.stdout.strip())
-
-
-def children_of(pid: int) -> set[int]:
-    with open(f"/proc/{pid}/task/{pid}/children") as f:
-        return {int(p) for p in f.read().split()}
 
 
 # -- the real launcher, made slow ---------------------------------------------------------------

@@ -19,6 +19,7 @@ import time
 from dataclasses import replace
 
 import pytest
+from processes import children_of
 
 from harness_magic import AgentConfig, AgentSession, ProviderAdapter, ScriptedModel
 from harness_magic.core.execution.sandbox.launcher_client import LauncherClient
@@ -27,6 +28,8 @@ from harness_magic.core.transcript.events import SandboxStep, ToolCallFinished, 
 START_WAIT_S = 60.0
 """Bound on waiting for a background start in a test (a cold launcher on a loaded machine takes seconds)."""
 
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+"""Where :mod:`processes` is, for the scripts run in a fresh interpreter."""
 HEAVY_MODULES = ("pandas", "pyarrow", "litellm", "duckdb")
 """What %load_ext must not import into the kernel, prestart or not."""
 
@@ -35,9 +38,6 @@ def call(code: str) -> dict:
     return {"tool_calls": [{"name": "python_interpreter", "arguments": {"code": code}}]}
 
 
-def children_of(pid: int) -> set[int]:
-    with open(f"/proc/{pid}/task/{pid}/children") as f:
-        return {int(p) for p in f.read().split()}
 
 
 def session_dirs(launcher: LauncherClient) -> set[str]:
@@ -327,18 +327,25 @@ LOAD = textwrap.dedent("""\
         if thread.name.startswith("harness-"):
             thread.join(120)
     me = os.getpid()
-    kids = open(f"/proc/{me}/task/{me}/children").read().split()
-    grandkids = [k for pid in kids for k in open(f"/proc/{pid}/task/{pid}/children").read().split()]
+    from processes import children_of  # every thread's children: the warm thread forked the launcher
+    kids = sorted(children_of(me))
+    grandkids = sorted(k for pid in kids for k in children_of(pid))
     from harness_magic.core.execution.sandbox.launcher_client import LAUNCHER_MODULE
     launchers = [k for k in kids if LAUNCHER_MODULE in open(f"/proc/{k}/cmdline").read().split(chr(0))]
-    print(json.dumps({"children": kids, "workers": grandkids, "heavy": [m for m in HEAVY if m in sys.modules],
-                      "launcher": launchers[0] if launchers else None}))
+    out = {"children": kids, "workers": grandkids, "heavy": [m for m in HEAVY if m in sys.modules],
+           "launcher": launchers[0] if launchers else None}
+    failure = sys.modules.get("harness_magic.core.execution.sandbox.launcher_client")
+    failure = failure and failure.LauncherClient._warm_failure
+    if failure is not None:
+        out["warm_failure"] = str(failure)  # absent when the start succeeded: a failure reads in the assertion
+    print(json.dumps(out))
 """).replace("HEAVY", repr(HEAVY_MODULES))
 
 
 def load(before: str, after: str, sandbox: str = "worker") -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([TESTS_DIR, os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-c", LOAD, before, after, sandbox], capture_output=True, text=True,
-                          timeout=240)
+                          timeout=240, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from processes import children_of
 from rich.console import Console
 
 from harness_magic import AgentConfig, AgentSession, ProviderAdapter
@@ -317,7 +318,7 @@ def test_in_a_kernel_a_worker_killed_between_calls_is_replaced_and_the_cell_show
         kernel_pid = kernel.value("__import__('os').getpid()")
 
         def kill_worker() -> None:
-            workers = {w for launcher in _children(kernel_pid) for w in _children(launcher)}
+            workers = {w for launcher in children_of(kernel_pid) for w in children_of(launcher)}
             assert len(workers) == 1, workers
             kill_and_wait(workers.pop())
 
@@ -333,17 +334,6 @@ def test_in_a_kernel_a_worker_killed_between_calls_is_replaced_and_the_cell_show
         assert names.count("worker_replaced") == 1
         shown = "".join(o.get("text") or o.get("data", {}).get("text/plain", "") for o in cell.outputs)
         assert shown.count("was found dead (killed by SIGKILL) and replaced before the call ran") == 1, shown
-
-
-def _children(pid: int) -> set[int]:
-    found: set[int] = set()
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                found |= {int(p) for p in f.read().split()}
-        except FileNotFoundError:
-            continue
-    return found
 
 
 def test_a_launcher_found_dead_by_the_fork_after_a_retired_worker_is_reported_by_the_next_call(interp):
