@@ -87,6 +87,16 @@ def run(turns: int, run_dir: str) -> dict[str, float]:
             "v1_read_ms": timings["v1"] * 1000, "v2_read_ms": timings["v2"] * 1000}
 
 
+def hub_row() -> dict[str, Any]:
+    """Issue 35's table row: bytes per turn of the 50-turn scripted run (version 2), with version 1 beside it."""
+    with tempfile.TemporaryDirectory() as run_dir:
+        row = run(50, run_dir)
+    value = row["v2_bytes_per_turn"]
+    return {"figure": "run log per turn, 50-turn scripted run", "value": value, "unit": "B",
+            "goal": float(GOAL_BYTES_PER_TURN), "met": value <= GOAL_BYTES_PER_TURN,
+            "detail": f"version 1 of the same run: {row['v1_bytes_per_turn']:,.0f} B; replay reads both alike"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=50)

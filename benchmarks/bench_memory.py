@@ -174,14 +174,34 @@ def import_costs() -> dict[str, float]:
     return {label: uss(code) - base for label, code in IMPORTS.items()}
 
 
+def hub_row() -> dict[str, Any]:
+    """Issue 35's table row: total PSS of one session (kernel, launcher, worker) after one sandboxed cell."""
+    _drop_api_keys()
+    with tempfile.TemporaryDirectory() as tmp:
+        single = one_session(Path(tmp))
+    rows = single["1 cell"]
+    value = rows["total"]["pss"]
+    parts = " + ".join(f"{name} {v['pss']:.0f}" for name, v in rows.items() if name != "total")
+    costs = import_costs()
+    return {"figure": "one session after one sandboxed cell, PSS", "value": value, "unit": "MB",
+            "goal": float(GOAL_MB), "met": value <= GOAL_MB,
+            "detail": f"{parts}; bare kernel {single['bare']['total']['pss']:.0f}; "
+                      f"import litellm alone +{costs['litellm']:.0f} MB USS, "
+                      f"pandas + pyarrow +{costs['pandas + pyarrow']:.0f}"}
+
+
+def _drop_api_keys() -> None:
+    """The kernel must use the scripted server, never a real provider."""
+    for key in [k for k in os.environ if k.endswith("_API_KEY")]:
+        del os.environ[key]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", type=int, default=5, help="kernels at once for the marginal figure")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON line too")
     args = parser.parse_args()
-    env_keys = [k for k in os.environ if k.endswith("_API_KEY")]
-    for key in env_keys:  # the kernel must use the scripted server, never a real provider
-        del os.environ[key]
+    _drop_api_keys()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "one").mkdir()
