@@ -26,7 +26,7 @@ import dataclasses
 import html
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol, Sequence
+from typing import Any, Iterable, Protocol, Sequence, cast
 
 from harness_magic.core.transcript.messages import Message, ToolUseBlock
 
@@ -122,6 +122,15 @@ def ledger_for(harness: LedgerHost) -> Ledger:
 def retrieved_sources(harness: LedgerHost) -> dict[str, Source]:
     """Sources retrieved by tool calls whose results are in the harness's conversation."""
     return ledger_for(harness).visible(harness.messages)
+
+
+def ledger_host(harness: object | None) -> LedgerHost | None:
+    """The harness a connector tool runs in (``ToolContext.harness``), as the citation ledger's host.
+
+    The agent :class:`~harness_magic.core.agent.loop.Harness` is the one host that installs connectors, and it
+    keeps both the ledger and the messages; a tool called outside a harness has None.
+    """
+    return cast("LedgerHost | None", harness)
 
 
 def record_retrieval(harness: LedgerHost | None, tool: str, sources: Sequence[Source]) -> None:

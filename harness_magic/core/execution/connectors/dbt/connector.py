@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from harness_magic.core.execution.connectors.dbt.lineage import MAX_DEPTH, Lineage, Step
 from harness_magic.core.execution.connectors.dbt.manifest import (
@@ -43,7 +43,7 @@ from harness_magic.core.execution.connectors.lineage import SQLGLOT_DIALECTS
 from harness_magic.core.execution.connectors.registry import Connector, ToolContext
 from harness_magic.core.execution.connectors.sameness import records_configuration
 from harness_magic.core.execution.tools import ToolError
-from harness_magic.core.knowledge.citations import LedgerHost, Source, record_retrieval
+from harness_magic.core.knowledge.citations import Source, ledger_host, record_retrieval
 
 __all__ = ["DbtConnector", "dbt_connector", "DBT_DESCRIPTION", "SEARCH_MAX_K", "RELATION_NAMES"]
 
@@ -63,11 +63,6 @@ table name (a DuckDB connector whose views are named after the models)."""
 _WORDS = re.compile(r"[a-z0-9]+")
 _KIND_ORDER = {kind: i for i, kind in enumerate(("metric", "model", "semantic_model", "source", "seed", "snapshot",
                                                   "exposure"))}
-
-
-def _ledger(ctx: ToolContext) -> LedgerHost | None:
-    """The harness is the ledger's host (see the docs connector)."""
-    return cast("LedgerHost | None", ctx.harness)
 
 
 def _words(text: str) -> set[str]:
@@ -239,11 +234,12 @@ class DbtConnector(Connector):
             if not near:
                 raise ToolError(f"No dbt entry named {name[:100]!r} in {self.project.summary()}. "
                                 f"Try {self.name}__search(query=...).")
-            record_retrieval(_ledger(ctx), ctx.tool_name, [self.source(e, self.summary_line(e)) for e in near])
+            record_retrieval(ledger_host(ctx.harness), ctx.tool_name,
+                             [self.source(e, self.summary_line(e)) for e in near])
             return "\n".join([f"No dbt entry named {name[:100]!r}; closest matches:",
                               *(f"- {self.summary_line(e)}" for e in near),
                               f"Call {self.name}__lookup again with one of these names for the full entry."])
-        record_retrieval(_ledger(ctx), ctx.tool_name, [self.source(e) for e in found])
+        record_retrieval(ledger_host(ctx.harness), ctx.tool_name, [self.source(e) for e in found])
         return "\n\n".join(self.entry_text(e) for e in found)
 
     def _search(self, query: str, ctx: ToolContext, k: int = 5) -> str:
@@ -262,7 +258,7 @@ class DbtConnector(Connector):
         header = f"{len(hits)} dbt entr{'y' if len(hits) == 1 else 'ies'} for {query[:80]!r} ({self.project.summary()})"
         if not hits:
             return header + ". Try other words."
-        record_retrieval(_ledger(ctx), ctx.tool_name, [self.source(e, self.summary_line(e)) for e in hits])
+        record_retrieval(ledger_host(ctx.harness), ctx.tool_name, [self.source(e, self.summary_line(e)) for e in hits])
         return "\n".join([header + ":", *(f"{i}. {self.summary_line(e)}" for i, e in enumerate(hits, 1)),
                           f"Read a whole entry with {self.name}__lookup(name=...)."])
 
@@ -331,7 +327,7 @@ class DbtConnector(Connector):
             lines.append("Stopped early: the project is too wide to trace in one call; ask with a smaller depth.")
         if len(lines) > LINEAGE_MAX_LINES:
             lines = lines[:LINEAGE_MAX_LINES] + [f"... and {len(lines) - LINEAGE_MAX_LINES} more lines"]
-        record_retrieval(_ledger(ctx), ctx.tool_name,
+        record_retrieval(ledger_host(ctx.harness), ctx.tool_name,
                          [self.source(self.project.entries[u], self.summary_line(self.project.entries[u]))
                           for u in mentioned])
         return "\n".join(lines)
@@ -379,7 +375,7 @@ class DbtConnector(Connector):
             raise ToolError(f"The manifest holds no compiled SQL for {entry.name}; run `dbt compile` (or build) "
                             "in the project, then ask again.")
         sql = self.rewritten_sql(entry)
-        record_retrieval(_ledger(ctx), ctx.tool_name, [self.source(entry, self.summary_line(entry))])
+        record_retrieval(ledger_host(ctx.harness), ctx.tool_name, [self.source(entry, self.summary_line(entry))])
         runner = (f"Run it with {self.run_with}__query(sql=...) (load the {self.run_with} connector first)"
                   if self.run_with else "Run it with the query tool of the SQL or DuckDB connector holding the "
                                         "project's tables")

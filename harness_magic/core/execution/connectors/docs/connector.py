@@ -19,11 +19,11 @@ import hashlib
 import os
 import time
 from pathlib import Path
-from typing import Any, Sequence, cast
+from typing import Any, Sequence
 
 from harness_magic.core.execution.connectors.registry import Connector, ToolContext
 from harness_magic.core.execution.connectors.sameness import records_configuration
-from harness_magic.core.knowledge.citations import LedgerHost, Source, record_retrieval
+from harness_magic.core.knowledge.citations import Source, ledger_host, record_retrieval
 from harness_magic.core.knowledge.embed import make_embedder
 from harness_magic.core.knowledge.extract import ExtractionLimits
 from harness_magic.core.knowledge.glossary import Glossary, GlossaryError, load_glossary, sensitive_columns
@@ -55,12 +55,6 @@ GLOSSARY_DESCRIPTION = ("Glossary of metrics, terms, tables and owners; cite def
 def _default_index_path(name: str, roots: Sequence[str | os.PathLike]) -> Path:
     key = "\n".join(str(Path(r).expanduser().resolve()) for r in roots)
     return Path(DEFAULT_INDEX_DIR) / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:10]}.sqlite"
-
-
-def _ledger(ctx: ToolContext) -> LedgerHost | None:
-    """The harness running the tool as the citation ledger's host: the agent Harness (the one ConnectorHost that
-    installs connectors) keeps the ledger and the messages, so it is both."""
-    return cast("LedgerHost | None", ctx.harness)
 
 
 def _hit_lines(hits: list[Hit], budget: int) -> list[str]:
@@ -126,7 +120,7 @@ class DocsConnector(Connector):
         header += f"; reindexed: {report.summary()})" if news else ")"
         if not hits:
             return header + ". Try other words, or glossary lookup for a defined term."
-        record_retrieval(_ledger(ctx), ctx.tool_name, [
+        record_retrieval(ledger_host(ctx.harness), ctx.tool_name, [
             Source(h.source_id, h.chunk.title, snippet_line(h.snippet, h.chunk.trail)) for h in hits])
         body = _hit_lines(hits, RESULT_BUDGET_CHARS - len(header) - 80)
         return "\n".join([header + ":", *body, f"Read a whole section with {self.name}__read(source_id=...)."])
@@ -153,7 +147,7 @@ class DocsConnector(Connector):
             more = f"\n... and {len(sections) - 40} more" if len(sections) > 40 else ""
             prefix = "" if "#" not in wanted else f"No section {wanted.partition('#')[2][:80]!r} in {path}. "
             return f"{prefix}Sections of {path}:\n{listing}{more}"
-        record_retrieval(_ledger(ctx), ctx.tool_name, [Source(chunk.source_id, chunk.title,
+        record_retrieval(ledger_host(ctx.harness), ctx.tool_name, [Source(chunk.source_id, chunk.title,
                                                              section_text(chunk.text, chunk.trail))])
         siblings = self.index.file_chunks(chunk.path)
         position = next((i for i, c in enumerate(siblings) if c.slug == chunk.slug), -1)
@@ -276,7 +270,7 @@ class GlossaryConnector(Connector):
             raise ToolError(str(exc)) from None
         except GlossaryError as exc:
             raise ToolError(f"The glossary could not be reloaded: {exc}") from None
-        record_retrieval(_ledger(ctx), ctx.tool_name, sources)
+        record_retrieval(ledger_host(ctx.harness), ctx.tool_name, sources)
         return body
 
 

@@ -44,7 +44,7 @@ from harness_magic.core.execution.connectors.mcp.client import McpClient, McpUna
 from harness_magic.core.execution.connectors.registry import TOOL_SEPARATOR, Connector, ToolContext
 from harness_magic.core.execution.connectors.sameness import records_configuration
 from harness_magic.core.execution.tools import ToolError, ToolSpec
-from harness_magic.core.knowledge.citations import LedgerHost, Source, record_retrieval
+from harness_magic.core.knowledge.citations import Source, ledger_host, record_retrieval
 from harness_magic.core.knowledge.ranking import lead, snippet
 from harness_magic.core.transcript.scrub import scrub
 
@@ -241,11 +241,6 @@ def _bounded(text: str, limit: int, what: str) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}\n[{what} cut at {limit:,} of {len(text):,} characters]"
-
-
-def _ledger(ctx: ToolContext) -> LedgerHost | None:
-    """The harness running the tool keeps the citation ledger (the agent Harness is a LedgerHost)."""
-    return ctx.harness  # type: ignore[return-value]  # ConnectorHost narrowed: only the agent Harness installs tools
 
 
 class McpConnector(Connector):
@@ -468,7 +463,7 @@ class McpConnector(Connector):
             return f"No resource of {self.name} matches {query[:200]!r}; {len(self._resources)} resources searched."
         sources = [Source(f"doc:{uri}", str(resource.name), snippet(text, sorted(words), SEARCH_SNIPPET_WORDS))
                    for _, uri, text, resource in hits]
-        record_retrieval(_ledger(ctx), ctx.tool_name, sources)
+        record_retrieval(ledger_host(ctx.harness), ctx.tool_name, sources)
         lines = [f"[{s.source_id}] {s.title}: {s.snippet}" for s in sources]
         return "\n".join([f"{len(hits)} resources of {self.name} match:", *lines,
                           f"Read one whole with {self.name}__read_resource(uri=...)."])
@@ -488,7 +483,7 @@ class McpConnector(Connector):
         except McpUnavailable as exc:
             raise ToolError(f"{ctx.tool_name} failed: {exc}.") from None
         resource = self._resources[wanted]
-        record_retrieval(_ledger(ctx), ctx.tool_name, [Source(f"doc:{wanted}", str(resource.name), text)])
+        record_retrieval(ledger_host(ctx.harness), ctx.tool_name, [Source(f"doc:{wanted}", str(resource.name), text)])
         return f"[doc:{wanted}] {resource.name}\n{text}"
 
 
