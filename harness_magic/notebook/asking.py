@@ -191,10 +191,10 @@ class PersonAsker:
     def _wait_in_cell(self, box: PromptBox, router: CommRouter, timeout_s: float | None, interrupted: str) -> Any:
         """Show ``box`` and return its answer, its controls' messages routed meanwhile; TimeoutError when
         the time passes (the caller withdraws the box); an interrupt withdraws it (``interrupted``) and
-        propagates."""
+        propagates, also one that lands while the box is being shown (it may already be on screen)."""
         with router.routing(box.controls):
-            self._show(box)
             try:
+                self._show(box)
                 return box.wait(timeout_s)
             except KeyboardInterrupt:
                 box.close("withdrawn", interrupted)
