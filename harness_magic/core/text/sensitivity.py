@@ -9,7 +9,9 @@ Contract:
 * **Validated, not guessed.** A candidate found by a cheap regex is kept only
   when a validator accepts it: ``python-stdnum`` (Luhn for cards, IBAN check
   digits, US SSN rules), ``phonenumbers`` (a number valid in its region),
-  ``email-validator`` (syntax only, no DNS) and :mod:`ipaddress`.
+  ``email-validator`` (syntax only, no DNS) and :mod:`ipaddress`. Verdicts are
+  memoised; an e-mail with a plain ASCII local part costs one validation per
+  domain, and Luhn is computed in place (same verdicts as the libraries).
 * **Free text: only where it is sure** (issue 36). Printed output, errors and
   documents are scanned by :func:`find_sensitive` with the strict rules: a phone
   in international form (``+`` and a valid country code) or in the national
@@ -41,6 +43,8 @@ Contract:
   two digits (IBANs) or two colons around hex digits (IPv6) — :data:`_HINTS`.
   The full pattern runs on the lines holding one; the result is the same as a
   scan of the whole text (printed tables of counts and amounts are skipped).
+  In ASCII text the digit-run and IBAN hints read its character classes
+  (:data:`_ASCII_CLASSES`, one translation) and find the same lines.
 
 Pure: no pandas, no IPython.
 """
@@ -51,6 +55,7 @@ import functools
 import ipaddress
 import numbers
 import re
+import string
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -219,22 +224,14 @@ def _phone(value: str, strict: bool) -> bool:
 def _valid(kind: str, value: str, *, strict: bool = True) -> bool:
     """Whether ``value`` is a ``kind``; ``strict`` for free text, else a cell checked as a whole."""
     if kind == "email":
-        from email_validator import EmailNotValidError, validate_email
-
-        try:
-            validate_email(value, check_deliverability=False)
-        except EmailNotValidError:
-            return False
-        return True
+        return _email_valid(value)
     if kind == "iban":
         from stdnum import iban
 
         return iban.is_valid(value)
     if kind == "card":
-        from stdnum import luhn
-
         digits = _digits(value)
-        if not (CARD_MIN_DIGITS <= len(digits) <= 19 and len(set(digits)) > 1 and luhn.is_valid(digits)):
+        if not (CARD_MIN_DIGITS <= len(digits) <= 19 and len(set(digits)) > 1 and _luhn_valid(digits)):
             return False
         return not strict or _card_grouping(value, digits)
     if kind == "national_id":
@@ -250,6 +247,53 @@ def _valid(kind: str, value: str, *, strict: bool = True) -> bool:
     if kind == "phone":
         return _phone(value, strict)
     return False
+
+
+def _email_accepted(value: str) -> bool:
+    """What ``email-validator`` says of ``value`` (syntax only, no DNS): the reference :func:`_email_valid` keeps."""
+    from email_validator import EmailNotValidError, validate_email
+
+    try:
+        validate_email(value, check_deliverability=False)
+    except EmailNotValidError:
+        return False
+    return True
+
+
+EMAIL_MAX_CHARS = 254
+"""Longest e-mail address (RFC 5321, as ``email-validator`` counts it: UTF-8 bytes, here ASCII characters)."""
+_PLAIN_LOCAL = re.compile(r"[A-Za-z0-9_%+\-]+(?:\.[A-Za-z0-9_%+\-]+)*")
+"""An ASCII local part in dot-atom form (no leading, trailing or doubled dot): every one is valid as it is."""
+
+
+def _email_valid(value: str) -> bool:
+    """:func:`_email_accepted`'s verdict on ``value``, the validator run once per domain: an address with a
+    plain ASCII local part (:data:`_PLAIN_LOCAL`) is valid when its domain is, and it is within
+    :data:`EMAIL_MAX_CHARS`; any other address is given to the validator whole. Printed output repeats a few
+    domains over many addresses (``tests/test_masking_fast.py`` checks both agree on hostile addresses)."""
+    local, at, domain = value.rpartition("@")
+    if at and value.isascii() and _PLAIN_LOCAL.fullmatch(local):
+        return len(value) <= EMAIL_MAX_CHARS and _email_domain_valid(domain)
+    return _email_accepted(value)
+
+
+@functools.lru_cache(maxsize=VALIDATION_MEMO)
+def _email_domain_valid(domain: str) -> bool:
+    """Whether ``email-validator`` accepts the domain ``domain`` (one short plain local part before it: the
+    domain's checks do not read the local part, and no address of a domain too long for this one is valid)."""
+    return _email_accepted("x@" + domain)
+
+
+_LUHN_DOUBLED = str.maketrans("0123456789", "0246813579")
+"""A digit -> the digit sum of its double (``7`` -> 14 -> ``5``): Luhn's doubled positions."""
+
+
+def _luhn_valid(digits: str) -> bool:
+    """The Luhn check of ``digits`` (as ``stdnum.luhn.is_valid``: False for an empty text or other than ASCII
+    digits)."""
+    if not digits or not digits.isascii() or not digits.isdigit():
+        return False
+    return (sum(map(int, digits[::-2])) + sum(map(int, digits[-2::-2].translate(_LUHN_DOUBLED)))) % 10 == 0
 
 
 PHONE_MIN_DIGITS = 7
@@ -337,14 +381,35 @@ its first digit to its last; an IBAN's country and check digits; an IPv6 address
 scan (a literal or one character class first), several times cheaper than the full pattern."""
 
 
+_ASCII_CLASSES = str.maketrans({**dict.fromkeys("0123456789", "0"), **dict.fromkeys(string.ascii_uppercase, "A"),
+                                **dict.fromkeys(" -.()", "-")})
+"""ASCII text -> the same text with each digit written ``0``, each capital ``A`` and each of a digit run's
+separators ``-`` (one C pass): :data:`_HINTS` on it become a literal or one-character scans."""
+_ASCII_HINTS = (
+    (False, _HINTS[0]),
+    (True, re.compile(r"0[0\-]{5,}0")),
+    (True, re.compile(r"AA00")),
+    (False, _HINTS[3]),
+)
+""":data:`_HINTS` for an ASCII text, in the same order, each with whether it reads the text mapped by
+:data:`_ASCII_CLASSES`: the digit-run and IBAN hints find the same places there (``\\d`` and ``[A-Z]`` are the
+ASCII digits and capitals) several times faster than their character classes on the text itself; the ``@`` and
+IPv6 hints start with a literal and read the text as it is."""
+
+
 def _hinted_lines(text: str) -> list[tuple[int, int]]:
     """``(start, end)`` of each line of ``text`` (``end`` at its ``\\n`` or the end) holding one of :data:`_HINTS`,
     in order; a line without one holds no value :data:`_PATTERN` would validate."""
     size = len(text)
     lines: set[tuple[int, int]] = set()
-    for hint in _HINTS:
+    hints: Iterable[tuple[bool, re.Pattern[str]]] = ((False, hint) for hint in _HINTS)
+    mapped = text
+    if text.isascii():  # the same places, found on the text's classes (same length, same line breaks)
+        hints, mapped = _ASCII_HINTS, text.translate(_ASCII_CLASSES)
+    for on_classes, hint in hints:
+        searched = mapped if on_classes else text
         pos = 0
-        while (hit := hint.search(text, pos)) is not None:
+        while (hit := hint.search(searched, pos)) is not None:
             start = text.rfind("\n", 0, hit.start()) + 1
             end = text.find("\n", hit.end())
             end = size if end < 0 else end

@@ -1,0 +1,110 @@
+"""Spec (issue 35 point 4): masking printed output takes its fast paths without changing a verdict.
+
+* **E-mails are validated once per domain.** An address whose local part is plain ASCII dot-atom is valid
+  exactly when ``email-validator`` accepts its domain and the address is within ``EMAIL_MAX_CHARS``; any
+  other address is given to the validator whole. Both ways agree on every address, hostile ones included
+  (dots at the edges or doubled, labels starting or ending with a hyphen, Punycode, special-use domains,
+  over-long labels and addresses, capitals, non-ASCII letters, quotes).
+* **Cards are checked by Luhn in place.** The check agrees with ``stdnum.luhn`` on every digit text,
+  empty and non-ASCII digits included.
+* **ASCII text is hinted on its character classes.** The lines a scan reads in an ASCII text are the lines
+  the Unicode character classes give for the same text (one translation, then literal scans).
+
+Performance is measured in ``benchmarks/bench_masking.py``, never here.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+
+from stdnum import luhn
+
+from harness_magic.core.text.masking import Masker
+from harness_magic.core.text.sensitivity import (
+    EMAIL_MAX_CHARS,
+    _email_accepted,
+    _email_valid,
+    _hinted_lines,
+    _luhn_valid,
+    find_sensitive,
+)
+
+HOSTILE_EMAILS = [
+    "a@b.co", "jane.doe@corp-mail.com", "Jane.Doe@CORP-MAIL.COM", "x+tag%1@mail.example.org",
+    ".lead@ok.com", "trail.@ok.com", "dou..ble@ok.com", "a@-lead.com", "a@trail-.com", "a@ab--cd.com",
+    "a@xn--bcher-kva.com", "a@xn--zz.com", "a@xn--.com", "a@host.local", "a@my.localhost", "a@x.invalid",
+    "a@x.onion", "a@x.test", "a@1.in-addr.arpa", "a@example.com", "a@" + "l" * 63 + ".com",
+    "a@" + "l" * 64 + ".com", "a" * 64 + "@ok.com", "a" * 65 + "@ok.com",
+    "a@" + ".".join(["abcdefghij"] * 22) + ".com", "b" * 60 + "@" + ".".join(["abcdefghij"] * 17) + ".com",
+    "bé@ok.com", "b@ok.cöm", "b@ök.com", '"quoted"@ok.com', "a@b", "a@b.c", "@ok.com", "a@@ok.com",
+    "a@ok..com", "a@.ok.com", "a_b@ok_ok.com", "-@ok.com", "%@ok.com", "a@ok.com.", "a@123.com", "a@ok.c0m",
+]
+LOCAL_CHARS = string.ascii_letters + string.digits + "._%+-"
+DOMAIN_CHARS = string.ascii_lowercase + string.digits + "-."
+
+
+def test_an_email_is_valid_by_its_domain_exactly_when_the_validator_accepts_it_whole():
+    rng = random.Random(35)
+    generated = []
+    for _ in range(3_000):
+        local = "".join(rng.choice(LOCAL_CHARS) for _ in range(rng.randint(1, 12)))
+        domain = "".join(rng.choice(DOMAIN_CHARS) for _ in range(rng.randint(1, 14)))
+        generated.append(f"{local}@{domain}.{rng.choice(['com', 'io', 'local', 'test', 'c', 'Org', 'x1'])}")
+    for address in HOSTILE_EMAILS + generated:
+        assert _email_valid(address) == _email_accepted(address), address
+
+
+def test_the_longest_valid_address_is_kept_and_one_character_more_is_refused():
+    domain = ".".join(["abcdefghij"] * 20) + ".com"  # 224 characters: each label valid
+    local = "c" * (EMAIL_MAX_CHARS - 1 - len(domain))
+    assert _email_valid(f"{local}@{domain}") and _email_accepted(f"{local}@{domain}")
+    assert not _email_valid(f"c{local}@{domain}") and not _email_accepted(f"c{local}@{domain}")
+
+
+def test_a_domain_found_valid_once_does_not_pass_a_bad_local_part_or_a_special_use_domain():
+    assert _email_valid("first@shared-mail.com")
+    for address in ("dou..ble@shared-mail.com", ".lead@shared-mail.com", "trail.@shared-mail.com",
+                    '"a b"@shared-mail.com'):
+        assert not _email_valid(address), address
+    assert _email_valid("jürgen@shared-mail.com") == _email_accepted("jürgen@shared-mail.com")  # the validator's say
+    assert not _email_valid("first@shared-mail.local")
+    found = [(f.kind, f.value) for f in find_sensitive("to first@shared-mail.com, cc last@shared-mail.local")]
+    assert found == [("email", "first@shared-mail.com")]
+
+
+def test_the_luhn_check_agrees_with_stdnum_on_every_digit_text():
+    rng = random.Random(4111)
+    texts = ["".join(rng.choice(string.digits) for _ in range(rng.randint(0, 20))) for _ in range(20_000)]
+    texts += ["", "0", "4111111111111111", "4111111111111112", "٤١١١١١١١١١١١١١١١", "4111 1111 1111 1111", "12a"]
+    for text in texts:
+        assert _luhn_valid(text) == luhn.is_valid(text), text
+
+
+ASCII_PIECES = ["a@b.co", "+44 20 7946 0958", "(212) 555-0134", "1.2.3.4", "123-45-6789", "GB82WEST12345698765432",
+                "DE89 3704", "AB12", "ab12", "fe80::1", "a:XY:", "::", "2024-01-05", "12:30", "-------", "0000000",
+                "123456", "1234567", "12 34 56 7", "(((1)))", "9.9.9", "\n", " ", "x", "ZZ", "99", "order ok"]
+
+
+def test_an_ascii_text_is_hinted_on_the_same_lines_as_by_the_unicode_classes():
+    rng = random.Random(7)
+    for _ in range(2_000):
+        text = "".join(rng.choice(ASCII_PIECES) for _ in range(rng.randint(1, 25)))
+        unicode_path = text + "\né"  # one non-ASCII character: the hints read the text with their own classes
+        expected = [(start, end) for start, end in _hinted_lines(unicode_path) if end <= len(text)]
+        assert _hinted_lines(text) == expected, text
+
+
+def test_values_in_printed_lines_are_masked_the_same_on_the_fast_paths():
+    masker = Masker()
+    lines = ["    10 customer person.10@acme-mail.com updated at 2024-01-11 12:10",
+             "    11 order ok amount=77.11 region=north items=11 status=shipped",
+             "    21 customer 4111 1111 1111 1111 updated", "    31 customer +1 212-555-0031 updated",
+             "    41 customer 4111 1111 1111 1112 updated", "    51 customer a@host.local updated"]
+    masked = masker.mask_text("\n".join(lines))
+    assert masked.counts == {"pii": 2, "financial": 1}
+    out = masked.text.splitlines()
+    assert "person.10@acme-mail.com" not in out[0] and "@" in out[0]
+    assert out[1] == lines[1] and out[4] == lines[4] and out[5] == lines[5]  # no value there: untouched
+    assert "4111 1111 1111 1111" not in out[2] and out[2].endswith("1111 updated")  # last four kept
+    assert "212-555-0031" not in out[3]
