@@ -11,6 +11,11 @@ DBT_STAMP := $(DBT_VENV)/.installed
 
 .PHONY: demo test venv bench clean lab
 
+# The suite's test files run on this many pytest-xdist workers, a file per worker at a time (--dist loadfile keeps a
+# file's module fixtures, kernels and servers in one process): most tests wait on kernels, servers and browsers, so
+# two workers fit the 2-core CI machine. TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
+
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
@@ -29,7 +34,7 @@ demo: $(STAMP)
 
 test: $(STAMP) $(DBT_STAMP)
 	bash scripts/system-deps.sh
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 tests notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=25 tests notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg
 
 bench: $(STAMP)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -15,6 +15,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scripted_server import ScriptedServer  # noqa: E402
 
 
+@pytest.fixture(scope="session")
+def run_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder shared by every process of this test run: under pytest-xdist each worker's basetemp is a
+    folder inside it (``pytest-N/popen-gw0``), so a heavy read-only build kept here (the dbt shop project,
+    :func:`dbt_project.build_shop_project`, which takes a lock) is made once per run, not once per worker."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture
 def server():
     """A running scripted server; set ``server.replies`` before the run."""

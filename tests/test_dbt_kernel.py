@@ -29,8 +29,8 @@ VERIFIER_HISTORY = ("[(o.rule, o.ok, o.detail) for o in get_ipython().magics_man
 
 
 @pytest.fixture(scope="module")
-def shop(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_shop_project(tmp_path_factory.getbasetemp() / "dbt_shop")
+def shop(run_tmp: Path) -> Path:
+    return build_shop_project(run_tmp / "dbt_shop")  # built once per run, whichever worker comes first
 
 
 def calls(tool: str, **arguments) -> dict:
