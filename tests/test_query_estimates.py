@@ -24,6 +24,7 @@ from harness_magic.core.execution.tools import ToolSpec
 from harness_magic.core.cache import SessionCache
 from harness_magic.core.config import AgentConfig
 from harness_magic.core.control.budgets import Budgets, child_budgets
+from harness_magic.core.control.presets import SubagentPreset
 from harness_magic.core.execution.connectors import ApprovalPolicy, ConnectorRegistry, duckdb_connector
 from harness_magic.core.execution.connectors.approval import ApprovalDecision
 from harness_magic.core.execution.connectors.estimates import (
@@ -234,8 +235,8 @@ def test_several_statements_are_refused_before_any_is_planned_or_run(tmp_path):
 # -- max_write_operations ------------------------------------------------------------------------------------
 
 
-def write_calls(n):
-    return [call("duckdb__execute", sql=f"INSERT INTO notes VALUES ({i})") for i in range(n)]
+def write_calls(n, first=0):
+    return [call("duckdb__execute", sql=f"INSERT INTO notes VALUES ({i})") for i in range(first, first + n)]
 
 
 def notes_db(tmp_path):
@@ -407,3 +408,38 @@ def test_spark_plan_estimate_reads_sizes_with_units_and_ignores_an_unknown_size(
     assert estimate.rows == 5e7 and estimate.cost == pytest.approx(381.5 * 2**20)
     unknown = spark_plan_estimate("== Optimized Logical Plan ==\nProject [a], Statistics(sizeInBytes=8.0 EiB)\n")
     assert unknown.empty
+
+
+def test_a_subagents_approved_writes_count_against_its_parents_max_write_operations(tmp_path):
+    """Delegating cannot multiply the write budget: each writing subagent spends the parent run's writes.
+
+    A prompt-injected parent with max_write_operations=2 starts a writing domain subagent twice; the first
+    writes twice, so the second is left none and its write is refused (and so would the parent's own be).
+    """
+    path = notes_db(tmp_path)
+    writer = SubagentPreset(name="writer", description="Writes notes.", prompt="Write.",
+                            tools=("load_connectors", "duckdb__*"), read_only=False)
+
+    def child(n_writes: int, first: int) -> list[dict]:
+        return ([{"tool_calls": [call("load_connectors", connector_name="duckdb")]}]
+                + [{"tool_calls": [c]} for c in write_calls(n_writes, first=first)] + [{"text": "wrote"}])
+
+    delegate = {"tool_calls": [call("subagent", task="write notes", preset="writer")]}
+    turns = ([delegate] + child(2, 0) + [delegate] + child(1, 2)
+             + [{"tool_calls": [call("load_connectors", connector_name="duckdb")]},
+                {"tool_calls": write_calls(1, first=3)}, {"text": "done"}])
+    adapter = ProviderAdapter("scripted/delegating", transport=ScriptedModel(turns))
+    session = AgentSession(AgentConfig(run_dir=str(tmp_path / "runs"), sandbox="inprocess", max_write_operations=2),
+                           adapter=adapter, subagents={"presets": {"writer": writer}})
+    session.add_connector(duckdb_connector(database=str(path), timeout_s=TIMEOUT_S),
+                          approval=ApprovalPolicy.allow_all())
+    result = session.ask("write four notes")
+    assert result.status == "completed"
+    assert rows_in(path) == 2, "two subagents and the parent wrote two notes in all, the run's budget"
+    decisions = [r for log in sorted((tmp_path / "runs").glob("*.jsonl"))
+                 for r in map(json.loads, log.read_text().splitlines()) if r.get("event") == "approval"]
+    # a preset's copy of the connector keeps the write previewed: asked once, after its preview, per write
+    assert [(d["approved"], d["previewed"]) for d in decisions].count((True, True)) == 2
+    assert [d["approved"] for d in decisions].count(True) == 2
+    outputs = [b for m in result.messages for b in m.content if getattr(b, "type", "") == "tool_result"]
+    assert outputs[-1].is_error and "max_write_operations=2" in outputs[-1].content  # the parent's own write

@@ -169,6 +169,7 @@ def subset_registry(preset: SubagentPreset, registry: Any) -> Any:
                 setattr(copy, key, value)
         for spec in tools:
             copy.add_function(spec.handler, name=spec.name.split(TOOL_SEPARATOR, 1)[1], description=spec.description,
-                              safety=spec.safety, result_name=spec.result_name, classify=source.classifier(spec.name))
+                              safety=spec.safety, result_name=spec.result_name, classify=source.classifier(spec.name),
+                              previewed=source.previews(spec.name))
         kept.append(copy)
     return ConnectorRegistry(kept, approval=registry.approval) if kept else None

@@ -51,6 +51,7 @@ from harness_magic.core.control.budgets import child_budgets
 from harness_magic.core.control.presets import (PRESETS, PresetError, SubagentPreset, get_preset, preset_catalogue,
                                               subset_registry)
 from harness_magic.core.transcript.events import SubagentEvent
+from harness_magic.core.execution.connectors.estimates import budget_for
 from harness_magic.core.execution.format import truncate_middle
 from harness_magic.core.execution.tools import ToolContext, ToolError, ToolOutput, ToolSpec
 
@@ -293,8 +294,9 @@ def make_subagent_tool(
                 if spec.name != SUBAGENT_TOOL_NAME and not preset.allows(spec):
                     child.remove_tool(spec.name)
         result = child.run_result(task, session_id=getattr(run, "session_id", None))
-        if run is not None:  # the child's calls count against the parent's tool-call budget
+        if run is not None:  # the child's calls and approved writes count against the parent's budgets
             run.tool_calls += sum(len(m.tool_results) for m in result.messages)
+            budget_for(parent).count_write(run, budget_for(child).latest_writes())
 
         created = [n for n in child_cache.names() if n not in local_inputs]
         published: list[tuple[str, str]] = []

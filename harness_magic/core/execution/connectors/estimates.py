@@ -163,10 +163,14 @@ class QueryBudget:
         """Writes approved so far in ``run`` (0 for a run not seen yet)."""
         return self._writes[1] if run is not None and self._writes[0] == id(run) else 0
 
-    def count_write(self, run: Any) -> None:
-        """Count one approved write in ``run``."""
+    def count_write(self, run: Any, writes: int = 1) -> None:
+        """Count ``writes`` approved writes (one by default) in ``run``."""
         if run is not None:
-            self._writes = (id(run), self.writes(run) + 1)
+            self._writes = (id(run), self.writes(run) + writes)
+
+    def latest_writes(self) -> int:
+        """Writes approved in the latest run that wrote (a subagent's, read when its run has ended)."""
+        return self._writes[1]
 
     def write_refusal(self, run: Any) -> str | None:
         """Why another write may not run in ``run`` (its ``max_write_operations`` is spent), else None."""
