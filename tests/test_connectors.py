@@ -283,7 +283,9 @@ def test_approval_wait_is_reported_apart_from_the_tool_time(tmp_path):
     harness.subscribe(events.append)
     result = harness.run_result("go")
     append, echo = [e for e in events if isinstance(e, ToolCallFinished)][1:]
-    assert 0.4 <= append.approval_wait_s <= append.duration_s and append.duration_s - append.approval_wait_s < 0.3
+    assert 0.4 <= append.approval_wait_s <= append.duration_s
+    # the wait is counted once: the tool's own time (microseconds) stays below the 0.4 s wait, however loaded
+    assert append.duration_s - append.approval_wait_s < append.approval_wait_s
     assert echo.approval_wait_s == 0.0, "read tools are never asked about"
     record = RunRecord()
     for event in events:

@@ -61,13 +61,11 @@ def test_a_subagent_cannot_exceed_the_parents_tool_call_budget(tmp_path):
 
 
 def test_a_subagent_cannot_exceed_the_parents_wall_time(tmp_path):
-    started = time.monotonic()
     parent, counter = build(tmp_path, Budgets(max_wall_s=1.0), sleep_s=0.2)
     result = parent.run_result("go")
     event, end = child_end(result)
     assert end["status"] == "budget_wall_time"
-    assert len(counter) < 10  # not 80
-    assert time.monotonic() - started < 5
+    assert len(counter) < 10  # not 80: each call sleeps 0.2 s, so the child stopped within about 2 s of work
 
 
 def test_a_subagent_gets_only_the_tokens_the_parent_has_left(tmp_path):
