@@ -228,6 +228,14 @@ def _alive(pid: int) -> bool:
 
 
 @confined
+def _ended(pid: int, within_s: float = 10.0) -> bool:
+    """Whether process ``pid`` is gone within ``within_s`` (a stopped server may take a moment on a busy host)."""
+    deadline = time.monotonic() + within_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
 def test_the_server_dies_with_the_kernel(tmp_path):
     """A kernel killed with SIGKILL takes its server along (PR_SET_PDEATHSIG), and close() stops it too."""
     kernel = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
@@ -242,16 +250,13 @@ def test_the_server_dies_with_the_kernel(tmp_path):
         assert _alive(server)
         kernel.send_signal(signal.SIGKILL)
         kernel.wait(10)
-        deadline = time.monotonic() + 10
-        while _alive(server) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not _alive(server)
+        assert _ended(server)
     finally:
         kernel.kill()
     closing = mcp_connector(name="c", read_tools=["pid"], **LOCAL)
     server, directory = int(closing.call_tool("c__pid", {})), closing.directory
     closing.close()
-    assert not _alive(server) and not os.path.exists(directory)
+    assert _ended(server) and not os.path.exists(directory)
 
 
 # -- remote over streamable HTTP ----------------------------------------------------------------------------------
@@ -363,3 +368,25 @@ def test_a_session_loads_the_tools_progressively_asks_for_external_ones_and_mask
     assert "doc:docs://refunds" in cited
     assert any(r.get("event") == "approval" and r.get("tool") == "crm__delete_customer" and r["approved"] is False
                for r in log)
+
+
+@confined
+def test_a_server_whose_connector_the_configuration_drops_or_changes_stops_at_once():
+    """%agent_connectors (apply_config) taking an MCP connector out, or rebuilding it, stops its server then,
+    not at kernel exit; a connector kept as it was keeps its server."""
+    from harness_magic.core.execution.connectors import ConnectorRegistry
+    from harness_magic.core.execution.connectors.config import apply_config
+
+    entry = {"type": "mcp", "name": "crm", "command": [sys.executable, SERVER], "read_tools": ["pid"]}
+    registry = ConnectorRegistry([])
+    apply_config(registry, [entry])
+    first = registry["crm"]
+    server, directory = int(first.call_tool("crm__pid", {})), first.directory
+    assert apply_config(registry, [entry]).kept == ("crm",) and _alive(server), "the same entry keeps its server"
+    apply_config(registry, [{**entry, "timeout_s": 45}])
+    assert registry["crm"] is not first
+    assert _ended(server) and not os.path.exists(directory), "the rebuilt connector's old server stopped"
+    second = registry["crm"]
+    server, directory = int(second.call_tool("crm__pid", {})), second.directory
+    assert apply_config(registry, []).removed == ("crm",)
+    assert _ended(server) and not os.path.exists(directory), "the removed connector's server stopped"

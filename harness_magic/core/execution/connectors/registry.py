@@ -333,6 +333,13 @@ class Connector:
     def wants_context(self, tool_name: str) -> bool:
         return tool_name in self._context_tools
 
+    def retired(self) -> None:
+        """Called once a registry has taken this connector out (removed, or replaced by a new configuration).
+
+        The default keeps it usable: lazy engine handles made through it still read. A connector that holds
+        what no handle needs (an MCP server's process) releases it here.
+        """
+
     def previews(self, tool_name: str) -> bool:
         """The tool previews its write in a transaction and asks itself (through ``ToolContext.approve``)."""
         return tool_name in self._previewed
@@ -450,8 +457,8 @@ class ConnectorRegistry:
     def put(self, connector: Connector) -> Registration:
         """Register ``connector``; under a name in use, keep the registered one when its configuration is the
         same (:func:`.sameness.differences`), else replace it (harnesses swap its tools; a connector their
-        conversation loaded stays loaded). A replaced connector is not closed: handles made through it (lazy
-        engine handles) keep working."""
+        conversation loaded stays loaded). The replaced one is told (:meth:`Connector.retired`); it is not
+        closed: handles made through it (lazy engine handles) keep working."""
         if not isinstance(connector, Connector):
             raise TypeError(f"put() needs a Connector, got {type(connector).__name__}")
         registered = self._connectors.get(connector.name)
@@ -467,6 +474,7 @@ class ConnectorRegistry:
         self._connectors[connector.name] = connector  # the same place in the catalogue
         for installed in self._installed:
             installed._replace_connector(registered, connector)
+        registered.retired()
         return Registration(connector, "replaced", tuple(changed))
 
     def remove(self, name: str) -> Connector:
@@ -476,6 +484,7 @@ class ConnectorRegistry:
         del self._connectors[name]
         for installed in self._installed:
             installed._remove_connector(connector)
+        connector.retired()
         return connector
 
     def connector(self, name: str, description: str) -> Connector:

@@ -300,6 +300,11 @@ class McpConnector(Connector):
         """Stop the server's session (a local server process) and remove its private directory."""
         self._finalizer()
 
+    def retired(self) -> None:
+        """Taken out of its registry (removed or reconfigured): its tools left every harness and no handle reads
+        through a server, so the server stops now rather than at kernel exit."""
+        self.close()
+
     # -- transports --------------------------------------------------------------------------
 
     def _plan(self) -> dict[str, Any]:
