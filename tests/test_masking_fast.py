@@ -7,6 +7,11 @@
   over-long labels and addresses, capitals, non-ASCII letters, quotes).
 * **Cards are checked by Luhn in place.** The check agrees with ``stdnum.luhn`` on every digit text,
   empty and non-ASCII digits included.
+* **A column's verdict is read from as few sampled values as decide it.** Classification stops once the
+  values left cannot change its verdict and gives what reading all ``DETECT_SAMPLE_VALUES`` gives: for
+  columns mostly of one kind, split evenly between two kinds, empty at the top, or with the kind only at the end.
+* **Forgetting verdicts changes no verdict.** ``clear_verdict_memos`` (a benchmark's first pass) only drops
+  the memos.
 * **ASCII text is hinted on its character classes.** The lines a scan reads in an ASCII text are the lines
   the Unicode character classes give for the same text (one translation, then literal scans).
 
@@ -22,12 +27,18 @@ from stdnum import luhn
 
 from harness_magic.core.text.masking import Masker
 from harness_magic.core.text.sensitivity import (
+    DETECT_MIN_SHARE,
+    DETECT_SAMPLE_VALUES,
     EMAIL_MAX_CHARS,
     _email_accepted,
     _email_valid,
     _hinted_lines,
     _luhn_valid,
+    classify_cell,
+    classify_column,
+    clear_verdict_memos,
     find_sensitive,
+    is_missing,
 )
 
 HOSTILE_EMAILS = [
@@ -79,6 +90,50 @@ def test_the_luhn_check_agrees_with_stdnum_on_every_digit_text():
     texts += ["", "0", "4111111111111111", "4111111111111112", "٤١١١١١١١١١١١١١١١", "4111 1111 1111 1111", "12a"]
     for text in texts:
         assert _luhn_valid(text) == luhn.is_valid(text), text
+
+
+def every_value_read(values: list) -> str | None:
+    """The verdict as the contract states it: the kind most of the first sampled non-empty values have."""
+    counts: dict[str, int] = {}
+    seen = 0
+    for value in values[:DETECT_SAMPLE_VALUES]:
+        if is_missing(value) or (isinstance(value, str) and not value.strip()):
+            continue
+        seen += 1
+        kind = classify_cell(value)
+        if kind is not None:
+            counts[kind] = counts.get(kind, 0) + 1
+    if not counts:
+        return None
+    kind, n = max(counts.items(), key=lambda item: item[1])
+    return kind if n / seen >= DETECT_MIN_SHARE else None
+
+
+CELLS = {"email": "ann.lee@corp-mail.com", "phone": "+44 20 7946 0958", "card": "4111111111111111",
+         "other": "order 17", "number": 1234, "empty": None, "blank": "  "}
+
+
+def test_a_column_verdict_read_early_is_the_verdict_of_every_sampled_value():
+    rng = random.Random(200)
+    columns = [["email"] * 101 + ["other"] * 99, ["email"] * 100 + ["phone"] * 100, ["phone"] * 100 + ["email"] * 100,
+               ["empty"] * 150 + ["card"] * 50, ["other"] * 99 + ["card"] * 101, ["other"] * 100 + ["card"] * 100,
+               ["card"] * 50, ["other"] * 300 + ["email"] * 300, ["blank"] * 199 + ["email"], [],
+               ["email", "phone"] * 150, ["number"] * 120 + ["card"] * 80]
+    for _ in range(400):
+        mix = rng.sample(list(CELLS), rng.randint(1, 4))
+        columns.append([rng.choice(mix) for _ in range(rng.randint(0, 260))])
+    for names in columns:
+        values = [CELLS[name] for name in names]
+        assert classify_column(values) == every_value_read(values), names
+        assert classify_column(iter(values)) == every_value_read(values), names  # any iterable, read once
+
+
+def test_forgetting_verdicts_changes_no_verdict():
+    text = "mail ann.lee@corp-mail.com, card 4111 1111 1111 1111, call +44 20 7946 0958 or 020 7946 0958"
+    before = [(f.kind, f.value) for f in find_sensitive(text)]
+    clear_verdict_memos()
+    assert [(f.kind, f.value) for f in find_sensitive(text)] == before
+    assert [kind for kind, _ in before] == ["email", "card", "phone"]
 
 
 ASCII_PIECES = ["a@b.co", "+44 20 7946 0958", "(212) 555-0134", "1.2.3.4", "123-45-6789", "GB82WEST12345698765432",
