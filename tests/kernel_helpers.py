@@ -68,6 +68,25 @@ class Kernel:
         cell.reply = reply["content"]
         return cell
 
+    def wait_for(self, cell: "Cell", shows: str, timeout: float = CELL_TIMEOUT_S) -> dict[str, Any]:
+        """Read the kernel's messages until one carries ``shows`` (a tool's name in the live view, a printed
+        word) and return it: a test acts when the kernel is there, never after a guessed sleep. The cell's own
+        messages are kept in ``cell.messages`` (:meth:`collect` reads the rest); AssertionError when the cell
+        ends first, TimeoutError past ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                msg = self.kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                raise TimeoutError(f"no message showed {shows!r}: {cell.outputs}") from None
+            mine = msg["parent_header"].get("msg_id") == cell.msg_id
+            if mine and msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                raise AssertionError(f"the cell ended before anything showed {shows!r}: {cell.outputs}")
+            if mine:
+                cell.messages.append(msg)
+            if shows in json.dumps(msg["content"], default=str):
+                return msg
+
     def value(self, expression: str) -> Any:
         """Evaluate ``expression`` in the kernel and return it (through JSON)."""
         cell = self.run(f"import json as _j; print(_j.dumps({expression}, default=str))")

@@ -40,7 +40,7 @@ def test_the_stop_button_interrupts_a_running_duckdb_query_and_the_next_query_wo
     load = {"text": "", "tool_calls": [{"name": "load_connectors", "arguments": {"connector_name": "duckdb"}}]}
     model = script(kernel, load, query(LONG_SQL, "pairs"), answer("Should not be reached."))
     cell = kernel.run(f"%%agent --reset {model}\nCount the pairs.", wait=False)
-    time.sleep(4.0)  # the kernel is inside the query by now
+    kernel.wait_for(cell, "1000003")  # the live view shows the query's SQL: the kernel is in its call
     started = time.monotonic()
     kernel.km.interrupt_kernel()
     kernel.collect(cell, timeout=30)

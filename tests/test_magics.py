@@ -340,7 +340,7 @@ def test_interrupt_mid_tool_stops_the_run_cleanly_and_the_next_cell_works(kernel
     model = script(kernel, code_turn("import time\ntime.sleep(30)\nsave('never', 1)", "Sleeping."),
                    answer("Should not be reached."), answer("Back after the interrupt."))
     cell = kernel.run(f"%%agent --reset {model}\nSleep.", wait=False)
-    time.sleep(2.0)
+    kernel.wait_for(cell, "time.sleep(30)")  # the live view shows the call's code: the kernel is in it
     started = time.monotonic()
     kernel.km.interrupt_kernel()
     kernel.collect(cell, timeout=20)
