@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import random
 import string
+from collections import Counter
 
 from stdnum import luhn
 
@@ -94,19 +95,13 @@ def test_the_luhn_check_agrees_with_stdnum_on_every_digit_text():
 
 def every_value_read(values: list) -> str | None:
     """The verdict as the contract states it: the kind most of the first sampled non-empty values have."""
-    counts: dict[str, int] = {}
-    seen = 0
-    for value in values[:DETECT_SAMPLE_VALUES]:
-        if is_missing(value) or (isinstance(value, str) and not value.strip()):
-            continue
-        seen += 1
-        kind = classify_cell(value)
-        if kind is not None:
-            counts[kind] = counts.get(kind, 0) + 1
-    if not counts:
+    kept = [v for v in values[:DETECT_SAMPLE_VALUES]
+            if not is_missing(v) and not (isinstance(v, str) and not v.strip())]
+    kinds = Counter(kind for kind in map(classify_cell, kept) if kind is not None)
+    if not kinds:
         return None
-    kind, n = max(counts.items(), key=lambda item: item[1])
-    return kind if n / seen >= DETECT_MIN_SHARE else None
+    kind, n = kinds.most_common(1)[0]  # a tie goes to the kind met first, as in classify_column
+    return kind if n / len(kept) >= DETECT_MIN_SHARE else None
 
 
 CELLS = {"email": "ann.lee@corp-mail.com", "phone": "+44 20 7946 0958", "card": "4111111111111111",
