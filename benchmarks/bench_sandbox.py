@@ -5,6 +5,16 @@ and moving a large frame each way.
     .venv/bin/python benchmarks/bench_sandbox.py --size-mb 256
     .venv/bin/python benchmarks/bench_sandbox.py --session-only  # the tool through AgentSession vs the bare backend
     .venv/bin/python benchmarks/bench_sandbox.py --first-call    # the first tool call's wait for the sandbox
+    .venv/bin/python benchmarks/bench_sandbox.py --empty-call    # a call doing nothing vs a pipe round trip
+
+``--empty-call`` (also the first table of every run, and :func:`hub_row`, issue 35's
+row) times, interleaved in one run: a line written to a running Python child
+through a pipe and read back (the floor: what any worker process costs), a
+``SandboxedInterpreter.execute("pass", {}, [])``, and the same code through
+``AgentSession``'s ``python_interpreter`` tool. Medians of many calls, with the
+CPU each call costs on both sides (this thread, and the child or worker from
+``/proc/<pid>/schedstat``): on a busy machine wall time mostly measures the
+other processes, CPU time what the call itself costs.
 
 Reports the sandbox (Arrow IPC files in /dev/shm, mapped read-only by the
 worker) next to a plain pickle round trip and a raw memory copy of the same
@@ -29,11 +39,13 @@ its ~2 s import does not hide the sandbox start in the 0 s rows. Also
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import gc
 import os
 import pickle
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -83,13 +95,20 @@ def main() -> None:
     parser.add_argument("--first-call", action="store_true",
                         help="only the first tool call's wait for the sandbox, and %%load_ext with prestart")
     parser.add_argument("--samples", type=int, default=3, help="fresh interpreters per --first-call figure")
+    parser.add_argument("--empty-call", action="store_true",
+                        help="only a call doing nothing against a pipe round trip to a running child")
+    parser.add_argument("--calls", type=int, default=EMPTY_CALLS, help="calls per --empty-call figure")
     args = parser.parse_args()
+    if args.empty_call:
+        print_empty_call(empty_call_figures(args.calls))
+        return
     if args.session_only:
         session_vs_bare(64)
         return
     if args.first_call:
         first_call(args.samples)
         return
+    print_empty_call(empty_call_figures(args.calls))
     rows = args.size_mb * 2**20 // (8 * COLUMNS)
     print(f"python {sys.version.split()[0]}, pandas {pd.__version__}, {os.cpu_count()} cpu(s)")
     start = time.perf_counter()
@@ -237,6 +256,177 @@ def main() -> None:
     print(f"  deep copy at the boundary + df.shape            "
           f"{ms(timed(lambda: inproc.execute('df.shape', {'df': copy.deepcopy(frame)}, ['df'])))}")
     print(f"  trivial call                                    {ms(timed(lambda: inproc.execute('1 + 1', {}, []), 50))}")
+
+
+EMPTY_CALLS = 2000
+"""Calls per figure of the empty-call table: a median of this many is steady on a shared 2-core machine."""
+
+EMPTY_CALL_ROUNDS = 20
+"""The three paths take turns this many times (EMPTY_CALLS / ROUNDS calls each turn): drift hits them alike."""
+
+EMPTY_CALL_GOAL = 3.0
+"""Issue 35: the sandbox's empty call within this many pipe round trips to a running worker."""
+
+PIPE_ECHO_CHILD = ("import sys\nread, write = sys.stdin.buffer, sys.stdout.buffer\n"
+                   "for line in read:\n    write.write(line)\n    write.flush()\n")
+"""The floor's worker: a running Python process that reads a line from its pipe and writes it back."""
+
+PIPE_EXEC_CHILD = ("import builtins, json, sys\nread, write = sys.stdin.buffer, sys.stdout.buffer\n"
+                   "for line in read:\n    request = json.loads(line)\n"
+                   "    exec(compile(request['code'], '<agent>', 'exec'), {'__builtins__': builtins})\n"
+                   "    write.write(json.dumps({'seq': request['seq'], 'error': None}).encode() + b'\\n')\n"
+                   "    write.flush()\n")
+"""A reference, not the floor: the least a Python worker does with a call (a JSON line in, the code compiled
+and run in a fresh namespace, a JSON line out), unconfined, unchecked, no output captured, no value sent back."""
+
+
+def _cpu_ns(pid: int) -> int | None:
+    """Nanoseconds process ``pid``'s main thread has run on a CPU (``/proc/<pid>/schedstat``), None if unreadable."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as stat:
+            return int(stat.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class _Path:
+    """One way of making an empty call: its function, the pid of the process on the other side, its samples."""
+
+    def __init__(self, label: str, call, pid) -> None:
+        self.label, self.call, self.pid = label, call, pid
+        self.walls: list[float] = []
+        self.here: list[float] = []
+        self.there: list[float] | None = []
+
+    def run(self, calls: int) -> None:
+        """``calls`` calls: each one's wall time, and this turn's CPU per call on both sides."""
+        pid = self.pid()
+        there = _cpu_ns(pid)
+        here = time.thread_time_ns()
+        for _ in range(calls):
+            start = time.perf_counter()
+            self.call()
+            self.walls.append(time.perf_counter() - start)
+        self.here.append((time.thread_time_ns() - here) / calls / 1e9)
+        after = _cpu_ns(pid) if pid == self.pid() else None  # a replaced worker's CPU is not comparable
+        if self.there is not None and there is not None and after is not None:
+            self.there.append((after - there) / calls / 1e9)
+        else:
+            self.there = None
+
+    def figure(self) -> dict[str, float | None]:
+        """Median wall seconds of one call, and median over the turns of CPU seconds per call on both sides."""
+        return {"wall": statistics.median(self.walls), "cpu_here": statistics.median(self.here),
+                "cpu_there": statistics.median(self.there) if self.there else None}
+
+
+@contextlib.contextmanager
+def _pipe_child(program: str, line: bytes):
+    """A running Python child answering each line through its pipes; yields (round trip function, pid)."""
+    child = subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, bufsize=0)
+    write, readline = child.stdin.write, child.stdout.readline
+
+    def round_trip() -> None:
+        write(line)
+        if not readline().endswith(b"\n"):
+            raise RuntimeError("the child did not answer")
+
+    try:
+        yield round_trip, child.pid
+    finally:
+        child.stdin.close()
+        child.wait(10)
+        child.stdout.close()
+
+
+def empty_call_figures(calls: int = EMPTY_CALLS, *, session: bool = True) -> dict[str, dict[str, float | None]]:
+    """Per path (``pipe``, ``exec``, ``sandbox``, and ``session`` when asked): median wall and CPU per call on
+    both sides.
+
+    The paths take turns (:data:`EMPTY_CALL_ROUNDS`) after a warm-up, so a
+    neighbour's burst on this shared machine lands on all of them alike.
+    ``pipe`` is the floor (:data:`PIPE_ECHO_CHILD`), ``exec`` the least a
+    Python worker does with a call (:data:`PIPE_EXEC_CHILD`), ``sandbox``
+    ``SandboxedInterpreter.execute("pass", {}, [])`` with the default layers,
+    ``session`` the same code through ``AgentSession``'s ``python_interpreter``
+    tool (an empty cache).
+    """
+    import json
+
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
+
+    with contextlib.ExitStack() as stack:
+        echo, echo_pid = stack.enter_context(_pipe_child(PIPE_ECHO_CHILD, b"x\n"))
+        run, run_pid = stack.enter_context(_pipe_child(
+            PIPE_EXEC_CHILD, json.dumps({"seq": 1, "code": "pass"}).encode() + b"\n"))
+        sandbox = stack.enter_context(SandboxedInterpreter())
+
+        def sandbox_call() -> None:
+            outcome = sandbox.execute("pass", {}, [])
+            if outcome.error is not None or outcome.replaced is not None:
+                raise RuntimeError(f"the empty call failed: {outcome.error or outcome.replaced}")
+
+        paths = [_Path("pipe", echo, lambda: echo_pid), _Path("exec", run, lambda: run_pid),
+                 _Path("sandbox", sandbox_call, lambda: sandbox.worker_pid)]
+        if session:
+            runs = stack.enter_context(tempfile.TemporaryDirectory())
+            agent = AgentSession(AgentConfig(sandbox="worker", run_dir=runs))
+            stack.callback(agent.close)
+            tool = next(t for t in agent.harness.tools if t.name == "python_interpreter")
+
+            def session_call() -> None:
+                output = tool.handler(code="pass")
+                if output.is_error:
+                    raise RuntimeError(f"the empty tool call failed: {output.text}")
+
+            paths.append(_Path("session", session_call, lambda: agent.backend.worker_pid))
+        for path in paths:  # warm: imports, first exports, caches
+            for _ in range(50):
+                path.call()
+        per_round = max(1, calls // EMPTY_CALL_ROUNDS)
+        for _ in range(EMPTY_CALL_ROUNDS):
+            for path in paths:
+                path.run(per_round)
+        return {path.label: path.figure() for path in paths}
+
+
+def _us(seconds: float | None) -> str:
+    return f"{seconds * 1e6:7.1f} us" if seconds is not None else "      n/a "
+
+
+def print_empty_call(figures: dict[str, dict[str, float | None]]) -> None:
+    pipe = figures["pipe"]
+    labels = {"pipe": "line through a pipe to a running Python child",
+              "exec": "JSON line in, compile + exec 'pass', line out",
+              "sandbox": "SandboxedInterpreter.execute('pass', {}, [])",
+              "session": "AgentSession python_interpreter(code='pass')"}
+    print(f"\nempty call against a pipe round trip (interleaved, median of {EMPTY_CALLS} each; CPU per call: "
+          "here / the child or worker; load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + "):")
+    for label, figure in figures.items():
+        cpu = [c for c in (figure["cpu_here"], figure["cpu_there"]) if c is not None]
+        pipe_cpu = (pipe["cpu_here"] or 0) + (pipe["cpu_there"] or 0)
+        ratio = "" if label == "pipe" else (
+            f"  -> {figure['wall'] / pipe['wall']:5.1f}x wall, {sum(cpu) / pipe_cpu:5.1f}x CPU"
+            + (f" (goal <= {EMPTY_CALL_GOAL:g}x)" if label == "sandbox" else ""))
+        print(f"  {labels[label]:<46s} {_us(figure['wall'])} wall, CPU {_us(figure['cpu_here'])} / "
+              f"{_us(figure['cpu_there'])}{ratio}")
+
+
+def hub_row() -> dict:
+    """Issue 35's table row "sandbox call that does nothing, against a line through a pipe to a running worker":
+    measured now, in this interpreter, in well under two minutes."""
+    figures = empty_call_figures(session=False)
+    pipe, run, call = figures["pipe"], figures["exec"], figures["sandbox"]
+    ratio = call["wall"] / pipe["wall"]
+    cpu = (f"; CPU per call {_us(call['cpu_here']).strip()} kernel + {_us(call['cpu_there']).strip()} worker "
+           f"vs {_us(pipe['cpu_here']).strip()} + {_us(pipe['cpu_there']).strip()}")
+    return {"figure": "sandbox empty call vs a pipe round trip to a running worker", "value": round(ratio, 2),
+            "unit": "x", "goal": EMPTY_CALL_GOAL, "met": ratio <= EMPTY_CALL_GOAL,
+            "detail": f"execute('pass') {_us(call['wall']).strip()} vs a {_us(pipe['wall']).strip()} pipe round "
+                      f"trip, interleaved medians of {EMPTY_CALLS}{cpu}; a bare JSON + compile + exec worker: "
+                      f"{_us(run['wall']).strip()} ({call['wall'] / run['wall']:.1f}x of it)"}
 
 
 def sealed_trip(frame: pd.DataFrame, parts: int) -> dict[str, float]:

@@ -178,9 +178,10 @@ def referenced_names(code: str) -> set[str]:
     return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
 
 
-def split_trailing_expression(code: str, filename: str = "<agent>") -> tuple[Any, Any]:
-    """Compile ``code`` into (body, trailing expression or None)."""
-    tree = ast.parse(code, filename=filename, mode="exec")
+def split_trailing_expression(code: str | ast.Module, filename: str = "<agent>") -> tuple[Any, Any]:
+    """Compile ``code`` (source, or a module tree parsed from it, which this consumes) into
+    (body, trailing expression or None)."""
+    tree = code if isinstance(code, ast.Module) else ast.parse(code, filename=filename, mode="exec")
     last = None
     final = tree.body[-1] if tree.body else None
     if isinstance(final, ast.Expr):

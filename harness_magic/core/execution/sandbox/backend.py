@@ -245,6 +245,7 @@ class SandboxedInterpreter:
             seq = self._seq
             written: list[str] = []
             replaced: WorkerReplaced | None = None
+            tidy = True  # result files may lie in scratch: removed after the call (see _may_name_scratch_files)
             try:
                 worker = self._ensure_worker()
                 if self._lost_launcher is not None:  # found dead when this worker was forked (after a retire)
@@ -268,7 +269,9 @@ class SandboxedInterpreter:
                 if isinstance(reply, ExecutionResult):
                     reply.replaced = replaced
                     return reply
-                sealed = receive_sealed(worker.result_sock, _MAX_SAVES + 1)
+                tidy = _may_name_scratch_files(reply)
+                # Sent before the reply, so queued by now; a reply without sealed results finds nothing.
+                sealed = receive_sealed(worker.result_sock, _MAX_SAVES + 1) if worker.results_queued() else {}
                 try:
                     result = self._build_result(reply, taken_names, sealed)
                     result.replaced = replaced
@@ -287,7 +290,8 @@ class SandboxedInterpreter:
             finally:
                 for path in written:
                     remove_quietly(path)
-                remove_result_files(self.scratch_dir)
+                if tidy:
+                    remove_result_files(self.scratch_dir)
 
     def fresh_worker(self) -> None:
         """Replace the worker with a newly forked one: nothing the model did in it survives.
@@ -419,9 +423,10 @@ class SandboxedInterpreter:
 
     @staticmethod
     def _send_request(worker: WorkerHandle, request: dict[str, Any]) -> None:
-        for parts in receive_sealed(worker.result_sock, _MAX_SAVES + 1).values():
-            for fd in parts:
-                os.close(fd)  # anything a previous call left queued is stale
+        if worker.results_queued():
+            for parts in receive_sealed(worker.result_sock, _MAX_SAVES + 1).values():
+                for fd in parts:
+                    os.close(fd)  # anything a previous call left queued is stale
         send_frame(worker.req_fd, request)
 
     def _replace_found_dead(self, worker: WorkerHandle) -> tuple[WorkerHandle, WorkerReplaced]:
@@ -532,6 +537,16 @@ class SandboxedInterpreter:
             return read_result(desc, self.scratch_dir, self.result_max_bytes, sealed)
         except ProtocolError as exc:
             raise ProtocolError(f"result refused: {exc}") from exc
+
+
+def _may_name_scratch_files(reply: Mapping[str, Any]) -> bool:
+    """Whether a worker's reply may have left result files in scratch: an error (a result half written), or a
+    value or saved result that is not an inline or sealed descriptor. Sealed and inline results leave none."""
+    saved = reply.get("saved")
+    if reply.get("error") is not None or not isinstance(saved, list):
+        return True
+    descs = [reply.get("value"), *(item[1] if isinstance(item, list) and len(item) == 2 else item for item in saved)]
+    return any(desc is not None and (not isinstance(desc, dict) or "file" in desc) for desc in descs)
 
 
 def _ending(status: Mapping[str, Any]) -> str:

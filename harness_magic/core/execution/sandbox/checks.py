@@ -19,6 +19,7 @@ __all__ = [
     "ALLOWED_IMPORTS",
     "SandboxViolation",
     "precheck",
+    "precheck_tree",
     "install_audit_hook",
     "audit_active",
 ]
@@ -59,6 +60,11 @@ def precheck(code: str) -> str | None:
         tree = ast.parse(code)
     except SyntaxError:
         return None  # compiling reports the syntax error with its location
+    return precheck_tree(tree)
+
+
+def precheck_tree(tree: ast.AST) -> str | None:
+    """:func:`precheck` of code already parsed (the worker parses each call's code once)."""
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]

@@ -64,8 +64,12 @@ class RemoteObject:
     __str__ = __repr__
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=True)
+"""One encoder for every frame (``json.dumps`` with options builds a new one per call)."""
+
+
 def send_frame(fd: int, message: dict[str, Any]) -> None:
-    data = json.dumps(message, ensure_ascii=False, allow_nan=True).encode("utf-8")
+    data = _ENCODER.encode(message).encode("utf-8")
     if len(data) > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame of {len(data)} bytes exceeds {MAX_FRAME_BYTES}")
     view = memoryview(struct.pack(">I", len(data)) + data)
@@ -118,22 +122,31 @@ class FrameReader:
         return len(self._buffer)
 
     def feed(self) -> dict[str, Any] | None:
-        """Read what is available; the frame when complete. EOFError/ProtocolError on a bad peer."""
-        want = 4 - len(self._buffer) if self._size is None else self._size - len(self._buffer)
-        try:
-            chunk = os.read(self.fd, max(1, min(want, self.CHUNK_BYTES)))
-        except BlockingIOError:
-            return None
-        if not chunk:
-            raise EOFError("peer closed the pipe" + (" mid-frame" if self._buffer else ""))
-        self._buffer += chunk
-        if self._size is None:
+        """Read what is available; the frame when complete. EOFError/ProtocolError on a bad peer.
+
+        Reads never go past the frame being assembled (the next one stays in
+        the pipe), and the body is read right after its header when it is
+        there already: a small frame costs two reads and no second wait.
+        """
+        while True:
+            want = 4 - len(self._buffer) if self._size is None else self._size - len(self._buffer)
+            try:
+                chunk = os.read(self.fd, max(1, min(want, self.CHUNK_BYTES)))
+            except BlockingIOError:
+                return None
+            if not chunk:
+                raise EOFError("peer closed the pipe" + (" mid-frame" if self._buffer else ""))
+            self._buffer += chunk
+            if self._size is not None:
+                break  # at most one body chunk per feed
             if len(self._buffer) < 4:
                 return None
             (self._size,) = struct.unpack(">I", bytes(self._buffer[:4]))
             del self._buffer[:4]
             if self._size > self.max_bytes:
                 raise ProtocolError(f"frame of {self._size} bytes exceeds {self.max_bytes}")
+            if not self._size:
+                break  # an empty body: nothing to read (it is refused as not JSON below)
         if len(self._buffer) < self._size:
             return None
         data, self._buffer, self._size = bytes(self._buffer), bytearray(), None

@@ -10,6 +10,7 @@ results are written to scratch (see :mod:`.transfer_worker`) and described in th
 from __future__ import annotations
 
 import _thread
+import ast
 import base64
 import builtins
 import io
@@ -24,6 +25,7 @@ from typing import Any
 
 from harness_magic.core.cache.names import resolve_handle_name
 from harness_magic.core.confinement import layers as confinement
+from harness_magic.core.execution.interpreter import split_trailing_expression
 from harness_magic.core.execution.sandbox import checks
 from harness_magic.core.execution.sandbox.protocol import recv_frame, send_frame
 from harness_magic.core.execution.sandbox.transfer_codec import TransferRefused
@@ -221,8 +223,11 @@ def _capture_charts(notes: list[str]) -> list[str]:
     plt = sys.modules.get("matplotlib.pyplot")
     if plt is None:
         return []
+    numbers = plt.get_fignums()
+    if not numbers:
+        return []  # nothing to draw or close (pyplot is preloaded: most calls draw nothing)
     images = []
-    for number in plt.get_fignums()[:MAX_CHARTS]:
+    for number in numbers[:MAX_CHARTS]:
         buffer = io.BytesIO()
         try:
             plt.figure(number).savefig(buffer, format="png", dpi=80, bbox_inches="tight")
@@ -237,9 +242,17 @@ def _capture_charts(notes: list[str]) -> list[str]:
     return images
 
 
-def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any, resp_fd: int | None = None) -> dict[str, Any]:
-    from harness_magic.core.execution.interpreter import split_trailing_expression
+def _parse(code: str) -> ast.Module | None:
+    """The call's code parsed once (for the pre-check and the compile), or None when it cannot be parsed:
+    compiling it again inside the call then raises the same error (a syntax error with its location, or the
+    parser giving up on nesting too deep), as the model's error and never the worker's end."""
+    try:
+        return ast.parse(code, filename="<agent>", mode="exec")
+    except (SyntaxError, RecursionError, MemoryError):
+        return None
 
+
+def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any, resp_fd: int | None = None) -> dict[str, Any]:
     seq = int(request["seq"])
     taken = set(request.get("taken", []))
     saved: list[tuple[str, Any]] = []
@@ -258,8 +271,9 @@ def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any, resp_fd: i
         return handle
 
     code = request["code"]
-    if config.get("ast_precheck"):
-        refusal = checks.precheck(code)
+    tree = _parse(code)
+    if config.get("ast_precheck") and tree is not None:
+        refusal = checks.precheck_tree(tree)
         if refusal is not None:
             reply.update(error=f"SandboxViolation: {refusal}", stdout="", stdout_dropped=0)
             return reply
@@ -276,7 +290,7 @@ def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any, resp_fd: i
         keep_input_tables(request.get("inputs", {}).values())
         for name, desc in request.get("inputs", {}).items():
             namespace[name] = read_input(desc, config["input_dir"])
-        body, trailing = split_trailing_expression(code)
+        body, trailing = split_trailing_expression(tree if tree is not None else code)
         sys.stdout = sys.stderr = out
         if arm is not None:
             with arm:

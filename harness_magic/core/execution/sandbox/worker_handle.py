@@ -48,6 +48,12 @@ class WorkerHandle:
         self.cgroup: MemoryCgroup | None = None
         self.result_sock = result_sock
         """Kernel end of the socketpair the worker passes sealed result memfds over."""
+        self._result_poll = select.poll()
+        self._result_poll.register(result_sock, select.POLLIN)
+
+    def results_queued(self) -> bool:
+        """Whether anything waits on the result socket (one poll that never blocks; true once it is closed)."""
+        return bool(self._result_poll.poll(0))
 
     def await_hello(self) -> None:
         """Wait for the worker's hello frame; raise :class:`SandboxUnavailableError` (worker killed) if it is

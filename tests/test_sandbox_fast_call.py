@@ -1,0 +1,197 @@
+"""The sandbox's per-call path, made lean (issue 35 point 4), keeps every check it had.
+
+Contracts:
+
+- The kernel reads a reply frame's body right after its header when it is there (no second wait), and never
+  past the frame being assembled: the next frame stays in the pipe; an empty, oversized or cut frame is refused.
+- The result socket is read only when something waits on it: an empty call opens no descriptor, and a sealed
+  memory file the worker sends without naming it in its reply is closed by that call, never kept.
+- Scratch is swept for result files only after a reply that may have left some (an error, or a result that is
+  not inline or sealed); the model's own scratch files stay either way.
+- The worker parses each call's code once for the pre-check and the compile: refusals, syntax errors (with
+  their line), NUL bytes, nesting too deep for the parser and trailing values read as errors or values, and
+  the worker survives each.
+- A worker killed between two quick calls is still found by the next one, which runs once in a new worker.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import warnings
+
+import pytest
+from test_worker_revival import kill_and_wait
+
+from harness_magic.core.execution.sandbox import SandboxedInterpreter, probe_confinement
+from harness_magic.core.execution.sandbox.backend import _may_name_scratch_files
+from harness_magic.core.execution.sandbox.protocol import FrameReader, ProtocolError, send_frame
+
+confined = pytest.mark.skipif(not probe_confinement()["confined"], reason="no OS confinement here")
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture
+def pipe():
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    yield read, write
+    for fd in (read, write):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+# -- frames ----------------------------------------------------------------------------------------------------
+
+
+def test_a_whole_frame_is_read_in_one_feed_and_the_next_frame_stays_in_the_pipe(pipe) -> None:
+    read, write = pipe
+    send_frame(write, {"op": "result", "seq": 1})
+    send_frame(write, {"op": "result", "seq": 2, "text": "é" * 10})
+    reader = FrameReader(read)
+    assert reader.feed() == {"op": "result", "seq": 1}
+    assert reader.pending == 0
+    assert reader.feed() == {"op": "result", "seq": 2, "text": "é" * 10}
+    assert reader.feed() is None  # nothing left: no wait, no error
+
+
+def test_a_frame_arriving_in_pieces_is_assembled_across_feeds(pipe) -> None:
+    read, write = pipe
+    body = b'{"op": "output", "seq": 3, "text": "hello"}'
+    data = struct.pack(">I", len(body)) + body
+    reader = FrameReader(read)
+    for cut in (2, 4, 9):  # mid-header, header alone, mid-body
+        os.write(write, data[:cut])
+        assert reader.feed() is None
+        data = data[cut:]
+    os.write(write, data)
+    assert reader.feed() == {"op": "output", "seq": 3, "text": "hello"}
+
+
+@pytest.mark.parametrize("frame, error", [
+    (struct.pack(">I", 0), "not JSON"),
+    (struct.pack(">I", 2**31), "exceeds"),
+    (struct.pack(">I", 5) + b"[1,2]", "not a JSON object"),
+    (struct.pack(">I", 4) + b"\xff\xfe{}", "not JSON"),
+])
+def test_hostile_frames_are_refused(pipe, frame: bytes, error: str) -> None:
+    read, write = pipe
+    os.write(write, frame)
+    with pytest.raises(ProtocolError, match=error):
+        FrameReader(read).feed()
+
+
+def test_a_peer_closing_mid_frame_is_an_eof(pipe) -> None:
+    read, write = pipe
+    os.write(write, struct.pack(">I", 50) + b'{"op"')
+    os.close(write)
+    reader = FrameReader(read)
+    with pytest.raises(EOFError, match="mid-frame"):
+        while True:
+            reader.feed()
+
+
+# -- which replies may leave result files in scratch -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("reply, sweep", [
+    ({"error": None, "value": None, "saved": []}, False),
+    ({"error": None, "value": {"kind": "tagged", "value": {"t": "int", "v": "2"}}, "saved": []}, False),
+    ({"error": None, "value": {"kind": "arrow", "shape": "frame", "fd_slot": 1},
+      "saved": [["t", {"kind": "npy", "fd_slot": 2}]]}, False),
+    ({"error": None, "value": {"kind": "arrow", "shape": "frame", "file": "out_1_value.arrow"}, "saved": []}, True),
+    ({"error": None, "value": None, "saved": [["t", {"kind": "npy", "file": "out_1_0.npy"}]]}, True),
+    ({"error": "TransferRefused: too big", "value": None, "saved": []}, True),  # a result half written
+    ({"error": None, "value": None}, True),  # malformed: no saved list
+    ({"error": None, "value": None, "saved": "out_1_0.npy"}, True),
+    ({"error": None, "value": "out_1_value.arrow", "saved": []}, True),  # a descriptor that is not one
+    ({"error": None, "value": None, "saved": [["t"]]}, True),
+    ({"error": None, "value": None, "saved": [["t", ["file"]]]}, True),
+])
+def test_scratch_is_swept_after_every_reply_that_may_have_left_result_files(reply: dict, sweep: bool) -> None:
+    assert _may_name_scratch_files(reply) is sweep
+
+
+# -- the real worker -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def interp():
+    sandbox = SandboxedInterpreter(timeout=30.0)
+    yield sandbox
+    sandbox.close()
+
+
+@pytest.fixture
+def unfriendly():
+    """The friendly refusals off (the OS layers still hold): code reaches the worker's own modules."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sandbox = SandboxedInterpreter(timeout=30.0, ast_precheck=False, audit_hooks=False, allow_unconfined=True)
+    yield sandbox
+    sandbox.close()
+
+
+@confined
+def test_empty_calls_return_nothing_and_open_no_descriptor(interp) -> None:
+    first = interp.execute("pass", {}, [])
+    assert (first.error, first.has_value, first.stdout, first.saved, first.charts) == (None, False, "", [], [])
+    before = _open_fds()
+    for _ in range(50):
+        assert interp.execute("pass", {}, []).error is None
+    assert _open_fds() == before
+
+
+def test_a_sealed_file_the_reply_does_not_name_is_closed_by_the_call(unfriendly) -> None:
+    assert unfriendly.execute("pass", {}, []).error is None
+    before = _open_fds()
+    pid = unfriendly.worker_pid
+    sneaked = unfriendly.execute(
+        "import sys, numpy as np\n"
+        "sent = sys.modules['harness_magic.core.execution.sandbox.transfer_worker']"
+        ".write_result(np.arange(1000), '.', 'x', [])\n"
+        "sent['fd_slot']", {}, [])
+    assert sneaked.error is None and isinstance(sneaked.value, int)  # a slot was sent, the reply names none
+    assert _open_fds() == before
+    after = unfriendly.execute("6 * 7", {}, [])
+    assert (after.error, after.value, unfriendly.worker_pid) == (None, 42, pid)
+
+
+def test_the_models_scratch_files_stay_after_calls_that_return_nothing(unfriendly) -> None:
+    made = unfriendly.execute("open('notes.txt', 'w').write('kept')\nopen('out_mine.txt', 'w').write('kept')", {}, [])
+    assert made.error is None
+    assert unfriendly.execute("pass", {}, []).error is None
+    assert sorted(os.listdir(unfriendly.scratch_dir)) == ["notes.txt", "out_mine.txt"]
+
+
+@confined
+def test_code_parsed_once_still_reads_as_before(interp) -> None:
+    pid = interp.worker_pid
+    refused = interp.execute("import subprocess", {}, [])
+    assert refused.error is not None and refused.error.startswith("SandboxViolation") and refused.stdout == ""
+    broken = interp.execute("x = 1\ny = (\n", {}, [])
+    assert broken.error is not None and "SyntaxError" in broken.error and "line 2" in broken.error
+    nul = interp.execute("x = 1\x00", {}, [])
+    assert nul.error is not None and "SyntaxError" in nul.error and "null bytes" in nul.error
+    for deep in ("-" * 10_000 + "1", "1+" * 10_000 + "1"):  # the parser gives up: an error, not a dead worker
+        too_deep = interp.execute(deep, {}, [])
+        assert too_deep.error is not None and ("MemoryError" in too_deep.error or "RecursionError" in too_deep.error)
+    value = interp.execute("print('hi')\nx = 20\nx + 22", {}, [])
+    assert (value.error, value.value, value.stdout) == (None, 42, "hi\n")
+    assert interp.worker_pid == pid  # none of these cost the worker
+
+
+def test_a_worker_killed_between_quick_calls_is_replaced_and_the_next_call_runs_once(unfriendly) -> None:
+    for _ in range(20):
+        assert unfriendly.execute("pass", {}, []).error is None
+    pid = unfriendly.worker_pid
+    kill_and_wait(pid)
+    result = unfriendly.execute("with open('runs.txt', 'a') as runs:\n    runs.write('run\\n')\n6 * 7", {}, [])
+    assert (result.error, result.value) == (None, 42)
+    assert result.replaced is not None and result.replaced.pid == pid and unfriendly.worker_pid != pid
+    with open(os.path.join(unfriendly.scratch_dir, "runs.txt")) as runs:
+        assert runs.read() == "run\n"
