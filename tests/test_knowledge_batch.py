@@ -32,19 +32,19 @@ def test_a_refresh_cut_short_keeps_nothing_and_the_next_one_indexes_everything(t
     root.mkdir()
     write_docs(root, 6)
     index = DocIndex([root], tmp_path / "index.sqlite")
-    real_chunk_lines = index_module.chunk_lines
+    real_text_chunks = index_module.text_chunks
 
-    def interrupted(path, lines):
+    def interrupted(path, suffix, data, **limits):
         if path.endswith("doc4.md"):
             raise KeyboardInterrupt  # the user stops the cell half-way
-        return real_chunk_lines(path, lines)
+        return real_text_chunks(path, suffix, data, **limits)
 
-    monkeypatch.setattr(index_module, "chunk_lines", interrupted)
+    monkeypatch.setattr(index_module, "text_chunks", interrupted)
     with pytest.raises(KeyboardInterrupt):
         index.refresh()
     assert index.counts() == (0, 0)
     assert index.keyword("policy1", 5) == []
-    monkeypatch.setattr(index_module, "chunk_lines", real_chunk_lines)
+    monkeypatch.setattr(index_module, "text_chunks", real_text_chunks)
     report = index.refresh()
     assert len(report.added) == 6 and index.counts() == (6, 12)
     assert [h.chunk.path for h in index.keyword("policy4", 5)] == ["docs/doc4.md"]

@@ -35,12 +35,14 @@ from pathlib import Path
 __all__ = ["Line", "Chunk", "extract_lines", "chunk_lines", "slugify", "SUFFIXES", "CONFINED_SUFFIXES",
            "ExtractionError", "ExtractionLimitError", "ExtractionTimeout", "TextTooLong", "ExtractionLimits",
            "CHUNK_MAX_CHARS", "PDF_MAX_PAGES", "TEXT_MAX_CHARS", "EXTRACT_TIMEOUT_S", "REFRESH_BUDGET_S",
-           "EXTRACT_MEMORY_BYTES", "heading"]
+           "EXTRACT_MEMORY_BYTES", "heading", "text_chunks", "MARKDOWN_SUFFIXES"]
 
 SUFFIXES = (".md", ".markdown", ".txt", ".html", ".htm", ".pdf")
 """File types the docs connector indexes; other files under a root are skipped."""
 CONFINED_SUFFIXES = (".html", ".htm", ".pdf")
 """Extracted only in the confined worker: their parsers' cost is not bounded by the file's size."""
+MARKDOWN_SUFFIXES = (".md", ".markdown")
+"""Files whose ATX headings split them into sections (other text files are one section)."""
 TEXT_MAX_CHARS = 8 * 1024 * 1024
 """Text kept from one file (each line counts its length + 1); more is a skip, not a cut: a page of
 business prose is ~3,000 characters, so 8 MiB is thousands of pages, or a decompression bomb."""
@@ -204,7 +206,7 @@ def extract_lines(path: Path, data: bytes, *, max_chars: int = TEXT_MAX_CHARS,
         lines = _html_lines(text)
     else:
         raw = text.splitlines()
-        lines = _markdown_lines(raw) if suffix in (".md", ".markdown") else [Line(i, t) for i, t in enumerate(raw, 1)]
+        lines = _markdown_lines(raw) if suffix in MARKDOWN_SUFFIXES else [Line(i, t) for i, t in enumerate(raw, 1)]
     if sum(len(line.text) + 1 for line in lines) > max_chars:
         raise TextTooLong(max_chars)
     return lines, ""
@@ -361,3 +363,86 @@ def _parts(section: list[Line]) -> list[list[Line]]:
         parts[-1].append(line)
         size += len(line.text) + 1
     return parts
+
+
+# --------------------------------------------------------------------------- Markdown and text in one pass
+
+
+def text_chunks(path: str, suffix: str, data: bytes, *, max_chars: int = TEXT_MAX_CHARS) -> list[Chunk]:
+    """The chunks of a Markdown or text file's bytes: ``chunk_lines(path, extract_lines(...)[0])``, faster.
+
+    Same chunks, slugs, trails, line numbers and :class:`TextTooLong` as the two-step path
+    (``tests/test_knowledge_fast_index.py`` compares them on hostile files), without a
+    :class:`Line` per line: headings are looked for only on lines starting with ``#``, the fence
+    scan runs only when the text holds a backtick or tilde, and a section is joined in one go
+    unless it is over ``CHUNK_MAX_CHARS``. ``suffix`` (lowercase, with its dot) picks Markdown
+    (:data:`MARKDOWN_SUFFIXES`) or plain text; HTML and PDF go through :func:`extract_lines`.
+    """
+    if suffix in CONFINED_SUFFIXES:
+        raise ValueError(f"text_chunks reads Markdown and text files, not {suffix!r} (use extract_lines)")
+    if len(data) > 4 * max_chars + 4:  # UTF-8 needs at least one byte per character: over the cap for sure
+        raise TextTooLong(max_chars)
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    if sum(map(len, lines)) + len(lines) > max_chars:
+        raise TextTooLong(max_chars)
+    marks = _heading_marks(lines) if suffix in MARKDOWN_SUFFIXES else []
+    chunks: list[Chunk] = []
+    used: dict[str, int] = {}
+    starts = [index for index, _, _ in marks]
+    if not starts or starts[0] > 0:  # text above the first heading: a section with no trail
+        _section_chunks(chunks, used, path, (), lines, 0, starts[0] if starts else len(lines), False)
+    trail: list[tuple[int, str]] = []
+    for number, (start, level, title) in enumerate(marks):
+        trail = [(lvl, t) for lvl, t in trail if lvl < level] + [(level, title)]
+        end = marks[number + 1][0] if number + 1 < len(marks) else len(lines)
+        _section_chunks(chunks, used, path, tuple(t for _, t in trail), lines, start, end, True)
+    return chunks
+
+
+def _heading_marks(lines: list[str]) -> list[tuple[int, int, str]]:
+    """(line index, level, title) of each ATX heading outside fenced code, in order."""
+    fences = any("`" in line or "~" in line for line in lines)
+    marks = []
+    fenced = False
+    for index, text in enumerate(lines):
+        if fences and ("`" in text or "~" in text) and _FENCE_RE.match(text):
+            fenced = not fenced
+        if not fenced and text[:1] == "#":  # heading() needs "#" first: no other line can be one
+            found = heading(text)
+            if found is not None:
+                marks.append((index, found[0], found[1]))
+    return marks
+
+
+def _section_chunks(chunks: list[Chunk], used: dict[str, int], path: str, trail: tuple[str, ...],
+                    lines: list[str], start: int, end: int, headed: bool) -> None:
+    """Append the chunks of ``lines[start:end]`` (a heading line first when ``headed``), as chunk_lines does."""
+    if not any(text.strip() for text in lines[start + headed:end]):
+        return  # a heading right above a subheading: the trail of the next chunk carries it
+    base = slugify(trail[-1]) if trail else "top"
+    if sum(map(len, lines[start:end])) + (end - start) <= CHUNK_MAX_CHARS:
+        parts = [(start, end)]
+    else:
+        parts = _part_bounds(lines, start, end)
+    for index, (first, last) in enumerate(parts):
+        slug = base if index == 0 else f"{base}-part-{index + 1}"
+        used[slug] = used.get(slug, 0) + 1
+        if used[slug] > 1:
+            slug = f"{slug}-{used[slug]}"
+        filled = [i for i in range(first, last) if lines[i].strip()] or [first, last - 1]
+        text = "\n".join(lines[first:last]).strip()
+        chunks.append(Chunk(path, slug, trail, filled[0] + 1, filled[-1] + 1, text))
+
+
+def _part_bounds(lines: list[str], start: int, end: int) -> list[tuple[int, int]]:
+    """``lines[start:end]`` cut as :func:`_parts` cuts a section, as (first, end) index pairs."""
+    bounds: list[tuple[int, int]] = []
+    first, size = start, 0
+    for index in range(start, end):
+        length = len(lines[index]) + 1
+        if index > first and size + length > CHUNK_MAX_CHARS:
+            bounds.append((first, index))
+            first, size = index, 0
+        size += length
+    bounds.append((first, end))
+    return bounds

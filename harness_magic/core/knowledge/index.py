@@ -55,6 +55,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -66,7 +67,7 @@ from harness_magic.core.knowledge.extract import (
     ExtractionLimits,
     ExtractionTimeout,
     chunk_lines,
-    extract_lines,
+    text_chunks,
 )
 from harness_magic.core.knowledge.extract_worker import ExtractionWorker, WorkerError
 from harness_magic.core.knowledge.index_file import open_owned
@@ -74,8 +75,7 @@ from harness_magic.core.knowledge.ranking import Hit, fuse, lead, normalize_doc_
 from harness_magic.core.knowledge.tree import FILE_MAX_BYTES, HARDLINK_REASON, DocRoot, DocTree
 from harness_magic.core.text.counts import count
 
-__all__ = ["DocIndex", "IndexReport", "QUERY_MAX_TOKENS", 
-           "fts_query"]
+__all__ = ["DocIndex", "IndexReport", "QUERY_MAX_TOKENS", "fts_query", "fts_title", "trail_json"]
 
 QUERY_MAX_TOKENS = 64
 """Query words kept; the rest are dropped (a pasted page is not a query)."""
@@ -83,12 +83,34 @@ CANDIDATES = 50
 """Hits taken from each retriever before fusion."""
 TITLE_WEIGHT = 3.0
 """BM25 weight of the heading trail relative to the body (1.0)."""
+FTS_BATCH_ROWS = 2_000
+"""Rows re-indexed per batch when the full-text table is rebuilt."""
 DF_CACHE_TERMS = 100_000
 """Query terms whose chunk counts are memoised (cleared when the index changes)."""
-SCHEMA_VERSION = 1
-"""Bumped when the tables change: an index of another version is refused (delete the file to rebuild)."""
+SCHEMA_VERSION = 2
+"""Bumped when the tables change: an index of an older version is rebuilt (it is a cache of the files), one of
+a newer version is refused (a newer harness_magic wrote it; delete the file to rebuild). 2: the full-text
+table is contentless (the text is stored once, in ``chunks``)."""
+FTS_HASH_BYTES = 8 * 1024 * 1024
+"""FTS5's ``hashsize``: terms gathered in memory before they are written as one segment. The default
+(1 MiB) writes a 7 MB corpus as ~50 segments that FTS5 then merges; 8 MiB writes it once."""
+_TABLES = ("meta", "files", "chunks", "chunks_fts", "vectors", "failures")
+"""The index's tables, dropped together when an older schema is rebuilt."""
 
 _TOKEN_RE = re.compile(r"\w+", re.UNICODE)
+
+
+def fts_title(trail: Sequence[str], path: str) -> str:
+    """A chunk's full-text title column: its heading trail and its file's path (weighted ``TITLE_WEIGHT``).
+
+    The full-text table keeps no text, so a row is deleted by giving these same words again.
+    """
+    return " ".join(trail) + " " + path
+
+
+def trail_json(trail: Sequence[str]) -> str:
+    """``json.dumps(list(trail))`` for a trail of strings, without the encoder's per-call set-up."""
+    return "[" + ", ".join(map(encode_basestring_ascii, trail)) + "]"
 
 
 def fts_query(text: str) -> str:
@@ -177,6 +199,19 @@ class DocIndex:
 
     def _create(self) -> None:
         db = self._db
+        stored = None
+        if db.execute("SELECT 1 FROM sqlite_master WHERE name='meta'").fetchone():
+            row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            stored = row[0] if row else None
+        if stored is not None and stored != str(SCHEMA_VERSION):
+            if not stored.isdigit() or int(stored) > SCHEMA_VERSION:
+                raise ValueError(f"index {str(self.db_path)!r} has schema {stored}, expected {SCHEMA_VERSION} "
+                                 "(a newer harness_magic wrote it); delete the file to rebuild it")
+            db.execute("BEGIN")
+            for table in _TABLES:
+                db.execute(f"DROP TABLE IF EXISTS {table}")
+            db.execute("COMMIT")
+            self.notes.append(f"index {str(self.db_path)!r} had schema {stored}: rebuilt for schema {SCHEMA_VERSION}")
         db.executescript(f"""
             CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
             CREATE TABLE IF NOT EXISTS files (
@@ -185,29 +220,50 @@ class DocIndex:
             CREATE TABLE IF NOT EXISTS chunks (
                 id INTEGER PRIMARY KEY, path TEXT, slug TEXT, trail TEXT, start_line INTEGER,
                 end_line INTEGER, text TEXT, UNIQUE(path, slug));
-            CREATE INDEX IF NOT EXISTS chunks_path ON chunks(path);
             CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
-                title, body, tokenize='porter unicode61');
+                title, body, content='', tokenize='porter unicode61');
             CREATE TABLE IF NOT EXISTS vectors (chunk_id INTEGER PRIMARY KEY, model TEXT, vec BLOB);
             CREATE TABLE IF NOT EXISTS failures (
                 path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, limits TEXT, reason TEXT);
             INSERT OR IGNORE INTO meta VALUES ('schema', '{SCHEMA_VERSION}');
         """)
-        version = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0]
-        if version != str(SCHEMA_VERSION):
-            raise ValueError(f"index {str(self.db_path)!r} has schema {version}, expected {SCHEMA_VERSION}; "
-                             "delete the file to rebuild it")
+        if db.execute("SELECT v FROM chunks_fts_config WHERE k='hashsize'").fetchone() is None:
+            db.execute("INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('hashsize', ?)", (FTS_HASH_BYTES,))
 
 
     def _prune(self) -> None:
-        """Drop chunks, full-text rows and vectors whose file row is gone."""
+        """Drop chunks, full-text rows and vectors whose file row is gone.
+
+        A refresh writes chunks, full-text rows and file rows together, so a difference means the file
+        was written by something else. The full-text table keeps no text (contentless): a row is taken
+        out by giving FTS5 its words again, and a planted row's words are unknown, so any difference
+        rebuilds the full-text table from ``chunks`` (exact whatever was planted; a few seconds at most).
+        """
         with self._lock:
             db = self._db
             db.execute("BEGIN")
-            db.execute("DELETE FROM chunks WHERE path NOT IN (SELECT path FROM files)")
-            db.execute("DELETE FROM chunks_fts WHERE rowid NOT IN (SELECT id FROM chunks)")
-            db.execute("DELETE FROM vectors WHERE chunk_id NOT IN (SELECT id FROM chunks)")
+            try:
+                orphans = db.execute("DELETE FROM chunks WHERE path NOT IN (SELECT path FROM files)").rowcount
+                stray = db.execute("SELECT EXISTS (SELECT 1 FROM chunks_fts_docsize d WHERE d.id NOT IN "
+                                   "(SELECT id FROM chunks))").fetchone()[0]
+                missing = db.execute("SELECT EXISTS (SELECT 1 FROM chunks c WHERE c.id NOT IN "
+                                     "(SELECT id FROM chunks_fts_docsize))").fetchone()[0]
+                if orphans > 0 or stray or missing:
+                    self._rebuild_fts()
+                db.execute("DELETE FROM vectors WHERE chunk_id NOT IN (SELECT id FROM chunks)")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
             db.execute("COMMIT")
+
+    def _rebuild_fts(self) -> None:
+        """Empty the full-text table and index every row of ``chunks`` again (inside the caller's transaction)."""
+        db = self._db
+        db.execute("INSERT INTO chunks_fts (chunks_fts) VALUES ('delete-all')")
+        cursor = db.execute("SELECT id, path, trail, text FROM chunks ORDER BY id")
+        while rows := cursor.fetchmany(FTS_BATCH_ROWS):
+            db.executemany("INSERT INTO chunks_fts (rowid, title, body) VALUES (?,?,?)",
+                           [(r[0], fts_title(json.loads(r[2]), r[1]), r[3]) for r in rows])
 
     def close(self) -> None:
         with self._lock:
@@ -287,7 +343,7 @@ class DocIndex:
                     budget_left = self.limits.refresh_budget_s - spent
                     clock = time.monotonic()
                     try:
-                        lines, note = self._extract(worker, rel, data, budget_left)
+                        chunks, note = self._chunks(worker, doc_path, rel, data, budget_left)
                     except ExtractionTimeout as exc:
                         if exc.seconds < self.limits.extract_timeout_s:  # cut short by the budget, not its own limit
                             report.deferred.append(doc_path)
@@ -310,17 +366,16 @@ class DocIndex:
                     seen.add(doc_path)
                     if note:
                         report.skipped.append(note)
-                    chunks = chunk_lines(doc_path, lines)
                     if previous is not None:
                         self._delete_file(doc_path)
                     first = next_id
                     next_id += len(chunks)
                     db.executemany(
                         "INSERT INTO chunks (id, path, slug, trail, start_line, end_line, text) VALUES (?,?,?,?,?,?,?)",
-                        [(first + i, c.path, c.slug, json.dumps(list(c.trail)), c.start_line, c.end_line, c.text)
+                        [(first + i, c.path, c.slug, trail_json(c.trail), c.start_line, c.end_line, c.text)
                          for i, c in enumerate(chunks)])
                     db.executemany("INSERT INTO chunks_fts (rowid, title, body) VALUES (?,?,?)",
-                                   [(first + i, " ".join(c.trail) + " " + c.path, c.text) for i, c in enumerate(chunks)])
+                                   [(first + i, fts_title(c.trail, c.path), c.text) for i, c in enumerate(chunks)])
                     db.execute("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?,?)",
                                (doc_path, digest, stat.st_size, stat.st_mtime_ns, len(chunks), time.time(), note))
                     if doc_path in failures:
@@ -349,12 +404,15 @@ class DocIndex:
         self.last_refresh = time.time()
         return report
 
-    def _extract(self, worker: ExtractionWorker, rel: str, data: bytes, budget_left: float) -> tuple[list, str]:
-        """Lines of one file: HTML and PDF in the confined worker, Markdown and text here."""
+    def _chunks(self, worker: ExtractionWorker, doc_path: str, rel: str, data: bytes,
+                budget_left: float) -> tuple[list[Chunk], str]:
+        """(chunks, note) of one file: HTML and PDF extracted in the confined worker, Markdown and text here."""
         path = Path(rel)
-        if path.suffix.lower() in CONFINED_SUFFIXES:
-            return worker.extract(path.name, data, timeout_s=max(budget_left, 0.001))
-        return extract_lines(path, data, max_chars=self.limits.text_max_chars)
+        suffix = path.suffix.lower()
+        if suffix in CONFINED_SUFFIXES:
+            lines, note = worker.extract(path.name, data, timeout_s=max(budget_left, 0.001))
+            return chunk_lines(doc_path, lines), note
+        return text_chunks(doc_path, suffix, data, max_chars=self.limits.text_max_chars), ""
 
     def _failed(self, report: IndexReport, doc_path: str, previous: Any, stat: os.stat_result, limits_key: str,
                 reason: str) -> None:
@@ -367,10 +425,12 @@ class DocIndex:
             report.removed.append(doc_path)
 
     def _delete_file(self, doc_path: str) -> None:
+        """Drop one file's rows; its full-text rows are taken out with the words they were indexed with."""
         db = self._db
-        ids = [(row[0],) for row in db.execute("SELECT id FROM chunks WHERE path=?", (doc_path,))]
-        db.executemany("DELETE FROM chunks_fts WHERE rowid=?", ids)
-        db.executemany("DELETE FROM vectors WHERE chunk_id=?", ids)
+        rows = db.execute("SELECT id, path, trail, text FROM chunks WHERE path=?", (doc_path,)).fetchall()
+        db.executemany("INSERT INTO chunks_fts (chunks_fts, rowid, title, body) VALUES ('delete', ?, ?, ?)",
+                       [(r[0], fts_title(json.loads(r[2]), r[1]), r[3]) for r in rows])
+        db.executemany("DELETE FROM vectors WHERE chunk_id=?", [(r[0],) for r in rows])
         db.execute("DELETE FROM chunks WHERE path=?", (doc_path,))
         db.execute("DELETE FROM files WHERE path=?", (doc_path,))
 
