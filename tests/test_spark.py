@@ -371,7 +371,9 @@ def test_interrupt_cancels_the_running_job(tmp_path, spark, spark_server):
     killer.join()
     assert started.is_set(), "the job never reported progress"
     assert run.status == "interrupted"
-    assert returned - sent["at"] < 3.0
+    # the job runs for minutes (LONG_SQL): returning well within them is returning at the interrupt, on a machine
+    # however loaded
+    assert returned - sent["at"] < 30
     assert built.engine.interrupted, "no interrupt was sent to Spark"
     # the two cores are free again at once: a new job does not queue behind the cancelled one
     begin = time.monotonic()
