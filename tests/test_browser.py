@@ -244,7 +244,11 @@ def test_long_tool_call_ticks_then_settles_with_a_pivot_table_and_an_interrupt_k
             assert page.locator(".agent-final").count() == 0, "streamed lines show before the run ends"
             first = status.inner_text()
             title_first = page.locator(".agent-run-view .agent-tool .jupyter-widget-Collapse-header").first.inner_text()
-            time.sleep(2.2)
+            page.wait_for_function(  # the ticker's next redraw of the status line and the call's title
+                "([status, title]) => { const s = document.querySelector('.agent-run-view .agent-status-line');"
+                " const h = document.querySelector('.agent-run-view .agent-tool .jupyter-widget-Collapse-header');"
+                " return s && h && s.innerText !== status && h.innerText !== title; }",
+                arg=[first, title_first], timeout=RUN_TIMEOUT_MS)
             second = status.inner_text()
             title_second = page.locator(".agent-run-view .agent-tool .jupyter-widget-Collapse-header").first.inner_text()
             assert first != second and "running python_interpreter" in second, (first, second)
@@ -268,7 +272,9 @@ def test_long_tool_call_ticks_then_settles_with_a_pivot_table_and_an_interrupt_k
             page.wait_for_function(
                 "() => [...document.querySelectorAll('.agent-run-view .agent-status-line')]"
                 ".some(s => s.innerText.includes('running python_interpreter'))", timeout=RUN_TIMEOUT_MS)
-            time.sleep(1.5)
+            page.wait_for_function(  # the call printed: it is inside its 60 s sleep
+                "() => [...document.querySelectorAll('.agent-run-view .agent-stdout')]"
+                ".some(p => p.textContent.includes('before'))", timeout=RUN_TIMEOUT_MS)
             page.evaluate("window.jupyterapp.commands.execute('notebook:interrupt-kernel')")
             page.wait_for_function(
                 "() => [...document.querySelectorAll('.agent-final .agent-tool > summary')]"
