@@ -32,6 +32,7 @@ from harness_magic.core.text.sensitivity import (
     DETECT_SAMPLE_VALUES,
     EMAIL_MAX_CHARS,
     _email_accepted,
+    _digits,
     _email_valid,
     _hinted_lines,
     _luhn_valid,
@@ -129,6 +130,14 @@ def test_forgetting_verdicts_changes_no_verdict():
     clear_verdict_memos()
     assert [(f.kind, f.value) for f in find_sensitive(text)] == before
     assert [kind for kind, _ in before] == ["email", "card", "phone"]
+
+
+def test_the_digits_of_a_text_are_read_the_same_whatever_its_script():
+    rng = random.Random(12)
+    texts = ["".join(chr(rng.randrange(0, 130)) for _ in range(rng.randint(0, 30))) for _ in range(5_000)]
+    texts += ["+44 20 7946 0958", "(212) 555-0134", "+44 20 ٧٩٤٦ 0958", "４１１１", "x²y", ""]
+    for text in texts:
+        assert _digits(text) == "".join(ch for ch in text if ch.isdigit()), text
 
 
 ASCII_PIECES = ["a@b.co", "+44 20 7946 0958", "(212) 555-0134", "1.2.3.4", "123-45-6789", "GB82WEST12345698765432",

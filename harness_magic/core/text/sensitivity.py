@@ -133,7 +133,14 @@ class Found:
         return DETECTED_KINDS[self.kind]
 
 
+_ASCII_NOT_DIGITS = str.maketrans("", "", "".join(chr(c) for c in range(128) if not chr(c).isdigit()))
+"""Deletes every ASCII character but the digits (one C pass over an ASCII text)."""
+
+
 def _digits(text: str) -> str:
+    """The digits of ``text`` in order (``str.isdigit``'s digits: other scripts' too)."""
+    if text.isascii():
+        return text.translate(_ASCII_NOT_DIGITS)
     return "".join(ch for ch in text if ch.isdigit())
 
 
