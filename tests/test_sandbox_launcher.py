@@ -7,6 +7,7 @@ small fake processes speaking the same protocol (``LauncherClient(command=...)``
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
 import textwrap
@@ -158,7 +159,7 @@ def test_an_interrupted_request_leaves_no_reply_behind():
             interp.start_worker()  # the spawn is sent; the interrupt comes while its reply is awaited
         interrupt.join()
         os.kill(launcher.pid, signal.SIGCONT)  # it runs again and answers the abandoned spawn late
-        time.sleep(0.5)
+        assert select.select([launcher.sock], [], [], 30)[0], "the late answer has arrived (unread yet)"
         assert open_fds() == before  # the abandoned attempt's pipes and socket are closed
         interp.start_worker()
         assert launcher.alive() and interp._launcher is launcher  # not a fault: the launcher stays
