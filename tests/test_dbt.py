@@ -414,3 +414,42 @@ def test_sql_the_parser_cannot_read_is_named_as_not_traced(shop: Path, tmp_path:
     assert "- orders (semantic model) [dbt:semantic_model.shop.orders] — measure order_total = sum(amount)" in text
     with pytest.raises(ToolError, match="The compiled SQL of customer_revenue cannot be parsed"):
         dbt._model_sql("customer_revenue", ctx("dbt__model_sql"))
+
+
+# --------------------------------------------------------------------------- served by the glossary and docs search
+
+
+def test_the_glossary_and_docs_search_serve_dbt_entries_with_their_citations(shop: Path, tmp_path: Path) -> None:
+    """Issue 34.2: a session's glossary lookup and docs search also answer from its dbt project, each entry with
+    its [dbt:...] id in the citation ledger, so an answer citing it passes the citation check."""
+    from harness_magic.core.execution.connectors.docs.connector import docs_connector, glossary_connector
+
+    corpus = Path(__file__).parent / "knowledge_corpus"
+    glossary = glossary_connector([str(corpus / "definitions.yaml")])
+    docs = docs_connector([str(corpus / "docs")], index_path=tmp_path / "index.sqlite")
+    turns = [call("load_connectors", connector_name="glossary"), call("load_connectors", connector_name="docs"),
+             call("glossary__lookup", term="Revenue"),
+             call("glossary__lookup", term="net revenue"),
+             call("docs__search", query="revenue"),
+             {"text": "Revenue is the sum of completed order amounts in euros [dbt:metric.shop.revenue]."}]
+    result, texts, checks = run_scripted(tmp_path, turns, glossary, docs, dbt_connector(shop))
+    assert result.ok
+    unknown_term, known_term, search = texts[2], texts[3], texts[4]
+    near, related = unknown_term.split("\nRelated entries from the session's other knowledge connectors", 1)
+    assert near.startswith("No term named 'Revenue'; closest matches:"), "the glossary's own near matches first"
+    assert related.splitlines()[1].startswith(
+        "- [dbt:metric.shop.revenue] revenue (metric): Revenue is the sum of completed"), related
+    assert "[term:net_revenue]" in known_term, "the glossary's own term first"
+    assert "[dbt:" in known_term.split("Related entries", 1)[1], "then the dbt entries sharing its words"
+    assert "[dbt:metric.shop.revenue]" in search.split("Related entries", 1)[1]
+    assert checks[-1].passed, checks[-1].checks  # the cited dbt id was returned by the glossary tool
+
+
+def test_the_glossary_still_names_a_missing_term_when_no_dbt_entry_answers(shop: Path, tmp_path: Path) -> None:
+    from harness_magic.core.execution.connectors.docs.connector import glossary_connector
+
+    glossary = glossary_connector([str(Path(__file__).parent / "knowledge_corpus" / "definitions.yaml")])
+    turns = [call("load_connectors", connector_name="glossary"), call("glossary__lookup", term="zzyzx"),
+             {"text": "unknown"}]
+    _, texts, _ = run_scripted(tmp_path, turns, glossary, dbt_connector(shop))
+    assert "zzyzx" in texts[1] and "Related entries" not in texts[1]

@@ -62,6 +62,7 @@ __all__ = [
     "ConnectorResult",
     "InstalledConnectors",
     "Registration",
+    "RelatedEntry",
     "ToolContext",
     "Classifier",
     "tool_from_function",
@@ -96,6 +97,20 @@ class ToolContext:
     estimate is over the query budget (:mod:`.estimates`) before it runs."""
     glossary_classes: Mapping[str, str] = field(default_factory=dict)
     """``{"[table.]column": class}`` the session's glossaries declare (:meth:`ConnectorRegistry.glossary_classes`)."""
+    related: "Callable[[str, int], list[RelatedEntry]]" = field(default=lambda text, k: [])
+    """``related(text, k)``: at most ``k`` entries of the session's other connectors that answer ``text``
+    (:meth:`ConnectorRegistry.related_entries`), for a knowledge tool to show beside its own results."""
+
+
+@dataclass(frozen=True)
+class RelatedEntry:
+    """One entry a connector offers to other knowledge tools: its one-line text and its citation source.
+
+    ``source`` is a :class:`~harness_magic.core.knowledge.citations.Source` (its id is what the line cites).
+    """
+
+    line: str
+    source: Any
 
 
 @dataclass
@@ -315,6 +330,11 @@ class Connector:
         """``{"[table.]column": class}`` declared by this connector's glossary entries; none but a glossary's."""
         return {}
 
+    def related_entries(self, text: str, k: int) -> list[RelatedEntry]:
+        """At most ``k`` of this connector's entries that answer ``text`` (a term or search words), best first,
+        for the glossary and docs tools to serve beside their own; none but a knowledge connector's (dbt)."""
+        return []
+
     def __repr__(self) -> str:
         return f"Connector({self.name!r}, tools={self.tool_names})"
 
@@ -504,6 +524,14 @@ class ConnectorRegistry:
             merged.update(connector.glossary_classes())
         return merged
 
+    def related_entries(self, text: str, k: int, *, asking: str | None = None) -> list[RelatedEntry]:
+        """At most ``k`` entries answering ``text`` from every connector but ``asking`` (registration order)."""
+        found: list[RelatedEntry] = []
+        for connector in self._connectors.values():
+            if connector.name != asking and len(found) < k:
+                found.extend(connector.related_entries(text, k - len(found))[: k - len(found)])
+        return found
+
     def __getitem__(self, name: str) -> Connector:
         try:
             return self._connectors[name]
@@ -611,8 +639,10 @@ class InstalledConnectors:
                 raise ToolError(f"Bad arguments for {template.name!r}: missing {', '.join(missing)}.")
             if context_name is not None:
                 approve = self._approver(template, connector)  # previewed writes, reads over the query budget
-                arguments[context_name] = ToolContext(harness.cache, harness, template.name, approve,
-                                                      self.registry.glossary_classes())
+                registry, asking = self.registry, connector.name
+                arguments[context_name] = ToolContext(
+                    harness.cache, harness, template.name, approve, registry.glossary_classes(),
+                    lambda text, k: registry.related_entries(text, k, asking=asking))
             sql = arguments.get("sql")
             sources = None
             guard = harness.cache.guard

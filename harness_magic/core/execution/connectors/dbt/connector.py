@@ -40,7 +40,7 @@ from harness_magic.core.execution.connectors.dbt.manifest import (
     project_paths,
 )
 from harness_magic.core.execution.connectors.lineage import SQLGLOT_DIALECTS
-from harness_magic.core.execution.connectors.registry import Connector, ToolContext
+from harness_magic.core.execution.connectors.registry import Connector, RelatedEntry, ToolContext
 from harness_magic.core.execution.connectors.sameness import records_configuration
 from harness_magic.core.execution.tools import ToolError
 from harness_magic.core.knowledge.citations import Source, ledger_host, record_retrieval
@@ -215,6 +215,18 @@ class DbtConnector(Connector):
     def _metric_names(self, name: str) -> tuple[str, ...]:
         metric = next((e for e in self.project.entries.values() if e.kind == "metric" and e.name == name), None)
         return tuple(n for n in (name, metric.label if metric is not None else "") if n)
+
+    def related_entries(self, text: str, k: int) -> list[RelatedEntry]:
+        """For ``glossary__lookup`` and ``docs__search``: the entries ``text`` names, then those sharing its words."""
+        if k < 1 or not isinstance(text, str) or not text.strip():
+            return []
+        try:
+            self.reload()
+        except ToolError:
+            return []  # the project's own tools name the problem; another tool's answer stands without it
+        entries = self.find(text[:300])
+        entries += [e for e in self.suggest(text[:500], k) if e not in entries]
+        return [RelatedEntry(f"- {self.summary_line(e)}", self.source(e, self.summary_line(e))) for e in entries[:k]]
 
     # -- tools ----------------------------------------------------------------------------------------
 

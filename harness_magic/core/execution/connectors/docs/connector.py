@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness_magic.core.execution.connectors.registry import Connector, ToolContext
+from harness_magic.core.execution.connectors.registry import Connector, RelatedEntry, ToolContext
 from harness_magic.core.execution.connectors.sameness import records_configuration
 from harness_magic.core.knowledge.citations import Source, ledger_host, record_retrieval
 from harness_magic.core.knowledge.embed import make_embedder
@@ -41,6 +41,8 @@ SEARCH_MAX_K = 10
 """Hits per ``docs__search``: ten snippets keep the result inline; read the rest by id."""
 RESULT_BUDGET_CHARS = 1_900
 """Search text is fitted under the formatter's inline limit (2,000) by shortening snippets."""
+RELATED_MAX = 3
+"""Entries of other knowledge connectors (a dbt project) shown beside a search's or lookup's own results."""
 REFRESH_INTERVAL_S = 1.0
 """Tool calls re-check the files at most this often: a model's burst of searches costs one stat walk
 (1,000 files: ~40 ms), while an edit is seen by the next call a second later."""
@@ -55,6 +57,16 @@ GLOSSARY_DESCRIPTION = ("Glossary of metrics, terms, tables and owners; cite def
 def _default_index_path(name: str, roots: Sequence[str | os.PathLike]) -> Path:
     key = "\n".join(str(Path(r).expanduser().resolve()) for r in roots)
     return Path(DEFAULT_INDEX_DIR) / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:10]}.sqlite"
+
+
+def _related_lines(related: list[RelatedEntry], ctx: ToolContext) -> list[str]:
+    """The other knowledge connectors' entries (dbt models and metrics) under their own heading, recorded in the
+    citation ledger so the answer may cite their ids."""
+    if not related:
+        return []
+    record_retrieval(ledger_host(ctx.harness), ctx.tool_name, [entry.source for entry in related])
+    return ["Related entries from the session's other knowledge connectors (cite their ids):",
+            *(entry.line for entry in related)]
 
 
 def _hit_lines(hits: list[Hit], budget: int) -> list[str]:
@@ -118,12 +130,15 @@ class DocsConnector(Connector):
         news = report is not before and (report.changed or report.deferred or report.notes
                                          or report.skipped != before.skipped)
         header += f"; reindexed: {report.summary()})" if news else ")"
-        if not hits:
+        related = ctx.related(query[:500], RELATED_MAX)
+        if not hits and not related:
             return header + ". Try other words, or glossary lookup for a defined term."
         record_retrieval(ledger_host(ctx.harness), ctx.tool_name, [
             Source(h.source_id, h.chunk.title, snippet_line(h.snippet, h.chunk.trail)) for h in hits])
-        body = _hit_lines(hits, RESULT_BUDGET_CHARS - len(header) - 80)
-        return "\n".join([header + ":", *body, f"Read a whole section with {self.name}__read(source_id=...)."])
+        extra = _related_lines(related, ctx)
+        body = _hit_lines(hits, RESULT_BUDGET_CHARS - len(header) - 80 - sum(len(line) + 1 for line in extra))
+        tail = [f"Read a whole section with {self.name}__read(source_id=...)."] if hits else []
+        return "\n".join([header + ":", *body, *extra, *tail])
 
     def _read(self, source_id: str, ctx: ToolContext) -> str:
         """Read one whole section of a document by its source id.
@@ -264,14 +279,17 @@ class GlossaryConnector(Connector):
         """
         if not isinstance(term, str) or not term.strip():
             raise ToolError("term must be non-empty text, e.g. glossary__lookup(term='net revenue').")
+        related = ctx.related(term[:200], RELATED_MAX)
         try:
             body, sources = self.sources_for(term[:200])
         except LookupError as exc:
-            raise ToolError(str(exc)) from None
+            if not related:
+                raise ToolError(str(exc)) from None
+            body, sources = f"No glossary term {term[:100]!r}.", []
         except GlossaryError as exc:
             raise ToolError(f"The glossary could not be reloaded: {exc}") from None
         record_retrieval(ledger_host(ctx.harness), ctx.tool_name, sources)
-        return body
+        return "\n".join([body, *_related_lines(related, ctx)])
 
 
 @records_configuration
