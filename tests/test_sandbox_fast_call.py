@@ -10,12 +10,13 @@ Contracts:
   not inline or sealed); the model's own scratch files stay either way.
 - The worker parses each call's code once for the pre-check and the compile: refusals, syntax errors (with
   their line), NUL bytes, nesting too deep for the parser and trailing values read as errors or values, and
-  the worker survives each.
+  the worker survives each. The pre-check walks the tree in :func:`ast.walk`'s order, without its generators.
 - A worker killed between two quick calls is still found by the next one, which runs once in a new worker.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import struct
 import warnings
@@ -23,7 +24,7 @@ import warnings
 import pytest
 from test_worker_revival import kill_and_wait
 
-from harness_magic.core.execution.sandbox import SandboxedInterpreter, probe_confinement
+from harness_magic.core.execution.sandbox import SandboxedInterpreter, checks, probe_confinement
 from harness_magic.core.execution.sandbox.backend import _may_name_scratch_files
 from harness_magic.core.execution.sandbox.protocol import FrameReader, ProtocolError, send_frame
 
@@ -195,3 +196,30 @@ def test_a_worker_killed_between_quick_calls_is_replaced_and_the_next_call_runs_
     assert result.replaced is not None and result.replaced.pid == pid and unfriendly.worker_pid != pid
     with open(os.path.join(unfriendly.scratch_dir, "runs.txt")) as runs:
         assert runs.read() == "run\n"
+
+
+# -- the pre-check's walk --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("code", [
+    "pass",
+    "import pandas as pd\nx = df.groupby('a')['b'].sum()\nfor i in range(3):\n    z = {'k': [1, i], 'v': f'{i!r:>3}'}\n",
+    "class A:\n    def f(self, *a, k=1, **kw):\n        return lambda y: [q async for q in y] if a else (yield from kw)\n",
+    "match p:\n    case {'x': [1, *rest]} if rest:\n        pass\n    case _:\n        del p[0:2:1]\n",
+])
+def test_the_pre_checks_walk_visits_what_ast_walk_visits_in_the_same_order(code: str) -> None:
+    tree = ast.parse(code)
+    assert [ast.dump(node) for node in checks._nodes(tree)] == [ast.dump(node) for node in ast.walk(tree)]
+
+
+@pytest.mark.parametrize("code, refusal", [
+    ("import os", "import of 'os'"),
+    ("x = [1, [2, [3, __import__('os')]]]", "'__import__'"),
+    ("def f():\n    class A:\n        y = (lambda: ().__class__)()\n", "'__class__'"),
+    ("print(f'{df.__dict__}')", "'__dict__'"),
+    ("s = 'a' + '__globals__'", "interpreter internals"),
+    ("import numpy\nnumpy.os.system('ls')", "'system'"),
+])
+def test_the_pre_check_finds_what_it_found_before_however_deep(code: str, refusal: str) -> None:
+    found = checks.precheck(code)
+    assert found is not None and refusal in found

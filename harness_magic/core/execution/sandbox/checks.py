@@ -13,7 +13,8 @@ import ast
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 
 __all__ = [
     "ALLOWED_IMPORTS",
@@ -63,9 +64,26 @@ def precheck(code: str) -> str | None:
     return precheck_tree(tree)
 
 
+def _nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node of ``tree`` in :func:`ast.walk`'s order (breadth first), without its two generators per node."""
+    todo = deque([tree])
+    take, add = todo.popleft, todo.append
+    while todo:
+        node = take()
+        yield node
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        add(item)
+            elif isinstance(value, ast.AST):
+                add(value)
+
+
 def precheck_tree(tree: ast.AST) -> str | None:
     """:func:`precheck` of code already parsed (the worker parses each call's code once)."""
-    for node in ast.walk(tree):
+    for node in _nodes(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             for name in names:
