@@ -12,6 +12,10 @@
   columns mostly of one kind, split evenly between two kinds, empty at the top, or with the kind only at the end.
 * **Forgetting verdicts changes no verdict.** ``clear_verdict_memos`` (a benchmark's first pass) only drops
   the memos.
+* **A printed number is looked up by value only when its digits can be a known number's.** The significant
+  digits read from the text are those of its exact value, in every format the masker reads (thousands,
+  underscores, exponents, leading and trailing zeros); a number past Decimal's exponents is no value and
+  never stops masking.
 * **ASCII text is hinted on its character classes.** The lines a scan reads in an ASCII text are the lines
   the Unicode character classes give for the same text (one translation, then literal scans).
 
@@ -26,7 +30,14 @@ from collections import Counter
 
 from stdnum import luhn
 
-from harness_magic.core.text.masking import Masker
+from harness_magic.core.text.masking import (
+    _NUMBER,
+    ColumnClass,
+    Masker,
+    _printed_digits,
+    _significant_digits,
+    number_key,
+)
 from harness_magic.core.text.sensitivity import (
     DETECT_MIN_SHARE,
     DETECT_SAMPLE_VALUES,
@@ -167,3 +178,29 @@ def test_values_in_printed_lines_are_masked_the_same_on_the_fast_paths():
     assert out[1] == lines[1] and out[4] == lines[4] and out[5] == lines[5]  # no value there: untouched
     assert "4111 1111 1111 1111" not in out[2] and out[2].endswith("1111 updated")  # last four kept
     assert "212-555-0031" not in out[3]
+
+
+NUMBER_PIECES = ["1", "2", "0", "00", "9", ",", ".", "_", "e", "E", "-", "+", "5", "a", " ", "05", "1,234", ".5",
+                 "9.9e4", "0.001", "e999999", "٣"]
+
+
+def test_the_digits_read_from_a_printed_number_are_those_of_its_value():
+    rng = random.Random(31)
+    checked = 0
+    for _ in range(20_000):
+        text = "".join(rng.choice(NUMBER_PIECES) for _ in range(rng.randint(1, 10)))
+        for number in _NUMBER.findall(text):
+            key = number_key(number)
+            if key is not None and number.isascii():
+                assert _printed_digits(number) == _significant_digits(key), number
+                checked += 1
+    assert checked > 1_000
+
+
+def test_known_amounts_are_masked_in_every_format_and_a_huge_exponent_is_left_alone():
+    masker = Masker()
+    masker.learn_column("deals", "amount", ColumnClass("financial", "config"), [99000.5, 9.95, 1200])
+    text = "99,000.50 9.90005e4 99_000.5 -99000.5 9.950 1.2e3 1,200.00 990005 9.95e1000000 9.9e415000005 1201"
+    masked = masker.mask_text(text)
+    assert masked.counts == {"financial": 7}
+    assert masked.text.split()[7:] == ["990005", "9.95e1000000", "9.9e415000005", "1201"]

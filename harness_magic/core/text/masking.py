@@ -107,7 +107,7 @@ def number_key(value: Any) -> decimal.Decimal | None:
         return None
     try:
         key = abs(decimal.Decimal(text))
-    except (decimal.InvalidOperation, ValueError, TypeError):
+    except (decimal.DecimalException, ValueError, TypeError):  # not a number, or one past Decimal's exponents
         return None
     if not key.is_finite() or abs(key.adjusted()) > _NUMBER_EXPONENT_MAX:
         return None
@@ -350,6 +350,9 @@ class Masker:
         self._digits_automaton: Any = None
         """The significant digits of each known number (:meth:`_numbers_may_be_in`), built when first needed."""
         self._digits_indexed = 0
+        self._number_digits: set[str] = set()
+        """The significant digits of each known number (:func:`_significant_digits`): a printed number whose own
+        (:func:`_printed_digits`) are none of these is no known number."""
         self._number_texts: dict[str, str | None] = {}
         """Number as printed -> the class of the known number it is, or None (memo, :data:`NUMBER_TEXTS_MEMO`)."""
         self.unread = 0
@@ -476,6 +479,7 @@ class Masker:
     def _add_number(self, key: decimal.Decimal, cls: str) -> None:
         if key not in self._numbers:
             self._numbers[key] = cls
+            self._number_digits.add(_significant_digits(key))
             self._number_texts.clear()  # a number printed before may be this one
 
     def _numbers_may_be_in(self, text: str) -> bool:
@@ -497,6 +501,8 @@ class Masker:
 
     def _number_class(self, text: str) -> str | None:
         """The class of the known number ``text`` (as printed) stands for, or None (memoised per text)."""
+        if text.isascii() and _printed_digits(text) not in self._number_digits:
+            return None  # its significant digits are no known number's: no Decimal needed to say so
         memo = self._number_texts
         if text not in memo:
             if len(memo) >= NUMBER_TEXTS_MEMO:
@@ -627,6 +633,13 @@ for known numbers' digits."""
 def _significant_digits(key: decimal.Decimal) -> str:
     """The digits of a number without leading or trailing zeros (``99000.50`` -> ``990005``)."""
     return "".join(map(str, key.normalize().as_tuple().digits))
+
+
+def _printed_digits(text: str) -> str:
+    """The significant digits of a number as :data:`_NUMBER` reads it in ASCII text (``99,000.50`` and
+    ``9.90005e+04`` -> ``990005``): :func:`_significant_digits` of its :func:`number_key`, without the Decimal."""
+    mantissa = text.partition("e")[0].partition("E")[0]
+    return mantissa.translate(_NUMBER_SEPARATORS).strip("0") or "0"
 
 
 def _number_text(key: decimal.Decimal) -> str:
