@@ -4,7 +4,7 @@ Contracts:
 
 - The kernel reads a reply frame's body right after its header when it is there (no second wait), and never
   past the frame being assembled: the next frame stays in the pipe; an empty, oversized or cut frame is refused.
-- The result socket is read only when something waits on it: an empty call opens no descriptor, and a sealed
+- The result socket is read only when something waits on it: an empty call opens no memory file, and a sealed
   memory file the worker sends without naming it in its reply is closed by that call, never kept.
 - Scratch is swept for result files only after a reply that may have left some (an error, or a result that is
   not inline or sealed); the model's own scratch files stay either way.
@@ -30,8 +30,16 @@ from harness_magic.core.execution.sandbox.protocol import FrameReader, ProtocolE
 
 confined = pytest.mark.skipif(not probe_confinement()["confined"], reason="no OS confinement here")
 
-def _open_fds() -> set[str]:
-    return set(os.listdir("/proc/self/fd"))
+def _memory_files() -> set[str]:
+    """This process's descriptors of memory files (what a sealed result arrives as)."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:"):
+                found.add(fd)
+        except OSError:
+            pass  # closed meanwhile (the listing's own descriptor)
+    return found
 
 
 @pytest.fixture
@@ -138,18 +146,18 @@ def unfriendly():
 
 
 @confined
-def test_empty_calls_return_nothing_and_open_no_descriptor(interp) -> None:
+def test_empty_calls_return_nothing_and_hold_no_memory_file(interp) -> None:
     first = interp.execute("pass", {}, [])
     assert (first.error, first.has_value, first.stdout, first.saved, first.charts) == (None, False, "", [], [])
-    before = _open_fds()
+    before = _memory_files()
     for _ in range(50):
         assert interp.execute("pass", {}, []).error is None
-    assert _open_fds() == before
+    assert _memory_files() == before
 
 
 def test_a_sealed_file_the_reply_does_not_name_is_closed_by_the_call(unfriendly) -> None:
     assert unfriendly.execute("pass", {}, []).error is None
-    before = _open_fds()
+    before = _memory_files()
     pid = unfriendly.worker_pid
     sneaked = unfriendly.execute(
         "import sys, numpy as np\n"
@@ -157,7 +165,8 @@ def test_a_sealed_file_the_reply_does_not_name_is_closed_by_the_call(unfriendly)
         ".write_result(np.arange(1000), '.', 'x', [])\n"
         "sent['fd_slot']", {}, [])
     assert sneaked.error is None and isinstance(sneaked.value, int)  # a slot was sent, the reply names none
-    assert _open_fds() == before
+    assert not unfriendly._worker.results_queued()  # taken off the socket by this call...
+    assert _memory_files() == before  # ...and closed
     after = unfriendly.execute("6 * 7", {}, [])
     assert (after.error, after.value, unfriendly.worker_pid) == (None, 42, pid)
 
@@ -166,7 +175,7 @@ def test_the_models_scratch_files_stay_after_calls_that_return_nothing(unfriendl
     made = unfriendly.execute("open('notes.txt', 'w').write('kept')\nopen('out_mine.txt', 'w').write('kept')", {}, [])
     assert made.error is None
     assert unfriendly.execute("pass", {}, []).error is None
-    assert sorted(os.listdir(unfriendly.scratch_dir)) == ["notes.txt", "out_mine.txt"]
+    assert {"notes.txt", "out_mine.txt"} <= set(os.listdir(unfriendly.scratch_dir))
 
 
 @confined
