@@ -382,10 +382,11 @@ def text_chunks(path: str, suffix: str, data: bytes, *, max_chars: int = TEXT_MA
         raise ValueError(f"text_chunks reads Markdown and text files, not {suffix!r} (use extract_lines)")
     if len(data) > 4 * max_chars + 4:  # UTF-8 needs at least one byte per character: over the cap for sure
         raise TextTooLong(max_chars)
-    lines = data.decode("utf-8", errors="replace").splitlines()
+    text = data.decode("utf-8", errors="replace")
+    lines = text.splitlines()
     if sum(map(len, lines)) + len(lines) > max_chars:
         raise TextTooLong(max_chars)
-    marks = _heading_marks(lines) if suffix in MARKDOWN_SUFFIXES else []
+    marks = _heading_marks(lines, "`" in text or "~" in text) if suffix in MARKDOWN_SUFFIXES else []
     chunks: list[Chunk] = []
     used: dict[str, int] = {}
     starts = [index for index, _, _ in marks]
@@ -399,25 +400,34 @@ def text_chunks(path: str, suffix: str, data: bytes, *, max_chars: int = TEXT_MA
     return chunks
 
 
-def _heading_marks(lines: list[str]) -> list[tuple[int, int, str]]:
-    """(line index, level, title) of each ATX heading outside fenced code, in order."""
-    fences = any("`" in line or "~" in line for line in lines)
+def _heading_marks(lines: list[str], fences: bool) -> list[tuple[int, int, str]]:
+    """(line index, level, title) of each ATX heading outside fenced code, in order.
+
+    ``fences``: whether the text holds a backtick or tilde (without one no line opens a fence).
+    heading() needs "#" as the first character, so no other line is looked at.
+    """
+    if fences:
+        candidates = []
+        fenced = False
+        for index, text in enumerate(lines):
+            if ("`" in text or "~" in text) and _FENCE_RE.match(text):
+                fenced = not fenced
+            elif not fenced and text[:1] == "#":  # a fence line never starts with "#"
+                candidates.append(index)
+    else:
+        candidates = [index for index, text in enumerate(lines) if text[:1] == "#"]
     marks = []
-    fenced = False
-    for index, text in enumerate(lines):
-        if fences and ("`" in text or "~" in text) and _FENCE_RE.match(text):
-            fenced = not fenced
-        if not fenced and text[:1] == "#":  # heading() needs "#" first: no other line can be one
-            found = heading(text)
-            if found is not None:
-                marks.append((index, found[0], found[1]))
+    for index in candidates:
+        found = heading(lines[index])
+        if found is not None:
+            marks.append((index, found[0], found[1]))
     return marks
 
 
 def _section_chunks(chunks: list[Chunk], used: dict[str, int], path: str, trail: tuple[str, ...],
                     lines: list[str], start: int, end: int, headed: bool) -> None:
     """Append the chunks of ``lines[start:end]`` (a heading line first when ``headed``), as chunk_lines does."""
-    if not any(text.strip() for text in lines[start + headed:end]):
+    if not "".join(lines[start + headed:end]).strip():
         return  # a heading right above a subheading: the trail of the next chunk carries it
     base = slugify(trail[-1]) if trail else "top"
     if sum(map(len, lines[start:end])) + (end - start) <= CHUNK_MAX_CHARS:
@@ -429,9 +439,16 @@ def _section_chunks(chunks: list[Chunk], used: dict[str, int], path: str, trail:
         used[slug] = used.get(slug, 0) + 1
         if used[slug] > 1:
             slug = f"{slug}-{used[slug]}"
-        filled = [i for i in range(first, last) if lines[i].strip()] or [first, last - 1]
+        top, bottom = first, last - 1  # the first and last lines with text (the part's ends when none has)
+        while top < last and not lines[top].strip():
+            top += 1
+        if top == last:
+            top = first
+        else:
+            while not lines[bottom].strip():
+                bottom -= 1
         text = "\n".join(lines[first:last]).strip()
-        chunks.append(Chunk(path, slug, trail, filled[0] + 1, filled[-1] + 1, text))
+        chunks.append(Chunk(path, slug, trail, top + 1, bottom + 1, text))
 
 
 def _part_bounds(lines: list[str], start: int, end: int) -> list[tuple[int, int]]:

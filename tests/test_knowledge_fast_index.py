@@ -1,0 +1,260 @@
+"""Spec (issue 35 point 4): the faster docs index keeps every result and every guarantee.
+
+* **Same chunks.** Markdown and text are chunked in one pass (``text_chunks``): the same
+  chunks, slugs, heading trails, line numbers and ``TextTooLong`` as chunking the extracted
+  lines (``chunk_lines(extract_lines(...))``), on hostile files too (fences, headings in
+  fences, seven ``#``, trailing ``#``, long sections cut in parts, repeated headings,
+  Unicode line separators, CR/LF, bytes that are not UTF-8, an empty file).
+* **Same ranking.** The full-text table keeps no copy of the text (contentless): the text is
+  stored once, in ``chunks``, and BM25 scores are those of a table that keeps it.
+* **Exact deletes.** A contentless row is taken out by giving FTS5 its words again: after
+  files are edited and removed, every score equals a fresh index's of the same files.
+* **Interrupted, the old index stays.** A refresh cut short after files changed leaves the
+  previous index searchable as it was; the next refresh brings it up to date.
+* **Incremental.** A refresh after one edit re-indexes that file only; other chunks keep their ids.
+* **Older and planted indexes.** An index of schema 1 is rebuilt (a note says so), one of a
+  newer schema is refused naming the file; full-text rows planted without a chunk are
+  found when the index is opened and the table is rebuilt from the chunks.
+
+Indexing speed is measured in ``benchmarks/bench_docs.py``, never here.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from harness_magic.core.knowledge import index as index_module
+from harness_magic.core.knowledge.extract import (
+    CHUNK_MAX_CHARS,
+    TextTooLong,
+    chunk_lines,
+    extract_lines,
+    text_chunks,
+)
+from harness_magic.core.knowledge.index import SCHEMA_VERSION, DocIndex
+
+QUERIES = ["refund window", "partner share policy", "owner team", "fenced code sample", "escalation runbook",
+           "it owns the", "refund", "quarterly revenue"]
+
+HOSTILE_PIECES = [
+    "# Title", "## Sub", "### Deep ###", "#", "# ", "#no space", "####### seven", "```", "~~~", "  ```py", "\t```",
+    "text line", "", "   ", "x" * 700, "y" * (CHUNK_MAX_CHARS + 100), "## Sub", "#\tTab", "## a-2", "## a",
+    "\x0bvertical tab", "line\u2028separator", "\r", "a\r\nb", "# Ünïcode héading", "####", "## ##",
+    "# code `x`", "#`", "`# x`", "  ~~~ ", "# ~~~", "## Refunds (EU) / partner share", "<script>x</script>",
+]
+
+
+def both_ways(path: str, suffix: str, data: bytes, max_chars: int):
+    """(two-step result, one-pass result): a chunk list or "too long" for each."""
+    try:
+        reference = chunk_lines(path, extract_lines(Path("f" + suffix), data, max_chars=max_chars)[0])
+    except TextTooLong:
+        reference = "too long"
+    try:
+        fast = text_chunks(path, suffix, data, max_chars=max_chars)
+    except TextTooLong:
+        fast = "too long"
+    return reference, fast
+
+
+@pytest.mark.parametrize("suffix", [".md", ".markdown", ".txt"])
+def test_one_pass_chunks_equal_the_two_step_chunks_on_hostile_files(suffix):
+    rng = random.Random(35)  # seeded: the same files every run
+    documents = [b"", b"\xff\xfe# not utf-8\n\nbody \xc3", b"# Only a heading", b"# A\n## B\n### C\n",
+                 b"```\n# fenced, not a heading\n```\n# Real\nbody\n", ("## Long\n" + "word " * 2000).encode()]
+    documents += ["\n".join(rng.choice(HOSTILE_PIECES) for _ in range(rng.randint(1, 40))).encode()
+                  for _ in range(400)]
+    for data in documents:
+        for max_chars in (1_000_000, 500):
+            reference, fast = both_ways("docs/f" + suffix, suffix, data, max_chars)
+            assert fast == reference, data
+
+
+def test_the_test_corpus_is_chunked_the_same_both_ways():
+    corpus = Path(__file__).parent / "knowledge_corpus"
+    files = [p for p in sorted(corpus.rglob("*")) if p.suffix in (".md", ".markdown", ".txt")]
+    assert files
+    for path in files:
+        reference, fast = both_ways(str(path.relative_to(corpus)), path.suffix, path.read_bytes(), 1_000_000)
+        assert fast == reference != [], path
+
+
+@pytest.mark.parametrize("suffix", [".pdf", ".html", ".htm"])
+def test_one_pass_chunking_refuses_files_that_need_the_confined_worker(suffix):
+    with pytest.raises(ValueError, match="extract_lines"):
+        text_chunks("docs/f" + suffix, suffix, b"<h1>x</h1>")
+
+
+# --------------------------------------------------------------------------- the index
+
+
+def write_docs(root: Path, count: int, word: str = "refund") -> None:
+    root.mkdir(exist_ok=True)
+    for i in range(count):
+        (root / f"doc{i}.md").write_text(
+            f"# Doc {i}\n\n## Refunds {i}\n\n{word} window policy{i} partner share\n\n"
+            f"## Owner\n\nteam{i} owns it; escalation runbook {i % 3}\n\n"
+            f"```\n# fenced code sample {i}\n```\n\n## Revenue\n\nquarterly revenue {'refund ' * (i % 4)}\n")
+
+
+def scores(index: DocIndex) -> dict[str, list[tuple[str, float]]]:
+    return {q: [(h.source_id, round(h.score, 9)) for h in index.keyword(q, 20)] for q in QUERIES}
+
+
+def test_the_full_text_table_keeps_no_text_and_ranks_as_a_table_that_does(tmp_path):
+    write_docs(tmp_path / "docs", 12)
+    index = DocIndex([tmp_path / "docs"], tmp_path / "index.sqlite")
+    index.refresh()
+    db = index._db
+    assert db.execute("SELECT count(*) FROM sqlite_master WHERE name='chunks_fts_content'").fetchone()[0] == 0
+    assert {row[0] for row in db.execute("SELECT body FROM chunks_fts")} == {None}
+    kept = sqlite3.connect(":memory:")
+    kept.execute("CREATE VIRTUAL TABLE t USING fts5(title, body, tokenize='porter unicode61')")
+    kept.executemany("INSERT INTO t (rowid, title, body) VALUES (?,?,?)",
+                     [(r[0], index_module.fts_title(index_module.json.loads(r[2]), r[1]), r[3])
+                      for r in db.execute("SELECT id, path, trail, text FROM chunks")])
+    for query in QUERIES:
+        expression = index_module.fts_query(query)
+        sql = "SELECT rowid, round(bm25({t}, 3.0, 1.0), 9) AS s FROM {t} WHERE {t} MATCH ? ORDER BY s, rowid"
+        ours = db.execute(sql.format(t="chunks_fts"), (expression,)).fetchall()
+        assert ours and ours == kept.execute(sql.format(t="t"), (expression,)).fetchall(), query
+    index.close()
+
+
+def test_after_edits_and_removals_every_score_equals_a_fresh_index(tmp_path):
+    root = tmp_path / "docs"
+    write_docs(root, 10)
+    index = DocIndex([root], tmp_path / "index.sqlite")
+    index.refresh()
+    (root / "doc3.md").unlink()
+    (root / "doc5.md").write_text("# Doc 5\n\n## Refunds\n\nrewritten refund window, no partner share\n")
+    (root / "doc7.md").write_text("# Seven\n\nonly a top section about quarterly revenue\n")
+    (root / "doc11.md").write_text("# Eleven\n\n## Owner\n\nescalation runbook owner team\n")
+    report = index.refresh()
+    assert (report.removed, report.updated, report.added) == (
+        ["docs/doc3.md"], ["docs/doc5.md", "docs/doc7.md"], ["docs/doc11.md"])
+    fresh = DocIndex([root], tmp_path / "fresh.sqlite")
+    fresh.refresh()
+    assert scores(index) == scores(fresh)
+    assert index._db.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'policy3'").fetchone()[0] == 0
+    index._db.execute("INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('integrity-check', 0)")
+    index.close()
+    fresh.close()
+
+
+def test_a_refresh_cut_short_after_changes_leaves_the_old_index_searchable(tmp_path, monkeypatch):
+    root = tmp_path / "docs"
+    write_docs(root, 6)
+    index = DocIndex([root], tmp_path / "index.sqlite")
+    index.refresh()
+    before, counts = scores(index), index.counts()
+    write_docs(root, 6, word="chargeback")  # every file changes
+    (root / "doc9.md").write_text("# Nine\n\nnew file\n")
+    real = index_module.text_chunks
+
+    def interrupted(path, suffix, data, **limits):
+        if path.endswith("doc4.md"):
+            raise KeyboardInterrupt  # the user stops the cell half-way
+        return real(path, suffix, data, **limits)
+
+    monkeypatch.setattr(index_module, "text_chunks", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        index.refresh()
+    assert scores(index) == before and index.counts() == counts
+    assert index.keyword("chargeback", 5) == []
+    reopened = DocIndex([root], tmp_path / "index.sqlite")  # another kernel opening the same file
+    assert scores(reopened) == before
+    reopened.close()
+    monkeypatch.setattr(index_module, "text_chunks", real)
+    report = index.refresh()
+    assert len(report.updated) == 6 and report.added == ["docs/doc9.md"]
+    assert [h.chunk.path for h in index.keyword("chargeback policy4", 1)] == ["docs/doc4.md"]
+    index.close()
+
+
+def test_a_refresh_after_one_edit_reindexes_that_file_only(tmp_path, monkeypatch):
+    root = tmp_path / "docs"
+    write_docs(root, 8)
+    index = DocIndex([root], tmp_path / "index.sqlite")
+    index.refresh()
+    ids = dict(index._db.execute("SELECT path || '#' || slug, id FROM chunks WHERE path != 'docs/doc2.md'"))
+    (root / "doc2.md").write_text("# Doc 2\n\n## Refunds\n\nvoucher rules changed\n")
+    chunked: list[str] = []
+    real = index_module.text_chunks
+
+    def counting(path, suffix, data, **limits):
+        chunked.append(path)
+        return real(path, suffix, data, **limits)
+
+    monkeypatch.setattr(index_module, "text_chunks", counting)
+    report = index.refresh()
+    assert chunked == ["docs/doc2.md"] and report.updated == ["docs/doc2.md"] and report.unchanged == 7
+    assert dict(index._db.execute("SELECT path || '#' || slug, id FROM chunks WHERE path != 'docs/doc2.md'")) == ids
+    assert [h.source_id for h in index.keyword("voucher", 5)] == ["doc:docs/doc2.md#refunds"]
+    assert index.keyword("policy2", 5) == []
+    index.close()
+
+
+def test_an_index_of_schema_1_is_rebuilt_and_a_newer_one_is_refused(tmp_path):
+    root = tmp_path / "docs"
+    write_docs(root, 3)
+    path = tmp_path / "index.sqlite"
+    old = sqlite3.connect(path)
+    old.executescript("""
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
+        INSERT INTO meta VALUES ('schema', '1');
+        CREATE TABLE files (path TEXT PRIMARY KEY, sha256 TEXT, size INTEGER, mtime_ns INTEGER,
+                            chunks INTEGER, indexed_at REAL, note TEXT);
+        CREATE TABLE chunks (id INTEGER PRIMARY KEY, path TEXT, slug TEXT, trail TEXT, start_line INTEGER,
+                             end_line INTEGER, text TEXT, UNIQUE(path, slug));
+        CREATE INDEX chunks_path ON chunks(path);
+        CREATE VIRTUAL TABLE chunks_fts USING fts5(title, body, tokenize='porter unicode61');
+        INSERT INTO files VALUES ('docs/doc0.md', 'x', 1, 1, 1, 0, '');
+        INSERT INTO chunks VALUES (1, 'docs/doc0.md', 'old', '["Old"]', 1, 2, 'stale text');
+        INSERT INTO chunks_fts (rowid, title, body) VALUES (1, 'Old', 'stale text');
+    """)
+    old.commit()
+    old.close()
+    path.chmod(0o600)
+    index = DocIndex([root], path)
+    assert any("had schema 1" in note for note in index.notes)
+    report = index.refresh()
+    assert len(report.added) == 3 and index.keyword("stale", 5) == []
+    assert index._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0] == str(SCHEMA_VERSION)
+    index._db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION + 1),))
+    index.close()
+    with pytest.raises(ValueError, match=f"index.sqlite' has schema {SCHEMA_VERSION + 1}"):
+        DocIndex([root], path)
+
+
+@pytest.mark.parametrize("planted", ["stray-row", "row-for-an-orphan-chunk", "chunk-without-row"])
+def test_planted_full_text_rows_are_found_on_open_and_the_table_rebuilt(tmp_path, planted):
+    root = tmp_path / "docs"
+    write_docs(root, 5)
+    path = tmp_path / "index.sqlite"
+    index = DocIndex([root], path)
+    index.refresh()
+    expected = scores(index)
+    index.close()
+    db = sqlite3.connect(path)
+    if planted == "stray-row":  # words that rank first, with no chunk behind them
+        db.execute("INSERT INTO chunks_fts (rowid, title, body) VALUES (999, 'refund refund', 'refund window')")
+    elif planted == "row-for-an-orphan-chunk":
+        db.execute("INSERT INTO chunks VALUES (998, 'docs/ghost.md', 'x', '[\"Refunds\"]', 1, 2, 'refund window')")
+        db.execute("INSERT INTO chunks_fts (rowid, title, body) VALUES (998, 'Refunds planted', 'refund window')")
+    else:
+        db.execute("INSERT INTO chunks VALUES (997, 'docs/doc1.md', 'extra', '[]', 1, 2, 'refund window')")
+    db.commit()
+    db.close()
+    reopened = DocIndex([root], path)
+    rows = reopened._db.execute("SELECT (SELECT group_concat(id) FROM (SELECT id FROM chunks_fts_docsize ORDER BY id)),"
+                                " (SELECT group_concat(id) FROM (SELECT id FROM chunks ORDER BY id))").fetchone()
+    assert rows[0] == rows[1]
+    if planted != "chunk-without-row":
+        assert scores(reopened) == expected
+    reopened._db.execute("INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('integrity-check', 0)")
+    reopened.close()
