@@ -16,6 +16,9 @@
   digits read from the text are those of its exact value, in every format the masker reads (thousands,
   underscores, exponents, leading and trailing zeros); a number past Decimal's exponents is no value and
   never stops masking.
+* **A pseudonym continues a keyed state.** The state that absorbed the key, the kind and the cut mark is kept
+  and copied for each value: the pseudonym is the one the one-shot keyed digest of the whole text gives, the
+  same at every call, and different for a cut value and another kind.
 * **ASCII text is hinted on its character classes.** The lines a scan reads in an ASCII text are the lines
   the Unicode character classes give for the same text (one translation, then literal scans).
 
@@ -24,6 +27,7 @@ Performance is measured in ``benchmarks/bench_masking.py``, never here.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import string
 from collections import Counter
@@ -35,6 +39,7 @@ from harness_magic.core.text.masking import (
     ColumnClass,
     Masker,
     _printed_digits,
+    _shaped,
     _significant_digits,
     number_key,
 )
@@ -204,3 +209,18 @@ def test_known_amounts_are_masked_in_every_format_and_a_huge_exponent_is_left_al
     masked = masker.mask_text(text)
     assert masked.counts == {"financial": 7}
     assert masked.text.split()[7:] == ["990005", "9.95e1000000", "9.9e415000005", "1201"]
+
+
+def test_a_pseudonym_is_the_keyed_digest_of_its_kind_cut_mark_and_value_at_every_call():
+    key = bytes(range(32))
+    masker = Masker(key=key)
+    values = ["ann.lee@corp-mail.com", "4111 1111 1111 1111", "+44 20 7946 0958", "123-45-6789", "Ann Lee", "", "é"]
+    for kind in ("email", "card", "phone", "national_id", "iban", "ip", "pii", "restricted"):
+        for cut in (False, True):
+            for value in values:
+                digest = hashlib.blake2b(f"{kind}\0{'cut' if cut else ''}\0{value}".encode(), key=key).digest()
+                expected = _shaped(kind, value, digest, cut)
+                assert masker.pseudonym(kind, value, cut=cut) == expected == masker.pseudonym(kind, value, cut=cut)
+        assert masker.pseudonyms(kind, values) == [masker.pseudonym(kind, value) for value in values]
+    assert masker.pseudonym("pii", "Ann Lee") != masker.pseudonym("restricted", "Ann Lee")
+    assert masker.pseudonym("pii", "Ann Lee") != masker.pseudonym("pii", "Ann Lee", cut=True)

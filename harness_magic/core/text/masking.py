@@ -340,6 +340,8 @@ class Masker:
         self._policy = policy
         self._declared = declared or (lambda: {})
         self._key = key or secrets.token_bytes(32)
+        self._keyed_states: dict[tuple[str, bool], Any] = {}
+        """``(kind, cut)`` -> the keyed BLAKE2b state that absorbed that prefix (:meth:`_keyed`)."""
         self._known = _KnownValues()
         self._kinds: dict[str, str | None] = {}
         """Known value -> its detected kind (memo): a known e-mail still gets an e-mail-shaped pseudonym."""
@@ -519,14 +521,24 @@ class Masker:
     def pseudonym(self, kind: str, value: str, *, cut: bool = False) -> str:
         """The stable, format-shaped stand-in for ``value`` of ``kind`` (a detected kind, or a class); ``cut``:
         ``value`` is the start of a value cut in the text (nothing of what it shows is kept)."""
-        digest = hashlib.blake2b(f"{kind}\0{'cut' if cut else ''}\0{value}".encode(), key=self._key).digest()
-        return _shaped(kind, value, digest, cut)
+        state = self._keyed(kind, cut)
+        state.update(value.encode())
+        return _shaped(kind, value, state.digest(), cut)
+
+    def _keyed(self, kind: str, cut: bool) -> Any:
+        """A fresh copy of the keyed BLAKE2b state that has absorbed ``kind`` and the cut mark (kept per
+        ``(kind, cut)``): a value fed to it gives the digest of the one-shot call over the whole text."""
+        state = self._keyed_states.get((kind, cut))
+        if state is None:
+            state = hashlib.blake2b(f"{kind}\0{'cut' if cut else ''}\0".encode(), key=self._key)
+            self._keyed_states[(kind, cut)] = state
+        return state.copy()
 
     def pseudonyms(self, kind: str, values: list[str]) -> list[str]:
         """:meth:`pseudonym` of each of ``values`` (whole values), in one pass: what entry uses for a column."""
         # The key and the prefix are absorbed once; each value continues a copy of that state, which gives the
-        # same digest as :meth:`pseudonym`'s one-shot call at about half the cost per value.
-        keyed = hashlib.blake2b(f"{kind}\0\0".encode(), key=self._key)
+        # same digest as a one-shot call at about half the cost per value.
+        keyed = self._keyed(kind, False)
         digests = []
         for value in values:
             state = keyed.copy()
