@@ -65,6 +65,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -139,8 +140,11 @@ def generate(rows: int) -> tuple[str, float]:
     return str(root / "part-*.parquet"), size
 
 
-def child(mode: str, pattern: str, repeats: int, query: str) -> dict:
-    """One path in this (fresh) process: every run's seconds, result checksum, peak RSS."""
+def path_runner(mode: str, pattern: str, query: str) -> Callable[[], Any]:
+    """One path of the table (a key of MODES) over ``pattern``: a function running ``query`` once, returning the frame.
+
+    The lazy paths check what the handle shows on every run: the exact row count (no estimate, not skipped).
+    """
     import duckdb
     import pyarrow  # noqa: F401  (imported before the baseline RSS, as in a kernel)
 
@@ -148,34 +152,43 @@ def child(mode: str, pattern: str, repeats: int, query: str) -> dict:
     # the module itself: the package re-exports a function of that name
     module = importlib.import_module("harness_magic.core.execution.connectors.duckdb.connector")
     from harness_magic.core.execution.connectors.duckdb.engine import DuckDBEngine
-    from harness_magic.core.execution.connectors.lazy import materialize_count
 
     sql = QUERIES[query][0]
     if mode == "plain":
+        # no progress bar: past 2 s DuckDB would print one to stderr, time plain DuckDB need not spend
         con = duckdb.connect(":memory:", config={"memory_limit": MEMORY_LIMIT, "threads": THREADS})
+        con.execute("SET enable_progress_bar = false")
 
-        def run():
+        def plain() -> Any:
             return con.sql(sql.format(src=f"read_parquet('{pattern}')")).to_arrow_table().to_pandas()
-    else:
-        if mode == "lazy-tiny":
-            module.COUNT_BUDGET_S = TINY_BUDGET_S
-        engine = DuckDBEngine({"events": pattern}, memory_limit=MEMORY_LIMIT, threads=THREADS)
-        cache = SessionCache()
-        cache.put("events_all", engine.lazy(cache, "SELECT * FROM events"))
-        if mode == "fetch":
-            def run():
-                frame, truncated = engine.query(cache, sql.format(src="events_all"))
-                assert not truncated
-                return frame
-        else:
-            def run():
-                relation = engine.lazy(cache, sql.format(src="events_all"))
-                assert (relation.rows, relation.rows_estimated, relation.count_skipped) == (QUERIES[query][1],
-                                                                                            False, False)
-                handle = cache.put("by_k", relation)
-                frame = relation.materialize(cache, 64 * 1024**2, handle=handle)
-                cache.retire(handle)
-                return frame
+        return plain
+    if mode == "lazy-tiny":
+        module.COUNT_BUDGET_S = TINY_BUDGET_S
+    engine = DuckDBEngine({"events": pattern}, memory_limit=MEMORY_LIMIT, threads=THREADS)
+    cache = SessionCache()
+    cache.put("events_all", engine.lazy(cache, "SELECT * FROM events"))
+    if mode == "fetch":
+        def fetch() -> Any:
+            frame, truncated = engine.query(cache, sql.format(src="events_all"))
+            assert not truncated
+            return frame
+        return fetch
+
+    def lazy_pull() -> Any:
+        relation = engine.lazy(cache, sql.format(src="events_all"))
+        assert (relation.rows, relation.rows_estimated, relation.count_skipped) == (QUERIES[query][1], False, False)
+        handle = cache.put("by_k", relation)
+        frame = relation.materialize(cache, 64 * 1024**2, handle=handle)
+        cache.retire(handle)
+        return frame
+    return lazy_pull
+
+
+def child(mode: str, pattern: str, repeats: int, query: str) -> dict:
+    """One path in this (fresh) process: every run's seconds, result checksum, peak RSS."""
+    from harness_magic.core.execution.connectors.lazy import materialize_count
+
+    run = path_runner(mode, pattern, query)
     run()  # warm-up, untimed: the OS page cache holds the files for every path alike
     times, frame = [], None
     before = materialize_count()
@@ -273,6 +286,56 @@ def main() -> None:
     print(f"\n(peak RSS: the whole process during the timed queries; target: at most memory_limit + "
           f"{RSS_HEADROOM_MB} MB, i.e. a negative last column. Target for lazy handle + pull: at most 1.1× plain "
           "at the median, with either budget.)")
+
+
+HUB_ROWS = 5 * 10**7
+"""Issue 35's size for the hub row: 0.9 GB of Parquet (generated once, ~40 s on two cores, if absent)."""
+HUB_ROUNDS = 7
+"""Timed rounds of the hub row: plain and lazy+pull once each per query, taking turns (order alternating)."""
+HUB_GOAL = 1.1
+"""Issue 35's goal: lazy handle + pull within this ratio of plain DuckDB at the median."""
+
+
+def hub_row() -> dict:
+    """Issue 35's table row "DuckDB lazy handle + pull at 5e7 rows, against plain DuckDB": measured now, here.
+
+    The same paths as the table (:func:`path_runner`: ``plain`` and ``lazy``, the
+    handle's exact count checked on every run), both in this process and
+    interleaved round by round (the order alternating), so the load of other
+    jobs on the machine hits both alike; one untimed warm-up each. The value is
+    the worse of the two queries' ratios of medians (wall clock); the detail
+    gives the medians, the CPU-time ratio and the paired ratios' median.
+    """
+    os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
+    generated = time.perf_counter()
+    pattern, size = generate(HUB_ROWS)
+    generated = time.perf_counter() - generated
+    parts, worst = [], 0.0
+    for query, (_, groups) in QUERIES.items():
+        runs = {mode: path_runner(mode, pattern, query) for mode in ("plain", "lazy")}
+        wall: dict[str, list[float]] = {mode: [] for mode in runs}
+        cpu: dict[str, list[float]] = {mode: [] for mode in runs}
+        for mode, run in runs.items():
+            run()  # warm-up, untimed: the OS page cache holds the files for both paths alike
+        for round_ in range(HUB_ROUNDS):
+            for mode in (list(runs) if round_ % 2 == 0 else list(runs)[::-1]):
+                start, start_cpu = time.perf_counter(), time.process_time()
+                frame = runs[mode]()
+                wall[mode].append(time.perf_counter() - start)
+                cpu[mode].append(time.process_time() - start_cpu)
+                assert (len(frame), int(frame["n"].sum())) == (groups, HUB_ROWS), (mode, len(frame))
+        ratio = statistics.median(wall["lazy"]) / statistics.median(wall["plain"])
+        paired = statistics.median(lazy / plain for lazy, plain in zip(wall["lazy"], wall["plain"]))
+        cpu_ratio = statistics.median(cpu["lazy"]) / statistics.median(cpu["plain"])
+        worst = max(worst, ratio)
+        parts.append(f"{groups:,} groups: {ratio:.2f}x ({statistics.median(wall['lazy']):.2f} s vs "
+                     f"{statistics.median(wall['plain']):.2f} s; CPU {cpu_ratio:.2f}x; paired {paired:.2f}x)")
+    made = f"; data generated in {generated:.0f} s" if generated > 5 else ""
+    return {"figure": "DuckDB lazy handle + pull at 5e7 rows, against plain DuckDB", "value": round(worst, 3),
+            "unit": "x", "goal": HUB_GOAL, "met": worst <= HUB_GOAL,
+            "detail": f"{'; '.join(parts)}; medians of {HUB_ROUNDS} interleaved runs, {size:,.0f} MB of Parquet, "
+                      f"threads={THREADS}, memory_limit={MEMORY_LIMIT}, load average {os.getloadavg()[0]:.1f} on "
+                      f"{os.cpu_count()} cores{made}"}
 
 
 # --------------------------------------------------------------------------- Spark
