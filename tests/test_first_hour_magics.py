@@ -226,10 +226,11 @@ def test_run_all_twice_with_scripted_models_named_by_cells(tmp_path: Path) -> No
     assert printed(nb.cells[-1]) == "10 completed\n"
 
 
-def test_a_failed_run_stops_run_all_before_the_export(tmp_path: Path) -> None:
+def test_a_failed_run_stops_run_all_before_the_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     nbclient = pytest.importorskip("nbclient")
     from nbclient.exceptions import CellExecutionError
 
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # the kernel inherits this process's environment
     nb = _notebook("%load_ext harness_magic", "%%agent -m openai/gpt-4o-mini\nHello?", "%agent_export out.html")
     client = nbclient.NotebookClient(nb, timeout=120, resources={"metadata": {"path": str(tmp_path)}})
     with pytest.raises(CellExecutionError) as raised:

@@ -72,8 +72,14 @@ def call(name, id_, **arguments):
     return {"tool_calls": [{"id": id_, "name": name, "arguments": arguments}]}
 
 
+@pytest.fixture(autouse=True)
+def provider_key(monkeypatch):
+    """litellm wants a key for an ``openai/`` model (the scripted server takes any): set for each test and
+    restored after it, so no later test of this process, or kernel it starts, finds a key it did not set."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+
+
 def session_for(server, tmp_path, otel="on", **options) -> AgentSession:
-    os.environ.setdefault("OPENAI_API_KEY", "sk-test")
     config = AgentConfig(model="openai/test-model", api_base=server.api_base, run_dir=str(tmp_path / "runs"),
                          sandbox="inprocess", audit_log="", otel=otel, **options)
     session = AgentSession(config, subagents=True)

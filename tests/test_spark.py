@@ -375,10 +375,11 @@ def test_interrupt_cancels_the_running_job(tmp_path, spark, spark_server):
     # however loaded
     assert returned - sent["at"] < 30
     assert built.engine.interrupted, "no interrupt was sent to Spark"
-    # the two cores are free again at once: a new job does not queue behind the cancelled one
+    # the two cores are free again: a new job does not queue behind the cancelled one's minutes (a loaded
+    # machine may take seconds to run it, never minutes)
     begin = time.monotonic()
     assert admin.sql("SELECT count(*) FROM range(1000)").collect()[0][0] == 1000
-    assert time.monotonic() - begin < 20
+    assert time.monotonic() - begin < 60
     # and the connector's session still works
     frame, _ = built.engine.query(None, "SELECT 41 + 1 AS x")
     assert frame.x.tolist() == [42]
