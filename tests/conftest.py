@@ -24,6 +24,22 @@ def run_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
+def _provider_keys() -> dict[str, str]:
+    return {name: value for name, value in os.environ.items() if name.endswith("_API_KEY")}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def provider_keys_stay_as_found():
+    """A test module leaves this process's provider keys (``*_API_KEY``) as it found them: every kernel or child
+    a later module starts inherits them, and under pytest-xdist which module runs later on a worker changes
+    from run to run (a leaked key once turned a "no key" test into a network error). Set them with monkeypatch."""
+    before = _provider_keys()
+    yield
+    after = _provider_keys()
+    changed = sorted(name for name in before.keys() | after.keys() if before.get(name) != after.get(name))
+    assert not changed, f"this module left provider keys changed: {changed} (set them with monkeypatch)"
+
+
 @pytest.fixture
 def server():
     """A running scripted server; set ``server.replies`` before the run."""
