@@ -76,8 +76,8 @@ def test_every_query_cursor_reads_parquet_page_by_page(engine):
     assert not truncated and int(frame["n"].sum()) == ROWS and len(frame) == 7
 
 
-def test_reads_through_the_read_only_file_system_stay_below_a_row_group(engine, parquet):
-    """Without prefetching, DuckDB asks the read-only file system for pages, not whole row groups' columns."""
+def test_reads_through_the_read_only_file_system_stay_below_a_column_chunk(engine, parquet):
+    """Without prefetching, DuckDB asks the read-only file system for pages, not a whole column chunk at once."""
     from harness_magic.core.execution.connectors.duckdb import readonly_fs
 
     sizes: list[int] = []

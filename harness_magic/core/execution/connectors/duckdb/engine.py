@@ -114,12 +114,12 @@ Temporary objects of the cursor itself stay writable (frames and lazy views are 
 _CURSOR_SETTINGS = {"enable_progress_bar": "true", "enable_progress_bar_print": "false"}
 """Set on every query's cursor (the only settings the locked database lets a cursor change)."""
 READ_SETTINGS = {"disable_parquet_prefetching": "true"}
-"""Set on the engine's database before it is locked. DuckDB prefetches a row group's column chunks in one read
-(~6 MB each at 1e6-row groups) from a file system it does not know to be local, as :class:`.readonly_fs.ReadOnlyFiles`
-is: each such read is a fresh Python ``bytes`` copied once more into DuckDB's buffer, out of the CPU caches. Read
-page by page instead (a few hundred ``pread`` calls per query), the copy stays in cache: a 5e7-row group-by
-through the read-only file system takes 0.95-1.0x the CPU of plain DuckDB reading the files itself (1.06-1.13x
-with prefetching; ``benchmarks/bench_engines.py``)."""
+"""Set GLOBAL on the engine's database before it is locked (a plain SET would hold for one cursor only). DuckDB
+prefetches a row group's column chunks in one read (~6 MB at 1e6-row groups) from a file system it does not know
+to be local, as :class:`.readonly_fs.ReadOnlyFiles` is; each such read is a fresh Python ``bytes`` that DuckDB
+copies once more into its buffer, out of the CPU caches. Read page by page (a few hundred ``pread`` calls per
+query) the copy stays in cache: a 5e7-row group-by through the read-only file system took 0.91-1.03x the CPU of
+plain DuckDB reading the files itself, against 1.06-1.13x with prefetching (same process, interleaved)."""
 
 
 def _create_temporary(kind: str, name: str, sql: str, *, temporary: bool = True) -> str:
