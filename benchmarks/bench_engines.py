@@ -133,6 +133,7 @@ def generate(rows: int) -> tuple[str, float]:
         DATA_DIR.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=f".events-{rows}-", dir=DATA_DIR))
         con = duckdb.connect(":memory:", config={"threads": THREADS, "memory_limit": MEMORY_LIMIT})
+        con.execute("SET enable_progress_bar = false")  # hub_row's output is a table row, not a progress bar
         per_file = rows // FILES
         for part in range(FILES):
             lo, hi = part * per_file, rows if part == FILES - 1 else (part + 1) * per_file
