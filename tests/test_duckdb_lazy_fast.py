@@ -19,6 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from test_duckdb_lazy_once import add_counter  # the side-effect counter both files use
 
 from harness_magic.core.cache import SessionCache
 from harness_magic.core.execution.connectors.duckdb.engine import READ_SETTINGS, DuckDBEngine
@@ -43,20 +44,6 @@ def engine(parquet):
     engine = DuckDBEngine({"events": parquet})
     yield engine
     engine.close()
-
-
-def add_counter(engine: DuckDBEngine) -> list[int]:
-    """Register ``tick(x)`` (returns x, side effects declared) on the engine; the list counts the rows it saw."""
-    from duckdb.sqltypes import BIGINT
-
-    seen = [0]
-
-    def tick(values):
-        seen[0] += len(values)
-        return values
-
-    engine._database().create_function("tick", tick, [BIGINT], BIGINT, type="arrow", side_effects=True)
-    return seen
 
 
 def setting(engine: DuckDBEngine, cache: SessionCache, name: str):
