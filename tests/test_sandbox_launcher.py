@@ -6,6 +6,7 @@ small fake processes speaking the same protocol (``LauncherClient(command=...)``
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -152,12 +153,26 @@ def test_an_interrupted_request_leaves_no_reply_behind():
         launcher = interp._launcher
         interp.retire_worker()
         os.kill(launcher.pid, signal.SIGSTOP)
-        interrupt = threading.Timer(0.3, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT))
+        sent = threading.Event()
+        send = launcher._send
+
+        def send_then_tell(data, *args):  # the interrupt waits for the spawn to be on the socket, not for a moment
+            send(data, *args)
+            if json.loads(data)["op"] == "spawn":
+                sent.set()
+
+        launcher._send = send_then_tell
+        main = threading.main_thread().ident
+        interrupt = threading.Thread(target=lambda: sent.wait(60) and signal.pthread_kill(main, signal.SIGINT))
         before = open_fds()
         interrupt.start()
-        with pytest.raises(KeyboardInterrupt):
-            interp.start_worker()  # the spawn is sent; the interrupt comes while its reply is awaited
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                interp.start_worker()  # the spawn is sent; the interrupt comes while its reply is awaited
+        finally:
+            del launcher._send
         interrupt.join()
+        assert sent.is_set()
         os.kill(launcher.pid, signal.SIGCONT)  # it runs again and answers the abandoned spawn late
         assert select.select([launcher.sock], [], [], 30)[0], "the late answer has arrived (unread yet)"
         assert open_fds() == before  # the abandoned attempt's pipes and socket are closed
