@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
-import time
 
 import numpy as np
 import pandas as pd
@@ -14,6 +13,7 @@ import pytest
 from harness_magic.core.cache import SNAPSHOT_MAX_BYTES, SessionCache
 from harness_magic.core.execution.format import (
     INLINE_JSON_MAX_CHARS,
+    INLINE_MAX_ITEMS,
     INLINE_STR_MAX_CHARS,
     REPR_MAX_CHARS,
     format_exception,
@@ -95,11 +95,20 @@ def test_large_dicts_and_lists_are_cached(cache) -> None:
     assert out.handles == ["lookup"] and _snapshot_in(out.text)["length"] == len(big)
 
 
-def test_huge_lists_are_cached_without_serialising_them(cache) -> None:
+def test_huge_lists_are_cached_without_serialising_them(cache, monkeypatch) -> None:
     huge = list(range(5_000_000))
-    start = time.perf_counter()
+    longest = [0]  # the most items of any list or dict serialised to JSON during the call
+    dumps = json.dumps
+
+    def measured(value, *args, **kwargs):
+        if isinstance(value, (list, dict)):
+            longest[0] = max(longest[0], len(value))
+        return dumps(value, *args, **kwargs)
+
+    monkeypatch.setattr(json, "dumps", measured)
     out = format_tool_output(huge, cache, "ids")
-    assert out.handles == ["ids"] and time.perf_counter() - start < 0.5
+    assert out.handles == ["ids"]
+    assert longest[0] <= INLINE_MAX_ITEMS, "no more than the inline budget of items is ever serialised"
 
 
 def test_containers_holding_frames_are_cached(cache) -> None:
