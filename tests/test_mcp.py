@@ -206,7 +206,7 @@ def test_a_hanging_server_times_out_and_is_restarted():
         with pytest.raises(ToolError, match="did not answer the call of 'hang' within 2 s; it was stopped"):
             connector.call_tool("slow__hang", {})
         assert time.monotonic() - started < 15
-        assert not _alive(int(hung))  # the hung process is gone
+        assert _ended(int(hung))  # the hung process is gone
         assert connector.call_tool("slow__pid", {}) != hung
     finally:
         connector.close()
