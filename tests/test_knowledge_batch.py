@@ -27,19 +27,26 @@ def write_docs(root: Path, count: int) -> None:
                                         f"## Owner\n\nteam{i} owns it\n")
 
 
+def cut_short_at(monkeypatch, name: str):
+    """Make the index's chunking raise KeyboardInterrupt (the user stopping the cell) at the file ``name``;
+    returns the real chunking function, to put back."""
+    real = index_module.text_chunks
+
+    def interrupted(path, suffix, data, **limits):
+        if path.endswith(name):
+            raise KeyboardInterrupt
+        return real(path, suffix, data, **limits)
+
+    monkeypatch.setattr(index_module, "text_chunks", interrupted)
+    return real
+
+
 def test_a_refresh_cut_short_keeps_nothing_and_the_next_one_indexes_everything(tmp_path, monkeypatch):
     root = tmp_path / "docs"
     root.mkdir()
     write_docs(root, 6)
     index = DocIndex([root], tmp_path / "index.sqlite")
-    real_text_chunks = index_module.text_chunks
-
-    def interrupted(path, suffix, data, **limits):
-        if path.endswith("doc4.md"):
-            raise KeyboardInterrupt  # the user stops the cell half-way
-        return real_text_chunks(path, suffix, data, **limits)
-
-    monkeypatch.setattr(index_module, "text_chunks", interrupted)
+    real_text_chunks = cut_short_at(monkeypatch, "doc4.md")
     with pytest.raises(KeyboardInterrupt):
         index.refresh()
     assert index.counts() == (0, 0)

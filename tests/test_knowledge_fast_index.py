@@ -26,6 +26,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from test_knowledge_batch import cut_short_at
 
 from harness_magic.core.knowledge import index as index_module
 from harness_magic.core.knowledge.extract import (
@@ -154,14 +155,7 @@ def test_a_refresh_cut_short_after_changes_leaves_the_old_index_searchable(tmp_p
     before, counts = scores(index), index.counts()
     write_docs(root, 6, word="chargeback")  # every file changes
     (root / "doc9.md").write_text("# Nine\n\nnew file\n")
-    real = index_module.text_chunks
-
-    def interrupted(path, suffix, data, **limits):
-        if path.endswith("doc4.md"):
-            raise KeyboardInterrupt  # the user stops the cell half-way
-        return real(path, suffix, data, **limits)
-
-    monkeypatch.setattr(index_module, "text_chunks", interrupted)
+    real = cut_short_at(monkeypatch, "doc4.md")  # the user stops the cell half-way
     with pytest.raises(KeyboardInterrupt):
         index.refresh()
     assert scores(index) == before and index.counts() == counts
