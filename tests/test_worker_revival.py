@@ -348,3 +348,44 @@ def test_a_launcher_found_dead_by_the_fork_after_a_retired_worker_is_reported_by
     assert replaced is not None and replaced.process == "launcher" and replaced.pid == old.pid
     assert replaced.why == "killed by SIGKILL" and replaced.new_pid == interp.worker_pid
     assert interp.execute("1", {}, []).replaced is None, "reported once"
+
+
+def test_a_subagents_worker_killed_between_its_calls_is_replaced_and_logged_against_the_subagent_call(
+        server, session):
+    """A subagent runs in a worker of its own (a sibling of the session's): one found dead at a call's start is
+    replaced like the session's, the subagent's model sees no trace of it, and the parent's log and live view get
+    the one ``worker_replaced`` line, against the parent's ``subagent`` call in progress."""
+    made: list = []
+    make = session._subagent_backend
+    session._subagent_backend = lambda: made.append(make()) or made[-1]
+    session.enable_subagents()
+    server.replies = [
+        {"tool_calls": [{"id": "p1", "name": "subagent", "arguments": {"task": "sum three numbers"}}]},
+        call("save('nums', [1, 2, 3])", "s1"),
+        call("print(sum(nums))", "s2"),
+        {"text": "six"},
+        {"text": "the subagent says six"},
+    ]
+    killed: dict = {}
+
+    def hook(headers, body):
+        if len(server.requests) == 3:  # the subagent's second request: its first call ran in its worker
+            (own,) = made
+            killed["pid"] = own.worker_pid
+            kill_and_wait(killed["pid"])
+    server.on_request = hook
+    events: list = []
+    session.subscribe(events.append)
+
+    result = session.ask("ask a subagent to sum three numbers")
+
+    assert result.status == "completed", result.error
+    assert killed and killed["pid"] != session.backend.worker_pid, "the subagent ran in a worker of its own"
+    assert tool_messages(server.requests[3])[-1] == "stdout:\n6\n"
+    for body in server.requests[1:4]:
+        for text in tool_messages(body):
+            assert not any(word in text for word in PLUMBING_WORDS), text
+    replaced = [e for e in events if isinstance(e, WorkerReplaced)]
+    assert [(e.process, e.pid, e.tool_use_id) for e in replaced] == [("worker", killed["pid"], "p1")]
+    logged = [r for r in read_log(result.run_file) if r.get("type") == "event" and r.get("name") == "worker_replaced"]
+    assert [(r["pid"], r["tool_use_id"], r["why"]) for r in logged] == [(killed["pid"], "p1", "killed by SIGKILL")]

@@ -35,7 +35,8 @@ __all__ = ["AgentSession", "SessionBackend"]
 SandboxAction = Literal["start", "restart", "fork"]
 """What :class:`~harness_magic.core.transcript.events.SandboxStep` reports the worker doing."""
 
-_ADAPTER_FIELDS = ("api_base", "stream", "extra", "prompt_caching", "context_window")
+_ADAPTER_FIELDS = ("api_base", "stream", "extra", "prompt_caching", "context_window", "provider_host",
+                   "provider_idle_s")
 """Settings baked into provider adapters: changing one rebuilds the real-provider adapters (offline ones keep
 their place in the script)."""
 _BACKEND_FIELDS = ("sandbox", "allow_unconfined")
@@ -277,7 +278,8 @@ class AgentSession:
 
     def _subagent_backend(self) -> Any:
         """A backend of the subagent's own (None: share this session's, which has no workers)."""
-        return self._tool_backend.sibling()
+        own = self._tool_backend.sibling()
+        return None if own is None else SubagentBackend(self, own)
 
     def _fresh_worker(self) -> None:
         """Each run (an ``%%agent`` cell) starts in a new worker: nothing a previous cell did survives.
@@ -295,6 +297,7 @@ class AgentSession:
             self._adapters[model] = ProviderAdapter(
                 model, api_base=self.config.api_base, stream=self.config.stream, extra=self.config.extra,
                 prompt_caching=self.config.prompt_caching, context_window=self.config.context_window,
+                provider_host=self.config.provider_host, provider_idle_s=self.config.provider_idle_s,
             )
         return self._adapters[model]
 
@@ -596,6 +599,10 @@ class SessionBackend:
     def __init__(self, session: AgentSession) -> None:
         self._session = session
 
+    def _current(self) -> Any:
+        """The backend forwarded to, as it is (no worker started for it)."""
+        return self._session.backend
+
     def _live(self) -> Any:
         """The session's backend, its worker running (shown as a step on the session's harness)."""
         return self._session._started_backend(self._session.harness)
@@ -610,19 +617,19 @@ class SessionBackend:
 
     @property
     def has_workers(self) -> bool:
-        return self._session.backend.has_workers
+        return self._current().has_workers
 
     @property
     def restarts(self) -> int:
-        return self._session.backend.restarts
+        return self._current().restarts
 
     @property
     def last_start_s(self) -> float:
-        return self._session.backend.last_start_s
+        return self._current().last_start_s
 
     @property
     def worker_pid(self) -> int | None:
-        return self._session.backend.worker_pid
+        return self._current().worker_pid
 
     def execute(self, code: str, inputs: dict[str, Any], taken_names: Any, *,
                 versions: dict[str, str] | None = None, on_output: Any = None) -> Any:
@@ -640,19 +647,41 @@ class SessionBackend:
                 _sandbox_step(self._session.harness, "restart", backend.last_start_s)
 
     def start_worker(self) -> float:
-        return self._session.backend.start_worker()
+        return self._current().start_worker()
 
     def retire_worker(self) -> None:
-        self._session.backend.retire_worker()
+        self._current().retire_worker()
 
     def fresh_worker(self) -> None:
-        self._session.backend.fresh_worker()
+        self._current().fresh_worker()
 
     def sibling(self) -> Any:
-        return self._session.backend.sibling()
+        return self._current().sibling()
 
     def close(self) -> None:
         """Nothing: the session closes its backend (:meth:`AgentSession.close`)."""
+
+
+class SubagentBackend(SessionBackend):
+    """One subagent run's own interpreter (a sibling of the session's: its own worker), forwarding every member.
+
+    A dead worker or launcher replaced before one of its calls is logged and shown on the session's harness like
+    the session's own (a ``worker_replaced`` line against the parent's ``subagent`` call in progress); closing it
+    closes the sibling, worker and session directory.
+    """
+
+    def __init__(self, session: AgentSession, own: Any) -> None:
+        super().__init__(session)
+        self._own = own
+
+    def _current(self) -> Any:
+        return self._own
+
+    def _live(self) -> Any:
+        return self._own
+
+    def close(self) -> None:
+        self._own.close()
 
 
 def _worker_replaced(harness: HarnessHost | None, replaced: WorkerReplaced) -> None:
