@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, get_type_hints
 
 from harness_magic.core.agent.prompts import DEFAULT_SYSTEM_PROMPT
 from harness_magic.core.execution.interpreter import DEFAULT_MATERIALIZE_MAX_BYTES, DEFAULT_MATERIALIZE_MAX_ROWS
+from harness_magic.core.providers.channel import DEFAULT_IDLE_S, check_idle_s
 
 if TYPE_CHECKING:
     from harness_magic.core.control.budgets import Budgets
@@ -202,6 +203,11 @@ def question_timeout(value: Any, label: str) -> float | None:
     from harness_magic.core.control.questions import check_timeout
 
     return check_timeout(value, label)
+
+
+def idle_seconds(value: Any, label: str) -> float:
+    """Seconds the provider host lives without a request (the host's own rule)."""
+    return check_idle_s(value, label)
 
 
 def flag(value: Any, label: str) -> bool:
@@ -432,6 +438,14 @@ class AgentConfig:
                                                "writes are refused. 0: no write in a run. None: no count limit "
                                                "(prod writes still need allow_writes and an approval each).",
                                                write_count_limit, applies="run")
+    provider_host: bool = setting(True, "Run litellm in a provider host process (started on the first model call, "
+                                  "shared by the session's calls, stopped after provider_idle_s seconds without "
+                                  "one), so the kernel never imports it. False: litellm in the kernel, as needed "
+                                  "when you set litellm's module globals or register custom providers in the "
+                                  "kernel, or pass Python objects in extra.", flag)
+    provider_idle_s: float = setting(DEFAULT_IDLE_S, "Seconds the provider host waits without a model call before it "
+                                     "exits, giving its memory back (the next call starts it again, in about "
+                                     "as long as importing litellm takes).", idle_seconds)
 
     def budgets(self) -> Budgets:
         """The per-run budgets these settings ask for."""

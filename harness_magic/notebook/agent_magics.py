@@ -345,13 +345,15 @@ class AgentMagics(Magics):
             outputs.append((check_handle(handle, "handle"), check_handle(name, "variable name")))
 
         if not model.startswith(OFFLINE_PREFIXES):  # a model litellm cannot route fails here, before any request
-            from harness_magic.core.providers.errors import ModelRouteError
-            from harness_magic.core.providers.transport import check_model_route
+            from harness_magic.core.providers.adapter import route_model
+            from harness_magic.core.providers.errors import ModelRouteError, ProviderError
 
             try:
-                check_model_route(model)
+                route_model(model, provider_host=self.provider_host)  # asked of the provider host: litellm stays out
             except ModelRouteError as exc:
                 raise UsageError(str(exc)) from None
+            except ProviderError:
+                pass  # the provider host could not answer: the run's first call reports it as provider trouble
         session = self.session
         if args.reset:
             session.reset()

@@ -15,7 +15,8 @@ context overflow showed: the server's refusal, or an empty answer to a request w
 :data:`~harness_magic.core.providers.overflow.NEAR_WINDOW_SHARE` of the window, raises
 :class:`~harness_magic.core.providers.errors.ContextWindowExceeded` naming the prompt's size,
 the window and ``context_window``, and the next request is compacted to fit), and estimate
-token counts (litellm's counter for real models, characters / 4 otherwise).
+token counts (litellm's counter for real models, characters / 4 otherwise). Every litellm use (the call
+and those lookups) goes to the provider host process (:mod:`.hosted`) unless ``provider_host`` is False.
 """
 
 from __future__ import annotations
@@ -27,18 +28,27 @@ import json
 import time
 from typing import Any, Callable, Self, Sequence
 
+from harness_magic.core.providers.channel import DEFAULT_IDLE_S
 from harness_magic.core.providers.errors import ContextWindowExceeded, ProviderError
+from harness_magic.core.providers.hosted import HostedTransport
 from harness_magic.core.providers.offline import ReplayModel, ScriptedModel, is_offline_model, offline_transport
 from harness_magic.core.providers.overflow import NEAR_WINDOW_SHARE, learned_window, overflow_error
 from harness_magic.core.providers.payload import assemble_payload, render_message, render_tool, thaw
 from harness_magic.core.providers.response import ProviderResponse, normalise_response
-from harness_magic.core.providers.transport import LiteLLMTransport, TextCallback, import_litellm
+from harness_magic.core.providers.transport import (
+    LiteLLMLookups,
+    LiteLLMTransport,
+    ModelLookups,
+    TextCallback,
+    check_model_route,
+)
 from harness_magic.core.transcript.messages import Message
 
 __all__ = [
     "ProviderAdapter",
     "AsyncProviderAdapter",
     "transport_for_model",
+    "route_model",
     "PROMPT_CACHING_MODES",
     "DEFAULT_MAX_RETRIES",
     "DEFAULT_BACKOFF_S",
@@ -55,11 +65,31 @@ PROMPT_CACHING_MODES = ("auto", "on", "off")
 """``auto``: cache markers only where litellm says the model supports prompt caching."""
 
 
-def transport_for_model(model: str, **options: Any) -> Any:
-    """The transport a model id needs: offline ids get offline models, others :class:`LiteLLMTransport` (``options``)."""
+def transport_for_model(model: str, *, provider_host: bool = True, provider_idle_s: float = DEFAULT_IDLE_S,
+                        **options: Any) -> Any:
+    """The transport a model id needs (``options`` are the transport's).
+
+    Offline ids get offline models; others :class:`HostedTransport` (litellm in the provider host process,
+    which exits after ``provider_idle_s`` idle seconds), or with ``provider_host`` False
+    :class:`LiteLLMTransport` in this process (for litellm module globals or custom providers set here).
+    """
     if is_offline_model(model):
         return offline_transport(model)
+    if provider_host:
+        return HostedTransport(idle_s=provider_idle_s, **options)
     return LiteLLMTransport(**options)
+
+
+def route_model(model: str, *, provider_host: bool = True) -> str:
+    """:func:`check_model_route`, asked of the provider host unless ``provider_host`` is False (offline ids: here)."""
+    if provider_host and not is_offline_model(model):
+        return HostedTransport().route(model)
+    return check_model_route(model)
+
+
+def _estimate(items: list[dict[str, Any]]) -> int:
+    """Token estimate of a message list where no tokenizer is known: characters / 4."""
+    return len(json.dumps(items, ensure_ascii=False)) // CHARS_PER_TOKEN_ESTIMATE + 1
 
 
 class _RenderMemo:
@@ -100,6 +130,8 @@ class _AdapterBase:
         prompt_caching: str = "auto",
         context_window: int | None = None,
         extra: dict[str, Any] | None = None,
+        provider_host: bool = True,
+        provider_idle_s: float = DEFAULT_IDLE_S,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise ValueError(f"model must be a non-empty string, got {model!r}")
@@ -119,9 +151,13 @@ class _AdapterBase:
         self.context_window = context_window
         """Input-token limit override; None asks litellm's model info (offline models: no limit)."""
         self.api_base = api_base
+        self.provider_host = provider_host
+        """Whether litellm runs in the provider host process (lookups included) rather than in this one."""
         self.transport = transport or transport_for_model(
-            model, api_base=api_base, api_key=api_key, stream=stream, extra=extra
+            model, api_base=api_base, api_key=api_key, stream=stream, extra=extra, provider_host=provider_host,
+            provider_idle_s=provider_idle_s,
         )
+        self._provider_idle_s = provider_idle_s
         self.last_payload: dict[str, Any] | None = None
         """The most recent rendered payload (for inspection and benchmarks)."""
         self._caching_resolved: bool | None = None
@@ -182,12 +218,17 @@ class _AdapterBase:
         if is_offline_model(self.model):
             return True  # offline models emulate a prefix cache
         try:
-            import_litellm()  # first: it sets the offline cost map before litellm is imported
-            from litellm.utils import supports_prompt_caching
-
-            return bool(supports_prompt_caching(model=self.model))
+            return self._lookups().supports_caching(self.model)
         except Exception:  # unknown model or provider: send no markers
             return False
+
+    def _lookups(self) -> ModelLookups:
+        """Who answers questions about the model: the transport when it is litellm's (hosted or here), else the
+        provider host or litellm here as :attr:`provider_host` says."""
+        transport = self.transport
+        if isinstance(transport, (HostedTransport, LiteLLMTransport)):
+            return transport
+        return HostedTransport(idle_s=self._provider_idle_s) if self.provider_host else LiteLLMLookups()
 
     @property
     def max_input_tokens(self) -> int | None:
@@ -217,7 +258,7 @@ class _AdapterBase:
         if is_offline_model(self.model):
             return None
         try:
-            info = import_litellm().get_model_info(self.model)
+            info = self._lookups().model_info(self.model)
         except Exception:  # not in litellm's map: no known limit
             return None
         limit = info.get("max_input_tokens") or info.get("max_tokens")
@@ -245,12 +286,12 @@ class _AdapterBase:
         keep = _common_length(memo.messages, messages)
         del memo.messages[keep:], memo.offsets[keep + 1 :], memo.tokens[keep + 1 :]
         del memo.flat[memo.offsets[keep] :]
-        for message in messages[keep:]:
-            rendered = render_message(message, parts)
+        added = [(message, render_message(message, parts)) for message in messages[keep:]]
+        for (message, rendered), tokens in zip(added, self._tokens_of(added)):  # one count for the new messages
             memo.messages.append(message)
             memo.flat.extend(rendered)
             memo.offsets.append(len(memo.flat))
-            memo.tokens.append(memo.tokens[-1] + self._message_tokens(message, rendered))
+            memo.tokens.append(memo.tokens[-1] + tokens)
         return memo.flat
 
     def render(self, system: str, messages: Sequence[Message], tools: Sequence[Any]) -> dict[str, Any]:
@@ -260,39 +301,51 @@ class _AdapterBase:
 
     # -- token estimates ----------------------------------------------------------------------
 
-    def _counter(self) -> Callable[[list[dict[str, Any]]], int]:
-        """litellm's token counter for this model (real models), else characters / 4."""
+    def _counter(self) -> Callable[[list[list[dict[str, Any]]]], list[int]]:
+        """litellm's token counter for this model (real models; one call counts a batch of message lists),
+        else characters / 4."""
         if not is_offline_model(self.model):
+            lookups, model = self._lookups(), self.model
             try:
-                litellm = import_litellm()
-
-                def count(items: list[dict[str, Any]]) -> int:
-                    return int(litellm.token_counter(model=self.model, messages=thaw(items)))
-
-                count(  # probe once: an unknown model falls back to the estimate
-                    [{"role": "user", "content": "probe"}])
-                return count
+                lookups.token_counts(model, [[{"role": "user", "content": "probe"}]])  # an unknown model: estimate
+                return lambda batches: lookups.token_counts(model, batches)
             # broad: litellm's tokenizer fails in its own ways for an unknown model; the estimate below is used
             except Exception:
                 pass
-        return lambda items: len(json.dumps(items, ensure_ascii=False)) // CHARS_PER_TOKEN_ESTIMATE + 1
+        return lambda batches: [_estimate(items) for items in batches]
 
-    def _message_tokens(self, message: Message, rendered: Sequence[dict[str, Any]]) -> int:
-        memo = message.__dict__.get("_wire")
+    def _count_one(self, items: list[dict[str, Any]]) -> int:
+        if getattr(self, "_count", None) is None:
+            self._count = self._counter()
+        return self._count([items])[0]
+
+    def _tokens_of(self, pairs: Sequence[tuple[Message, Sequence[dict[str, Any]]]]) -> list[int]:
+        """Tokens of each (message, rendering), memoised per message; the ones not known are counted in one batch."""
         key = ("tokens", self.model)
-        if memo is not None and key in memo:
-            known: int = memo[key]
-            return known
+        counts: list[int] = [0] * len(pairs)
+        missing: list[int] = []
+        for index, (message, _rendered) in enumerate(pairs):
+            memo = message.__dict__.get("_wire")
+            if memo is not None and key in memo:
+                counts[index] = memo[key]
+            else:
+                missing.append(index)
+        if not missing:
+            return counts
+        batches = [thaw(list(pairs[index][1])) for index in missing]
         if getattr(self, "_count", None) is None:
             self._count = self._counter()
         try:
-            tokens = self._count(list(rendered))
+            found = self._count(batches)
         # broad: a tokenizer failing on one payload falls back to the estimate (a count, never a send)
         except Exception:
-            tokens = len(json.dumps(thaw(list(rendered)), ensure_ascii=False)) // CHARS_PER_TOKEN_ESTIMATE + 1
-        if memo is not None:
-            memo[key] = tokens
-        return tokens
+            found = [_estimate(items) for items in batches]
+        for index, tokens in zip(missing, found):
+            counts[index] = tokens
+            memo = pairs[index][0].__dict__.get("_wire")
+            if memo is not None:
+                memo[key] = tokens
+        return counts
 
     def estimate_tokens(self, system: str, messages: Sequence[Message], tools: Sequence[Any]) -> int:
         """Estimated input tokens of the request for ``messages`` (memoised per message)."""
@@ -300,9 +353,7 @@ class _AdapterBase:
         key = (system, tuple((t.name, t.description, id(t.parameters)) for t in tools))
         prefix = self._prefix_tokens.get(key)
         if prefix is None:
-            if getattr(self, "_count", None) is None:
-                self._count = self._counter()
-            prefix = self._count([{"role": "system", "content": system}])
+            prefix = self._count_one([{"role": "system", "content": system}])
             if tools:
                 prefix += len(json.dumps(thaw(self._tools(tools)))) // CHARS_PER_TOKEN_ESTIMATE + 1
             self._prefix_tokens = {key: prefix}
@@ -314,15 +365,11 @@ class _AdapterBase:
         total = self.estimate_tokens(system, [], tools) if not self._memo.messages else None
         if total is None:
             total = self.estimate_tokens(system, self._memo.messages, tools) - self._memo.tokens[-1]
-        for message in messages:
-            total += self._message_tokens(message, render_message(message, parts))
-        return total
+        return total + sum(self._tokens_of([(message, render_message(message, parts)) for message in messages]))
 
     def estimate_text_tokens(self, text: str) -> int:
         """Estimated tokens of one user prompt."""
-        if getattr(self, "_count", None) is None:
-            self._count = self._counter()
-        return self._count([{"role": "user", "content": text}])
+        return self._count_one([{"role": "user", "content": text}])
 
     def _prepare(self, system: str, messages: Sequence[Message], tools: Sequence[Any]) -> dict[str, Any]:
         """Render the request and keep it as :attr:`last_payload`."""

@@ -58,6 +58,8 @@ __all__ = [
     "Transport",
     "TextCallback",
     "LiteLLMTransport",
+    "LiteLLMLookups",
+    "ModelLookups",
     "check_model_route",
     "import_litellm",
     "DEFAULT_TIMEOUT_S",
@@ -321,8 +323,51 @@ def check_model_route(model: str) -> str:
         ) from None
 
 
-class LiteLLMTransport:
-    """Calls litellm; streams text through ``on_text`` and reassembles tool calls."""
+class ModelLookups(Protocol):
+    """What the adapter asks about a model besides completions: litellm's tables and tokenizer.
+
+    Each method raises when litellm does not know (the adapter then falls back: no cache markers, no known
+    limit, the characters / 4 estimate); :meth:`route` raises :class:`ModelRouteError`.
+    """
+
+    def route(self, model: str) -> str: ...
+
+    def supports_caching(self, model: str) -> bool: ...
+
+    def model_info(self, model: str) -> dict[str, Any]: ...
+
+    def token_counts(self, model: str, batches: list[list[dict[str, Any]]]) -> list[int]: ...
+
+
+class LiteLLMLookups:
+    """:class:`ModelLookups` answered by litellm in this process."""
+
+    def route(self, model: str) -> str:
+        """The litellm provider for ``model`` (:func:`check_model_route`)."""
+        return check_model_route(model)
+
+    def supports_caching(self, model: str) -> bool:
+        """Whether litellm's model table says ``model`` caches prompts."""
+        import_litellm()  # first: it sets the offline cost map before litellm is imported
+        from litellm.utils import supports_prompt_caching
+
+        return bool(supports_prompt_caching(model=model))
+
+    def model_info(self, model: str) -> dict[str, Any]:
+        """litellm's model information for ``model`` (limits, prices)."""
+        return dict(import_litellm().get_model_info(model))
+
+    def token_counts(self, model: str, batches: list[list[dict[str, Any]]]) -> list[int]:
+        """litellm's token count of each message list in ``batches``."""
+        litellm = import_litellm()
+        return [int(litellm.token_counter(model=model, messages=thaw(items))) for items in batches]
+
+
+class LiteLLMTransport(LiteLLMLookups):
+    """Calls litellm in this process; streams text through ``on_text`` and reassembles tool calls.
+
+    Used inside the provider host (:mod:`.host`), and in the kernel itself when ``provider_host`` is off.
+    """
 
     def __init__(
         self,

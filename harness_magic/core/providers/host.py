@@ -1,0 +1,211 @@
+"""The provider host process: litellm imported here, once, serving the kernel's provider calls over a private socket.
+
+Run as ``python -m harness_magic.core.providers.host --fd N --idle-s S`` by
+:class:`~harness_magic.core.providers.hosted.ProviderHost` (the kernel side), which binds the listening
+Unix socket in a 0700 directory and hands it over as fd ``N``. Contract:
+
+- one connection per request, each served on its own thread (subagents call in parallel); a request is
+  one frame (:mod:`.channel`), answered first by ``{"ack": pid}`` (the request is taken: a connection
+  that ends before it was never served and may be sent again), then, for ``complete``, a ``{"text": ...}``
+  frame per streamed piece as it arrives, then one final frame: ``{"done": response}`` or
+  ``{"error": tagged}``, with ``placeholder_for`` and ``notice`` (a placeholder key was sent);
+  lookups (``route``, ``model_info``, ``supports_caching``, ``token_count``) answer ``{"value": ...}``,
+  ``{"missing": why}`` (litellm does not know) or, for ``route``, ``{"error": tagged}``;
+- every call goes through :class:`~harness_magic.core.providers.transport.LiteLLMTransport` and
+  :class:`~harness_magic.core.providers.transport.LiteLLMLookups`, exactly as in the kernel when
+  ``provider_host`` is off; the kernel's environment (``env``) is the process's for each request, so a key
+  set after the host started is used;
+- a peer that closes mid-stream (an interrupt in the kernel) stops the request at the next piece: the
+  stream is closed (litellm's connection goes back to its pool) and the host serves the next request;
+- it exits after ``idle_s`` seconds with no request in flight (each request may change ``idle_s``),
+  when its stdin reaches end of file (the kernel is gone) or when its parent changes; it ignores SIGINT
+  (the stop button interrupts the kernel's process group) and never writes to stdout (its stdout is
+  /dev/null; its stderr is read by the kernel into a bounded buffer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from harness_magic.core.providers.channel import FrameError, read_frame, send_frame, tag_error
+from harness_magic.core.providers.errors import ProviderError
+from harness_magic.core.providers.transport import LiteLLMLookups, LiteLLMTransport, check_model_route, import_litellm
+
+__all__ = ["HostServer", "PeerClosed", "main", "POLL_S", "MISSING_TEXT_MAX_CHARS", "TRANSPORT_OPTIONS"]
+
+POLL_S = 0.5
+"""How often the accept loop wakes to check idleness and its parent."""
+MISSING_TEXT_MAX_CHARS = 300
+"""A failed lookup's reason is cut to this many characters."""
+TRANSPORT_OPTIONS = ("api_base", "api_key", "stream", "timeout_s", "extra")
+"""The :class:`LiteLLMTransport` options a ``complete`` request may carry."""
+_LOOKUPS = LiteLLMLookups()
+
+
+class PeerClosed(BaseException):
+    """The kernel closed the connection (an interrupt): unwinds the request past ``except Exception`` handlers,
+    through the transport's ``finally`` that closes litellm's stream."""
+
+
+class HostServer:
+    """The accept loop, the requests in flight and the idle clock."""
+
+    def __init__(self, listener: socket.socket, idle_s: float) -> None:
+        self.listener = listener
+        self.idle_s = idle_s
+        self.parent = os.getppid()
+        self._lock = threading.Lock()
+        self._env_lock = threading.Lock()
+        self._active = 0
+        self._last = time.monotonic()
+        self._closing = False
+        self._defaults = {"LITELLM_LOCAL_MODEL_COST_MAP": os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP", "True")}
+
+    def serve(self) -> None:
+        """Accept requests until idle or orphaned; returns with the listener closed."""
+        self.listener.settimeout(POLL_S)
+        try:
+            while True:
+                try:
+                    conn, _ = self.listener.accept()
+                except socket.timeout:
+                    if self._should_exit():
+                        return
+                    continue
+                with self._lock:
+                    if self._closing:
+                        conn.close()
+                        continue
+                    self._active += 1
+                threading.Thread(target=self._serve_one, args=(conn,), daemon=True).start()
+        finally:
+            self.listener.close()
+
+    def _should_exit(self) -> bool:
+        with self._lock:
+            orphaned = os.getppid() != self.parent
+            if orphaned or (self._active == 0 and time.monotonic() - self._last >= self.idle_s):
+                self._closing = True
+            return self._closing
+
+    def _serve_one(self, conn: socket.socket) -> None:
+        try:
+            request = read_frame(conn)
+            if request is None:
+                return
+            send_frame(conn, {"ack": os.getpid()})
+            send_frame(conn, self._answer(request, conn))
+        except (OSError, PeerClosed):
+            pass  # the kernel went away (an interrupt, or it ended): nothing to answer
+        except FrameError as exc:
+            try:
+                send_frame(conn, {"error": tag_error(ProviderError(f"the provider host refused the request: {exc}"))})
+            except OSError:
+                pass
+        finally:
+            conn.close()
+            with self._lock:
+                self._active -= 1
+                self._last = time.monotonic()
+
+    def _adopt(self, request: dict[str, Any]) -> None:
+        """The request's environment becomes the process's (keys set since the host started included)."""
+        idle_s = request.get("idle_s")
+        if isinstance(idle_s, (int, float)) and not isinstance(idle_s, bool) and idle_s > 0:
+            self.idle_s = float(idle_s)
+        env = request.get("env")
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            return
+        wanted = {**self._defaults, **env}
+        with self._env_lock:
+            for name in [name for name in os.environ if name not in wanted]:
+                del os.environ[name]
+            for name, value in wanted.items():
+                if os.environ.get(name) != value:
+                    os.environ[name] = value
+
+    def _answer(self, request: dict[str, Any], conn: socket.socket) -> dict[str, Any]:
+        self._adopt(request)
+        op = request.get("op")
+        if op == "complete":
+            return self._complete(request, conn)
+        model = request.get("model")
+        if not isinstance(model, str):
+            raise FrameError(f"request {str(op)[:40]!r} needs a model (text)")
+        if op == "route":
+            try:
+                return {"value": check_model_route(model)}
+            except ProviderError as exc:
+                return {"error": tag_error(exc)}
+        lookups: dict[str, Callable[[], Any]] = {
+            "model_info": lambda: _LOOKUPS.model_info(model),
+            "supports_caching": lambda: _LOOKUPS.supports_caching(model),
+            "token_count": lambda: _LOOKUPS.token_counts(model, request.get("batches") or []),
+        }
+        if op not in lookups:
+            raise FrameError(f"unknown request {str(op)[:40]!r}; known: complete, route, {', '.join(lookups)}")
+        try:
+            return {"value": lookups[op]()}
+        # broad: litellm's lookups fail in their own ways for a model they do not know; the kernel falls back
+        except Exception as exc:
+            return {"missing": f"{type(exc).__name__}: {exc}"[:MISSING_TEXT_MAX_CHARS]}
+
+    def _complete(self, request: dict[str, Any], conn: socket.socket) -> dict[str, Any]:
+        options = request.get("options")
+        payload = request.get("payload")
+        if not isinstance(options, dict) or set(options) - set(TRANSPORT_OPTIONS) or not isinstance(payload, dict):
+            raise FrameError(f"a complete request needs a payload and options among {', '.join(TRANSPORT_OPTIONS)}")
+        transport = LiteLLMTransport(**options)
+
+        def on_text(piece: str) -> None:
+            try:
+                send_frame(conn, {"text": piece})
+            except OSError:
+                raise PeerClosed from None
+
+        reply: dict[str, Any]
+        try:
+            reply = {"done": transport.complete(payload, on_text)}
+        except ProviderError as exc:
+            reply = {"error": tag_error(exc)}
+        # broad: a failure the transport does not map (a bad option, a bug) still answers as one ProviderError
+        except Exception as exc:
+            reply = {"error": tag_error(ProviderError(
+                f"the provider host could not serve the request: {type(exc).__name__}: {exc}"))}
+        reply.update(placeholder_for=transport.placeholder_for, notice=transport.notice)
+        return reply
+
+
+def _exit_when_stdin_closes() -> None:
+    """End the process when the kernel is gone (its end of our stdin closed)."""
+    try:
+        while sys.stdin.buffer.read(4096):
+            pass
+    finally:
+        os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve on the inherited listening socket until idle, orphaned or the kernel is gone."""
+    parser = argparse.ArgumentParser(description="harness_magic's provider host (started by the kernel).")
+    parser.add_argument("--fd", type=int, required=True, help="the listening Unix socket, inherited")
+    parser.add_argument("--idle-s", type=float, required=True, help="exit after this many seconds without a request")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    listener = socket.socket(fileno=args.fd)
+    threading.Thread(target=_exit_when_stdin_closes, daemon=True).start()
+    import_litellm()
+    HostServer(listener, args.idle_s).serve()
+    sys.stderr.flush()
+    os._exit(0)  # no interpreter teardown: litellm's clients need none, and nothing waits for it
+
+
+if __name__ == "__main__":
+    main()

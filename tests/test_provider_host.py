@@ -1,0 +1,378 @@
+"""litellm out of the kernel (issue 35, point 1): every provider call goes to one provider host process.
+
+Real litellm runs in the host and talks HTTP to the scripted server; the kernel side
+(:class:`HostedTransport`) must give exactly what the in-process :class:`LiteLLMTransport` gives (answers,
+streamed pieces, each error class with its attributes), survive a host that is killed or exits when idle,
+stop a stream on an interrupt, refuse what a hostile host sends, and leave ``litellm`` out of the kernel.
+Tests that kill or idle a host use their own :class:`ProviderHost`; the others share this process's one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness_magic.core.providers.channel import FRAME_MAX_BYTES, FrameError, decode_frame, rebuild_error
+from harness_magic.core.providers.errors import (
+    ContextWindowExceeded,
+    ModelNotServed,
+    ModelRouteError,
+    ProviderAuthError,
+    ProviderError,
+    ProviderHTTPError,
+    ProviderUnreachable,
+)
+from harness_magic.core.providers.hosted import HostedTransport, HostProtocolError, ProviderHost, shared_host
+from harness_magic.core.providers.response import normalise_response
+from harness_magic.core.providers.transport import LiteLLMTransport
+from scripted_server import ScriptedServer
+
+TESTS = Path(__file__).resolve().parent
+MODEL = "openai/gpt-4o-mini"
+TOOL_ANSWER = {"text": "Let me add those numbers up for you.",
+               "tool_calls": [{"name": "python_interpreter", "arguments": {"code": "print(sum(range(10)))"}}]}
+GONE_WAIT_S = 60.0
+"""How long a test waits for a host to be gone (it exits within a second of its idle time; a loaded machine lags)."""
+
+
+def payload(text: str = "Add the numbers below ten.", model: str = MODEL) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": text}],
+            "tools": [{"type": "function", "function": {"name": "python_interpreter", "description": "Run code.",
+                                                        "parameters": {"type": "object", "properties": {
+                                                            "code": {"type": "string"}}}}}]}
+
+
+def closed_port() -> int:
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    return int(port)
+
+
+def gone(pid: int) -> bool:
+    return not Path(f"/proc/{pid}").exists()
+
+
+def wait_gone(pid: int) -> None:
+    deadline = time.monotonic() + GONE_WAIT_S
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(pid), f"provider host {pid} still runs"
+
+
+@pytest.fixture(scope="module")
+def own_host():
+    """A host of this module's own: the tests that kill it or let it idle out leave the shared one alone."""
+    host = ProviderHost()
+    yield host
+    host.close()
+
+
+@pytest.fixture
+def server():
+    with ScriptedServer() as srv:
+        yield srv
+
+
+# -- the same answers and the same errors as in-process -----------------------------------------------
+
+
+def test_a_streamed_answer_with_tool_calls_equals_the_in_process_answer_and_arrives_piecewise(server):
+    server.replies = [TOOL_ANSWER, TOOL_ANSWER]
+    pieces: list[str] = []
+    hosted = HostedTransport(api_base=server.api_base, api_key="sk-test").complete(payload(), pieces.append)
+    local = LiteLLMTransport(api_base=server.api_base, api_key="sk-test").complete(payload(), None)
+    ours, theirs = normalise_response(hosted), normalise_response(local)
+    assert (ours.message, ours.usage, ours.stop_reason) == (theirs.message, theirs.usage, theirs.stop_reason)
+    assert ours.message.tool_uses[0].input == {"code": "print(sum(range(10)))"}
+    assert ours.usage.cost > 0, "litellm's price for the model, computed in the host"
+    assert len(pieces) > 1 and "".join(pieces) == TOOL_ANSWER["text"], "text arrives as the host receives it"
+    assert server.requests[0] == server.requests[1], "the host sends the request the kernel would have sent"
+
+
+ERROR_REPLIES = {
+    "401": ({"status": 401, "error": "invalid api key"}, ProviderAuthError),
+    "429": ({"status": 429, "error": "slow down"}, ProviderHTTPError),
+    "500": ({"status": 500, "error": "boom\nsecond line"}, ProviderHTTPError),
+    "overflow": ({"status": 400, "error": "This model's maximum context length is 4096 tokens. However, you "
+                                          "requested 5000 tokens (5000 in the messages). Please reduce."},
+                 ContextWindowExceeded),
+}
+
+
+def failure(transport: Any, request: dict[str, Any]) -> tuple[type, str, dict[str, Any]]:
+    with pytest.raises(ProviderError) as info:
+        transport.complete(request, None)
+    return type(info.value), str(info.value), dict(info.value.__dict__)
+
+
+@pytest.mark.parametrize("case", list(ERROR_REPLIES))
+def test_each_http_error_comes_back_as_the_same_class_with_the_same_attributes(server, case):
+    reply, kind = ERROR_REPLIES[case]
+    server.replies = [reply, reply]
+    hosted = failure(HostedTransport(api_base=server.api_base), payload())
+    local = failure(LiteLLMTransport(api_base=server.api_base), payload())
+    assert hosted == local and hosted[0] is kind, (hosted, local)
+
+
+def test_a_model_not_served_comes_back_with_the_served_list():
+    with ScriptedServer(served_model="smollm2", models=["smollm2", "qwen"]) as srv:
+        hosted = failure(HostedTransport(api_base=srv.api_base, api_key="sk-test"), payload())
+        local = failure(LiteLLMTransport(api_base=srv.api_base, api_key="sk-test"), payload())
+    assert hosted == local and hosted[0] is ModelNotServed and hosted[2]["served"] == ["smollm2", "qwen"]
+
+
+def test_a_refused_port_and_an_unroutable_model_come_back_unsent_and_final():
+    base = f"http://127.0.0.1:{closed_port()}/v1"
+    hosted = failure(HostedTransport(api_base=base, api_key="sk-test"), payload())
+    local = failure(LiteLLMTransport(api_base=base, api_key="sk-test"), payload())
+    assert hosted == local and hosted[0] is ProviderUnreachable
+    assert hosted[2]["request_sent"] is False and hosted[2]["retryable"] is False
+    with pytest.raises(ModelRouteError) as info:
+        HostedTransport().route("nosuchprovider/model")
+    assert isinstance(info.value, ValueError) and "litellm cannot route it" in str(info.value)
+
+
+def test_the_placeholder_key_notice_is_said_once_and_names_the_variable(server, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    server.replies = [{"text": "one"}, {"text": "two"}]
+    transport = HostedTransport(api_base=server.api_base)
+    transport.complete(payload(), None)
+    assert transport.placeholder_for == "OPENAI_API_KEY" and "placeholder key" in (transport.notice or "")
+    transport.notice = None  # the adapter hands it out once
+    transport.complete(payload(), None)
+    assert transport.notice is None
+
+
+def test_a_key_set_after_the_host_started_is_sent(server, monkeypatch):
+    server.replies = [{"text": "first"}, {"text": "second"}]
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    HostedTransport(api_base=server.api_base).complete(payload(), None)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-set-later")
+    HostedTransport(api_base=server.api_base).complete(payload(), None)
+    assert server.headers[-1]["Authorization"] == "Bearer sk-set-later"
+    assert "sk-set-later" not in repr(HostedTransport(api_base=server.api_base, api_key="sk-set-later"))
+
+
+def test_lookups_answer_as_litellm_does_here():
+    transport, local = HostedTransport(), LiteLLMTransport()
+    batches = [[{"role": "user", "content": "hello world"}], [{"role": "system", "content": "You are terse. " * 20}]]
+    assert transport.token_counts(MODEL, batches) == local.token_counts(MODEL, batches)
+    assert transport.model_info(MODEL)["max_input_tokens"] == local.model_info(MODEL)["max_input_tokens"]
+    assert transport.supports_caching(MODEL) == local.supports_caching(MODEL)
+    assert transport.route(MODEL) == "openai"
+    with pytest.raises(LookupError):
+        transport.model_info("openai/no-such-model-anywhere")
+
+
+def test_concurrent_async_calls_are_served_at_once():
+    def reply_for(body: dict[str, Any]) -> dict[str, Any]:
+        return {"text": f"answer to {body['messages'][-1]['content']}", "delay": 0.3}
+
+    async def three(transport: HostedTransport) -> list[dict[str, Any]]:
+        return list(await asyncio.gather(*(transport.acomplete(payload(f"q{i}"), None) for i in range(3))))
+
+    with ScriptedServer(reply_for=reply_for) as srv:
+        answers = asyncio.run(three(HostedTransport(api_base=srv.api_base, api_key="sk-test")))
+    assert [a["choices"][0]["message"]["content"] for a in answers] == ["answer to q0", "answer to q1", "answer to q2"]
+
+
+# -- a host that ends: idle, killed between calls, killed during one, interrupted ------------------------
+
+
+def test_an_idle_host_exits_and_the_next_call_starts_a_new_one(own_host, server):
+    server.replies = [{"text": "before"}, {"text": "after"}]
+    transport = HostedTransport(api_base=server.api_base, api_key="sk-test", idle_s=0.5, host=own_host)
+    assert transport.complete(payload(), None)["choices"][0]["message"]["content"] == "before"
+    first = own_host.pid
+    assert first is not None
+    wait_gone(first)
+    assert transport.complete(payload(), None)["choices"][0]["message"]["content"] == "after"
+    assert own_host.pid not in (None, first)
+
+
+def test_a_host_killed_between_calls_is_replaced_unseen(own_host, server):
+    server.replies = [{"text": "one"}, {"text": "two"}]
+    transport = HostedTransport(api_base=server.api_base, api_key="sk-test", host=own_host)
+    transport.complete(payload(), None)
+    pid = own_host.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    wait_gone(pid)
+    assert transport.complete(payload(), None)["choices"][0]["message"]["content"] == "two"
+    assert len(server.requests) == 2, "the dead host's call was not sent twice"
+
+
+def test_a_host_killed_during_a_streamed_call_is_one_error_and_the_next_call_works(own_host, server):
+    long = "A long streamed answer. " * 40
+    server.replies = [{"text": long}, {"text": "fresh"}]
+    transport = HostedTransport(api_base=server.api_base, api_key="sk-test", host=own_host)
+    own_host.endpoint()  # running before the call, so the first piece can name it
+    pid = own_host.pid
+
+    def kill_on_first_piece(piece: str) -> None:
+        if pid is not None and not gone(pid):
+            os.kill(pid, signal.SIGKILL)
+
+    with pytest.raises(ProviderUnreachable) as info:
+        transport.complete(payload(), kill_on_first_piece)
+    assert "the provider host ended during the request" in str(info.value)
+    assert info.value.retryable and info.value.request_sent and info.value.url == "the provider host"
+    assert transport.complete(payload(), None)["choices"][0]["message"]["content"] == "fresh"
+
+
+def test_an_interrupt_during_streaming_leaves_the_host_serving(own_host, server):
+    server.replies = [{"text": "A long streamed answer that is cut off. " * 40}, {"text": "Fresh answer."}]
+    transport = HostedTransport(api_base=server.api_base, api_key="sk-test", host=own_host)
+    seen: list[str] = []
+
+    def stop(piece: str) -> None:
+        seen.append(piece)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        transport.complete(payload(), stop)
+    pid, starts = own_host.pid, own_host.starts
+    assert len(seen) == 1
+    assert transport.complete(payload(), None)["choices"][0]["message"]["content"] == "Fresh answer."
+    assert (own_host.pid, own_host.starts) == (pid, starts), "the same host served the next request"
+
+
+# -- a hostile host ----------------------------------------------------------------------------------------
+
+FAKE_HOST = textwrap.dedent("""\
+    import json, os, pickle, socket, struct, sys, time
+    mode, fd = sys.argv[1], int(sys.argv[sys.argv.index("--fd") + 1])
+    listener = socket.socket(fileno=fd)
+
+    class Boom:
+        def __reduce__(self):
+            return (os.system, ("touch " + sys.argv[2],))
+
+    def frame(obj):
+        data = json.dumps(obj).encode()
+        return struct.pack(">I", len(data)) + data
+
+    while True:
+        conn, _ = listener.accept()
+        header = conn.recv(4)
+        (length,) = struct.unpack(">I", header)
+        while length:
+            length -= len(conn.recv(min(length, 65536)))
+        conn.sendall(frame({"ack": os.getpid()}))
+        if mode == "oversized":
+            conn.sendall(struct.pack(">I", 2**31) + b"x" * 65536)
+        elif mode == "pickle":
+            data = pickle.dumps(Boom())
+            conn.sendall(struct.pack(">I", len(data)) + data)
+        elif mode == "class":
+            conn.sendall(frame({"error": {"class": "SystemExit", "message": "bye"}}))
+        elif mode == "attribute":
+            conn.sendall(frame({"error": {"class": "ProviderHTTPError", "message": "m", "__class__": "x"}}))
+        elif mode == "typed":
+            conn.sendall(frame({"error": {"class": "ProviderHTTPError", "message": "m", "status_code": "401"}}))
+        elif mode == "list":
+            conn.sendall(frame(["not", "an", "object"]))
+        time.sleep(30)
+        conn.close()
+""")
+
+
+@pytest.mark.parametrize(("mode", "words"), [
+    ("oversized", f"FRAME_MAX_BYTES is {FRAME_MAX_BYTES:,}: refused unread"),
+    ("pickle", "is not JSON"),
+    ("class", "names class 'SystemExit'; allowed: ProviderError"),
+    ("attribute", "unknown fields: __class__"),
+    ("typed", "status_code is a str, not one of int, NoneType"),
+    ("list", "holds a list, not a JSON object"),
+])
+def test_a_hostile_host_frame_is_refused_by_name_and_nothing_in_it_runs(tmp_path, mode, words):
+    marker = tmp_path / "pwned"
+    script = tmp_path / "fake_host.py"
+    script.write_text(FAKE_HOST)
+    host = ProviderHost(argv=[sys.executable, str(script), mode, str(marker)])
+    try:
+        with pytest.raises(HostProtocolError) as info:
+            HostedTransport(api_base="http://127.0.0.1:9/v1", api_key="sk-test", timeout_s=1, host=host).complete(
+                payload(), None)
+    finally:
+        host.close()
+    assert words in str(info.value) and "\n" not in str(info.value)
+    assert not info.value.retryable and not marker.exists()
+
+
+def test_frames_and_errors_are_checked_before_anything_is_built():
+    with pytest.raises(FrameError, match="is not JSON: RecursionError"):
+        decode_frame(b"[" * 100_000 + b"]" * 100_000)
+    rebuilt = rebuild_error({"class": "ModelNotServed", "message": "model 'x' is not served", "status_code": 404,
+                             "url": "http://h/v1", "model": "x", "served": ["a"], "retryable": False})
+    assert type(rebuilt) is ModelNotServed and (rebuilt.status_code, rebuilt.served, rebuilt.model) == (404, ["a"], "x")
+    with pytest.raises(FrameError, match="served is a list"):
+        rebuild_error({"class": "ModelNotServed", "message": "m", "served": [1, 2]})
+
+
+def test_a_bad_idle_time_or_a_python_object_in_extra_is_refused_by_name():
+    with pytest.raises(ValueError, match="provider_idle_s must be a number of seconds above 0 .* got 0"):
+        HostedTransport(idle_s=0)
+    with pytest.raises(ValueError, match=r"extra\['callback'\] is a function, which cannot be sent"):
+        HostedTransport(extra={"callback": lambda: None})
+
+
+# -- the kernel never holds litellm ------------------------------------------------------------------------
+
+SESSION_RUN = textwrap.dedent("""\
+    import json, sys
+    sys.path.insert(0, TESTS)
+    from scripted_server import ScriptedServer
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
+    turns = [{"text": "Adding.", "tool_calls": [{"name": "python_interpreter",
+                                                 "arguments": {"code": "print(sum(range(10)))"}}]},
+             {"text": "The total is 45."}]
+    with ScriptedServer(turns) as server:
+        config = AgentConfig(model="openai/gpt-4o-mini", api_base=server.api_base, sandbox="inprocess",
+                             run_dir="runs", extra={"api_key": "sk-test"})
+        result = AgentSession(config).ask("Add the numbers below ten.")
+    print(json.dumps({"status": result.status, "answer": result.text, "cost": result.usage.cost,
+                      "litellm": sorted(m for m in sys.modules if m.split(".")[0] in ("litellm", "openai"))}))
+""").replace("TESTS", repr(str(TESTS)))
+
+
+def test_a_whole_run_through_the_session_never_imports_litellm_in_the_kernel(tmp_path):
+    done = subprocess.run([sys.executable, "-c", SESSION_RUN], capture_output=True, text=True, timeout=240,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["status"] == "completed" and out["answer"] == "The total is 45.", out
+    assert out["cost"] > 0, "priced by litellm in the host"
+    assert out["litellm"] == [], out
+
+
+@pytest.mark.kernel
+def test_an_agent_cell_in_a_real_kernel_leaves_litellm_out_of_it(tmp_path):
+    from kernel_helpers import agent_kernel
+
+    with ScriptedServer([TOOL_ANSWER, {"text": "The total is 45."}]) as srv:
+        with agent_kernel(tmp_path, run_dir="runs", sandbox="inprocess", api_base=srv.api_base) as kernel:
+            cell = kernel.run("%%agent -m openai/test-model\nAdd the numbers below ten.")
+            assert cell.ok, cell.outputs
+            assert kernel.value("_.text") == "The total is 45."
+            assert kernel.value("'litellm' in __import__('sys').modules") is False
+            assert len(srv.requests) == 2
+
+
+def test_the_shared_host_is_one_per_process():
+    assert shared_host() is shared_host()
+    assert HostedTransport().host is shared_host()
