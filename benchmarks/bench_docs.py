@@ -62,13 +62,8 @@ sys.path.insert(0, str(ROOT))
 
 from harness_magic.core.execution.connectors.docs.connector import docs_connector  # noqa: E402
 from harness_magic.core.knowledge.extract import text_chunks  # noqa: E402
-from harness_magic.core.knowledge.index import (  # noqa: E402
-    _TOKEN_RE,
-    FTS_HASH_BYTES,
-    DocIndex,
-    fts_title,
-    trail_json,
-)
+from harness_magic.core.knowledge.index import _TOKEN_RE, FTS_HASH_BYTES, DocIndex  # noqa: E402
+from harness_magic.core.knowledge.prepare import fts_title, trail_json  # noqa: E402
 
 SECTIONS_PER_FILE = 10
 WORDS_PER_SECTION = 80

@@ -21,7 +21,11 @@ Indexing speed is measured in ``benchmarks/bench_docs.py``, never here.
 
 from __future__ import annotations
 
+import json
+import multiprocessing
+import os
 import random
+import re
 import sqlite3
 from pathlib import Path
 
@@ -29,14 +33,17 @@ import pytest
 from test_knowledge_batch import cut_short_at
 
 from harness_magic.core.knowledge import index as index_module
+from harness_magic.core.knowledge import prepare as prepare_module
 from harness_magic.core.knowledge.extract import (
     CHUNK_MAX_CHARS,
+    ExtractionLimits,
     TextTooLong,
     chunk_lines,
     extract_lines,
     text_chunks,
 )
 from harness_magic.core.knowledge.index import SCHEMA_VERSION, DocIndex
+from harness_magic.core.knowledge.tree import DocTree
 
 QUERIES = ["refund window", "partner share policy", "owner team", "fenced code sample", "escalation runbook",
            "it owns the", "refund", "quarterly revenue"]
@@ -116,7 +123,7 @@ def test_the_full_text_table_keeps_no_text_and_ranks_as_a_table_that_does(tmp_pa
     kept = sqlite3.connect(":memory:")
     kept.execute("CREATE VIRTUAL TABLE t USING fts5(title, body, tokenize='porter unicode61')")
     kept.executemany("INSERT INTO t (rowid, title, body) VALUES (?,?,?)",
-                     [(r[0], index_module.fts_title(index_module.json.loads(r[2]), r[1]), r[3])
+                     [(r[0], prepare_module.fts_title(json.loads(r[2]), r[1]), r[3])
                       for r in db.execute("SELECT id, path, trail, text FROM chunks")])
     for query in QUERIES:
         expression = index_module.fts_query(query)
@@ -252,3 +259,164 @@ def test_planted_full_text_rows_are_found_on_open_and_the_table_rebuilt(tmp_path
         assert scores(reopened) == expected
     reopened._db.execute("INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('integrity-check', 0)")
     reopened.close()
+
+
+# --------------------------------------------------------------------------- the pool of processes
+
+
+def write_big_docs(root: Path, seed: int = 35) -> list[Path]:
+    """Markdown, .markdown and .txt files in two folders, at least POOL_MIN_BYTES in all (the pool's side)."""
+    rng = random.Random(seed)
+    words = ["refund", "window", "partner", "share", "owner", "team", "revenue", "churn", "voucher", "policy",
+             "escalation", "runbook", "quarterly", "invoice", "payout", "région", "naïve"]
+    paths, total, number = [], 0, 0
+    while total < prepare_module.POOL_MIN_BYTES + 64 * 1024:
+        suffix = (".md", ".md", ".markdown", ".txt")[number % 4]
+        lines = [f"# Doc {number}", ""]
+        for section in range(rng.randint(3, 12)):
+            lines += [f"## {rng.choice(words).title()} {section}", "", " ".join(rng.choices(words, k=rng.randint(20, 400)))]
+            if rng.random() < 0.2:
+                lines += ["```", f"# fenced {number}", "```"]
+            lines.append(rng.choice(HOSTILE_PIECES))
+        path = root / f"d{number % 2}" / f"doc{number:04d}{suffix}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines))
+        paths.append(path)
+        total += path.stat().st_size
+        number += 1
+    return paths
+
+
+def tables(index: DocIndex) -> tuple[list, list, list]:
+    """Every row of chunks, files (but the time) and failures, in order."""
+    db = index._db
+    return (db.execute("SELECT * FROM chunks ORDER BY id").fetchall(),
+            db.execute("SELECT path, sha256, size, mtime_ns, chunks, note FROM files ORDER BY path").fetchall(),
+            db.execute("SELECT * FROM failures ORDER BY path").fetchall())
+
+
+@pytest.fixture
+def two_cores(monkeypatch):
+    """The pool is used whatever this machine's cores (it needs two); returns a switch for the kernel-only path."""
+    monkeypatch.setattr(prepare_module, "host_cores", lambda: 2)
+
+    def kernel_only() -> None:
+        monkeypatch.setattr(prepare_module, "POOL_MIN_BYTES", 1 << 62)
+
+    return kernel_only
+
+
+def no_pool_left() -> bool:
+    return multiprocessing.active_children() == []
+
+
+def test_a_corpus_over_the_threshold_gives_the_same_rows_as_the_kernel_alone(tmp_path, two_cores):
+    root = tmp_path / "docs"
+    write_big_docs(root)
+    limits = ExtractionLimits(text_max_chars=6_000)  # a few of the files are over it: failures, the same ones
+    pooled = DocIndex([root], tmp_path / "pooled.sqlite", limits=limits)
+    report = pooled.refresh()
+    assert report.workers == 2 and no_pool_left()
+    two_cores()
+    alone = DocIndex([root], tmp_path / "alone.sqlite", limits=limits)
+    alone_report = alone.refresh()
+    assert alone_report.workers == 0
+    assert tables(pooled) == tables(alone)
+    assert tables(pooled)[2], "some files are over text_max_chars"
+    for field_name in ("added", "updated", "removed", "skipped", "chunks_written", "bytes_read", "files", "chunks"):
+        assert getattr(report, field_name) == getattr(alone_report, field_name), field_name
+    assert scores(pooled) == scores(alone)
+    pooled.close()
+    alone.close()
+
+
+def test_a_file_that_fails_in_a_worker_fails_alone_with_its_reason_named(tmp_path, two_cores, monkeypatch):
+    root = tmp_path / "docs"
+    paths = write_big_docs(root)
+    unreadable, hostile = paths[5], paths[17]
+    real_read, real_chunks = DocTree.read, index_module.text_chunks
+
+    def read(self, doc_root, rel):  # what a file the kernel may not read gives (the tests run as root)
+        if rel.endswith(unreadable.name):
+            raise PermissionError(13, "Permission denied")
+        return real_read(self, doc_root, rel)
+
+    def chunks(path, suffix, data, **limits):  # a file its chunking refuses, as a hostile one is
+        if path.endswith(hostile.name):
+            raise TextTooLong(1234)
+        return real_chunks(path, suffix, data, **limits)
+
+    monkeypatch.setattr(DocTree, "read", read)  # set before the pool forks: the workers run these
+    monkeypatch.setattr(index_module, "text_chunks", chunks)
+    index = DocIndex([root], tmp_path / "index.sqlite")
+    report = index.refresh()
+    assert report.workers == 2 and no_pool_left()
+    unreadable_id, hostile_id = (f"docs/{p.parent.name}/{p.name}" for p in (unreadable, hostile))
+    assert report.skipped == [f"{unreadable_id}: Permission denied", f"{hostile_id}: text over 1,234 characters"]
+    assert len(report.added) == len(paths) - 2 and unreadable_id not in report.added
+    assert index._db.execute("SELECT path, reason FROM failures").fetchall() == [
+        (hostile_id, "text over 1,234 characters")]
+    assert index._db.execute("SELECT count(*) FROM chunks WHERE path IN (?, ?)", (unreadable_id, hostile_id)
+                             ).fetchone()[0] == 0
+    index._db.execute("INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('integrity-check', 0)")
+    two_cores()  # the same files, the same refusals, without a pool
+    alone = DocIndex([root], tmp_path / "alone.sqlite")
+    assert alone.refresh().skipped == report.skipped and tables(alone) == tables(index)
+    index.close()
+    alone.close()
+
+
+def test_a_worker_that_dies_leaves_its_files_to_the_kernel_and_a_note(tmp_path, two_cores, monkeypatch):
+    root = tmp_path / "docs"
+    paths = write_big_docs(root)
+    kernel, real = os.getpid(), index_module.text_chunks
+
+    def dying(path, suffix, data, **limits):  # killed half-way through (out of memory, a stray kill -9)
+        if os.getpid() != kernel and path.endswith(paths[len(paths) // 2].name):
+            os._exit(137)
+        return real(path, suffix, data, **limits)
+
+    monkeypatch.setattr(index_module, "text_chunks", dying)
+    index = DocIndex([root], tmp_path / "index.sqlite")
+    report = index.refresh()
+    assert report.workers == 2 and no_pool_left()
+    assert len(report.added) == len(paths) and report.skipped == []
+    assert [n for n in report.notes if "docs indexing worker stopped" in n and "read and chunked in the kernel" in n]
+    two_cores()
+    alone = DocIndex([root], tmp_path / "alone.sqlite")
+    alone.refresh()
+    assert tables(index) == tables(alone) and scores(index) == scores(alone)
+    index.close()
+    alone.close()
+
+
+@pytest.mark.parametrize("where", ["in-a-worker", "in-the-kernel"])
+def test_an_interrupted_pool_build_leaves_the_old_index_intact(tmp_path, two_cores, monkeypatch, where):
+    root = tmp_path / "docs"
+    paths = write_big_docs(root)
+    index = DocIndex([root], tmp_path / "index.sqlite")
+    index.refresh()
+    before, rows = scores(index), tables(index)
+    for path in paths:  # every file changes
+        path.write_text(re.sub("(?i)refund", "chargeback", path.read_text()))
+    if where == "in-a-worker":  # the user's interrupt, raised while a worker chunks a file half-way
+        cut_short_at(monkeypatch, paths[len(paths) // 2].name)
+    else:  # raised in the kernel while it writes the rows the workers sent
+        real_add = index_module._RowWriter.add
+
+        def add(self, doc_path, prepared):
+            if doc_path.endswith(paths[len(paths) // 2].name):
+                raise KeyboardInterrupt
+            real_add(self, doc_path, prepared)
+
+        monkeypatch.setattr(index_module._RowWriter, "add", add)
+    with pytest.raises(KeyboardInterrupt):
+        index.refresh()
+    assert no_pool_left()
+    assert scores(index) == before and tables(index) == rows and index.keyword("chargeback", 5) == []
+    monkeypatch.undo()
+    monkeypatch.setattr(prepare_module, "host_cores", lambda: 2)
+    report = index.refresh()
+    assert report.workers == 2 and len(report.updated) == len(paths)
+    assert index.keyword("chargeback", 5) != [] and index.keyword("refund", 5) == []
+    index.close()

@@ -31,11 +31,12 @@ import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any, Callable, TypeVar, overload
 
 __all__ = ["Line", "Chunk", "extract_lines", "chunk_lines", "slugify", "SUFFIXES", "CONFINED_SUFFIXES",
            "ExtractionError", "ExtractionLimitError", "ExtractionTimeout", "TextTooLong", "ExtractionLimits",
            "CHUNK_MAX_CHARS", "PDF_MAX_PAGES", "TEXT_MAX_CHARS", "EXTRACT_TIMEOUT_S", "REFRESH_BUDGET_S",
-           "EXTRACT_MEMORY_BYTES", "heading", "text_chunks", "MARKDOWN_SUFFIXES"]
+           "EXTRACT_MEMORY_BYTES", "heading", "text_chunks", "MARKDOWN_SUFFIXES", "ChunkMaker"]
 
 SUFFIXES = (".md", ".markdown", ".txt", ".html", ".htm", ".pdf")
 """File types the docs connector indexes; other files under a root are skipped."""
@@ -66,6 +67,11 @@ SLUG_MAX_CHARS = 60
 
 _HEADING_START_RE = re.compile(r"(#{1,6})\s+")
 _FENCE_RE = re.compile(r"\s*(```|~~~)")
+_SLUG_GAP_RE = re.compile(r"[^a-z0-9]+")
+_Made = TypeVar("_Made")
+ChunkMaker = Callable[[str, str, tuple[str, ...], int, int, str], _Made]
+"""What :func:`text_chunks` builds each chunk with: called as ``make(path, slug, trail, start_line,
+end_line, text)`` (:class:`Chunk` itself, or a maker of the index's rows)."""
 
 
 class ExtractionError(ValueError):
@@ -181,7 +187,7 @@ class Chunk:
 
 def slugify(text: str) -> str:
     """``"Partner share (EU)"`` -> ``"partner-share-eu"``; ``"section"`` when nothing is left."""
-    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:SLUG_MAX_CHARS].strip("-")
+    slug = _SLUG_GAP_RE.sub("-", text.lower()).strip("-")[:SLUG_MAX_CHARS].strip("-")
     return slug or "section"
 
 
@@ -368,7 +374,17 @@ def _parts(section: list[Line]) -> list[list[Line]]:
 # --------------------------------------------------------------------------- Markdown and text in one pass
 
 
-def text_chunks(path: str, suffix: str, data: bytes, *, max_chars: int = TEXT_MAX_CHARS) -> list[Chunk]:
+@overload
+def text_chunks(path: str, suffix: str, data: bytes, *, max_chars: int = TEXT_MAX_CHARS) -> list[Chunk]: ...
+
+
+@overload
+def text_chunks(path: str, suffix: str, data: bytes, *, max_chars: int = TEXT_MAX_CHARS,
+                make: ChunkMaker[_Made]) -> list[_Made]: ...
+
+
+def text_chunks(path: str, suffix: str, data: bytes, *, max_chars: int = TEXT_MAX_CHARS,
+                make: Callable[..., Any] = Chunk) -> list[Any]:
     """The chunks of a Markdown or text file's bytes: ``chunk_lines(path, extract_lines(...)[0])``, faster.
 
     Same chunks, slugs, trails, line numbers and :class:`TextTooLong` as the two-step path
@@ -377,6 +393,8 @@ def text_chunks(path: str, suffix: str, data: bytes, *, max_chars: int = TEXT_MA
     scan runs only when the text holds a backtick or tilde, and a section is joined in one go
     unless it is over ``CHUNK_MAX_CHARS``. ``suffix`` (lowercase, with its dot) picks Markdown
     (:data:`MARKDOWN_SUFFIXES`) or plain text; HTML and PDF go through :func:`extract_lines`.
+    ``make`` builds each chunk from the same six values (:data:`ChunkMaker`): the index passes a
+    maker of its table rows, so no :class:`Chunk` is built only to be taken apart.
     """
     if suffix in CONFINED_SUFFIXES:
         raise ValueError(f"text_chunks reads Markdown and text files, not {suffix!r} (use extract_lines)")
@@ -387,16 +405,16 @@ def text_chunks(path: str, suffix: str, data: bytes, *, max_chars: int = TEXT_MA
     if sum(map(len, lines)) + len(lines) > max_chars:
         raise TextTooLong(max_chars)
     marks = _heading_marks(lines, "`" in text or "~" in text) if suffix in MARKDOWN_SUFFIXES else []
-    chunks: list[Chunk] = []
+    chunks: list[Any] = []
     used: dict[str, int] = {}
     starts = [index for index, _, _ in marks]
     if not starts or starts[0] > 0:  # text above the first heading: a section with no trail
-        _section_chunks(chunks, used, path, (), lines, 0, starts[0] if starts else len(lines), False)
+        _section_chunks(chunks, used, make, path, (), lines, 0, starts[0] if starts else len(lines), False)
     trail: list[tuple[int, str]] = []
     for number, (start, level, title) in enumerate(marks):
         trail = [(lvl, t) for lvl, t in trail if lvl < level] + [(level, title)]
         end = marks[number + 1][0] if number + 1 < len(marks) else len(lines)
-        _section_chunks(chunks, used, path, tuple(t for _, t in trail), lines, start, end, True)
+        _section_chunks(chunks, used, make, path, tuple(t for _, t in trail), lines, start, end, True)
     return chunks
 
 
@@ -424,8 +442,8 @@ def _heading_marks(lines: list[str], fences: bool) -> list[tuple[int, int, str]]
     return marks
 
 
-def _section_chunks(chunks: list[Chunk], used: dict[str, int], path: str, trail: tuple[str, ...],
-                    lines: list[str], start: int, end: int, headed: bool) -> None:
+def _section_chunks(chunks: list[Any], used: dict[str, int], make: Callable[..., Any], path: str,
+                    trail: tuple[str, ...], lines: list[str], start: int, end: int, headed: bool) -> None:
     """Append the chunks of ``lines[start:end]`` (a heading line first when ``headed``), as chunk_lines does."""
     if not "".join(lines[start + headed:end]).strip():
         return  # a heading right above a subheading: the trail of the next chunk carries it
@@ -448,7 +466,7 @@ def _section_chunks(chunks: list[Chunk], used: dict[str, int], path: str, trail:
             while not lines[bottom].strip():
                 bottom -= 1
         text = "\n".join(lines[first:last]).strip()
-        chunks.append(Chunk(path, slug, trail, top + 1, bottom + 1, text))
+        chunks.append(make(path, slug, trail, top + 1, bottom + 1, text))
 
 
 def _part_bounds(lines: list[str], start: int, end: int) -> list[tuple[int, int]]:

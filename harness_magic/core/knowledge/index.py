@@ -48,22 +48,19 @@ What the index guarantees (``tests/test_knowledge_attacks.py`` tries each):
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
-from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness_magic.core.confinement.safe_open import HardLinkRefused, LinkRefused
 from harness_magic.core.knowledge.extract import (
     CONFINED_SUFFIXES,
     Chunk,
-    ExtractionError,
     ExtractionLimits,
     ExtractionTimeout,
     chunk_lines,
@@ -71,11 +68,23 @@ from harness_magic.core.knowledge.extract import (
 )
 from harness_magic.core.knowledge.extract_worker import ExtractionWorker, WorkerError
 from harness_magic.core.knowledge.index_file import open_owned
+from harness_magic.core.knowledge.prepare import (
+    FAILED,
+    SAME,
+    SKIP,
+    Prepared,
+    Row,
+    TextPreparer,
+    TextTask,
+    chunk_row,
+    fts_title,
+    prepare_file,
+)
 from harness_magic.core.knowledge.ranking import Hit, fuse, lead, normalize_doc_id, snippet
-from harness_magic.core.knowledge.tree import FILE_MAX_BYTES, HARDLINK_REASON, DocRoot, DocTree
+from harness_magic.core.knowledge.tree import FILE_MAX_BYTES, DocRoot, DocTree
 from harness_magic.core.text.counts import count
 
-__all__ = ["DocIndex", "IndexReport", "QUERY_MAX_TOKENS", "fts_query", "fts_title", "trail_json"]
+__all__ = ["DocIndex", "IndexReport", "QUERY_MAX_TOKENS", "fts_query"]
 
 QUERY_MAX_TOKENS = 64
 """Query words kept; the rest are dropped (a pasted page is not a query)."""
@@ -98,19 +107,6 @@ _TABLES = ("meta", "files", "chunks", "chunks_fts", "vectors", "failures")
 """The index's tables, dropped together when an older schema is rebuilt."""
 
 _TOKEN_RE = re.compile(r"\w+", re.UNICODE)
-
-
-def fts_title(trail: Sequence[str], path: str) -> str:
-    """A chunk's full-text title column: its heading trail and its file's path (weighted ``TITLE_WEIGHT``).
-
-    The full-text table keeps no text, so a row is deleted by giving these same words again.
-    """
-    return " ".join(trail) + " " + path
-
-
-def trail_json(trail: Sequence[str]) -> str:
-    """``json.dumps(list(trail))`` for a trail of strings, without the encoder's per-call set-up."""
-    return "[" + ", ".join(map(encode_basestring_ascii, trail)) + "]"
 
 
 def fts_query(text: str) -> str:
@@ -138,6 +134,8 @@ class IndexReport:
     notes: list[str] = field(default_factory=list)
     """What else a person should know (an untrusted index file moved aside)."""
     chunks_written: int = 0
+    workers: int = 0
+    """Processes that read and chunked the Markdown and text (0: the kernel itself, below ``POOL_MIN_BYTES``)."""
     files: int = 0
     """Files in the index after the refresh."""
     chunks: int = 0
@@ -163,6 +161,44 @@ class IndexReport:
                          + ", ".join(self.deferred[:3]) + (" ..." if len(self.deferred) > 3 else ""))
         parts.extend(self.notes)
         return "; ".join(parts)
+
+
+class _RowWriter:
+    """The rows of one refresh, inserted ``FTS_BATCH_ROWS`` chunks at a time (one ``executemany`` per table).
+
+    Chunk ids follow on from ``next_id`` in the order files are added. Used inside the refresh's
+    transaction; :meth:`flush` before anything reads the tables back.
+    """
+
+    def __init__(self, db: sqlite3.Connection, next_id: int) -> None:
+        self.db = db
+        self.next_id = next_id
+        self._chunks: list[tuple[int, str, str, str, int, int, str]] = []
+        self._fts: list[tuple[int, str, str]] = []
+        self._files: list[tuple[str, str, int, int, int, float, str]] = []
+
+    def add(self, doc_path: str, prepared: Prepared) -> None:
+        """Queue one file's rows (its old rows already deleted) and its ``files`` row."""
+        rows, first = prepared.rows, self.next_id
+        self.next_id += len(rows)
+        self._chunks += [(i, doc_path, slug, trail, start, end, text)
+                         for i, (slug, trail, start, end, text, _) in enumerate(rows, first)]
+        self._fts += [(i, row[5], row[4]) for i, row in enumerate(rows, first)]
+        self._files.append((doc_path, prepared.sha256, prepared.size, prepared.mtime_ns, len(rows), time.time(),
+                            prepared.reason))
+        if len(self._chunks) >= FTS_BATCH_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Insert what is queued."""
+        db = self.db
+        if self._chunks:
+            db.executemany("INSERT INTO chunks (id, path, slug, trail, start_line, end_line, text) "
+                           "VALUES (?,?,?,?,?,?,?)", self._chunks)
+            db.executemany("INSERT INTO chunks_fts (rowid, title, body) VALUES (?,?,?)", self._fts)
+        if self._files:
+            db.executemany("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?,?)", self._files)
+        self._chunks, self._fts, self._files = [], [], []
 
 
 class DocIndex:
@@ -281,7 +317,10 @@ class DocIndex:
 
         Spends about ``limits.refresh_budget_s`` at most on HTML and PDF extraction (files past
         the budget are deferred to the next refresh); Markdown and text, linear in their
-        size, are always indexed, so hostile PDFs cannot starve them.
+        size, are always indexed, so hostile PDFs cannot starve them. Markdown and text are
+        read, hashed and chunked by :class:`~.prepare.TextPreparer` (a pool of processes when
+        there are ``POOL_MIN_BYTES`` of them to read); this connection alone writes, in one
+        transaction, the rows inserted in batches (:class:`_RowWriter`).
         """
         started = time.perf_counter()
         report = IndexReport()
@@ -292,106 +331,59 @@ class DocIndex:
             failures = {row[0]: row[1:] for row in db.execute("SELECT path, size, mtime_ns, limits, reason "
                                                               "FROM failures")}
             limits_key = self.limits.key()
-            next_id = (db.execute("SELECT max(id) FROM chunks").fetchone()[0] or 0) + 1
-            db.execute("BEGIN")  # one transaction for the whole refresh: FTS5 merges its terms once, at the end
-            try:
-                seen: set[str] = set()
-                walked: set[str] = set()
-                spent = 0.0
-                for doc_path, root, rel, stat in self.tree.walk(report.skipped):
-                    walked.add(doc_path)
-                    if stat.st_size > FILE_MAX_BYTES:
-                        report.skipped.append(f"{doc_path}: {stat.st_size} bytes, over the {FILE_MAX_BYTES} limit")
-                        continue
-                    previous = known.get(doc_path)
-                    if previous is not None and previous[1] == stat.st_size and previous[2] == stat.st_mtime_ns:
-                        seen.add(doc_path)
-                        report.unchanged += 1
-                        continue
-                    failed = failures.get(doc_path)
-                    if failed is not None and failed[:3] == (stat.st_size, stat.st_mtime_ns, limits_key):
-                        report.skipped.append(f"{doc_path}: {failed[3]} (not tried again until the file changes)")
-                        continue
-                    confined = Path(rel).suffix.lower() in CONFINED_SUFFIXES
-                    if confined and spent >= self.limits.refresh_budget_s:
-                        report.deferred.append(doc_path)
-                        if previous is not None:
-                            seen.add(doc_path)  # its last indexed text stays searchable meanwhile
-                        continue
-                    try:
-                        data, stat = self.tree.read(root, rel)
-                    except LinkRefused:
-                        report.skipped.append(f"{doc_path}: became a symbolic link (links are not followed)")
-                        continue
-                    except HardLinkRefused as exc:
-                        report.skipped.append(f"{doc_path}: {exc.strerror} ({HARDLINK_REASON})")
-                        continue
-                    except OSError as exc:
-                        report.skipped.append(f"{doc_path}: {exc.strerror or exc}")
-                        continue
-                    if len(data) > FILE_MAX_BYTES:
-                        report.skipped.append(f"{doc_path}: over the {FILE_MAX_BYTES} bytes limit")
-                        continue
-                    report.bytes_read += len(data)
-                    digest = hashlib.sha256(data).hexdigest()
-                    if previous is not None and previous[0] == digest:
-                        seen.add(doc_path)
-                        db.execute("UPDATE files SET size=?, mtime_ns=? WHERE path=?",
-                                   (stat.st_size, stat.st_mtime_ns, doc_path))
-                        report.unchanged += 1
-                        continue
-                    budget_left = self.limits.refresh_budget_s - spent
-                    clock = time.monotonic()
-                    try:
-                        chunks, note = self._chunks(worker, doc_path, rel, data, budget_left)
-                    except ExtractionTimeout as exc:
-                        if exc.seconds < self.limits.extract_timeout_s:  # cut short by the budget, not its own limit
+            seen: set[str] = set()
+            walked: set[str] = set()
+            plan = self._plan(report, known, failures, limits_key, seen, walked)
+            roots = {root.prefix: number for number, root in enumerate(self.tree.roots)}
+            tasks = [TextTask(doc_path, roots[root.prefix], rel, stat.st_size, previous[0] if previous else None)
+                     for doc_path, root, rel, stat, previous, confined in plan if not confined]
+            writer = _RowWriter(db, (db.execute("SELECT max(id) FROM chunks").fetchone()[0] or 0) + 1)
+            with TextPreparer(self.tree, tasks, text_chunks, self.limits.text_max_chars) as preparer:
+                prepared = iter(preparer)
+                db.execute("BEGIN")  # one transaction for the whole refresh: FTS5 merges its terms once, at the end
+                try:
+                    spent = 0.0
+                    for doc_path, root, rel, stat, previous, confined in plan:
+                        if not confined:
+                            result = next(prepared)
+                        elif spent >= self.limits.refresh_budget_s:
                             report.deferred.append(doc_path)
                             if previous is not None:
-                                seen.add(doc_path)
+                                seen.add(doc_path)  # its last indexed text stays searchable meanwhile
                             continue
-                        self._failed(report, doc_path, previous, stat, limits_key, str(exc))
-                        continue
-                    except ExtractionError as exc:
-                        self._failed(report, doc_path, previous, stat, limits_key, str(exc))
-                        continue
-                    except WorkerError as exc:  # not the file's fault: it is tried again next refresh
-                        report.skipped.append(f"{doc_path}: {exc}")
-                        if previous is not None:
-                            seen.add(doc_path)
-                        continue
-                    finally:
-                        if confined:
-                            spent += time.monotonic() - clock
-                    seen.add(doc_path)
-                    if note:
-                        report.skipped.append(note)
-                    if previous is not None:
-                        self._delete_file(doc_path)
-                    first = next_id
-                    next_id += len(chunks)
-                    db.executemany(
-                        "INSERT INTO chunks (id, path, slug, trail, start_line, end_line, text) VALUES (?,?,?,?,?,?,?)",
-                        [(first + i, c.path, c.slug, trail_json(c.trail), c.start_line, c.end_line, c.text)
-                         for i, c in enumerate(chunks)])
-                    db.executemany("INSERT INTO chunks_fts (rowid, title, body) VALUES (?,?,?)",
-                                   [(first + i, fts_title(c.trail, c.path), c.text) for i, c in enumerate(chunks)])
-                    db.execute("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?,?)",
-                               (doc_path, digest, stat.st_size, stat.st_mtime_ns, len(chunks), time.time(), note))
-                    if doc_path in failures:
-                        db.execute("DELETE FROM failures WHERE path=?", (doc_path,))
-                    report.chunks_written += len(chunks)
-                    (report.updated if previous is not None else report.added).append(doc_path)
-                for gone in sorted(set(known) - seen):
-                    self._delete_file(gone)
-                    report.removed.append(gone)
-                stale = [path for path in failures if path not in walked]
-                if stale:
-                    db.executemany("DELETE FROM failures WHERE path=?", [(path,) for path in stale])
-            except BaseException:
-                db.execute("ROLLBACK")  # nothing of a refresh cut short is kept: the next one does it again
-                raise
-            db.execute("COMMIT")
+                        else:
+                            clock = time.monotonic()
+                            try:
+                                result = self._prepare_confined(worker, doc_path, root, rel, previous,
+                                                                self.limits.refresh_budget_s - spent)
+                            except ExtractionTimeout as exc:
+                                if exc.seconds < self.limits.extract_timeout_s:  # cut short by the budget
+                                    report.deferred.append(doc_path)
+                                    if previous is not None:
+                                        seen.add(doc_path)
+                                    continue
+                                result = Prepared(FAILED, "", stat.st_size, stat.st_mtime_ns, 0, [], str(exc))
+                            except WorkerError as exc:  # not the file's fault: it is tried again next refresh
+                                report.skipped.append(f"{doc_path}: {exc}")
+                                if previous is not None:
+                                    seen.add(doc_path)
+                                continue
+                            finally:
+                                spent += time.monotonic() - clock
+                        self._apply(report, writer, doc_path, previous, result, failures, limits_key, seen)
+                    writer.flush()
+                    for gone in sorted(set(known) - seen):
+                        self._delete_file(gone)
+                        report.removed.append(gone)
+                    stale = [path for path in failures if path not in walked]
+                    if stale:
+                        db.executemany("DELETE FROM failures WHERE path=?", [(path,) for path in stale])
+                except BaseException:
+                    db.execute("ROLLBACK")  # nothing of a refresh cut short is kept: the next one does it again
+                    raise
+                db.execute("COMMIT")
+            report.workers = preparer.workers
+            report.notes.extend(preparer.notes)
             if self.embedder is not None:
                 self._embed_missing(self.embedder)
             report.files = db.execute("SELECT count(*) FROM files").fetchone()[0]
@@ -404,22 +396,75 @@ class DocIndex:
         self.last_refresh = time.time()
         return report
 
-    def _chunks(self, worker: ExtractionWorker, doc_path: str, rel: str, data: bytes,
-                budget_left: float) -> tuple[list[Chunk], str]:
-        """(chunks, note) of one file: HTML and PDF extracted in the confined worker, Markdown and text here."""
-        path = Path(rel)
-        suffix = path.suffix.lower()
-        if suffix in CONFINED_SUFFIXES:
-            lines, note = worker.extract(path.name, data, timeout_s=max(budget_left, 0.001))
-            return chunk_lines(doc_path, lines), note
-        return text_chunks(doc_path, suffix, data, max_chars=self.limits.text_max_chars), ""
+    def _plan(self, report: IndexReport, known: dict[str, Any], failures: dict[str, Any], limits_key: str,
+              seen: set[str], walked: set[str]) -> list[tuple[str, DocRoot, str, os.stat_result, Any, bool]]:
+        """The files a refresh must read, in walk order, as (doc path, root, path under it, lstat, indexed
+        (sha256, size, mtime_ns) or None, HTML/PDF); files too large, unchanged by size and mtime, or
+        failed before with the same size, mtime and limits are reported here and left out."""
+        plan = []
+        for doc_path, root, rel, stat in self.tree.walk(report.skipped):
+            walked.add(doc_path)
+            if stat.st_size > FILE_MAX_BYTES:
+                report.skipped.append(f"{doc_path}: {stat.st_size} bytes, over the {FILE_MAX_BYTES} limit")
+                continue
+            previous = known.get(doc_path)
+            if previous is not None and previous[1] == stat.st_size and previous[2] == stat.st_mtime_ns:
+                seen.add(doc_path)
+                report.unchanged += 1
+                continue
+            failed = failures.get(doc_path)
+            if failed is not None and failed[:3] == (stat.st_size, stat.st_mtime_ns, limits_key):
+                report.skipped.append(f"{doc_path}: {failed[3]} (not tried again until the file changes)")
+                continue
+            plan.append((doc_path, root, rel, stat, previous, os.path.splitext(rel)[1].lower() in CONFINED_SUFFIXES))
+        return plan
 
-    def _failed(self, report: IndexReport, doc_path: str, previous: Any, stat: os.stat_result, limits_key: str,
+    def _prepare_confined(self, worker: ExtractionWorker, doc_path: str, root: DocRoot, rel: str, previous: Any,
+                          budget_left: float) -> Prepared:
+        """:func:`~.prepare.prepare_file` of one HTML or PDF file, extracted in the confined worker within
+        ``budget_left`` seconds (raises ``ExtractionTimeout`` past it, ``WorkerError`` without a worker)."""
+        name = os.path.basename(rel)
+
+        def extracted(data: bytes) -> tuple[list[Row], str]:
+            lines, note = worker.extract(name, data, timeout_s=max(budget_left, 0.001))
+            return [chunk_row(c.path, c.slug, c.trail, c.start_line, c.end_line, c.text)
+                    for c in chunk_lines(doc_path, lines)], note
+
+        return prepare_file(self.tree, root, rel, previous[0] if previous else None, extracted)
+
+    def _apply(self, report: IndexReport, writer: _RowWriter, doc_path: str, previous: Any, result: Prepared,
+               failures: dict[str, Any], limits_key: str, seen: set[str]) -> None:
+        """Record what became of one file read by a refresh: its rows to the writer, a skip, a failure."""
+        if result.kind == SKIP:
+            report.skipped.append(f"{doc_path}: {result.reason}")
+            return
+        report.bytes_read += result.read_bytes
+        if result.kind == SAME:
+            seen.add(doc_path)
+            self._db.execute("UPDATE files SET size=?, mtime_ns=? WHERE path=?",
+                             (result.size, result.mtime_ns, doc_path))
+            report.unchanged += 1
+            return
+        if result.kind == FAILED:
+            self._failed(report, doc_path, previous, result.size, result.mtime_ns, limits_key, result.reason)
+            return
+        seen.add(doc_path)
+        if result.reason:  # ROWS: a note on what was cut (pages past PDF_MAX_PAGES)
+            report.skipped.append(result.reason)
+        if previous is not None:
+            self._delete_file(doc_path)
+        writer.add(doc_path, result)
+        if doc_path in failures:
+            self._db.execute("DELETE FROM failures WHERE path=?", (doc_path,))
+        report.chunks_written += len(result.rows)
+        (report.updated if previous is not None else report.added).append(doc_path)
+
+    def _failed(self, report: IndexReport, doc_path: str, previous: Any, size: int, mtime_ns: int, limits_key: str,
                 reason: str) -> None:
         """Skip a file its extraction refused, remember why until it changes, drop its old chunks."""
         report.skipped.append(f"{doc_path}: {reason}")
         self._db.execute("INSERT OR REPLACE INTO failures VALUES (?,?,?,?,?)",
-                         (doc_path, stat.st_size, stat.st_mtime_ns, limits_key, reason))
+                         (doc_path, size, mtime_ns, limits_key, reason))
         if previous is not None:
             self._delete_file(doc_path)
             report.removed.append(doc_path)
