@@ -1,23 +1,34 @@
 """Memory of one analyst's session on a shared node: PSS and USS of every process a kernel owns.
 
-    .venv/bin/python benchmarks/bench_memory.py [--kernels N]
+    .venv/bin/python benchmarks/bench_memory.py [--kernels N] [--preloads]
 
-A real kernel (``jupyter_client``) is measured at four points:
+A real kernel (``jupyter_client``) is measured at these points:
 
 * **bare**: started, nothing run;
 * **load_ext**: after ``%load_ext harness_magic``;
 * **1 cell**: after one ``%%agent`` cell whose model (the scripted OpenAI-compatible server over
-  HTTP, through litellm: the path users take) runs one sandboxed ``python_interpreter`` call;
-* **10 cells**: after ten such cells.
+  HTTP, through litellm: the path users take) runs one sandboxed ``python_interpreter`` call that
+  prints a number (issue 35's figure);
+* **idle**: the same session once the provider host (litellm's process, when ``provider_host`` is
+  on) has exited for want of requests (``provider_idle_s`` is set to :data:`IDLE_S` here);
+* **10 cells**: after nine more such cells, then idle again;
+* **data cell**: after one more cell whose call builds a 1e5-row pandas frame and prints a number
+  from it (what an analyst's cells do), idle again.
 
-Each figure is the process tree under the kernel (kernel, sandbox launcher, worker), read from
-``/proc/<pid>/smaps_rollup`` through psutil: PSS (shared pages split between the processes that map
-them: what adding a session costs the node) and USS (pages only that process holds). Then
-``--kernels N`` (default 5) kernels at once, each after one cell: their total PSS over the node's
-whole tree, divided by N, is the marginal cost of one more analyst.
+Each figure is the process tree under the kernel, read from ``/proc/<pid>/smaps_rollup`` through
+psutil: PSS (shared pages split between the processes that map them: what adding a session costs
+the node) and USS (pages only that process holds), per process: the kernel, the provider host, the
+sandbox launcher, its worker. Then ``--kernels N`` (default 5) kernels at once, each after one cell
+and idle: their total PSS over the node's whole tree, divided by N, is the marginal cost of one more
+analyst.
 
-What one import costs is printed too (litellm, pandas + pyarrow, in a bare interpreter), since the
-kernel's share is mostly theirs.
+``--preloads`` measures what each module the sandbox launcher could preload costs and saves: a
+model of the launcher (a fresh interpreter that imports and exercises a set of modules, freezes
+them out of the collector as the launcher does, forks a worker) for each set, the worker running a
+light call then a full collection (a long-lived worker's life), or its first use of the module:
+PSS of launcher + worker, alone and 5 pairs at once, and the first use's time in the worker.
+
+What one import costs is printed too (litellm, pandas + pyarrow, in a bare interpreter).
 
 The issue's goal: at most 150 MB PSS per session after one sandboxed cell (100 analysts in 15 GB).
 """
@@ -25,8 +36,10 @@ The issue's goal: at most 150 MB PSS per session after one sandboxed cell (100 a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,53 +55,90 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from kernel_helpers import Kernel  # noqa: E402  (tests/ holds the shared kernel helpers)
 from scripted_server import ScriptedServer  # noqa: E402
 
+from harness_magic.core.config import AgentConfig  # noqa: E402
+
 GOAL_MB = 150
 """Issue 35's goal for one session after one sandboxed cell."""
 MB = 1024 * 1024
 SETTLE_S = 1.0
 """Seconds to let a kernel finish its idle work (history writes, comm traffic) before reading /proc."""
-CELL = "%%agent -m openai/bench\nCount to one."
-TURNS_PER_CELL = 2
+IDLE_S = 2.0
+"""``provider_idle_s`` in the measured kernels: the provider host exits this long after the last call."""
+IDLE_WAIT_S = 60.0
+"""How long the idle stage waits for the provider host to exit before it reports the session anyway."""
+HOST_MODULE = "harness_magic.core.providers.host"
+LAUNCHER_MODULE = "harness_magic.core.execution.sandbox.launcher"
+LIGHT_CELL = "%%agent -m openai/bench\nCount to one."
+DATA_CELL = "%%agent -m openai/bench\nSummarise a frame."
+LIGHT_CODE = "x = sum(range(1000)); print(x)"
+DATA_CODE = ("import numpy as np, pandas as pd\n"
+             "frame = pd.DataFrame({'id': np.arange(100_000), 'group': np.arange(100_000) % 7,\n"
+             "                      'amount': np.random.default_rng(0).random(100_000)})\n"
+             "print(round(float(frame.groupby('group')['amount'].mean().max()), 3))")
+"""The data cell's call: a 1e5-row frame, kept in the worker's namespace as an analyst's would be."""
 
 
-def _tree(pid: int) -> list[psutil.Process]:
-    root = psutil.Process(pid)
-    return [root, *root.children(recursive=True)]
+def _role(proc: psutil.Process, kernel_pid: int, launchers: set[int]) -> str:
+    """kernel, provider host, launcher (the sandbox's), worker (forked from a launcher: same command line), other."""
+    if proc.pid == kernel_pid:
+        return "kernel"
+    parent = proc.ppid()
+    if parent in launchers:
+        return "worker"
+    cmdline = " ".join(proc.cmdline())
+    if HOST_MODULE in cmdline:
+        return "provider host"
+    if LAUNCHER_MODULE in cmdline and parent == kernel_pid:
+        launchers.add(proc.pid)
+        return "launcher"
+    return "other"
 
 
 def _figures(pid: int) -> dict[str, Any]:
-    """PSS and USS (MB) of each process under ``pid``: the kernel, its launcher, the workers forked from it."""
+    """PSS and USS (MB) of each process under ``pid`` by role, and their total."""
+    root = psutil.Process(pid)
     rows: dict[str, dict[str, float]] = {}
-    for proc in _tree(pid):
+    launchers: set[int] = set()
+    for proc in [root, *root.children(recursive=True)]:  # parents come before their children
         try:
+            role = _role(proc, pid, launchers)
             info = proc.memory_full_info()
-            parent = proc.ppid()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        # The worker is forked from the launcher, so both show the launcher's command line: tell them by depth.
-        name = "kernel" if proc.pid == pid else "launcher" if parent == pid else "worker"
-        key = name if name not in rows else f"{name}:{proc.pid}"
+        key = role if role not in rows else f"{role}:{proc.pid}"
         rows[key] = {"pss": info.pss / MB, "uss": info.uss / MB}
     rows["total"] = {"pss": sum(r["pss"] for r in rows.values()), "uss": sum(r["uss"] for r in rows.values())}
     return rows
 
 
-def _turns(n_cells: int) -> list[dict[str, Any]]:
-    call = {"name": "python_interpreter", "arguments": {"code": "x = sum(range(1000)); print(x)"}}
-    return [{"text": "", "tool_calls": [call]} if i % TURNS_PER_CELL == 0 else {"text": "499500"}
-            for i in range(n_cells * TURNS_PER_CELL)]
+def _reply(body: dict[str, Any]) -> dict[str, Any]:
+    """The scripted model: a tool call for the cell's prompt, then an answer once the tool's result is back."""
+    messages = body.get("messages") or []
+    if messages and messages[-1].get("role") == "tool":
+        return {"text": "Done: the call printed its number."}
+    prompt = json.dumps([m for m in messages if m.get("role") == "user"][-1:])
+    code = DATA_CODE if "frame" in prompt else LIGHT_CODE
+    return {"text": "", "tool_calls": [{"name": "python_interpreter", "arguments": {"code": code}}]}
+
+
+def provider_host_setting() -> bool:
+    """Whether this checkout has a provider host whose idle time can be set (``provider_idle_s``)."""
+    return "provider_idle_s" in {field.name for field in dataclasses.fields(AgentConfig)}
 
 
 def _setup(kernel: Kernel, api_base: str) -> None:
-    cell = kernel.run("%load_ext harness_magic\n"
-                      f"%config AgentMagics.api_base = {api_base!r}\n"
-                      "%config AgentMagics.run_dir = 'runs'\n"
-                      "%config AgentMagics.live = 'off'\n")
+    idle = f"%config AgentMagics.provider_idle_s = {IDLE_S}\n" if provider_host_setting() else ""
+    cell = kernel.run("%load_ext harness_magic\n" + _config(api_base) + idle)
     assert cell.ok, (cell.errors, cell.stderr)
 
 
-def _agent_cell(kernel: Kernel) -> None:
-    cell = kernel.run(CELL)
+def _config(api_base: str) -> str:
+    return (f"%config AgentMagics.api_base = {api_base!r}\n"
+            "%config AgentMagics.run_dir = 'runs'\n%config AgentMagics.live = 'off'\n")
+
+
+def _cell(kernel: Kernel, code: str = LIGHT_CELL) -> None:
+    cell = kernel.run(code)
     assert cell.ok, (cell.errors, cell.stderr)
 
 
@@ -101,58 +151,62 @@ def _read(kernel: Kernel) -> dict[str, Any]:
     return _figures(_pid(kernel))
 
 
+def _read_idle(kernel: Kernel) -> dict[str, Any]:
+    """The session once no provider host is left under the kernel (or after :data:`IDLE_WAIT_S`)."""
+    deadline = time.monotonic() + IDLE_WAIT_S
+    while True:
+        rows = _read(kernel)
+        if not any(name.startswith("provider host") for name in rows) or time.monotonic() > deadline:
+            return rows
+
+
 def _print(label: str, rows: dict[str, Any]) -> None:
     parts = ", ".join(f"{k} {v['pss']:.0f}/{v['uss']:.0f}" for k, v in rows.items() if k != "total")
     print(f"  {label:<10} PSS {rows['total']['pss']:6.1f} MB  USS {rows['total']['uss']:6.1f} MB   ({parts})")
 
 
-def one_session(work: Path) -> dict[str, Any]:
-    with ScriptedServer(_turns(11)) as server:
-        return _one_session(work, server)
-
-
-def _one_session(work: Path, server: ScriptedServer) -> dict[str, Any]:
-    kernel = Kernel(work)
-    try:
-        out = {"bare": _read(kernel)}
-        cell = kernel.run("%load_ext harness_magic")
-        assert cell.ok, cell.errors
-        out["load_ext"] = _read(kernel)
-        cell = kernel.run(f"%config AgentMagics.api_base = {server.api_base!r}\n"
-                          "%config AgentMagics.run_dir = 'runs'\n%config AgentMagics.live = 'off'")
-        assert cell.ok, (cell.errors, cell.stderr)
-        _agent_cell(kernel)
-        out["1 cell"] = _read(kernel)
-        for _ in range(9):
-            _agent_cell(kernel)
-        out["10 cells"] = _read(kernel)
-        return out
-    finally:
-        kernel.close()
+def one_session(work: Path, *, ten: bool = True) -> dict[str, Any]:
+    """One kernel through the stages of the module docstring (``ten=False`` skips the ten cells)."""
+    with ScriptedServer(reply_for=_reply) as server:
+        kernel = Kernel(work)
+        try:
+            out = {"bare": _read(kernel)}
+            cell = kernel.run("%load_ext harness_magic")
+            assert cell.ok, cell.errors
+            out["load_ext"] = _read(kernel)
+            _setup(kernel, server.api_base)
+            _cell(kernel)
+            out["1 cell"] = _read(kernel)
+            out["idle"] = _read_idle(kernel)
+            if ten:
+                for _ in range(9):
+                    _cell(kernel)
+                out["10 cells"] = _read_idle(kernel)
+            _cell(kernel, DATA_CELL)
+            out["data cell"] = _read_idle(kernel)
+            return out
+        finally:
+            kernel.close()
 
 
 def many_sessions(work: Path, n: int) -> dict[str, Any]:
-    with ScriptedServer(_turns(n)) as server:
-        return _many_sessions(work, n, server)
-
-
-def _many_sessions(work: Path, n: int, server: ScriptedServer) -> dict[str, Any]:
-    kernels: list[Kernel] = []
-    try:
-        for i in range(n):
-            cwd = work / f"k{i}"
-            cwd.mkdir()
-            kernel = Kernel(cwd)
-            kernels.append(kernel)
-            _setup(kernel, server.api_base)
-            _agent_cell(kernel)
-        time.sleep(SETTLE_S)
-        totals = [_figures(_pid(k))["total"] for k in kernels]
-        return {"kernels": n, "pss_total": sum(t["pss"] for t in totals),
-                "pss_per_kernel": sum(t["pss"] for t in totals) / n}
-    finally:
-        for kernel in kernels:
-            kernel.close()
+    """``n`` kernels at once, each after one light cell, read once every provider host has gone idle."""
+    with ScriptedServer(reply_for=_reply) as server:
+        kernels: list[Kernel] = []
+        try:
+            for i in range(n):
+                cwd = work / f"k{i}"
+                cwd.mkdir()
+                kernel = Kernel(cwd)
+                kernels.append(kernel)
+                _setup(kernel, server.api_base)
+                _cell(kernel)
+            totals = [_read_idle(k)["total"] for k in kernels]
+            return {"kernels": n, "pss_total": sum(t["pss"] for t in totals),
+                    "pss_per_kernel": sum(t["pss"] for t in totals) / n}
+        finally:
+            for kernel in kernels:
+                kernel.close()
 
 
 IMPORTS = {"litellm": "import litellm", "pandas + pyarrow": "import pandas, pyarrow",
@@ -174,20 +228,129 @@ def import_costs() -> dict[str, float]:
     return {label: uss(code) - base for label, code in IMPORTS.items()}
 
 
+# --- what each launcher preload costs and saves -------------------------------------------------
+
+PRELOAD_SETS = {
+    "none": (),
+    "numpy": ("numpy",),
+    "numpy, pandas, pyarrow (now)": ("numpy", "pandas", "pyarrow"),
+    "+ matplotlib (before)": ("numpy", "pandas", "pyarrow", "matplotlib"),
+}
+"""Sets of modules the model launcher preloads; the launcher's own is :data:`launcher.PRELOADED`."""
+
+FIRST_USES = {
+    "light": "x = sum(range(1000))",
+    "pandas": ("import numpy as np, pandas as pd\nf = pd.DataFrame({'a': np.arange(100_000), 'b': np.arange(100_000) % 7})\n"
+               "f.groupby('b')['a'].sum()"),
+    "chart": ("import io, matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 2], [3, 4])\n"
+              "fig.savefig(io.BytesIO(), format='png')"),
+}
+"""The worker's call in the preload model: none of the preloads, a frame, a chart."""
+
+PAIR = r'''
+import gc, io, json, os, sys, tempfile, time
+wanted, call = json.loads(sys.argv[1]), sys.argv[2]
+from harness_magic.core.execution.sandbox import worker  # the launcher's own imports, always there
+if "numpy" in wanted:
+    import numpy as np
+    np.arange(5).sum()
+if "pandas" in wanted:
+    import pandas as pd
+    frame = pd.DataFrame({"a": np.arange(5), "b": list("abcde"), "t": pd.date_range("2024-01-01", periods=5)})
+    frame.groupby("b")["a"].sum().describe()
+    repr(frame)
+if "pyarrow" in wanted:
+    import pyarrow as pa, pyarrow.ipc
+    pa.Table.from_pandas(frame).to_pandas()
+if "matplotlib" in wanted:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [3, 4])
+    fig.savefig(io.BytesIO(), format="png")
+    plt.close("all")
+gc.collect()
+gc.freeze()
+read, write = os.pipe()
+if os.fork() == 0:
+    # as the worker: a fresh matplotlib config directory, no display
+    os.environ.update({"MPLCONFIGDIR": tempfile.mkdtemp(), "MPLBACKEND": "Agg"})
+    started = time.perf_counter()
+    exec(call, {})
+    took = time.perf_counter() - started
+    gc.collect()  # a long-lived worker's full collections
+    os.write(write, f"{took}\n".encode())
+    time.sleep(3600)
+    os._exit(0)
+print(os.read(read, 100).decode().strip(), flush=True)
+time.sleep(3600)
+'''
+"""A model launcher: imports and exercises the modules asked for, freezes them, forks one worker that runs the
+call and a full collection; prints the call's seconds and waits to be measured."""
+
+
+def _pair_pss(procs: list[subprocess.Popen]) -> float:
+    """PSS (MB) of the model launchers and their workers, per pair."""
+    total = 0.0
+    for proc in procs:
+        root = psutil.Process(proc.pid)
+        total += sum(p.memory_full_info().pss for p in [root, *root.children()]) / MB
+    return total / len(procs)
+
+
+def preload_pairs(modules: tuple[str, ...], call: str, n: int) -> dict[str, float]:
+    """``n`` model launcher + worker pairs at once: PSS per pair (MB), the first pair's call time (ms)."""
+    procs = [subprocess.Popen([sys.executable, "-c", PAIR, json.dumps(list(modules)), call],
+                              stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir()) for _ in range(n)]
+    try:
+        took = [float(proc.stdout.readline()) for proc in procs]  # type: ignore[union-attr]  # stdout is a PIPE
+        time.sleep(SETTLE_S)
+        return {"pss": _pair_pss(procs), "first_use_ms": took[0] * 1000}
+    finally:
+        for proc in procs:
+            for child in psutil.Process(proc.pid).children():
+                child.kill()
+            proc.kill()
+            proc.wait()
+
+
+def preload_costs(n: int, repeats: int = 3) -> dict[str, dict[str, Any]]:
+    """For each preload set and worker call: PSS per pair alone and ``n`` at once, the call's time
+    (median of ``repeats`` single pairs)."""
+    out: dict[str, dict[str, Any]] = {}
+    for label, modules in PRELOAD_SETS.items():
+        for use, call in FIRST_USES.items():
+            single = [preload_pairs(modules, call, 1) for _ in range(repeats)]
+            many = preload_pairs(modules, call, n)
+            out[f"{label} | {use}"] = {"pss": statistics.median(s["pss"] for s in single),
+                                       "pss_many": many["pss"], "n": n,
+                                       "first_use_ms": statistics.median(s["first_use_ms"] for s in single)}
+    return out
+
+
 def hub_row() -> dict[str, Any]:
-    """Issue 35's table row: total PSS of one session (kernel, launcher, worker) after one sandboxed cell."""
+    """Issue 35's table row: total PSS of one session (every process under the kernel) after one sandboxed cell;
+    the same session once idle, after a data cell, and 5 sessions at once in the detail."""
     _drop_api_keys()
     with tempfile.TemporaryDirectory() as tmp:
-        single = one_session(Path(tmp))
+        work = Path(tmp)
+        (work / "one").mkdir()
+        single = one_session(work / "one", ten=False)
+        many = many_sessions(work, 5)
     rows = single["1 cell"]
     value = rows["total"]["pss"]
-    parts = " + ".join(f"{name} {v['pss']:.0f}" for name, v in rows.items() if name != "total")
-    costs = import_costs()
+
+    def parts(stage: dict[str, Any]) -> str:
+        return " + ".join(f"{name} {v['pss']:.0f}" for name, v in stage.items() if name != "total")
+
     return {"figure": "one session after one sandboxed cell, PSS", "value": value, "unit": "MB",
             "goal": float(GOAL_MB), "met": value <= GOAL_MB,
-            "detail": f"{parts}; bare kernel {single['bare']['total']['pss']:.0f}; "
-                      f"import litellm alone +{costs['litellm']:.0f} MB USS, "
-                      f"pandas + pyarrow +{costs['pandas + pyarrow']:.0f}"}
+            "detail": f"{parts(rows)}; idle (provider host gone) {single['idle']['total']['pss']:.0f} "
+                      f"({parts(single['idle'])}); after a 1e5-row data cell, idle "
+                      f"{single['data cell']['total']['pss']:.0f}; 5 sessions at once "
+                      f"{many['pss_per_kernel']:.0f} per session (idle); bare kernel "
+                      f"{single['bare']['total']['pss']:.0f}"}
 
 
 def _drop_api_keys() -> None:
@@ -199,6 +362,7 @@ def _drop_api_keys() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", type=int, default=5, help="kernels at once for the marginal figure")
+    parser.add_argument("--preloads", action="store_true", help="also measure each launcher preload's cost")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON line too")
     args = parser.parse_args()
     _drop_api_keys()
@@ -206,19 +370,27 @@ def main() -> None:
         work = Path(tmp)
         (work / "one").mkdir()
         single = one_session(work / "one")
-        print("one session (MB; per process PSS/USS):")
+        print(f"one session (MB; per process PSS/USS; provider_idle_s "
+              f"{IDLE_S if provider_host_setting() else 'not in this checkout'}):")
         for label, rows in single.items():
             _print(label, rows)
         many = many_sessions(work, args.kernels)
-        print(f"{many['kernels']} sessions at once: PSS {many['pss_total']:.0f} MB in all, "
+        print(f"{many['kernels']} sessions at once, idle: PSS {many['pss_total']:.0f} MB in all, "
               f"{many['pss_per_kernel']:.1f} MB per session")
         for label, cost in import_costs().items():
             print(f"  import {label}: USS +{cost:.0f} MB")
+        preloads = preload_costs(args.kernels) if args.preloads else {}
+        if preloads:
+            print(f"launcher preloads (model launcher + worker PSS per pair, alone / {args.kernels} at once; "
+                  "the worker's call time, median of 3):")
+            for label, fig in preloads.items():
+                print(f"  {label:<42} {fig['pss']:6.1f} / {fig['pss_many']:6.1f} MB  {fig['first_use_ms']:7.0f} ms")
         after_one = single["1 cell"]["total"]["pss"]
         print(f"goal: at most {GOAL_MB} MB per session after one cell: "
-              f"{'met' if after_one <= GOAL_MB else 'missed'} ({after_one:.0f} MB)")
+              f"{'met' if after_one <= GOAL_MB else 'missed'} ({after_one:.0f} MB; idle "
+              f"{single['idle']['total']['pss']:.0f} MB)")
         if args.json:
-            print(json.dumps({"single": single, "many": many}))
+            print(json.dumps({"single": single, "many": many, "preloads": preloads}))
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 
 Started by the kernel as ``python -m harness_magic.core.execution.sandbox.launcher FD``
 (a fresh interpreter with an allowlisted environment and an empty working
-directory, never a fork of the kernel). It imports numpy, pandas, pyarrow and
-matplotlib once, then serves requests on the SOCK_SEQPACKET socket ``FD``:
+directory, never a fork of the kernel). It imports what every worker uses (numpy,
+pandas, pyarrow: :data:`PRELOADED`) once, freezes those objects out of the garbage
+collector (:func:`gc.freeze`) so the workers forked from it keep the launcher's pages
+shared, then serves requests on the SOCK_SEQPACKET socket ``FD``:
 
 ``{"op": "spawn", "config": {...}}`` + two or three descriptors (request read
 end, reply write end, result socket) -> forks a worker (:func:`worker.run_worker`),
@@ -22,6 +24,7 @@ worker's process group and exits. Workers also hold ``PR_SET_PDEATHSIG``.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -30,7 +33,7 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["main", "MAX_CONTROL_BYTES"]
+__all__ = ["main", "MAX_CONTROL_BYTES", "PRELOADED"]
 
 MAX_CONTROL_BYTES = 1 << 16
 """Control messages carry paths and limits only."""
@@ -54,17 +57,19 @@ def _parse(data: bytes, flags: int) -> dict:
     return message
 
 
+PRELOADED = ("numpy", "pandas", "pyarrow")
+"""The data stack a worker starts with, shared with the launcher page for page (copied only when written).
+
+matplotlib is not here: preloaded, it cost about 30 MB PSS per session (launcher + worker) whether or not
+the session ever draws; imported in the worker at its first chart it costs about one second once per
+worker (``benchmarks/bench_memory.py --preloads`` measures both)."""
+
+
 def _warm_up() -> None:
-    """Import and exercise the data stack once so forked workers start warm."""
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
+    """Import and exercise :data:`PRELOADED` once so forked workers start warm."""
     import collections, csv, datetime, decimal, fractions, hashlib, itertools, math, random  # noqa: E401,F401
     import re, statistics, string, textwrap, zoneinfo  # noqa: E401,F401
 
-    import matplotlib.pyplot as plt
     import numpy as np
     import pandas as pd
     import pyarrow as pa
@@ -79,11 +84,18 @@ def _warm_up() -> None:
     frame.groupby("b")["a"].sum().describe()
     repr(frame)
     pa.Table.from_pandas(frame).to_pandas()
-    fig, ax = plt.subplots()
-    ax.plot([1, 2], [3, 4])
-    ax.set_title("warm")
-    fig.savefig(io.BytesIO(), format="png")
-    plt.close("all")
+
+
+def _share_with_workers() -> None:
+    """Move every object the launcher holds now into the collector's permanent generation.
+
+    A worker's full collection would otherwise write the header of each object it inherited (the
+    collector's bookkeeping), copying every page of the preloaded modules into the worker: about 20 MB
+    per worker, and as much more in the launcher, which then holds the only copy of the originals.
+    Frozen objects are never visited; the launcher's own garbage is a few small requests, so nothing of
+    note is kept alive. Called before each fork (cheap: a list splice), so objects made since are
+    frozen too."""
+    gc.freeze()
 
 
 def _describe(status: int) -> dict:
@@ -112,6 +124,8 @@ def main(control_fd: int) -> None:
     _warm_up()
     from harness_magic.core.execution.sandbox.worker import run_worker
 
+    gc.collect()  # the warm-up's garbage goes before the rest is frozen (and shared) for good
+
     sock.send(json.dumps({"op": "ready", "pid": os.getpid()}).encode())
     children: set[int] = set()
     exited: dict[int, dict] = {}
@@ -123,6 +137,7 @@ def main(control_fd: int) -> None:
             message = _parse(data, flags)
             op = message.get("op")
             if op == "spawn" and len(fds) in (2, 3) and isinstance(message.get("config"), dict):
+                _share_with_workers()
                 pid = os.fork()
                 if pid == 0:
                     try:
