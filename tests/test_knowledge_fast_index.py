@@ -15,6 +15,13 @@
 * **Older and planted indexes.** An index of schema 1 is rebuilt (a note says so), one of a
   newer schema is refused naming the file; full-text rows planted without a chunk are
   found when the index is opened and the table is rebuilt from the chunks.
+* **The pool reads what the kernel would.** A corpus over ``POOL_MIN_BYTES`` is read, hashed and
+  chunked by forked workers: the same chunk, file and failure rows, report and scores as the
+  kernel alone. A file a worker cannot read, or whose chunking refuses it, fails alone with its
+  reason named; a worker that dies, or cannot be forked, leaves the rest to the kernel (a note
+  says so) and the index is the same; an interrupt in a worker or in the kernel's writer leaves
+  the old index as it was and no worker behind. In a real kernel (its threads running) the pool
+  forks cleanly and output buffered before it is printed once.
 
 Indexing speed is measured in ``benchmarks/bench_docs.py``, never here.
 """
@@ -420,3 +427,46 @@ def test_an_interrupted_pool_build_leaves_the_old_index_intact(tmp_path, two_cor
     assert report.workers == 2 and len(report.updated) == len(paths)
     assert index.keyword("chargeback", 5) != [] and index.keyword("refund", 5) == []
     index.close()
+
+
+def test_when_no_worker_can_be_forked_the_kernel_prepares_every_file(tmp_path, two_cores, monkeypatch):
+    root = tmp_path / "docs"
+    paths = write_big_docs(root)
+
+    def no_fork():  # what a kernel at its process limit (EAGAIN) or out of memory (ENOMEM) gets
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    index = DocIndex([root], tmp_path / "index.sqlite")
+    report = index.refresh()
+    assert len(report.added) == len(paths) and no_pool_left()
+    assert [n for n in report.notes if "could not start" in n and f"last {len(paths)} files" in n]
+    monkeypatch.undo()
+    two_cores()
+    alone = DocIndex([root], tmp_path / "alone.sqlite")
+    alone.refresh()
+    assert tables(index) == tables(alone)
+    index.close()
+    alone.close()
+
+
+@pytest.mark.kernel
+def test_in_a_real_kernel_the_pool_forks_cleanly_and_prints_nothing_twice(tmp_path):
+    from kernel_helpers import Kernel
+
+    root = tmp_path / "docs"
+    paths = write_big_docs(root)
+    kernel = Kernel(tmp_path)
+    try:  # the kernel's own threads (iopub, heartbeat, control) run while the pool forks
+        cell = kernel.run(
+            "import multiprocessing\n"
+            "from harness_magic.core.knowledge import prepare\n"
+            "from harness_magic.core.knowledge.index import DocIndex\n"
+            "prepare.host_cores = lambda: 2\n"
+            "print('printed before the refresh', end='')  # still in the kernel's output buffer when it forks\n"
+            f"report = DocIndex([{str(root)!r}], {str(tmp_path / 'index.sqlite')!r}).refresh()\n"
+            "print('|', report.workers, len(report.added), report.notes, multiprocessing.active_children())\n")
+        assert cell.ok, cell.outputs
+        assert cell.stdout == f"printed before the refresh| 2 {len(paths)} [] []\n"
+    finally:
+        kernel.close()

@@ -18,7 +18,8 @@ millisecond and runs the very functions the index was given (nothing imported, n
 pickled); the pool lives for one refresh and is shut down when it ends, however it ends. A
 worker ignores SIGINT (an interrupt sent to the kernel's process group stops the refresh in the
 kernel; the workers finish their batch and exit). A worker that dies (killed, out of memory)
-breaks the pool: its batch and every later one are prepared in this process instead, and
+breaks the pool, and a fork that fails (no memory, no process ids left) leaves it short: the
+batch waited for and every later one are then prepared in this process, and
 :attr:`TextPreparer.notes` says so. An exception a chunker raises (other than a file's own
 :class:`~.extract.ExtractionError`, which fails that file alone) reaches the writer as it would
 in this process.
@@ -267,10 +268,10 @@ class TextPreparer:
                     pending.append(executor.submit(_prepare_batch, self.tasks[start:end]))
                     sent += 1
                 results = pending.popleft().result()
-            except BrokenProcessPool as exc:
+            except (BrokenProcessPool, OSError) as exc:  # a worker died, or none could be forked (no memory, no pids)
                 start = cuts[taken][0]
-                self.notes.append(f"a docs indexing worker stopped ({exc}): the last {len(self.tasks) - start} "
-                                  "files were read and chunked in the kernel")
+                self.notes.append(f"a docs indexing worker stopped or could not start ({exc}): the last "
+                                  f"{len(self.tasks) - start} files were read and chunked in the kernel")
                 self.close()
                 yield from self._here(start)
                 return
