@@ -5,7 +5,8 @@ thread that holds httpcore's (non-reentrant) pool lock and wait for it
 forever (encode/httpcore#990): the hang seen under load in
 test_provider_validity's interrupt tests. These tests switch the cyclic GC
 off, interrupt a stream through real litellm over real HTTP, and look at the
-client's connection pools: no connection to the server may still be busy.
+client's connection pools: no connection to the server may still be busy. They run litellm in this
+process (``provider_host=False``); the provider host closes a stream the same way (tests/test_provider_host.py).
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def test_an_interrupted_stream_releases_its_connection_at_once(provider, tmp_pat
     with server as srv:
         srv.replies = [{"text": LONG}, {"text": "Fresh answer."}]
         model = "anthropic/claude-sonnet-4-20250514" if provider == "anthropic" else "openai/test-model"
-        adapter = ProviderAdapter(model, api_base=srv.api_base, api_key="sk-test", stream=True, sleep=lambda s: None)
+        adapter = ProviderAdapter(model, api_base=srv.api_base, api_key="sk-test", stream=True, sleep=lambda s: None,
+                                  provider_host=False)  # litellm's pools in this process (the host's: its own test)
         h = Harness(adapter, "You are terse.", [], run_dir=str(tmp_path / "runs"), cache=SessionCache())
         port = int(srv.api_base.split(":")[-1].split("/")[0])
         interrupt_first_text(h)
