@@ -303,9 +303,10 @@ def tables(index: DocIndex) -> tuple[list, list, list]:
 
 
 @pytest.fixture
-def two_cores(monkeypatch):
-    """The pool is used whatever this machine's cores (it needs two); returns a switch for the kernel-only path."""
-    monkeypatch.setattr(prepare_module, "host_cores", lambda: 2)
+def three_cores(monkeypatch):
+    """The pool is used whatever this machine's cores: three, so two workers (one core is the writer's);
+    returns a switch for the kernel-only path."""
+    monkeypatch.setattr(prepare_module, "host_cores", lambda: 3)
 
     def kernel_only() -> None:
         monkeypatch.setattr(prepare_module, "POOL_MIN_BYTES", 1 << 62)
@@ -317,14 +318,17 @@ def no_pool_left() -> bool:
     return multiprocessing.active_children() == []
 
 
-def test_a_corpus_over_the_threshold_gives_the_same_rows_as_the_kernel_alone(tmp_path, two_cores):
+@pytest.mark.parametrize(("cores", "workers"), [(1, 0), (2, 1), (3, 2), (6, 5)])
+def test_a_corpus_over_the_threshold_gives_the_same_rows_as_the_kernel_alone(tmp_path, three_cores, monkeypatch,
+                                                                             cores, workers):
     root = tmp_path / "docs"
     write_big_docs(root)
+    monkeypatch.setattr(prepare_module, "host_cores", lambda: cores)  # one core is left to the writer
     limits = ExtractionLimits(text_max_chars=6_000)  # a few of the files are over it: failures, the same ones
     pooled = DocIndex([root], tmp_path / "pooled.sqlite", limits=limits)
     report = pooled.refresh()
-    assert report.workers == 2 and no_pool_left()
-    two_cores()
+    assert report.workers == workers and no_pool_left()
+    three_cores()
     alone = DocIndex([root], tmp_path / "alone.sqlite", limits=limits)
     alone_report = alone.refresh()
     assert alone_report.workers == 0
@@ -337,7 +341,7 @@ def test_a_corpus_over_the_threshold_gives_the_same_rows_as_the_kernel_alone(tmp
     alone.close()
 
 
-def test_a_file_that_fails_in_a_worker_fails_alone_with_its_reason_named(tmp_path, two_cores, monkeypatch):
+def test_a_file_that_fails_in_a_worker_fails_alone_with_its_reason_named(tmp_path, three_cores, monkeypatch):
     root = tmp_path / "docs"
     paths = write_big_docs(root)
     unreadable, hostile = paths[5], paths[17]
@@ -366,14 +370,14 @@ def test_a_file_that_fails_in_a_worker_fails_alone_with_its_reason_named(tmp_pat
     assert index._db.execute("SELECT count(*) FROM chunks WHERE path IN (?, ?)", (unreadable_id, hostile_id)
                              ).fetchone()[0] == 0
     index._db.execute("INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('integrity-check', 0)")
-    two_cores()  # the same files, the same refusals, without a pool
+    three_cores()  # the same files, the same refusals, without a pool
     alone = DocIndex([root], tmp_path / "alone.sqlite")
     assert alone.refresh().skipped == report.skipped and tables(alone) == tables(index)
     index.close()
     alone.close()
 
 
-def test_a_worker_that_dies_leaves_its_files_to_the_kernel_and_a_note(tmp_path, two_cores, monkeypatch):
+def test_a_worker_that_dies_leaves_its_files_to_the_kernel_and_a_note(tmp_path, three_cores, monkeypatch):
     root = tmp_path / "docs"
     paths = write_big_docs(root)
     kernel, real = os.getpid(), index_module.text_chunks
@@ -389,7 +393,7 @@ def test_a_worker_that_dies_leaves_its_files_to_the_kernel_and_a_note(tmp_path, 
     assert report.workers == 2 and no_pool_left()
     assert len(report.added) == len(paths) and report.skipped == []
     assert [n for n in report.notes if "docs indexing worker stopped" in n and "read and chunked in the kernel" in n]
-    two_cores()
+    three_cores()
     alone = DocIndex([root], tmp_path / "alone.sqlite")
     alone.refresh()
     assert tables(index) == tables(alone) and scores(index) == scores(alone)
@@ -398,7 +402,7 @@ def test_a_worker_that_dies_leaves_its_files_to_the_kernel_and_a_note(tmp_path, 
 
 
 @pytest.mark.parametrize("where", ["in-a-worker", "in-the-kernel"])
-def test_an_interrupted_pool_build_leaves_the_old_index_intact(tmp_path, two_cores, monkeypatch, where):
+def test_an_interrupted_pool_build_leaves_the_old_index_intact(tmp_path, three_cores, monkeypatch, where):
     root = tmp_path / "docs"
     paths = write_big_docs(root)
     index = DocIndex([root], tmp_path / "index.sqlite")
@@ -422,14 +426,14 @@ def test_an_interrupted_pool_build_leaves_the_old_index_intact(tmp_path, two_cor
     assert no_pool_left()
     assert scores(index) == before and tables(index) == rows and index.keyword("chargeback", 5) == []
     monkeypatch.undo()
-    monkeypatch.setattr(prepare_module, "host_cores", lambda: 2)
+    monkeypatch.setattr(prepare_module, "host_cores", lambda: 3)
     report = index.refresh()
     assert report.workers == 2 and len(report.updated) == len(paths)
     assert index.keyword("chargeback", 5) != [] and index.keyword("refund", 5) == []
     index.close()
 
 
-def test_when_no_worker_can_be_forked_the_kernel_prepares_every_file(tmp_path, two_cores, monkeypatch):
+def test_when_no_worker_can_be_forked_the_kernel_prepares_every_file(tmp_path, three_cores, monkeypatch):
     root = tmp_path / "docs"
     paths = write_big_docs(root)
 
@@ -442,7 +446,7 @@ def test_when_no_worker_can_be_forked_the_kernel_prepares_every_file(tmp_path, t
     assert len(report.added) == len(paths) and no_pool_left()
     assert [n for n in report.notes if "could not start" in n and f"last {len(paths)} files" in n]
     monkeypatch.undo()
-    two_cores()
+    three_cores()
     alone = DocIndex([root], tmp_path / "alone.sqlite")
     alone.refresh()
     assert tables(index) == tables(alone)
@@ -462,7 +466,7 @@ def test_in_a_real_kernel_the_pool_forks_cleanly_and_prints_nothing_twice(tmp_pa
             "import multiprocessing\n"
             "from harness_magic.core.knowledge import prepare\n"
             "from harness_magic.core.knowledge.index import DocIndex\n"
-            "prepare.host_cores = lambda: 2\n"
+            "prepare.host_cores = lambda: 3\n"
             "print('printed before the refresh', end='')  # still in the kernel's output buffer when it forks\n"
             f"report = DocIndex([{str(root)!r}], {str(tmp_path / 'index.sqlite')!r}).refresh()\n"
             "print('|', report.workers, len(report.added), report.notes, multiprocessing.active_children())\n")

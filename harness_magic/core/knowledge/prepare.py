@@ -10,8 +10,9 @@ gives (:func:`~.extract.text_chunks`) straight into table rows (:func:`chunk_row
 in one transaction (:meth:`.index.DocIndex.refresh`).
 
 When the files to read add up to ``POOL_MIN_BYTES`` or more and this process may run on more
-than one core, the tasks go to a pool of forked processes, as many as those cores
-(``os.sched_getaffinity``; at most ``POOL_MAX_WORKERS`` and one a batch), in batches of about
+than one core, the tasks go to a pool of forked processes, one for each of those cores
+(``os.sched_getaffinity``) but the writer's (``POOL_WRITER_CORES``; at most ``POOL_MAX_WORKERS``
+and one a batch), in batches of about
 ``POOL_BATCH_BYTES``, never more than ``POOL_AHEAD`` batches a worker in flight (however big
 the corpus, the results waiting for the writer stay bounded). Forked: a worker starts in about a
 millisecond and runs the very functions the index was given (nothing imported, no code
@@ -46,7 +47,7 @@ from harness_magic.core.knowledge.tree import FILE_MAX_BYTES, HARDLINK_REASON, D
 
 __all__ = ["TextTask", "Prepared", "TextPreparer", "TextChunker", "Row", "chunk_row", "read_checked", "prepare_file",
            "fts_title", "trail_json", "host_cores", "pool_workers", "POOL_MIN_BYTES", "POOL_BATCH_BYTES",
-           "POOL_AHEAD", "POOL_MAX_WORKERS", "ROWS", "SAME", "SKIP", "FAILED"]
+           "POOL_AHEAD", "POOL_MAX_WORKERS", "POOL_WRITER_CORES", "ROWS", "SAME", "SKIP", "FAILED"]
 
 POOL_MIN_BYTES = 1024 * 1024
 """Bytes of Markdown and text to read in one refresh from which a pool of processes prepares them.
@@ -58,6 +59,10 @@ POOL_AHEAD = 2
 """Batches in flight per worker: enough to keep each busy while the writer takes the last one."""
 POOL_MAX_WORKERS = 8
 """Workers at most, whatever the cores: the one writer (SQLite FTS5) is the bound past a few."""
+POOL_WRITER_CORES = 1
+"""Cores left to the kernel, which writes every row: a refresh is bound by its one writer (SQLite
+FTS5 tokenising, ~8x the read floor), and a worker on the writer's core slows it down more than it
+helps (on 2 cores: one worker reads and chunks while the kernel writes)."""
 
 ROWS, SAME, SKIP, FAILED = "rows", "same", "skip", "failed"
 """What became of one file: chunked into rows; read, with the hash already indexed; not read
@@ -190,11 +195,10 @@ def batches(tasks: Sequence[TextTask]) -> list[tuple[int, int]]:
 
 def pool_workers(tasks: Sequence[TextTask], cuts: Sequence[tuple[int, int]], cores: int) -> int:
     """Workers for preparing ``tasks`` cut in ``cuts`` on ``cores`` cores: 0 (in this process) below
-    ``POOL_MIN_BYTES`` or when fewer than two would work."""
+    ``POOL_MIN_BYTES`` or when no core is left once the writer has ``POOL_WRITER_CORES``."""
     if sum(task.size for task in tasks) < POOL_MIN_BYTES:
         return 0
-    workers = min(cores, POOL_MAX_WORKERS, len(cuts))
-    return workers if workers >= 2 else 0
+    return max(0, min(cores - POOL_WRITER_CORES, POOL_MAX_WORKERS, len(cuts)))
 
 
 _worker_job: tuple[DocTree, TextChunker, int] | None = None
