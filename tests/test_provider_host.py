@@ -376,3 +376,27 @@ def test_an_agent_cell_in_a_real_kernel_leaves_litellm_out_of_it(tmp_path):
 def test_the_shared_host_is_one_per_process():
     assert shared_host() is shared_host()
     assert HostedTransport().host is shared_host()
+
+
+# -- the settings pick the path ----------------------------------------------------------------------------
+
+
+def test_the_settings_choose_the_host_or_litellm_here_and_refuse_a_bad_idle_time(tmp_path):
+    from harness_magic import ProviderAdapter
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
+    from harness_magic.notebook.agent_magics import AgentMagics
+    from traitlets import TraitError
+
+    assert isinstance(ProviderAdapter("openai/x").transport, HostedTransport)
+    assert isinstance(ProviderAdapter("openai/x", provider_host=False).transport, LiteLLMTransport)
+    assert ProviderAdapter("openai/x", provider_idle_s=7).transport.idle_s == 7.0
+    config = AgentConfig(model="openai/x", sandbox="inprocess", run_dir=str(tmp_path), provider_host=False)
+    assert isinstance(AgentSession(config).adapter_for("openai/x").transport, LiteLLMTransport)
+    for bad in (0, -1.0, float("nan"), float("inf"), "120", True):
+        with pytest.raises(ValueError, match="provider_idle_s must be a number of seconds above 0"):
+            AgentConfig(provider_idle_s=bad)
+    magics = AgentMagics(shell=None)
+    with pytest.raises(TraitError, match="provider_idle_s must be a number of seconds above 0.*got 0"):
+        magics.provider_idle_s = 0
+    assert magics.provider_idle_s == 120.0 and magics.provider_host is True
