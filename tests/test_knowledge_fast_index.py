@@ -22,6 +22,8 @@
   says so) and the index is the same; an interrupt in a worker or in the kernel's writer leaves
   the old index as it was and no worker behind. In a real kernel (its threads running) the pool
   forks cleanly and output buffered before it is printed once.
+* **Derived data, checked on open.** The index is written without fsync; a damaged file (torn
+  pages, a header that is not SQLite's) is moved aside and rebuilt, with a note.
 
 Indexing speed is measured in ``benchmarks/bench_docs.py``, never here.
 """
@@ -474,3 +476,28 @@ def test_in_a_real_kernel_the_pool_forks_cleanly_and_prints_nothing_twice(tmp_pa
         assert cell.stdout == f"printed before the refresh| 2 {len(paths)} [] []\n"
     finally:
         kernel.close()
+
+
+@pytest.mark.parametrize("damage", ["torn-pages", "not-a-database"])
+def test_a_damaged_index_is_moved_aside_and_rebuilt(tmp_path, damage):
+    root = tmp_path / "docs"
+    write_docs(root, 40)
+    path = tmp_path / "index.sqlite"
+    index = DocIndex([root], path)
+    index.refresh()
+    expected = scores(index)
+    assert index._db.execute("PRAGMA synchronous").fetchone()[0] == 0  # derived data: written without fsync
+    index.close()
+    data = bytearray(path.read_bytes())
+    if damage == "torn-pages":  # what a power loss can leave of pages written without fsync
+        data[4096:4096 * 3] = random.Random(35).randbytes(4096 * 2)
+    else:
+        data[:100] = b"not sqlite " * 9 + b"x"
+    path.write_bytes(bytes(data))
+    reopened = DocIndex([root], path)
+    assert [n for n in reopened.notes if "was damaged" in n and ".damaged-" in n and "rebuilt" in n]
+    assert reopened.counts() == (0, 0) and len(list(tmp_path.glob("index.sqlite.damaged-*"))) == 1
+    report = reopened.refresh()
+    assert len(report.added) == 40 and scores(reopened) == expected
+    assert [n for n in report.notes if "was damaged" in n]  # said once, in the first refresh's report
+    reopened.close()

@@ -4,11 +4,13 @@
 chunk count; :meth:`DocIndex.refresh` walks the roots and re-indexes only what
 changed (a file whose size and mtime are unchanged is not even read; one whose
 bytes hash the same is not re-chunked), drops files that disappeared, and
-returns an :class:`IndexReport` saying what it did. A refresh writes in one
-transaction (chunks and full-text rows inserted in batches, FTS5 merging its
-terms once): one cut short by an error or an interrupt leaves the index as it
-was, and the next refresh does its work again. Vectors are computed only when
-an embedder is configured.
+returns an :class:`IndexReport` saying what it did. Markdown and text are read,
+hashed and chunked into rows by :mod:`.prepare` (a pool of forked processes from
+``POOL_MIN_BYTES`` to read, one core left to the writer); this one connection
+writes in one transaction (chunks and full-text rows inserted in batches, FTS5
+merging its terms once): a refresh cut short by an error or an interrupt leaves
+the index as it was, and the next refresh does its work again. Vectors are
+computed only when an embedder is configured.
 
 Keyword search is FTS5's ``bm25()`` over the heading trail (weighted higher)
 and the text, with the Porter stemmer. The user's or model's query is never
@@ -20,9 +22,9 @@ blobs, read back with ``numpy.frombuffer``: decoding runs no code) and
 :meth:`DocIndex.search` fuses keyword and vector rankings by reciprocal rank.
 
 Its parts: :mod:`.tree` walks and reads the files beneath the roots,
-:mod:`.index_file` opens the SQLite file only when it is ours, :mod:`.ranking`
-holds hits, fusion and snippets; this module keeps the schema, refresh and the
-retrievers.
+:mod:`.prepare` turns Markdown and text into rows, :mod:`.index_file` opens the
+SQLite file only when it is ours and sound, :mod:`.ranking` holds hits, fusion and
+snippets; this module keeps the schema, refresh and the retrievers.
 
 What the index guarantees (``tests/test_knowledge_attacks.py`` tries each):
 
@@ -41,6 +43,8 @@ What the index guarantees (``tests/test_knowledge_attacks.py`` tries each):
 * **The index file must be ours.** A file at ``db_path`` (or its ``-wal``/``-shm``/
   ``-journal``) that is a link, owned by another user, or writable by group or others
   is moved aside and the index rebuilt (:attr:`DocIndex.notes` says so); it is never read.
+  The index is derived data, written without fsync: one a power loss damaged is found by the
+  quick check on open, moved aside and rebuilt the same way.
 * **Only chunks of existing files are served.** Chunks whose file row is gone are
   pruned; every hit, ``get`` and ``file_chunks`` first opens its file beneath its root
   the same safe way and drops the chunk when that fails.
