@@ -50,8 +50,7 @@ from harness_magic.core.providers.channel import (
     rebuild_error,
 )
 from harness_magic.core.providers.errors import ProviderError, ProviderUnreachable
-from harness_magic.core.providers.transport import DEFAULT_TIMEOUT_S, MODELS_LIST_TIMEOUT_S, TextCallback
-from harness_magic.core.transcript.scrub import register_secret
+from harness_magic.core.providers.transport import MODELS_LIST_TIMEOUT_S, TextCallback, TransportOptions
 
 __all__ = ["HostedTransport", "ProviderHost", "HostProtocolError", "shared_host", "HOST_MODULE",
            "ACK_TIMEOUT_S", "REPLY_GRACE_S", "LOOKUP_TIMEOUT_S", "STDERR_LINES", "STDERR_LINE_MAX_CHARS",
@@ -195,27 +194,11 @@ def shared_host() -> ProviderHost:
         return _SHARED
 
 
-class HostedTransport:
+class HostedTransport(TransportOptions):
     """Sends each call to the provider host; same contract as ``LiteLLMTransport`` (see the module docstring)."""
 
-    def __init__(
-        self,
-        *,
-        api_base: str | None = None,
-        api_key: str | None = None,
-        stream: bool = True,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        extra: dict[str, Any] | None = None,
-        idle_s: float = DEFAULT_IDLE_S,
-        host: ProviderHost | None = None,
-    ) -> None:
-        self.api_base = api_base
-        self._api_key = api_key
-        register_secret(api_key)
-        register_secret((extra or {}).get("api_key"))
-        self.stream = stream
-        self.timeout_s = timeout_s
-        self.extra = dict(extra or {})
+    def __init__(self, *, idle_s: float = DEFAULT_IDLE_S, host: ProviderHost | None = None, **options: Any) -> None:
+        super().__init__(**options)
         for name, value in self.extra.items():
             try:
                 json.dumps(value)
@@ -225,13 +208,6 @@ class HostedTransport:
                                  "objects") from None
         self.idle_s = check_idle_s(idle_s)
         self.host = host if host is not None else shared_host()
-        self.placeholder_for: str | None = None
-        """The environment variable the placeholder key stands in for, once one was sent (else None)."""
-        self.notice: str | None = None
-        """One line for the user when the placeholder key was first sent; the adapter hands it out once."""
-
-    def __repr__(self) -> str:  # never shows the key
-        return f"HostedTransport(api_base={self.api_base!r}, stream={self.stream})"
 
     # -- the exchange --------------------------------------------------------------------------------------
 
@@ -253,6 +229,10 @@ class HostedTransport:
     def _unstarted(self, why: str) -> ProviderUnreachable:
         return ProviderUnreachable(f"{HOST_URL} could not be reached twice ({why}){self.host.last_words()}",
                                    url=HOST_URL, request_sent=False)
+
+    @staticmethod
+    def _out_of_protocol(detail: object) -> HostProtocolError:
+        return HostProtocolError(f"{HOST_URL} answered out of protocol: {detail}")
 
     def _died(self) -> ProviderUnreachable:
         return ProviderUnreachable(f"{HOST_URL} ended during the request (the connection closed before an "
@@ -282,7 +262,7 @@ class HostedTransport:
                 continue
             except FrameError as exc:
                 sock.close()
-                raise HostProtocolError(f"{HOST_URL} answered out of protocol: {exc}") from None
+                raise self._out_of_protocol(exc) from None
             except BaseException:
                 sock.close()
                 raise
@@ -292,8 +272,7 @@ class HostedTransport:
                 continue
             if not isinstance(ack.get("ack"), int):
                 sock.close()
-                raise HostProtocolError(f"{HOST_URL} answered out of protocol: expected an ack, got fields "
-                                        f"{sorted(ack)[:5]}")
+                raise self._out_of_protocol(f"expected an ack, got fields {sorted(ack)[:5]}")
             return sock
         raise self._unstarted(why)
 
@@ -309,7 +288,7 @@ class HostedTransport:
             except ConnectionError:
                 frame = None
             except FrameError as exc:
-                raise HostProtocolError(f"{HOST_URL} answered out of protocol: {exc}") from None
+                raise self._out_of_protocol(exc) from None
             if frame is None:
                 raise self._died()
             yield frame
@@ -328,16 +307,16 @@ class HostedTransport:
             try:
                 error = rebuild_error(frame["error"])
             except FrameError as exc:
-                raise HostProtocolError(f"{HOST_URL} answered out of protocol: {exc}") from None
+                raise self._out_of_protocol(exc) from None
             raise error
-        raise HostProtocolError(f"{HOST_URL} answered out of protocol: unexpected fields {sorted(frame)[:5]}")
+        raise self._out_of_protocol(f"unexpected fields {sorted(frame)[:5]}")
 
     def _piece(self, frame: dict[str, Any], on_text: TextCallback | None) -> bool:
         """Whether ``frame`` was a streamed piece (handed to ``on_text``)."""
         if set(frame) != {"text"}:
             return False
         if not isinstance(frame["text"], str):
-            raise HostProtocolError(f"{HOST_URL} answered out of protocol: a text piece that is not text")
+            raise self._out_of_protocol("a text piece that is not text")
         if on_text is not None:
             on_text(frame["text"])
         return True
@@ -373,7 +352,7 @@ class HostedTransport:
                     failed, why = generation, "closed before taking the request"
                     continue
                 if not isinstance(ack.get("ack"), int):
-                    raise HostProtocolError(f"{HOST_URL} answered out of protocol: expected an ack")
+                    raise self._out_of_protocol("expected an ack")
                 while True:
                     reply = await self._aread(reader, self._gap_s(), acked=True)
                     if reply is None:
@@ -398,11 +377,11 @@ class HostedTransport:
             raise ProviderUnreachable(f"{HOST_URL} sent nothing for {wait_s:g} s", url=HOST_URL, retryable=True,
                                       request_sent=acked) from None
         except FrameError as exc:
-            raise HostProtocolError(f"{HOST_URL} answered out of protocol: {exc}") from None
+            raise self._out_of_protocol(exc) from None
         try:
             return decode_frame(body)
         except FrameError as exc:
-            raise HostProtocolError(f"{HOST_URL} answered out of protocol: {exc}") from None
+            raise self._out_of_protocol(exc) from None
 
     # -- lookups (ModelLookups) ----------------------------------------------------------------------------
 
@@ -431,7 +410,7 @@ class HostedTransport:
         """litellm's model information for ``model`` (LookupError when it has none)."""
         info = self._lookup("model_info", model)
         if not isinstance(info, dict):
-            raise HostProtocolError(f"{HOST_URL} answered out of protocol: model information is not an object")
+            raise self._out_of_protocol("model information is not an object")
         return info
 
     def token_counts(self, model: str, batches: list[list[dict[str, Any]]]) -> list[int]:
@@ -439,6 +418,5 @@ class HostedTransport:
         counts = self._lookup("token_count", model, batches=batches)
         if not isinstance(counts, list) or len(counts) != len(batches) \
                 or not all(type(n) is int for n in counts):
-            raise HostProtocolError(f"{HOST_URL} answered out of protocol: token counts are not {len(batches)} "
-                                    "whole numbers")
+            raise self._out_of_protocol(f"token counts are not {len(batches)} whole numbers")
         return counts

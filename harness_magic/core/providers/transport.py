@@ -60,6 +60,7 @@ __all__ = [
     "LiteLLMTransport",
     "LiteLLMLookups",
     "ModelLookups",
+    "TransportOptions",
     "check_model_route",
     "import_litellm",
     "DEFAULT_TIMEOUT_S",
@@ -363,11 +364,9 @@ class LiteLLMLookups:
         return [int(litellm.token_counter(model=model, messages=thaw(items))) for items in batches]
 
 
-class LiteLLMTransport(LiteLLMLookups):
-    """Calls litellm in this process; streams text through ``on_text`` and reassembles tool calls.
-
-    Used inside the provider host (:mod:`.host`), and in the kernel itself when ``provider_host`` is off.
-    """
+class TransportOptions:
+    """What a litellm call is sent with (api_base, key, streaming, timeout, extra keyword arguments), and the
+    placeholder-key notice; shared by :class:`LiteLLMTransport` and the provider host's kernel side."""
 
     def __init__(
         self,
@@ -391,7 +390,14 @@ class LiteLLMTransport(LiteLLMLookups):
         """One line for the user when the placeholder key was first sent; the adapter hands it out once."""
 
     def __repr__(self) -> str:  # never shows the key
-        return f"LiteLLMTransport(api_base={self.api_base!r}, stream={self.stream})"
+        return f"{type(self).__name__}(api_base={self.api_base!r}, stream={self.stream})"
+
+
+class LiteLLMTransport(TransportOptions, LiteLLMLookups):
+    """Calls litellm in this process; streams text through ``on_text`` and reassembles tool calls.
+
+    Used inside the provider host (:mod:`.host`), and in the kernel itself when ``provider_host`` is off.
+    """
 
     def _url(self, model: str) -> str:
         """Where requests for ``model`` go: the configured api_base, else litellm's default for the provider."""
