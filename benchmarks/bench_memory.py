@@ -23,8 +23,8 @@ and idle: their total PSS over the node's whole tree, divided by N, is the margi
 analyst.
 
 ``--preloads`` measures what each module the sandbox launcher could preload costs and saves: a
-model of the launcher (a fresh interpreter that imports and exercises a set of modules, freezes
-them out of the collector as the launcher does, forks a worker) for each set, the worker running a
+model of the launcher (a fresh interpreter that runs the launcher's own ``warm_up`` for a set of
+modules and freezes them as it does, then forks a worker) for each set, the worker running a
 light call then a full collection (a long-lived worker's life), or its first use of the module:
 PSS of launcher + worker, alone and 5 pairs at once, and the first use's time in the worker.
 
@@ -236,7 +236,7 @@ PRELOAD_SETS = {
     "numpy, pandas, pyarrow (now)": ("numpy", "pandas", "pyarrow"),
     "+ matplotlib (before)": ("numpy", "pandas", "pyarrow", "matplotlib"),
 }
-"""Sets of modules the model launcher preloads; the launcher's own is :data:`launcher.PRELOADED`."""
+"""Sets of modules the model launcher preloads (names in ``launcher.WARM_UPS``); the launcher's is ``PRELOADED``."""
 
 FIRST_USES = {
     "light": "x = sum(range(1000))",
@@ -248,30 +248,12 @@ FIRST_USES = {
 """The worker's call in the preload model: none of the preloads, a frame, a chart."""
 
 PAIR = r'''
-import gc, io, json, os, sys, tempfile, time
+import gc, json, os, sys, tempfile, time
+from harness_magic.core.execution.sandbox import launcher
 wanted, call = json.loads(sys.argv[1]), sys.argv[2]
-from harness_magic.core.execution.sandbox import worker  # the launcher's own imports, always there
-if "numpy" in wanted:
-    import numpy as np
-    np.arange(5).sum()
-if "pandas" in wanted:
-    import pandas as pd
-    frame = pd.DataFrame({"a": np.arange(5), "b": list("abcde"), "t": pd.date_range("2024-01-01", periods=5)})
-    frame.groupby("b")["a"].sum().describe()
-    repr(frame)
-if "pyarrow" in wanted:
-    import pyarrow as pa, pyarrow.ipc
-    pa.Table.from_pandas(frame).to_pandas()
-if "matplotlib" in wanted:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots()
-    ax.plot([1, 2], [3, 4])
-    fig.savefig(io.BytesIO(), format="png")
-    plt.close("all")
+launcher.warm_up(wanted)
 gc.collect()
-gc.freeze()
+launcher.share_with_workers()
 read, write = os.pipe()
 if os.fork() == 0:
     # as the worker: a fresh matplotlib config directory, no display
@@ -286,8 +268,8 @@ if os.fork() == 0:
 print(os.read(read, 100).decode().strip(), flush=True)
 time.sleep(3600)
 '''
-"""A model launcher: imports and exercises the modules asked for, freezes them, forks one worker that runs the
-call and a full collection; prints the call's seconds and waits to be measured."""
+"""A model launcher: the launcher's own warm-up of the modules asked for and its freeze, then one fork whose
+worker runs the call and a full collection; prints the call's seconds and waits to be measured."""
 
 
 def _pair_pss(procs: list[subprocess.Popen]) -> float:

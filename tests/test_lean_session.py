@@ -19,7 +19,7 @@ import pytest
 
 from harness_magic.core.config import AgentConfig
 from harness_magic.core.execution.sandbox import SandboxedInterpreter, probe_confinement
-from harness_magic.core.execution.sandbox.launcher import PRELOADED
+from harness_magic.core.execution.sandbox.launcher import PRELOADED, WARM_UPS, warm_up
 from kernel_helpers import agent_kernel
 from scripted_server import ScriptedServer
 
@@ -150,3 +150,10 @@ def test_the_model_itself_cannot_reach_the_collector(tmp_path):
     finally:
         backend.close()
     assert result.error is not None and "import of 'gc' is not available" in result.error
+
+
+def test_a_preload_the_launcher_cannot_warm_is_refused_by_name_before_anything_is_imported():
+    with pytest.raises(ValueError, match=r"cannot preload \['os', '../x'\]: the launcher preloads only \[") as raised:
+        warm_up(["numpy", "os", "../x"])
+    assert all(name in str(raised.value) for name in WARM_UPS)
+    assert set(PRELOADED) <= set(WARM_UPS)

@@ -31,9 +31,10 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["main", "MAX_CONTROL_BYTES", "PRELOADED"]
+__all__ = ["main", "warm_up", "share_with_workers", "MAX_CONTROL_BYTES", "PRELOADED", "WARM_UPS"]
 
 MAX_CONTROL_BYTES = 1 << 16
 """Control messages carry paths and limits only."""
@@ -57,36 +58,79 @@ def _parse(data: bytes, flags: int) -> dict:
     return message
 
 
-PRELOADED = ("numpy", "pandas", "pyarrow")
-"""The data stack a worker starts with, shared with the launcher page for page (copied only when written).
-
-matplotlib is not here: preloaded, it cost about 30 MB PSS per session (launcher + worker) whether or not
-the session ever draws; imported in the worker at its first chart it costs about one second once per
-worker (``benchmarks/bench_memory.py --preloads`` measures both)."""
-
-
-def _warm_up() -> None:
-    """Import and exercise :data:`PRELOADED` once so forked workers start warm."""
-    import collections, csv, datetime, decimal, fractions, hashlib, itertools, math, random  # noqa: E401,F401
-    import re, statistics, string, textwrap, zoneinfo  # noqa: E401,F401
-
+def _numpy() -> None:
     import numpy as np
+
+    np.arange(5).sum()
+
+
+def _pandas() -> None:
+    import numpy as np
+    import pandas as pd
+
+    frame = pd.DataFrame({"a": np.arange(5), "b": list("abcde"), "t": pd.date_range("2024-01-01", periods=5)})
+    frame.groupby("b")["a"].sum().describe()
+    repr(frame)
+
+
+def _pyarrow() -> None:
     import pandas as pd
     import pyarrow as pa
     import pyarrow.ipc  # noqa: F401
+
+    pa.Table.from_pandas(pd.DataFrame({"a": [1, 2], "b": ["x", "y"]})).to_pandas()  # the frame <-> Arrow bridge
+
+
+def _matplotlib() -> None:
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [3, 4])
+    ax.set_title("warm")
+    fig.savefig(io.BytesIO(), format="png")
+    plt.close("all")
+
+
+WARM_UPS: dict[str, Callable[[], None]] = {"numpy": _numpy, "pandas": _pandas, "pyarrow": _pyarrow,
+                                            "matplotlib": _matplotlib}
+"""How each module a launcher can preload is imported and exercised once (its first calls fill caches and
+import submodules that a worker would otherwise pay for on its first use)."""
+
+PRELOADED = ("numpy", "pandas", "pyarrow")
+"""What the launcher preloads: what a worker's values cross in (Arrow) and what nearly every analysis uses.
+Shared with the worker page for page (copied only when written); a fresh worker is forked for every cell.
+
+Measured by ``benchmarks/bench_memory.py --preloads`` (launcher + worker PSS; the worker's first use):
+matplotlib is not preloaded: preloaded it cost about 30 MB PSS per session whether or not the session ever
+draws; imported by the worker at its first chart it costs about 1.4 s, once per cell that draws (the worker
+also builds its font list in its fresh scratch directory). pandas preloaded costs about 50 MB per session
+and saves about 0.9 s on each cell's first frame."""
+
+
+def warm_up(modules: Sequence[str] = PRELOADED) -> None:
+    """Import what a worker needs to start (its own modules, libseccomp) and warm each of ``modules``
+    (names in :data:`WARM_UPS`), so forked workers start warm."""
+    unknown = [name for name in modules if name not in WARM_UPS]
+    if unknown:
+        raise ValueError(f"cannot preload {unknown}: the launcher preloads only {sorted(WARM_UPS)}")
+    import collections, csv, datetime, decimal, fractions, hashlib, itertools, math, random  # noqa: E401,F401
+    import re, statistics, string, textwrap, zoneinfo  # noqa: E401,F401
 
     from harness_magic.core.execution import interpreter  # noqa: F401
     from harness_magic.core.confinement import layers as confinement  # noqa: F401
     from harness_magic.core.execution.sandbox import worker  # noqa: F401
 
     confinement.probe_seccomp_library()  # loads libseccomp before any worker is confined
-    frame = pd.DataFrame({"a": np.arange(5), "b": list("abcde"), "t": pd.date_range("2024-01-01", periods=5)})
-    frame.groupby("b")["a"].sum().describe()
-    repr(frame)
-    pa.Table.from_pandas(frame).to_pandas()
+    for name in modules:
+        WARM_UPS[name]()
 
 
-def _share_with_workers() -> None:
+def share_with_workers() -> None:
     """Move every object the launcher holds now into the collector's permanent generation.
 
     A worker's full collection would otherwise write the header of each object it inherited (the
@@ -121,7 +165,7 @@ def _reap(pid: int, wait_s: float) -> dict:
 def main(control_fd: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=control_fd)
-    _warm_up()
+    warm_up()
     from harness_magic.core.execution.sandbox.worker import run_worker
 
     gc.collect()  # the warm-up's garbage goes before the rest is frozen (and shared) for good
@@ -137,7 +181,7 @@ def main(control_fd: int) -> None:
             message = _parse(data, flags)
             op = message.get("op")
             if op == "spawn" and len(fds) in (2, 3) and isinstance(message.get("config"), dict):
-                _share_with_workers()
+                share_with_workers()
                 pid = os.fork()
                 if pid == 0:
                     try:
