@@ -17,7 +17,9 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -196,11 +198,11 @@ def test_an_idle_host_exits_and_the_next_call_starts_a_new_one(own_host, server)
     server.replies = [{"text": "before"}, {"text": "after"}]
     transport = HostedTransport(api_base=server.api_base, api_key="sk-test", idle_s=0.5, host=own_host)
     assert transport.complete(payload(), None)["choices"][0]["message"]["content"] == "before"
-    first = own_host.pid
+    first = own_host.last_pid
     assert first is not None
     wait_gone(first)
     assert transport.complete(payload(), None)["choices"][0]["message"]["content"] == "after"
-    assert own_host.pid not in (None, first)
+    assert own_host.last_pid not in (None, first)
 
 
 def test_a_host_killed_between_calls_is_replaced_unseen(own_host, server):
@@ -215,39 +217,88 @@ def test_a_host_killed_between_calls_is_replaced_unseen(own_host, server):
     assert len(server.requests) == 2, "the dead host's call was not sent twice"
 
 
+class StallingServer:
+    """A chat server that streams the first piece of its answer, then waits until :attr:`release` is set
+    (so a test acts while the host is certainly mid-stream), then finishes; it answers one request."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        release = self.release
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                base = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+                for delta, finish in (({"role": "assistant", "content": "First piece"}, None),
+                                      ({"content": ", second piece"}, None), ({}, "stop")):
+                    chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.flush()
+                    release.wait(GONE_WAIT_S)
+                self.wfile.write(b"data: [DONE]\n\n")
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.api_base = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
 def test_a_host_killed_during_a_streamed_call_is_one_error_and_the_next_call_works(own_host, server):
-    long = "A long streamed answer. " * 40
-    server.replies = [{"text": long}, {"text": "fresh"}]
-    transport = HostedTransport(api_base=server.api_base, api_key="sk-test", host=own_host)
+    stalling = StallingServer()
     own_host.endpoint()  # running before the call, so the first piece can name it
     pid = own_host.pid
+    assert pid is not None
 
     def kill_on_first_piece(piece: str) -> None:
-        if pid is not None and not gone(pid):
-            os.kill(pid, signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
 
-    with pytest.raises(ProviderUnreachable) as info:
-        transport.complete(payload(), kill_on_first_piece)
+    try:
+        with pytest.raises(ProviderUnreachable) as info:
+            HostedTransport(api_base=stalling.api_base, api_key="sk-test", host=own_host).complete(
+                payload(), kill_on_first_piece)
+    finally:
+        stalling.close()
     assert "the provider host ended during the request" in str(info.value)
     assert info.value.retryable and info.value.request_sent and info.value.url == "the provider host"
+    server.replies = [{"text": "fresh"}]
+    transport = HostedTransport(api_base=server.api_base, api_key="sk-test", host=own_host)
     assert transport.complete(payload(), None)["choices"][0]["message"]["content"] == "fresh"
+    assert own_host.last_pid != pid
 
 
 def test_an_interrupt_during_streaming_leaves_the_host_serving(own_host, server):
-    server.replies = [{"text": "A long streamed answer that is cut off. " * 40}, {"text": "Fresh answer."}]
-    transport = HostedTransport(api_base=server.api_base, api_key="sk-test", host=own_host)
+    stalling = StallingServer()
+    transport = HostedTransport(api_base=stalling.api_base, api_key="sk-test", host=own_host)
     seen: list[str] = []
 
     def stop(piece: str) -> None:
         seen.append(piece)
         raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):
-        transport.complete(payload(), stop)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            transport.complete(payload(), stop)  # the host is mid-stream: the server holds the next piece
+    finally:
+        stalling.close()  # the next piece meets the closed connection: the host closes litellm's stream
     pid, starts = own_host.pid, own_host.starts
-    assert len(seen) == 1
-    assert transport.complete(payload(), None)["choices"][0]["message"]["content"] == "Fresh answer."
+    assert seen == ["First piece"]
+    server.replies = [{"text": "Fresh answer."}]
+    follow = HostedTransport(api_base=server.api_base, api_key="sk-test", host=own_host)
+    assert follow.complete(payload(), None)["choices"][0]["message"]["content"] == "Fresh answer."
     assert (own_host.pid, own_host.starts) == (pid, starts), "the same host served the next request"
+    HostedTransport(host=own_host, idle_s=0.3).route(MODEL)
+    assert pid is not None
+    wait_gone(pid)  # it idled out: a host with a request still in flight never does, so the interrupted one ended
 
 
 # -- a hostile host ----------------------------------------------------------------------------------------

@@ -15,8 +15,9 @@ Unix socket in a 0700 directory and hands it over as fd ``N``. Contract:
   :class:`~harness_magic.core.providers.transport.LiteLLMLookups`, exactly as in the kernel when
   ``provider_host`` is off; the kernel's environment (``env``) is the process's for each request, so a key
   set after the host started is used;
-- a peer that closes mid-stream (an interrupt in the kernel) stops the request at the next piece: the
-  stream is closed (litellm's connection goes back to its pool) and the host serves the next request;
+- a peer that closes mid-stream (an interrupt in the kernel) stops the request when the next piece
+  arrives from the provider (the host learns of the closed peer by writing to it): the stream is closed
+  (litellm's connection goes back to its pool) and the host serves the next request;
 - it exits after ``idle_s`` seconds with no request in flight (each request may change ``idle_s``),
   when its stdin reaches end of file (the kernel is gone) or when its parent changes; it ignores SIGINT
   (the stop button interrupts the kernel's process group) and never writes to stdout (its stdout is

@@ -109,6 +109,12 @@ class ProviderHost:
         proc = self._proc
         return proc.pid if proc is not None and proc.poll() is None else None
 
+    @property
+    def last_pid(self) -> int | None:
+        """The process id of the host started last, running or not (None before the first start)."""
+        proc = self._proc
+        return proc.pid if proc is not None else None
+
     def endpoint(self, failed: int | None = None) -> tuple[int, str]:
         """``(generation, socket path)`` of a running host: started when none runs, or again when ``failed``
         names the current generation (a connection to it found nobody)."""
