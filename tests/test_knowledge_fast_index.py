@@ -283,7 +283,8 @@ def write_big_docs(root: Path, seed: int = 35) -> list[Path]:
         suffix = (".md", ".md", ".markdown", ".txt")[number % 4]
         lines = [f"# Doc {number}", ""]
         for section in range(rng.randint(3, 12)):
-            lines += [f"## {rng.choice(words).title()} {section}", "", " ".join(rng.choices(words, k=rng.randint(20, 400)))]
+            lines += [f"## {rng.choice(words).title()} {section}", "",
+                      " ".join(rng.choices(words, k=rng.randint(20, 400)))]
             if rng.random() < 0.2:
                 lines += ["```", f"# fenced {number}", "```"]
             lines.append(rng.choice(HOSTILE_PIECES))
@@ -306,9 +307,10 @@ def tables(index: DocIndex) -> tuple[list, list, list]:
 
 @pytest.fixture
 def three_cores(monkeypatch):
-    """The pool is used whatever this machine's cores: three, so two workers (one core is the writer's);
-    returns a switch for the kernel-only path."""
+    """The pool is used whatever this machine's cores and load: three free, so two workers (one core is the
+    writer's); returns a switch for the kernel-only path."""
     monkeypatch.setattr(prepare_module, "host_cores", lambda: 3)
+    monkeypatch.setattr(prepare_module, "busy_cores", lambda: 0)
 
     def kernel_only() -> None:
         monkeypatch.setattr(prepare_module, "POOL_MIN_BYTES", 1 << 62)
@@ -320,12 +322,14 @@ def no_pool_left() -> bool:
     return multiprocessing.active_children() == []
 
 
-@pytest.mark.parametrize(("cores", "workers"), [(1, 0), (2, 1), (3, 2), (6, 5)])
+@pytest.mark.parametrize(("cores", "busy", "workers"), [(1, 0, 0), (2, 0, 1), (3, 0, 2), (6, 0, 5), (3, 1, 1),
+                                                      (3, 2, 0), (2, 7, 0)])
 def test_a_corpus_over_the_threshold_gives_the_same_rows_as_the_kernel_alone(tmp_path, three_cores, monkeypatch,
-                                                                             cores, workers):
+                                                                             cores, busy, workers):
     root = tmp_path / "docs"
     write_big_docs(root)
-    monkeypatch.setattr(prepare_module, "host_cores", lambda: cores)  # one core is left to the writer
+    monkeypatch.setattr(prepare_module, "host_cores", lambda: cores)  # one free core is left to the writer
+    monkeypatch.setattr(prepare_module, "busy_cores", lambda: busy)  # others running on the node now
     limits = ExtractionLimits(text_max_chars=6_000)  # a few of the files are over it: failures, the same ones
     pooled = DocIndex([root], tmp_path / "pooled.sqlite", limits=limits)
     report = pooled.refresh()
@@ -429,6 +433,7 @@ def test_an_interrupted_pool_build_leaves_the_old_index_intact(tmp_path, three_c
     assert scores(index) == before and tables(index) == rows and index.keyword("chargeback", 5) == []
     monkeypatch.undo()
     monkeypatch.setattr(prepare_module, "host_cores", lambda: 3)
+    monkeypatch.setattr(prepare_module, "busy_cores", lambda: 0)
     report = index.refresh()
     assert report.workers == 2 and len(report.updated) == len(paths)
     assert index.keyword("chargeback", 5) != [] and index.keyword("refund", 5) == []
@@ -468,7 +473,7 @@ def test_in_a_real_kernel_the_pool_forks_cleanly_and_prints_nothing_twice(tmp_pa
             "import multiprocessing\n"
             "from harness_magic.core.knowledge import prepare\n"
             "from harness_magic.core.knowledge.index import DocIndex\n"
-            "prepare.host_cores = lambda: 3\n"
+            "prepare.host_cores, prepare.busy_cores = lambda: 3, lambda: 0\n"
             "print('printed before the refresh', end='')  # still in the kernel's output buffer when it forks\n"
             f"report = DocIndex([{str(root)!r}], {str(tmp_path / 'index.sqlite')!r}).refresh()\n"
             "print('|', report.workers, len(report.added), report.notes, multiprocessing.active_children())\n")
@@ -501,3 +506,15 @@ def test_a_damaged_index_is_moved_aside_and_rebuilt(tmp_path, damage):
     assert len(report.added) == 40 and scores(reopened) == expected
     assert [n for n in report.notes if "was damaged" in n]  # said once, in the first refresh's report
     reopened.close()
+
+
+@pytest.mark.parametrize(("loadavg", "busy"), [(b"0.50 0.40 0.30 1/120 4242\n", 0), (b"5.0 6.0 5.9 4/117 3301\n", 3),
+                                               (b"0.0 0.0 0.0 0/1 1\n", 0), (b"", 0), (b"1 2 3\n", 0),
+                                               (b"1 2 3 x/y 4\n", 0), (b"\xff\xfe 1 2 -5/1 7", 0),
+                                               (b"1 2 3 99999999999999999999/1 5", 10**20 - 2)])
+def test_busy_cores_reads_the_runnable_count_and_takes_what_it_cannot_read_for_idle(tmp_path, monkeypatch, loadavg, busy):
+    (tmp_path / "loadavg").write_bytes(loadavg)
+    monkeypatch.setattr(prepare_module, "LOADAVG_PATH", str(tmp_path / "loadavg"))
+    assert prepare_module.busy_cores() == busy
+    monkeypatch.setattr(prepare_module, "LOADAVG_PATH", str(tmp_path / "missing"))
+    assert prepare_module.busy_cores() == 0

@@ -9,10 +9,10 @@ gives (:func:`~.extract.text_chunks`) straight into table rows (:func:`chunk_row
 :class:`~.extract.Chunk` is built to be taken apart. The index's one writer inserts the rows,
 in one transaction (:meth:`.index.DocIndex.refresh`).
 
-When the files to read add up to ``POOL_MIN_BYTES`` or more and this process may run on more
-than one core, the tasks go to a pool of forked processes, one for each of those cores
-(``os.sched_getaffinity``) but the writer's (``POOL_WRITER_CORES``; at most ``POOL_MAX_WORKERS``
-and one a batch), in batches of about
+When the files to read add up to ``POOL_MIN_BYTES`` or more and more than one of the cores this
+process may run on (``os.sched_getaffinity``) is free (not running another task now:
+:func:`busy_cores`), the tasks go to a pool of forked processes, one for each free core but the
+writer's (``POOL_WRITER_CORES``; at most ``POOL_MAX_WORKERS`` and one a batch), in batches of about
 ``POOL_BATCH_BYTES``, never more than ``POOL_AHEAD`` batches a worker in flight (however big
 the corpus, the results waiting for the writer stay bounded). Forked: a worker starts in about a
 millisecond and runs the very functions the index was given (nothing imported, no code
@@ -25,8 +25,9 @@ batch waited for and every later one are then prepared in this process, and
 :class:`~.extract.ExtractionError`, which fails that file alone) reaches the writer as it would
 in this process.
 
-Smaller refreshes, and hosts with one core, prepare the files here: a pool costs more than it
-saves below ``POOL_MIN_BYTES``.
+Smaller refreshes, hosts with one core, and busy hosts prepare the files here: a pool costs more
+than it saves below ``POOL_MIN_BYTES``, and without a free core its worker only takes turns with the
+writer (measured on the shared 2-core machine: slower than the kernel alone).
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ from harness_magic.core.knowledge.extract import ChunkMaker, ExtractionError, Ex
 from harness_magic.core.knowledge.tree import FILE_MAX_BYTES, HARDLINK_REASON, DocRoot, DocTree
 
 __all__ = ["TextTask", "Prepared", "TextPreparer", "TextChunker", "Row", "chunk_row", "read_checked", "prepare_file",
-           "fts_title", "trail_json", "host_cores", "pool_workers", "POOL_MIN_BYTES", "POOL_BATCH_BYTES",
-           "POOL_AHEAD", "POOL_MAX_WORKERS", "POOL_WRITER_CORES", "ROWS", "SAME", "SKIP", "FAILED"]
+           "fts_title", "trail_json", "host_cores", "busy_cores", "pool_workers", "LOADAVG_PATH", "POOL_MIN_BYTES",
+           "POOL_BATCH_BYTES", "POOL_AHEAD", "POOL_MAX_WORKERS", "POOL_WRITER_CORES", "ROWS", "SAME", "SKIP", "FAILED"]
 
 POOL_MIN_BYTES = 1024 * 1024
 """Bytes of Markdown and text to read in one refresh from which a pool of processes prepares them.
@@ -179,6 +180,21 @@ def host_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+LOADAVG_PATH = "/proc/loadavg"
+"""Linux's load figures; the fourth field is ``runnable/total`` scheduling entities right now."""
+
+
+def busy_cores() -> int:
+    """Tasks runnable on the host right now besides this one (``LOADAVG_PATH``'s runnable count less one):
+    cores a pool would have to share with others. 0 where the count cannot be read."""
+    try:
+        with open(LOADAVG_PATH, "rb") as handle:
+            runnable = int(handle.read(256).split()[3].split(b"/")[0])
+    except (OSError, IndexError, ValueError):  # not Linux, or not the format it documents
+        return 0
+    return max(0, runnable - 1)
+
+
 def batches(tasks: Sequence[TextTask]) -> list[tuple[int, int]]:
     """``tasks`` cut in order into (start, end) runs of about ``POOL_BATCH_BYTES``."""
     out: list[tuple[int, int]] = []
@@ -220,8 +236,9 @@ def _prepare_batch(tasks: list[TextTask]) -> list[Prepared]:
 class TextPreparer:
     """The :class:`Prepared` of ``tasks``, in order (iterate once, inside ``with``); see the module's contract.
 
-    ``cores`` defaults to :func:`host_cores`. :attr:`workers` says how the files are prepared:
-    0 in this process, else the pool's size.
+    ``cores`` defaults to the cores free now: :func:`host_cores` less :func:`busy_cores` (on a busy
+    node a pool would only take turns with the writer). :attr:`workers` says how the files are
+    prepared: 0 in this process, else the pool's size.
     """
 
     def __init__(self, tree: DocTree, tasks: Sequence[TextTask], chunker: TextChunker, max_chars: int, *,
@@ -231,7 +248,7 @@ class TextPreparer:
         self.chunker = chunker
         self.max_chars = max_chars
         self._cuts = batches(self.tasks)
-        self.workers = pool_workers(self.tasks, self._cuts, host_cores() if cores is None else cores)
+        self.workers = pool_workers(self.tasks, self._cuts, host_cores() - busy_cores() if cores is None else cores)
         self.notes: list[str] = []
         """What a person should know: a pool worker stopped and the rest was prepared here."""
         self._executor: ProcessPoolExecutor | None = None
