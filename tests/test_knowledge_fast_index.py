@@ -52,7 +52,7 @@ from harness_magic.core.knowledge.extract import (
     text_chunks,
 )
 from harness_magic.core.knowledge.index import SCHEMA_VERSION, DocIndex
-from harness_magic.core.knowledge.tree import DocTree
+from harness_magic.core.knowledge.tree import READ_CHUNK_BYTES, DocTree, read_up_to
 
 QUERIES = ["refund window", "partner share policy", "owner team", "fenced code sample", "escalation runbook",
            "it owns the", "refund", "quarterly revenue"]
@@ -518,3 +518,17 @@ def test_busy_cores_reads_the_runnable_count_and_takes_what_it_cannot_read_for_i
     assert prepare_module.busy_cores() == busy
     monkeypatch.setattr(prepare_module, "LOADAVG_PATH", str(tmp_path / "missing"))
     assert prepare_module.busy_cores() == 0
+
+
+@pytest.mark.parametrize(("size", "expected", "limit"), [
+    (0, 0, 100), (7_000, 7_000, 20_000), (100_000, 10, 1_000_000), (100_000, 100_000, 4_096),
+    (5_000, 9_000, 1_000_000), (3 * READ_CHUNK_BYTES + 5, 0, 10 * READ_CHUNK_BYTES), (10, 10, 10)])
+def test_a_file_is_read_to_its_end_or_the_limit_whatever_its_fstat_said(tmp_path, size, expected, limit):
+    """The expected size only sizes the first read: a file that grew or shrank since is read as it is now."""
+    data = random.Random(size).randbytes(size)
+    (tmp_path / "f").write_bytes(data)
+    fd = os.open(tmp_path / "f", os.O_RDONLY)
+    try:
+        assert read_up_to(fd, expected, limit) == data[:limit]
+    finally:
+        os.close(fd)
