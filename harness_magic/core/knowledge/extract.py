@@ -445,13 +445,12 @@ def _heading_marks(lines: list[str], fences: bool) -> list[tuple[int, int, str]]
 def _section_chunks(chunks: list[Any], used: dict[str, int], make: Callable[..., Any], path: str,
                     trail: tuple[str, ...], lines: list[str], start: int, end: int, headed: bool) -> None:
     """Append the chunks of ``lines[start:end]`` (a heading line first when ``headed``), as chunk_lines does."""
-    if not "".join(lines[start + headed:end]).strip():
+    whole = "\n".join(lines[start:end])  # joined once: the emptiness check, the size and (one part) the text
+    if not (whole[len(lines[start]) + 1:] if headed else whole).strip():
         return  # a heading right above a subheading: the trail of the next chunk carries it
     base = slugify(trail[-1]) if trail else "top"
-    if sum(map(len, lines[start:end])) + (end - start) <= CHUNK_MAX_CHARS:
-        parts = [(start, end)]
-    else:
-        parts = _part_bounds(lines, start, end)
+    single = len(whole) + 1 <= CHUNK_MAX_CHARS  # each line counts its length + 1
+    parts = [(start, end)] if single else _part_bounds(lines, start, end)
     for index, (first, last) in enumerate(parts):
         slug = base if index == 0 else f"{base}-part-{index + 1}"
         used[slug] = used.get(slug, 0) + 1
@@ -465,7 +464,7 @@ def _section_chunks(chunks: list[Any], used: dict[str, int], make: Callable[...,
         else:
             while not lines[bottom].strip():
                 bottom -= 1
-        text = "\n".join(lines[first:last]).strip()
+        text = whole.strip() if single else "\n".join(lines[first:last]).strip()
         chunks.append(make(path, slug, trail, top + 1, bottom + 1, text))
 
 
