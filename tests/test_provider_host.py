@@ -364,6 +364,19 @@ def test_a_hostile_host_frame_is_refused_by_name_and_nothing_in_it_runs(tmp_path
     assert not info.value.retryable and not marker.exists()
 
 
+def test_a_host_that_cannot_start_is_one_error_naming_what_it_said():
+    crash = "import sys; sys.stderr.write('boom: litellm is not installed here\\n'); sys.exit(3)"
+    host = ProviderHost(argv=[sys.executable, "-c", crash])
+    try:
+        with pytest.raises(ProviderUnreachable) as info:
+            HostedTransport(api_base="http://127.0.0.1:9/v1", host=host).complete(payload(), None)
+    finally:
+        host.close()
+    assert "the provider host could not be reached twice" in str(info.value)
+    assert "boom: litellm is not installed here" in str(info.value)
+    assert not info.value.request_sent and not info.value.retryable and host.starts == 2
+
+
 def test_frames_and_errors_are_checked_before_anything_is_built():
     with pytest.raises(FrameError, match="is not JSON: RecursionError"):
         decode_frame(b"[" * 100_000 + b"]" * 100_000)

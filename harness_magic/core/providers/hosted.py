@@ -54,7 +54,7 @@ from harness_magic.core.providers.transport import MODELS_LIST_TIMEOUT_S, TextCa
 
 __all__ = ["HostedTransport", "ProviderHost", "HostProtocolError", "shared_host", "HOST_MODULE",
            "ACK_TIMEOUT_S", "REPLY_GRACE_S", "LOOKUP_TIMEOUT_S", "STDERR_LINES", "STDERR_LINE_MAX_CHARS",
-           "LISTEN_BACKLOG", "HOST_URL"]
+           "LISTEN_BACKLOG", "HOST_URL", "LAST_WORDS_WAIT_S"]
 
 HOST_MODULE = "harness_magic.core.providers.host"
 """The module the host process runs."""
@@ -70,6 +70,8 @@ STDERR_LINE_MAX_CHARS = 500
 """Each kept stderr line is cut to this many characters."""
 LISTEN_BACKLOG = 64
 """Requests that may wait for the host to accept them (a fresh host accepts after importing litellm)."""
+LAST_WORDS_WAIT_S = 1.0
+"""When a host is found dead, how long its exit and the rest of its stderr are waited for, to name why."""
 HOST_URL = "the provider host"
 """How errors about the host process itself name where the call went."""
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -102,6 +104,7 @@ class ProviderHost:
         self._path = ""
         self._generation = 0
         self._stderr: deque[str] = deque(maxlen=STDERR_LINES)
+        self._drainer: threading.Thread | None = None
 
     @property
     def pid(self) -> int | None:
@@ -145,7 +148,9 @@ class ProviderHost:
             listener.close()  # the child holds it now: when the child ends, connecting is refused at once
         self._proc = proc
         self.starts += 1
-        threading.Thread(target=self._drain, args=(proc,), daemon=True, name="provider-host-stderr").start()
+        self._stderr.clear()
+        self._drainer = threading.Thread(target=self._drain, args=(proc,), daemon=True, name="provider-host-stderr")
+        self._drainer.start()
 
     def _drain(self, proc: subprocess.Popen[bytes]) -> None:
         """Keep the host's last stderr lines (bounded), then reap it."""
@@ -159,7 +164,16 @@ class ProviderHost:
             proc.stdin.close()
 
     def last_words(self) -> str:
-        """The host's last stderr lines, for an error message (empty when it said nothing)."""
+        """The last host's last stderr lines, for an error message (empty when it said nothing); a host that
+        is ending is given :data:`LAST_WORDS_WAIT_S` to end and have its stderr read."""
+        proc, drainer = self._proc, self._drainer
+        if proc is not None and drainer is not None:
+            try:
+                proc.wait(LAST_WORDS_WAIT_S)
+            except subprocess.TimeoutExpired:
+                pass  # still running (slow, not dead): what it said so far
+            else:
+                drainer.join(LAST_WORDS_WAIT_S)
         lines = [line for line in list(self._stderr)[-3:] if line.strip()]
         return f"; its stderr ended: {' | '.join(lines)}" if lines else ""
 
