@@ -36,6 +36,7 @@ import os
 import random
 import re
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
@@ -311,6 +312,7 @@ def three_cores(monkeypatch):
     writer's); returns a switch for the kernel-only path."""
     monkeypatch.setattr(prepare_module, "host_cores", lambda: 3)
     monkeypatch.setattr(prepare_module, "busy_cores", lambda: 0)
+    monkeypatch.setattr(sys.modules[__name__], "CHILDREN_BEFORE", set(multiprocessing.active_children()))
 
     def kernel_only() -> None:
         monkeypatch.setattr(prepare_module, "POOL_MIN_BYTES", 1 << 62)
@@ -318,8 +320,12 @@ def three_cores(monkeypatch):
     return kernel_only
 
 
+CHILDREN_BEFORE: set = set()
+"""This process's children when the test started (another test's may still run): the pool's must be gone."""
+
+
 def no_pool_left() -> bool:
-    return multiprocessing.active_children() == []
+    return set(multiprocessing.active_children()) <= CHILDREN_BEFORE
 
 
 @pytest.mark.parametrize(("cores", "busy", "workers"), [(1, 0, 0), (2, 0, 1), (3, 0, 2), (6, 0, 5), (3, 1, 1),
