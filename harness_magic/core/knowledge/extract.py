@@ -410,11 +410,16 @@ def text_chunks(path: str, suffix: str, data: bytes, *, max_chars: int = TEXT_MA
     starts = [index for index, _, _ in marks]
     if not starts or starts[0] > 0:  # text above the first heading: a section with no trail
         _section_chunks(chunks, used, make, path, (), lines, 0, starts[0] if starts else len(lines), False)
-    trail: list[tuple[int, str]] = []
+    levels: list[int] = []  # the trail's heading levels, strictly increasing, and its titles
+    titles: list[str] = []
     for number, (start, level, title) in enumerate(marks):
-        trail = [(lvl, t) for lvl, t in trail if lvl < level] + [(level, title)]
+        while levels and levels[-1] >= level:  # what chunk_lines keeps: the headings above this level
+            levels.pop()
+            titles.pop()
+        levels.append(level)
+        titles.append(title)
         end = marks[number + 1][0] if number + 1 < len(marks) else len(lines)
-        _section_chunks(chunks, used, make, path, tuple(t for _, t in trail), lines, start, end, True)
+        _section_chunks(chunks, used, make, path, tuple(titles), lines, start, end, True)
     return chunks
 
 
