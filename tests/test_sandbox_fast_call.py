@@ -2,8 +2,11 @@
 
 Contracts:
 
-- The kernel reads a reply frame's body right after its header when it is there (no second wait), and never
-  past the frame being assembled: the next frame stays in the pipe; an empty, oversized or cut frame is refused.
+- A frame crosses exactly (lone surrogates, NUL, NaN, huge numbers included). A reader takes a small frame in
+  one read; frames a read brought along wait in the reader (never lost, returned without another read); a large
+  frame is assembled a chunk at a time; an empty, oversized, cut, padded, trailing or too deeply nested frame is
+  refused with ProtocolError.
+- An empty call's reply is ``{"op": "result", "seq": N}``: the worker leaves out every field at its default.
 - The result socket is read only when something waits on it: an empty call opens no memory file, and a sealed
   memory file the worker sends without naming it in its reply is closed by that call, never kept.
 - Scratch is swept for result files only after a reply that may have left some (an error, or a result that is
@@ -17,6 +20,7 @@ Contracts:
 from __future__ import annotations
 
 import ast
+import json
 import os
 import struct
 import warnings
@@ -24,7 +28,7 @@ import warnings
 import pytest
 from test_worker_revival import kill_and_wait
 
-from harness_magic.core.execution.sandbox import SandboxedInterpreter, checks, probe_confinement
+from harness_magic.core.execution.sandbox import SandboxedInterpreter, checks, probe_confinement, worker
 from harness_magic.core.execution.sandbox.backend import _may_name_scratch_files
 from harness_magic.core.execution.sandbox.protocol import FrameReader, ProtocolError, send_frame
 
@@ -57,15 +61,17 @@ def pipe():
 # -- frames ----------------------------------------------------------------------------------------------------
 
 
-def test_a_whole_frame_is_read_in_one_feed_and_the_next_frame_stays_in_the_pipe(pipe) -> None:
+def test_frames_read_together_come_out_one_at_a_time_without_another_read(pipe) -> None:
     read, write = pipe
     send_frame(write, {"op": "result", "seq": 1})
     send_frame(write, {"op": "result", "seq": 2, "text": "é" * 10})
     reader = FrameReader(read)
-    assert reader.feed() == {"op": "result", "seq": 1}
-    assert reader.pending == 0
-    assert reader.feed() == {"op": "result", "seq": 2, "text": "é" * 10}
-    assert reader.feed() is None  # nothing left: no wait, no error
+    assert reader.feed() == {"op": "result", "seq": 1}  # one read took both frames
+    assert reader.pending > 0
+    with pytest.raises(BlockingIOError):
+        os.read(read, 1)  # the pipe is empty: the second frame waits in the reader
+    assert reader.take() == {"op": "result", "seq": 2, "text": "é" * 10}
+    assert (reader.take(), reader.feed(), reader.pending) == (None, None, 0)  # nothing left: no wait, no error
 
 
 def test_a_frame_arriving_in_pieces_is_assembled_across_feeds(pipe) -> None:
@@ -81,8 +87,46 @@ def test_a_frame_arriving_in_pieces_is_assembled_across_feeds(pipe) -> None:
     assert reader.feed() == {"op": "output", "seq": 3, "text": "hello"}
 
 
+@pytest.mark.parametrize("message", [
+    {"op": "output", "seq": 7, "text": "a\ud800b\udc80 \x00 é 漢字 \U0001f600 \\ \"q\""},  # lone surrogates, NUL
+    {"op": "result", "seq": 2**70, "value": {"t": "float", "v": "nan"}, "n": [float("inf"), -0.0, 1e308, 5e-324]},
+    {"op": "result", "seq": 1, "nested": [[[{"k": [None, True, False, ""]}]]], "": {"": []}},
+])
+def test_frames_cross_exactly(pipe, message: dict) -> None:
+    read, write = pipe
+    send_frame(write, message)
+    received = FrameReader(read).feed()
+    assert repr(received) == repr(message)  # repr: NaN and -0.0 compared as written
+
+
+def test_a_frame_larger_than_one_read_is_assembled_and_the_frame_after_it_kept(pipe) -> None:
+    read, write = pipe
+    big = {"op": "result", "seq": 1, "stdout": "x" * (3 * FrameReader.READ_BYTES)}
+    reader = FrameReader(read)
+    send_frame(write, {"op": "output", "seq": 1, "text": "first"})
+    os.set_blocking(write, False)
+    data = struct.pack(">I", len(json.dumps(big, separators=(",", ":")))) + json.dumps(big, separators=(",", ":")).encode()
+    data += struct.pack(">I", 17) + b'{"op":"x","s":22}'
+    frames = []
+    while data or len(frames) < 3:
+        if data:
+            try:
+                data = data[os.write(write, data):]
+            except BlockingIOError:
+                pass
+        frame = reader.feed()
+        if frame is not None:
+            frames.append(frame)
+    assert frames == [{"op": "output", "seq": 1, "text": "first"}, big, {"op": "x", "s": 22}]
+    assert reader.pending == 0
+
+
 @pytest.mark.parametrize("frame, error", [
     (struct.pack(">I", 0), "not JSON"),
+    (struct.pack(">I", 4) + b"{} x", "extra data"),
+    (struct.pack(">I", 3) + b" {}", "not JSON"),
+    (struct.pack(">I", 60_000) + b"[" * 60_000, "not JSON"),  # nesting past the recursion limit: refused, not raised
+    (struct.pack(">I", 7) + b'{"a":1,', "not JSON"),
     (struct.pack(">I", 2**31), "exceeds"),
     (struct.pack(">I", 5) + b"[1,2]", "not a JSON object"),
     (struct.pack(">I", 4) + b"\xff\xfe{}", "not JSON"),
@@ -115,7 +159,7 @@ def test_a_peer_closing_mid_frame_is_an_eof(pipe) -> None:
     ({"error": None, "value": {"kind": "arrow", "shape": "frame", "file": "out_1_value.arrow"}, "saved": []}, True),
     ({"error": None, "value": None, "saved": [["t", {"kind": "npy", "file": "out_1_0.npy"}]]}, True),
     ({"error": "TransferRefused: too big", "value": None, "saved": []}, True),  # a result half written
-    ({"error": None, "value": None}, True),  # malformed: no saved list
+    ({"op": "result", "seq": 1}, False),  # an empty call's reply: fields at their defaults are left out
     ({"error": None, "value": None, "saved": "out_1_0.npy"}, True),
     ({"error": None, "value": "out_1_value.arrow", "saved": []}, True),  # a descriptor that is not one
     ({"error": None, "value": None, "saved": [["t"]]}, True),
@@ -169,6 +213,26 @@ def test_a_sealed_file_the_reply_does_not_name_is_closed_by_the_call(unfriendly)
     assert _memory_files() == before  # ...and closed
     after = unfriendly.execute("6 * 7", {}, [])
     assert (after.error, after.value, unfriendly.worker_pid) == (None, 42, pid)
+
+
+def test_an_empty_calls_reply_holds_no_field_at_its_default(tmp_path) -> None:
+    config = {"limits": {"stdout_chars": 1000, "file_size": 2**20}, "ast_precheck": True,
+              "input_dir": str(tmp_path), "scratch_dir": str(tmp_path)}
+    assert worker._serve({"op": "exec", "seq": 9, "code": "pass"}, config, None) == {"op": "result", "seq": 9}
+    assert worker._serve({"op": "exec", "seq": 10, "code": "x = 1"}, config, None) == {"op": "result", "seq": 10}
+    refused = worker._serve({"op": "exec", "seq": 11, "code": "import os"}, config, None)
+    assert refused.keys() == {"op", "seq", "error"} and refused["error"].startswith("SandboxViolation")
+    printed = worker._serve({"op": "exec", "seq": 12, "code": "print('a')\n1/0"}, config, None)
+    assert printed["stdout"] == "a\n" and "ZeroDivisionError" in printed["error"] and "value" not in printed
+
+
+@confined
+def test_lone_surrogates_cross_both_ways_and_the_worker_stays(interp) -> None:
+    pid = interp.worker_pid
+    printed = interp.execute("print('a\\ud800b')\n'x\\udc80'", {}, [])
+    assert (printed.error, printed.stdout, printed.value) == (None, "a\ud800b\n", "x\udc80")
+    sent = interp.execute("text", {"text": "in\udfff"}, [])
+    assert (sent.error, sent.value, interp.worker_pid) == (None, "in\udfff", pid)
 
 
 def test_the_models_scratch_files_stay_after_calls_that_return_nothing(unfriendly) -> None:

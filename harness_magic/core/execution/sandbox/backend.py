@@ -541,8 +541,9 @@ class SandboxedInterpreter:
 
 def _may_name_scratch_files(reply: Mapping[str, Any]) -> bool:
     """Whether a worker's reply may have left result files in scratch: an error (a result half written), or a
-    value or saved result that is not an inline or sealed descriptor. Sealed and inline results leave none."""
-    saved = reply.get("saved")
+    value or saved result that is not an inline or sealed descriptor. Sealed and inline results leave none, and
+    a reply without ``saved`` saved nothing (the worker leaves out fields at their defaults)."""
+    saved = reply.get("saved", [])
     if reply.get("error") is not None or not isinstance(saved, list):
         return True
     descs = [reply.get("value"), *(item[1] if isinstance(item, list) and len(item) == 2 else item for item in saved)]

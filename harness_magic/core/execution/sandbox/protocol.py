@@ -1,6 +1,7 @@
 """Wire format between the kernel and the sandbox worker.
 
-Frames are a 4-byte big-endian length and a UTF-8 JSON object. Values that are
+Frames are a 4-byte big-endian length and a JSON object in UTF-8 (a lone surrogate, which a
+Python string may hold, crosses in its 3-byte form and comes back as it was). Values that are
 not tables or arrays travel as *tagged JSON*: every value is ``{"t": tag, ...}``
 with a closed set of tags, so decoding in the kernel is plain data construction
 — nothing the worker wrote is ever unpickled or evaluated. Anything outside the
@@ -16,6 +17,7 @@ import json
 import os
 import struct
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 __all__ = [
@@ -25,7 +27,6 @@ __all__ = [
     "ProtocolError",
     "RemoteObject",
     "send_frame",
-    "recv_frame",
     "FrameReader",
     "encode_value",
     "decode_value",
@@ -64,52 +65,74 @@ class RemoteObject:
     __str__ = __repr__
 
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=True)
-"""One encoder for every frame (``json.dumps`` with options builds a new one per call)."""
+_HEADER = struct.Struct(">I")
+"""A frame's length: 4 bytes, big-endian."""
+
+
+def _refuse_unknown(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _frame_encoder() -> Callable[[dict[str, Any]], str]:
+    """The text of a frame's JSON object, compact (no spaces), NaN and infinities allowed, non-ASCII kept.
+
+    The C encoder is built once (``json.dumps`` and ``JSONEncoder.encode`` build
+    one per call) and keeps no table of containers seen: frames are trees our
+    code builds (a cycle would end in RecursionError, as deep nesting does).
+    Where the C accelerator is missing or takes other arguments, the
+    pure-Python encoder with the same options does the same work.
+    """
+    fallback = json.JSONEncoder(ensure_ascii=False, allow_nan=True, separators=(",", ":")).encode
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return fallback
+    try:
+        encode = make(None, _refuse_unknown, json.encoder.encode_basestring, None, ":", ",", False, False, True)
+        if "".join(encode({"a": [1.5, None, "é"]}, 0)) != fallback({"a": [1.5, None, "é"]}):
+            return fallback
+    except TypeError:  # another Python's C encoder takes other arguments
+        return fallback
+    return lambda message: "".join(encode(message, 0))
+
+
+_encode_frame = _frame_encoder()
+
+_scan_json = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set by JSONDecoder.__init__; typeshed omits it
+"""The C scanner ``json.loads`` ends in, without its two whitespace matches and three Python calls per frame."""
 
 
 def send_frame(fd: int, message: dict[str, Any]) -> None:
-    data = _ENCODER.encode(message).encode("utf-8")
+    """Write ``message`` as one frame (a single write when the pipe has room)."""
+    data = _encode_frame(message).encode("utf-8", "surrogatepass")  # a lone surrogate the code printed crosses as is
     if len(data) > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame of {len(data)} bytes exceeds {MAX_FRAME_BYTES}")
-    view = memoryview(struct.pack(">I", len(data)) + data)
+    view = memoryview(_HEADER.pack(len(data)) + data)
     while view:
         written = os.write(fd, view)
         view = view[written:]
 
 
-def _read_exact(fd: int, size: int) -> bytes:
-    chunks = []
-    while size:
-        chunk = os.read(fd, min(size, 1 << 20))
-        if not chunk:
-            raise EOFError("peer closed the pipe")
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
-
-
-def recv_frame(fd: int, max_bytes: int = MAX_FRAME_BYTES) -> dict[str, Any]:
-    """Blocking read of one frame: only for the worker's side (the kernel uses :class:`FrameReader`)."""
-    (size,) = struct.unpack(">I", _read_exact(fd, 4))
-    if size > max_bytes:
-        raise ProtocolError(f"frame of {size} bytes exceeds {max_bytes}")
-    return _decode_frame(_read_exact(fd, size))
-
-
 class FrameReader:
-    """Assembles one frame from a non-blocking descriptor, a chunk at a time.
+    """Frames from one descriptor, in order, a read at a time; bytes read past a frame wait for the next.
 
-    :meth:`feed` reads whatever is available now (never waits) and returns the
-    decoded frame once it is complete, else ``None``; the caller owns the
-    deadline and calls it again when ``select`` says the descriptor is
-    readable. A declared size above ``max_bytes`` is refused as soon as the
-    4-byte header arrives, so a peer can never make the reader buffer more
-    than ``max_bytes`` plus one chunk.
+    :meth:`feed` makes at most one read (up to :data:`READ_BYTES`, or the rest
+    of the frame being assembled when it is larger), so a small frame costs one
+    read, and returns the first complete frame, else ``None``. On a
+    non-blocking descriptor it never waits: the caller owns the deadline and
+    calls it again when ``select`` says the descriptor is readable, after
+    taking what :meth:`take` still holds (a read may bring several frames;
+    ``select`` does not see bytes already read). On a blocking descriptor
+    :meth:`next_frame` waits for one. A declared size above ``max_bytes`` is
+    refused as soon as its 4-byte header is in, so a peer can never make the
+    reader hold more than ``max_bytes`` plus one read. Keep one reader per
+    descriptor: a new one would lose what the old one had read.
     """
 
+    READ_BYTES = 1 << 16
+    """Bytes asked for when no large frame is being assembled: a pipe's whole buffer."""
+
     CHUNK_BYTES = 1 << 20
-    """Bytes taken per read: keeps one feed() short so the caller's watchdog keeps running."""
+    """Most bytes taken per read of a large frame: keeps one feed() short so the caller's watchdog keeps running."""
 
     def __init__(self, fd: int, max_bytes: int = MAX_FRAME_BYTES) -> None:
         self.fd, self.max_bytes = fd, max_bytes
@@ -118,46 +141,67 @@ class FrameReader:
 
     @property
     def pending(self) -> int:
-        """Bytes of an unfinished frame held so far."""
+        """Bytes read and not yet returned as a frame (a frame being assembled, or frames read past one)."""
         return len(self._buffer)
 
-    def feed(self) -> dict[str, Any] | None:
-        """Read what is available; the frame when complete. EOFError/ProtocolError on a bad peer.
+    def take(self) -> dict[str, Any] | None:
+        """The next frame already read, without reading; ``None`` when none is complete.
 
-        Reads never go past the frame being assembled (the next one stays in
-        the pipe), and the body is read right after its header when it is
-        there already: a small frame costs two reads and no second wait.
-        """
-        while True:
-            want = 4 - len(self._buffer) if self._size is None else self._size - len(self._buffer)
-            try:
-                chunk = os.read(self.fd, max(1, min(want, self.CHUNK_BYTES)))
-            except BlockingIOError:
+        ProtocolError on an oversized size or a body that is not a JSON object."""
+        buffer = self._buffer
+        if self._size is None:
+            if len(buffer) < 4:
                 return None
-            if not chunk:
-                raise EOFError("peer closed the pipe" + (" mid-frame" if self._buffer else ""))
-            self._buffer += chunk
-            if self._size is not None:
-                break  # at most one body chunk per feed
-            if len(self._buffer) < 4:
-                return None
-            (self._size,) = struct.unpack(">I", bytes(self._buffer[:4]))
-            del self._buffer[:4]
-            if self._size > self.max_bytes:
-                raise ProtocolError(f"frame of {self._size} bytes exceeds {self.max_bytes}")
-            if not self._size:
-                break  # an empty body: nothing to read (it is refused as not JSON below)
-        if len(self._buffer) < self._size:
+            (size,) = _HEADER.unpack_from(buffer)
+            if size > self.max_bytes:
+                raise ProtocolError(f"frame of {size} bytes exceeds {self.max_bytes}")
+            self._size = size
+        end = 4 + self._size
+        if len(buffer) < end:
             return None
-        data, self._buffer, self._size = bytes(self._buffer), bytearray(), None
+        with memoryview(buffer) as view:
+            data = bytes(view[4:end])  # one copy (a bytearray slice would be a second)
+        del buffer[:end]
+        self._size = None
         return _decode_frame(data)
+
+    def feed(self) -> dict[str, Any] | None:
+        """The next frame: one already read, else after at most one read; ``None`` when none is complete yet.
+
+        EOFError when the peer closed the descriptor ("mid-frame" when it left one
+        half sent), ProtocolError on a malformed or oversized frame."""
+        frame = self.take()
+        if frame is not None:
+            return frame
+        short = 0 if self._size is None else 4 + self._size - len(self._buffer)
+        try:
+            chunk = os.read(self.fd, min(short, self.CHUNK_BYTES) if short > self.READ_BYTES else self.READ_BYTES)
+        except BlockingIOError:
+            return None
+        if not chunk:
+            raise EOFError("peer closed the pipe" + (" mid-frame" if self._buffer else ""))
+        self._buffer += chunk
+        return self.take()
+
+    def next_frame(self) -> dict[str, Any]:
+        """The next frame, waiting for it (a blocking descriptor: the worker's request pipe)."""
+        while True:
+            frame = self.feed()
+            if frame is not None:
+                return frame
 
 
 def _decode_frame(data: bytes) -> dict[str, Any]:
+    """A frame's body as the JSON object it must be (one object, nothing around it), or ProtocolError."""
     try:
-        message = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ProtocolError(f"frame is not JSON: {exc}") from exc
+        text = data.decode("utf-8", "surrogatepass")
+        message, end = _scan_json(text, 0)
+    except StopIteration as exc:  # the scanner's word for "no JSON value starts here"
+        raise ProtocolError(f"frame is not JSON: no value at {exc.value}") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ProtocolError(f"frame is not JSON: {type(exc).__name__}: {exc}") from None
+    if end != len(text):
+        raise ProtocolError(f"frame is not JSON: extra data at {end}")
     if not isinstance(message, dict):
         raise ProtocolError("frame is not a JSON object")
     return message

@@ -86,6 +86,8 @@ def _input_table(desc: dict[str, Any], directory: str) -> Any:
 
 def keep_input_tables(descs: Iterable[dict[str, Any]]) -> None:
     """Worker side: drop the mapped tables of inputs not in ``descs`` (the call about to run), unmapping them."""
+    if not _INPUT_TABLES:
+        return  # nothing mapped (most calls of a worker that was given no table)
     wanted = {tuple(input_files(desc)) for desc in descs}
     for names in [names for names in _INPUT_TABLES if names not in wanted]:
         del _INPUT_TABLES[names]

@@ -1,7 +1,7 @@
 """Waiting for a worker's reply: one loop keeps the wall-clock limit and the memory limit, and relays output.
 
-:func:`await_reply` reads the reply pipe (non-blocking, a chunk at a time through
-:class:`FrameReader`), so a worker that sends half a frame and stalls, or
+:func:`await_reply` reads the reply pipe (non-blocking, a read at a time through the
+worker's :class:`~.protocol.FrameReader`), so a worker that sends half a frame and stalls, or
 trickles bytes while it allocates, still meets both limits: they are checked
 every :data:`WATCHDOG_INTERVAL_S` on this same loop whether or not bytes
 arrived (a flood of frames cannot starve the check). Memory counts anonymous
@@ -20,7 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness_magic.core.execution.sandbox.protocol import FrameReader
 from harness_magic.core.execution.sandbox.scratch import clear_directory, directory_bytes
 from harness_magic.core.execution.sandbox.worker_handle import WorkerHandle
 
@@ -94,20 +93,20 @@ class ReplyWatch:
         self.held_bytes = 0
 
     def wait(self, seq: int, timeout: float, relay: OutputRelay) -> dict[str, Any] | WorkerLost:
-        worker, limits = self.worker, self.limits
-        deadline = time.monotonic() + timeout
-        reader = FrameReader(worker.resp_fd)
+        worker, limits, frames = self.worker, self.limits, self.worker.frames
+        started = time.monotonic()
+        deadline, next_check = started + timeout, started + WATCHDOG_INTERVAL_S  # a quick reply pays for no check
         tick = 0
-        next_check = time.monotonic() + WATCHDOG_INTERVAL_S  # a quick reply pays for no check
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 worker.kill()
                 return WorkerLost(f"the code ran past the {timeout:g}-second time limit and was stopped")
-            ready, _, _ = select.select([worker.resp_fd], [], [], min(WATCHDOG_INTERVAL_S, left))
-            if ready:
+            # Frames a read brought with the last one first (select does not see them), else at most one read.
+            frame = frames.take()
+            if frame is None and select.select([worker.resp_fd], [], [], min(WATCHDOG_INTERVAL_S, left))[0]:
                 try:
-                    reply = reader.feed()
+                    frame = frames.feed()
                 except EOFError:
                     if worker.cgroup is not None and worker.cgroup.oom_killed():
                         clear_directory(limits.scratch_dir)
@@ -115,13 +114,13 @@ class ReplyWatch:
                             f"the code went over the {limits.rss_limit / 2**20:.0f} MiB memory limit (stopped by "
                             "its memory cgroup); its scratch files were deleted")
                     return WorkerLost("the sandbox worker running this code died before the code finished")
-                if reply is not None and reply.get("op") == "output":
-                    relay.take(reply)
-                    reply = None
-                if reply is not None and reply.get("op") == "result" and reply.get("seq") != seq:
-                    reply = None  # a stale or forged frame: the real reply follows (the watchdog still runs)
-                if reply is not None:
-                    return reply
+            if frame is not None:
+                op = frame.get("op")
+                if op == "output":
+                    relay.take(frame)
+                elif op != "result" or frame.get("seq") == seq:
+                    return frame
+                # else a stale or forged result: the real reply follows (the watchdog still runs)
             if time.monotonic() < next_check:
                 continue
             next_check = time.monotonic() + WATCHDOG_INTERVAL_S

@@ -27,7 +27,7 @@ from harness_magic.core.cache.names import resolve_handle_name
 from harness_magic.core.confinement import layers as confinement
 from harness_magic.core.execution.interpreter import split_trailing_expression
 from harness_magic.core.execution.sandbox import checks
-from harness_magic.core.execution.sandbox.protocol import recv_frame, send_frame
+from harness_magic.core.execution.sandbox.protocol import FrameReader, send_frame
 from harness_magic.core.execution.sandbox.transfer_codec import TransferRefused
 from harness_magic.core.execution.sandbox.transfer_worker import (
     keep_input_tables,
@@ -194,9 +194,10 @@ def run_worker(req_fd: int, resp_fd: int, config: dict[str, Any], result_fd: int
         arm = checks.install_audit_hook(config["scratch_dir"]) if config.get("audit_hooks") else None
         send_frame(resp_fd, {"op": "hello", "layers": status, "pid": os.getpid(),
                              "uid": os.getuid()})
+        requests = FrameReader(req_fd)
         while True:
             try:
-                request = recv_frame(req_fd)
+                request = requests.next_frame()
             except EOFError:
                 break
             reply = _serve(request, config, arm, resp_fd)
@@ -253,14 +254,23 @@ def _parse(code: str) -> ast.Module | None:
 
 
 def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any, resp_fd: int | None = None) -> dict[str, Any]:
+    """Run one ``exec`` request; its ``result`` frame, which leaves out every field at its default
+    (``error``, ``value``: None; ``saved``, ``charts``, ``notes``: empty; ``stdout``: ""; ``stdout_dropped``: 0;
+    ``recycle``: false): an empty call's reply is ``{"op": "result", "seq": N}``."""
     seq = int(request["seq"])
-    taken = set(request.get("taken", []))
+    reply: dict[str, Any] = {"op": "result", "seq": seq}
+    code = request["code"]
+    tree = _parse(code)
+    if config.get("ast_precheck") and tree is not None:
+        refusal = checks.precheck_tree(tree)
+        if refusal is not None:
+            reply["error"] = f"SandboxViolation: {refusal}"
+            return reply
+    taken = set(request.get("taken", ()))
     saved: list[tuple[str, Any]] = []
     notes: list[str] = []
     limit = int(config["limits"]["stdout_chars"])
     out = _StreamingText(limit, resp_fd, seq) if resp_fd is not None else _BoundedText(limit)
-    reply: dict[str, Any] = {"op": "result", "seq": seq, "error": None, "value": None, "saved": [],
-                             "charts": [], "notes": notes}
 
     def save(name: str, value: Any) -> str:
         if len(saved) >= MAX_SAVES:
@@ -270,13 +280,6 @@ def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any, resp_fd: i
         saved.append((handle, value))
         return handle
 
-    code = request["code"]
-    tree = _parse(code)
-    if config.get("ast_precheck") and tree is not None:
-        refusal = checks.precheck_tree(tree)
-        if refusal is not None:
-            reply.update(error=f"SandboxViolation: {refusal}", stdout="", stdout_dropped=0)
-            return reply
     # A real module object, registered while the code runs: dataclasses, pickling by
     # reference and typing look classes up through sys.modules[cls.__module__].
     module = types.ModuleType("__agent__")
@@ -285,10 +288,12 @@ def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any, resp_fd: i
     sys.modules["__agent__"] = module
     value: Any = None
     has_value = False
+    error: str | None = None
     old_out, old_err = sys.stdout, sys.stderr
     try:
-        keep_input_tables(request.get("inputs", {}).values())
-        for name, desc in request.get("inputs", {}).items():
+        inputs = request.get("inputs") or {}
+        keep_input_tables(inputs.values())
+        for name, desc in inputs.items():
             namespace[name] = read_input(desc, config["input_dir"])
         body, trailing = split_trailing_expression(tree if tree is not None else code)
         sys.stdout = sys.stderr = out
@@ -302,30 +307,31 @@ def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any, resp_fd: i
             if trailing is not None:
                 value, has_value = eval(trailing, namespace), True
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt included
-        reply["error"] = _format_error(exc)
+        error = _format_error(exc)
     finally:
         sys.stdout, sys.stderr = old_out, old_err
         if isinstance(out, _StreamingText):
             out.close_stream()
-    cap = int(config["limits"]["file_size"]) - (1 << 20)
-    try:
-        if reply["error"] is None:
-            reply["saved"] = [[h, write_result(v, config["scratch_dir"], f"{seq}_{i}", notes, saved_as=h,
-                                               max_bytes=cap)]
-                              for i, (h, v) in enumerate(saved)]
+    if error is None and (saved or (has_value and value is not None)):
+        cap = int(config["limits"]["file_size"]) - (1 << 20)
+        try:
+            kept = [[h, write_result(v, config["scratch_dir"], f"{seq}_{i}", notes, saved_as=h, max_bytes=cap)]
+                    for i, (h, v) in enumerate(saved)]
             if has_value and value is not None:
                 reply["value"] = write_result(value, config["scratch_dir"], f"{seq}_value", notes, max_bytes=cap)
-    except TransferRefused as exc:
-        reply["saved"], reply["value"] = [], None
-        reply["error"] = f"TransferRefused: {exc}"
-    except Exception as exc:  # noqa: BLE001 - encoding the model's values runs their code; the reply names it
-        reply["error"] = "Sending the result back failed:\n" + _format_error(exc)
+            if kept:
+                reply["saved"] = kept
+        except TransferRefused as exc:
+            reply.pop("value", None)
+            error = f"TransferRefused: {exc}"
+        except Exception as exc:  # noqa: BLE001 - encoding the model's values runs their code; the reply names it
+            reply.pop("value", None)
+            error = "Sending the result back failed:\n" + _format_error(exc)
     try:
-        reply["charts"] = _capture_charts(notes)
+        charts = _capture_charts(notes)
     except Exception as exc:  # noqa: BLE001 - matplotlib state is user code's: charts are optional, a note says so
+        charts = []
         notes.append(f"charts could not be captured: {exc}")
-    reply["stdout"] = out.value()
-    reply["stdout_dropped"] = out.dropped
     namespace.clear()
     sys.modules.pop("__agent__", None)
     # A thread the model started would outlive the call and could touch later ones: recycle.
@@ -336,4 +342,8 @@ def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any, resp_fd: i
     if threading.active_count() > 1 or _thread_count() > 0:
         reply["recycle"] = True
         notes.append("background threads were still running; the worker was restarted")
+    for key, part in (("error", error), ("charts", charts), ("notes", notes), ("stdout", out.value()),
+                      ("stdout_dropped", out.dropped)):
+        if part:
+            reply[key] = part
     return reply

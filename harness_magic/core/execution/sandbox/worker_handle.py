@@ -48,6 +48,8 @@ class WorkerHandle:
         self.cgroup: MemoryCgroup | None = None
         self.result_sock = result_sock
         """Kernel end of the socketpair the worker passes sealed result memfds over."""
+        self.frames = FrameReader(resp_fd)
+        """The one reader of the reply pipe, for its whole life: bytes read past a frame wait in it."""
         self._result_poll = select.poll()
         self._result_poll.register(result_sock, select.POLLIN)
 
@@ -60,7 +62,7 @@ class WorkerHandle:
         late, malformed, a failure report, or from another pid than the one forked."""
         os.set_blocking(self.resp_fd, False)
         try:
-            hello = _read_hello(self.resp_fd)
+            hello = _read_hello(self.resp_fd, self.frames)
         except (EOFError, ProtocolError) as exc:
             self.kill()
             self.close_fds()
@@ -215,8 +217,8 @@ def fork_worker(launcher: LauncherClient, config: dict[str, Any]) -> WorkerHandl
         result_child.close()
 
 
-def _read_hello(fd: int) -> dict[str, Any]:
-    reader, deadline = FrameReader(fd), time.monotonic() + SPAWN_TIMEOUT_S
+def _read_hello(fd: int, reader: FrameReader) -> dict[str, Any]:
+    deadline = time.monotonic() + SPAWN_TIMEOUT_S
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
