@@ -514,11 +514,13 @@ def test_a_damaged_index_is_moved_aside_and_rebuilt(tmp_path, damage):
     reopened.close()
 
 
-@pytest.mark.parametrize(("loadavg", "busy"), [(b"0.50 0.40 0.30 1/120 4242\n", 0), (b"5.0 6.0 5.9 4/117 3301\n", 3),
+@pytest.mark.parametrize(("loadavg", "busy"), [(b"0.50 0.40 0.30 1/120 4242\n", 0), (b"5.0 6.0 5.9 4/117 3301\n", 5),
+                                               (b"0.90 2.0 3.0 4/117 3301\n", 3), (b"1.7 0.2 0.1 1/99 7\n", 1),
                                                (b"0.0 0.0 0.0 0/1 1\n", 0), (b"", 0), (b"1 2 3\n", 0),
                                                (b"1 2 3 x/y 4\n", 0), (b"\xff\xfe 1 2 -5/1 7", 0),
+                                               (b"nan 1 1 3/9 1", 0), (b"inf 1 1 3/9 1", 0), (b"-4 1 1 1/9 1", 0),
                                                (b"1 2 3 99999999999999999999/1 5", 10**20 - 2)])
-def test_busy_cores_reads_the_runnable_count_and_takes_what_it_cannot_read_for_idle(tmp_path, monkeypatch, loadavg, busy):
+def test_busy_cores_reads_the_load_and_takes_what_it_cannot_read_for_idle(tmp_path, monkeypatch, loadavg, busy):
     (tmp_path / "loadavg").write_bytes(loadavg)
     monkeypatch.setattr(prepare_module, "LOADAVG_PATH", str(tmp_path / "loadavg"))
     assert prepare_module.busy_cores() == busy

@@ -10,8 +10,8 @@ gives (:func:`~.extract.text_chunks`) straight into table rows (:func:`chunk_row
 in one transaction (:meth:`.index.DocIndex.refresh`).
 
 When the files to read add up to ``POOL_MIN_BYTES`` or more and more than one of the cores this
-process may run on (``os.sched_getaffinity``) is free (not running another task now:
-:func:`busy_cores`), the tasks go to a pool of forked processes, one for each free core but the
+process may run on (``os.sched_getaffinity``) is free (neither running another task now nor
+counted in the 1-minute load average: :func:`busy_cores`), the tasks go to a pool of forked processes, one for each free core but the
 writer's (``POOL_WRITER_CORES``; at most ``POOL_MAX_WORKERS`` and one a batch), in batches of about
 ``POOL_BATCH_BYTES``, never more than ``POOL_AHEAD`` batches a worker in flight (however big
 the corpus, the results waiting for the writer stay bounded). Forked: a worker starts in about a
@@ -181,18 +181,22 @@ def host_cores() -> int:
 
 
 LOADAVG_PATH = "/proc/loadavg"
-"""Linux's load figures; the fourth field is ``runnable/total`` scheduling entities right now."""
+"""Linux's load figures: the 1-minute load average first, the fourth field ``runnable/total`` tasks now."""
 
 
 def busy_cores() -> int:
-    """Tasks runnable on the host right now besides this one (``LOADAVG_PATH``'s runnable count less one):
-    cores a pool would have to share with others. 0 where the count cannot be read."""
+    """Cores a pool would have to share with other work: the tasks runnable right now besides this one, or the
+    whole 1-minute load average if higher (it counts this kernel's own recent work too: refreshes back to back
+    keep their writer's core busy). 0 where ``LOADAVG_PATH`` cannot be read."""
     try:
         with open(LOADAVG_PATH, "rb") as handle:
-            runnable = int(handle.read(256).split()[3].split(b"/")[0])
+            fields = handle.read(256).split()
+        average, runnable = float(fields[0]), int(fields[3].split(b"/")[0])
     except (OSError, IndexError, ValueError):  # not Linux, or not the format it documents
         return 0
-    return max(0, runnable - 1)
+    if not 0 <= average < 1e6:  # nan, inf or nonsense: the figure says nothing
+        return 0
+    return max(0, runnable - 1, int(average))
 
 
 def batches(tasks: Sequence[TextTask]) -> list[tuple[int, int]]:
