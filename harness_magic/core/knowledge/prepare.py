@@ -52,10 +52,11 @@ __all__ = ["TextTask", "Prepared", "TextPreparer", "TextChunker", "Row", "chunk_
 
 POOL_MIN_BYTES = 1024 * 1024
 """Bytes of Markdown and text to read in one refresh from which a pool of processes prepares them.
-A worker takes reading, hashing and chunking (~17 ms a MB on the 2-core machine) off the writer, but
-the writer pays part of it back taking the rows in (unpickling, copy-on-write faults after the fork,
-~10 ms a MB) and the fork itself: below about 1 MiB the pool costs more than it saves
-(``bench_docs.py --stages`` times each step, and a refresh with and without the pool)."""
+A worker takes reading, hashing and chunking (~17 ms a MB on the 2-core machine) off the writer, which
+pays part of it back taking the rows in (unpickling ~2 ms a MB, copy-on-write faults after the fork)
+and the fork itself: below about 1 MiB the pool costs more than it saves. Without a free core the two
+take turns and the writer saves nothing (measured: :func:`busy_cores`). ``bench_docs.py --stages``
+times each step, and a refresh with and without the pool."""
 POOL_BATCH_BYTES = 128 * 1024
 """Bytes of files sent to a worker at once (a file larger than this is a batch of its own)."""
 POOL_AHEAD = 2
