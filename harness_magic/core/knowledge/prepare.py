@@ -107,7 +107,9 @@ class Prepared(NamedTuple):
     mtime_ns: int
     read_bytes: int
     rows: list[Row]
+    """The file's chunks (ROWS only)."""
     reason: str
+    """SKIP and FAILED: why, said after the file's path; ROWS: what extraction cut (pages past the limit), or ""."""
 
 
 def fts_title(trail: Sequence[str], path: str) -> str:
