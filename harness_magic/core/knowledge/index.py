@@ -97,7 +97,7 @@ CANDIDATES = 50
 TITLE_WEIGHT = 3.0
 """BM25 weight of the heading trail relative to the body (1.0)."""
 FTS_BATCH_ROWS = 2_000
-"""Rows re-indexed per batch when the full-text table is rebuilt."""
+"""Chunks per ``executemany``: when a refresh inserts its rows, and when the full-text table is rebuilt."""
 DF_CACHE_TERMS = 100_000
 """Query terms whose chunk counts are memoised (cleared when the index changes)."""
 SCHEMA_VERSION = 2
