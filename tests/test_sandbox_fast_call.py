@@ -28,6 +28,7 @@ import warnings
 import pytest
 from test_worker_revival import kill_and_wait
 
+from harness_magic.core.execution.interpreter import handles_named, referenced_names
 from harness_magic.core.execution.sandbox import SandboxedInterpreter, checks, probe_confinement, worker
 from harness_magic.core.execution.sandbox.backend import _may_name_scratch_files
 from harness_magic.core.execution.sandbox.protocol import FrameReader, ProtocolError, send_frame
@@ -296,3 +297,16 @@ def test_the_pre_checks_walk_visits_what_ast_walk_visits_in_the_same_order(code:
 def test_the_pre_check_finds_what_it_found_before_however_deep(code: str, refusal: str) -> None:
     found = checks.precheck(code)
     assert found is not None and refusal in found
+
+
+# -- the session tool's look-up of the handles a call reads ----------------------------------------------------
+
+
+@pytest.mark.parametrize("code", [
+    "pass", "df.head()", "x = sales['df']", "print('df')", "ｄｆ.head()", "dF + df_2", "sales_2023 = sales",
+    "def f(df=df):\n    return [df for df in range(3)]", "lambda: sales", "x = (\n", "é = df", "\x00df",
+    "class A:\n    df = sales\n", "from x import df", "f'{sales!r}'",
+])
+@pytest.mark.parametrize("handles", [[], ["df"], ["df", "sales", "sales_2023"], ["é", "ｄｆ", "A"]])
+def test_the_handles_a_call_names_are_those_its_parse_finds(code: str, handles: list[str]) -> None:
+    assert handles_named(code, handles) == referenced_names(code) & set(handles)

@@ -37,6 +37,7 @@ __all__ = [
     "BACKEND_MEMBERS",
     "InProcessInterpreter",
     "referenced_names",
+    "handles_named",
     "make_interpreter_tools",
     "STDOUT_MAX_CHARS",
 ]
@@ -176,6 +177,18 @@ def referenced_names(code: str) -> set[str]:
     except SyntaxError:
         return set()
     return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+
+
+def handles_named(code: str, handles: Collection[str]) -> set[str]:
+    """The ``handles`` the code names (:func:`referenced_names` among them), parsing only when it may name one.
+
+    ASCII code names an identifier only by writing it, so a handle that is not
+    in its text is not among its names; other code is parsed (Python reads
+    identifiers in NFKC form: fullwidth letters can write an ASCII name).
+    """
+    if not handles or (code.isascii() and not any(handle in code for handle in handles)):
+        return set()
+    return referenced_names(code) & set(handles)
 
 
 def split_trailing_expression(code: str | ast.Module, filename: str = "<agent>") -> tuple[Any, Any]:
@@ -526,7 +539,7 @@ def make_interpreter_tools(
     def python_interpreter(code: str) -> ToolOutput:
         if not isinstance(code, str) or not code.strip():
             return ToolOutput(text="`code` must be a non-empty string of Python source.", is_error=True)
-        wanted = referenced_names(code) & set(cache.names())
+        wanted = handles_named(code, cache.names())
         try:
             inputs = materialize_inputs(cache, wanted, materialize_max_bytes(), materialize_max_rows())
         except Exception as exc:  # over the cap, or the engine failed: nothing ran

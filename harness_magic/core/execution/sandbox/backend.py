@@ -151,8 +151,7 @@ class SandboxedInterpreter:
             raise ValueError(f"timeout must be positive, got {timeout!r}")
         total = _total_memory()
         self.timeout = float(timeout)
-        self.rss_limit = int(rss_limit) if rss_limit is not None else int(total * 0.75)
-        self.scratch_max_bytes = int(scratch_max_bytes) if scratch_max_bytes is not None else self.rss_limit
+        rss = int(rss_limit) if rss_limit is not None else int(total * 0.75)
         self._options: dict[str, Any] = dict(timeout=timeout, memory_limit=memory_limit, rss_limit=rss_limit,
                              scratch_max_bytes=scratch_max_bytes, cpu_seconds=cpu_seconds,
                              result_max_bytes=result_max_bytes, stdout_max_chars=stdout_max_chars, layers=layers,
@@ -173,6 +172,9 @@ class SandboxedInterpreter:
         self.session_dir = tempfile.mkdtemp(prefix="session-", dir=self._launcher.root)
         self.input_dir = os.path.join(self.session_dir, "inputs")
         self.scratch_dir = os.path.join(self.session_dir, "scratch")
+        self._memory = MemoryLimits(rss, int(scratch_max_bytes) if scratch_max_bytes is not None else rss,
+                                    self.scratch_dir)
+        """What every call's worker may hold (built once: the reply wait reads it on each call)."""
         os.mkdir(self.input_dir, 0o755)
         os.mkdir(self.scratch_dir, 0o700)
         self._worker: WorkerHandle | None = None
@@ -201,6 +203,16 @@ class SandboxedInterpreter:
         status["ast_precheck"] = self._ast_precheck
         status["audit_hooks"] = self._audit_hooks
         return status
+
+    @property
+    def rss_limit(self) -> int:
+        """Bytes of memory, memfds and scratch a worker may hold (see the class docstring); set at construction."""
+        return self._memory.rss_limit
+
+    @property
+    def scratch_max_bytes(self) -> int:
+        """Bytes of scratch files a worker may hold; set at construction."""
+        return self._memory.scratch_max_bytes
 
     @property
     def worker_pid(self) -> int | None:
@@ -485,8 +497,7 @@ class SandboxedInterpreter:
     def _wait(self, worker: WorkerHandle, seq: int, on_output: Callable[[str], None] | None,
               taken_names: Collection[str]) -> dict[str, Any] | ExecutionResult:
         """The reply to call ``seq``, or an error result (see :func:`.watchdog.await_reply`)."""
-        limits = MemoryLimits(self.rss_limit, self.scratch_max_bytes, self.scratch_dir)
-        reply = await_reply(worker, seq, self.timeout, limits, on_output)
+        reply = await_reply(worker, seq, self.timeout, self._memory, on_output)
         if isinstance(reply, WorkerLost):
             return self._lost_worker(reply.why, taken_names)
         if reply.get("recycle"):
@@ -512,10 +523,10 @@ class SandboxedInterpreter:
         error = reply.get("error")
         if error is not None:
             result.error = str(error)
-        taken = set(taken_names)
         saved = reply.get("saved", [])
         if not isinstance(saved, list) or len(saved) > _MAX_SAVES:
             raise ProtocolError("malformed saved list")
+        taken = set(taken_names) if saved else set()
         for item in saved:
             if not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], str):
                 raise ProtocolError("malformed saved entry")
@@ -546,6 +557,8 @@ def _may_name_scratch_files(reply: Mapping[str, Any]) -> bool:
     saved = reply.get("saved", [])
     if reply.get("error") is not None or not isinstance(saved, list):
         return True
+    if not saved and reply.get("value") is None:
+        return False  # nothing was sent back (an empty call)
     descs = [reply.get("value"), *(item[1] if isinstance(item, list) and len(item) == 2 else item for item in saved)]
     return any(desc is not None and (not isinstance(desc, dict) or "file" in desc) for desc in descs)
 
