@@ -1,9 +1,11 @@
-"""Shared fixtures: a scripted OpenAI-compatible server and harness builders."""
+"""Shared fixtures: a scripted OpenAI-compatible server and harness builders; the order files run in."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,64 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from scripted_server import ScriptedServer  # noqa: E402
+
+FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
+"""Seconds each test file took in a recorded run (``pytest --record-file-seconds ...`` rewrites it): under
+pytest-xdist the files are handed out longest first, so the long ones overlap from the start and the run ends
+on short ones instead of one worker finishing a long file while the other idles."""
+UNRECORDED_SECONDS_PER_TEST = 0.5
+"""A file missing from :data:`FILE_SECONDS` (new since the recording) counts this long per test."""
+
+
+def _file_of(nodeid: str) -> str:
+    """The file part of a node id, as ``--dist loadfile`` groups tests (``notebooks/x.ipynb::Cell 0`` too)."""
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--record-file-seconds", action="store_true",
+                     help=f"write each test file's total seconds (setup + call + teardown) to {FILE_SECONDS.name}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # xdist's own order (files with the most tests first) ran a 4-test file of 20 kernels last; the suite orders
+    # its files itself (pytest_collection_modifyitems) and xdist keeps that order.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+    if config.getoption("--record-file-seconds") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(_FileSecondsRecorder(), "file_seconds_recorder")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, the longest files first (a stable sort: each file's tests keep their order and stay
+    together). Every worker sorts the same collection the same way, as xdist requires. A plain run keeps the
+    collection's order."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    recorded = json.loads(FILE_SECONDS.read_text()) if FILE_SECONDS.exists() else {}
+    tests = Counter(_file_of(item.nodeid) for item in items)
+
+    def seconds(path: str) -> float:
+        return recorded.get(path, tests[path] * UNRECORDED_SECONDS_PER_TEST)
+
+    items.sort(key=lambda item: -seconds(_file_of(item.nodeid)))
+
+
+class _FileSecondsRecorder:
+    """Sums every test report's duration per file (the controller sees all workers' reports) and writes
+    :data:`FILE_SECONDS` at the end of a run with no failure (a failed run's times are not the suite's)."""
+
+    def __init__(self) -> None:
+        self.seconds: Counter[str] = Counter()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.seconds[_file_of(report.nodeid)] += report.duration
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if exitstatus != 0:
+            return
+        ranked = {path: round(total, 1) for path, total in self.seconds.most_common()}
+        FILE_SECONDS.write_text(json.dumps(ranked, indent=0) + "\n")
 
 
 @pytest.fixture(scope="session")
