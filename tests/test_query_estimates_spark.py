@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from spark_servers import quick_jvm
 
 pytest.importorskip("pyspark")
 
@@ -40,7 +41,7 @@ def call(tool, **arguments):
 def spark():
     """One connector whose engine starts its own local server (stopped at the end)."""
     connector = spark_connector(master="local[2]", timeout_s=TIMEOUT_S,
-                                conf={"spark.sql.shuffle.partitions": "2"})
+                                conf=quick_jvm({"spark.sql.shuffle.partitions": "2"}))
     connector.engine.run(lambda session: session.sql("SELECT 1").collect())  # the server starts here, not in a test
     yield connector
     connector.engine.close()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from spark_servers import quick_jvm
 
 pytest.importorskip("pyspark")
 
@@ -81,8 +82,8 @@ def open_server(views, tmp_path_factory):
     provider key in the kernel's environment, and the view folder as its only readable data."""
     old = os.environ.get("OPENAI_API_KEY")
     os.environ["OPENAI_API_KEY"] = FAKE_KEY
-    server = LocalSparkConnect("local[2]", {"spark.sql.restrictedMode.enabled": "false",
-                                            "spark.sql.shuffle.partitions": "2"}, read_paths=[str(views)])
+    server = LocalSparkConnect("local[2]", quick_jvm({"spark.sql.restrictedMode.enabled": "false",
+                                                      "spark.sql.shuffle.partitions": "2"}), read_paths=[str(views)])
     spark = connect(server)
     try:
         yield server, spark

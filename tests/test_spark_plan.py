@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from spark_servers import quick_jvm
 
 pytest.importorskip("pyspark")
 
@@ -83,10 +84,10 @@ def lake(tmp_path_factory):
     owner = SparkEngine(master="local[2]", files={"private": str(lake.private), "private_csv": str(lake.csv),
                                                   "private_json": str(lake.json), "sales_files": str(sales),
                                                   **lake.files()},
-                        conf={"spark.sql.shuffle.partitions": "4",
-                              # the plan check is tested on its own: Spark's restricted mode (on by default in
-                              # the local server) would refuse scripts and reflection first
-                              "spark.sql.restrictedMode.enabled": "false"})
+                        conf=quick_jvm({"spark.sql.shuffle.partitions": "4",
+                                        # the plan check is tested on its own: Spark's restricted mode (on by
+                                        # default in the local server) would refuse scripts and reflection first
+                                        "spark.sql.restrictedMode.enabled": "false"}))
     admin = owner.spark  # starts the server; the owner's own session acts as the cluster's administrator
     admin.sql(f"CREATE TABLE sales USING parquet LOCATION '{sales}'")  # a catalog table (over files the server reads)
     lake.url, lake.admin, lake.owner = owner.server.url, admin, owner

@@ -15,6 +15,7 @@ import os
 import pandas as pd
 import pytest
 
+from spark_servers import quick_jvm
 from test_engine_pseudonyms import ORDERS, load, seen_email
 from test_pseudonyms import AMOUNTS, LONG_EMAILS, NAMES, NOTES, call, glossary, leaks, logged, make_session, people, sent
 
@@ -30,7 +31,7 @@ def lake(tmp_path):
     orders.mkdir()
     ORDERS.iloc[:2].to_csv(orders / "part-0.csv", index=False)  # a directory of CSV parts, read like Spark reads it
     ORDERS.iloc[2:].to_csv(orders / "part-1.csv", index=False)
-    return {"type": "spark", "name": "lake", "master": "local[1]", "count_budget_s": 600,
+    return {"type": "spark", "name": "lake", "master": "local[1]", "count_budget_s": 600, "conf": quick_jvm(),
             "files": {"customers": str(tmp_path / "customers.parquet"), "orders": str(orders) + "/*.csv"}}
 
 
@@ -147,7 +148,7 @@ def test_a_remote_server_is_sent_the_pseudonymised_rows_and_outside_a_session_th
     from harness_magic.core.execution.connectors.spark.connector import spark_connector
     from harness_magic.core.execution.connectors.spark.engine import SparkEngine
 
-    host = SparkEngine(master="local[1]", files=lake["files"], count_budget_s=600)
+    host = SparkEngine(master="local[1]", files=lake["files"], count_budget_s=600, conf=quick_jvm())
     plain = SessionCache()
     try:
         frame, _ = host.query(plain, "SELECT name, email FROM customers ORDER BY id")
