@@ -6,6 +6,7 @@ and moving a large frame each way.
     .venv/bin/python benchmarks/bench_sandbox.py --session-only  # the tool through AgentSession vs the bare backend
     .venv/bin/python benchmarks/bench_sandbox.py --first-call    # the first tool call's wait for the sandbox
     .venv/bin/python benchmarks/bench_sandbox.py --empty-call    # a call doing nothing vs a pipe round trip
+    .venv/bin/python benchmarks/bench_sandbox.py --empty-call-steps  # where an empty call's time goes, per step
 
 ``--empty-call`` (also the first table of every run, and :func:`hub_row`, issue 35's
 row) times, interleaved in one run: a line written to a running Python child
@@ -15,6 +16,13 @@ through a pipe and read back (the floor: what any worker process costs), a
 CPU each call costs on both sides (this thread, and the child or worker from
 ``/proc/<pid>/schedstat``): on a busy machine wall time mostly measures the
 other processes, CPU time what the call itself costs.
+
+``--empty-call-steps`` times the steps of one empty call on each side (medians of
+wall time per step): the kernel's steps are wrapped here, the worker's by code
+the call itself runs in the worker (friendly checks off so it may reach the
+worker's module; every OS layer on). A step that wakes the other process
+(a write to its pipe) also holds the time the other side runs before it
+blocks again: two processes taking turns on a busy core.
 
 Reports the sandbox (Arrow IPC files in /dev/shm, mapped read-only by the
 worker) next to a plain pickle round trip and a raw memory copy of the same
@@ -98,7 +106,12 @@ def main() -> None:
     parser.add_argument("--empty-call", action="store_true",
                         help="only a call doing nothing against a pipe round trip to a running child")
     parser.add_argument("--calls", type=int, default=EMPTY_CALLS, help="calls per --empty-call figure")
+    parser.add_argument("--empty-call-steps", action="store_true",
+                        help="only the per-step breakdown of an empty call, on both sides")
     args = parser.parse_args()
+    if args.empty_call_steps:
+        print_empty_call_steps(empty_call_steps(args.calls))
+        return
     if args.empty_call:
         print_empty_call(empty_call_figures(args.calls))
         return
@@ -427,6 +440,117 @@ def hub_row() -> dict:
             "detail": f"execute('pass') {_us(call['wall']).strip()} vs a {_us(pipe['wall']).strip()} pipe round "
                       f"trip, interleaved medians of {EMPTY_CALLS}{cpu}; a bare JSON + compile + exec worker: "
                       f"{_us(run['wall']).strip()} ({call['wall'] / run['wall']:.1f}x of it)"}
+
+
+KERNEL_STEPS = {
+    "backend.SandboxedInterpreter.execute": "whole call (kernel view)",
+    "exports.InputExports.prepare": "inputs exported (none)",
+    "worker_handle.WorkerHandle.results_queued": "result socket polled (before send, after reply)",
+    "backend.send_frame": "request encoded + written (wakes the worker)",
+    "watchdog.ReplyWatch.wait": "reply wait (the worker's turn included)",
+    "protocol.FrameReader.feed": "reply read + decoded",
+    "backend._may_name_scratch_files": "scratch sweep decided",
+    "backend.SandboxedInterpreter._build_result": "result built",
+}
+"""Kernel-side steps of an empty call (module path under the sandbox package -> what it does)."""
+
+WORKER_STEPS = {
+    "next_frame": "request read + decoded (wait for it included)",
+    "_serve": "call served (the four below included)",
+    "_parse": "code parsed (for the pre-check and the compile)",
+    "split_trailing_expression": "tree compiled",
+    "keep_input_tables": "mapped inputs kept or dropped",
+    "_capture_charts": "figures looked for",
+    "active_count": "threads counted",
+    "send_frame": "reply encoded + written (wakes the kernel)",
+}
+"""Worker-side steps of an empty call, wrapped inside the worker (see :func:`empty_call_steps`)."""
+
+_WORKER_WRAP = """
+import sys, time, threading
+worker = sys.modules['harness_magic.core.execution.sandbox.worker']
+samples = sys.modules['builtins'].__dict__.setdefault('_bench_steps', {})
+def wrap(owner, name, samples=samples, clock=time.perf_counter_ns):
+    fn = getattr(owner, name)
+    def timed(*args, _fn=fn, _name=name, _clock=clock, _samples=samples, **kwargs):
+        start = _clock()
+        try:
+            return _fn(*args, **kwargs)
+        finally:
+            _samples.setdefault(_name, []).append(_clock() - start)
+    setattr(owner, name, timed)
+for name in STEPS:
+    wrap(worker.FrameReader if name == 'next_frame' else worker.threading if name == 'active_count' else worker,
+         name)
+"""
+
+
+def empty_call_steps(calls: int = EMPTY_CALLS) -> dict[str, dict[str, float]]:
+    """Median wall seconds of each step of ``execute("pass", {}, [])``: ``{"kernel": {step: s}, "worker": ...,
+    "call": {"wall": s}}``. Wraps the package's functions in this process and, through model code, in the worker
+    (an interpreter with the friendly checks off; the OS layers all on). For reading, not for a ratio."""
+    import importlib
+    import warnings
+
+    package = "harness_magic.core.execution.sandbox."
+    kernel: dict[str, list[int]] = {}
+    undo = []
+    for path in KERNEL_STEPS:
+        module_name, _, attribute = path.rpartition(".")
+        owner: object = importlib.import_module(package + module_name.split(".")[0])
+        for part in module_name.split(".")[1:]:
+            owner = getattr(owner, part)
+        raw = vars(owner)[attribute]
+        fn = getattr(owner, attribute)
+
+        def timed(*args, _fn=fn, _path=path, **kwargs):
+            start = time.perf_counter_ns()
+            try:
+                return _fn(*args, **kwargs)
+            finally:
+                kernel.setdefault(_path, []).append(time.perf_counter_ns() - start)
+
+        setattr(owner, attribute, staticmethod(timed) if isinstance(raw, staticmethod) else timed)
+        undo.append((owner, attribute, raw))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sandbox = SandboxedInterpreter(ast_precheck=False, audit_hooks=False, allow_unconfined=True)
+        with sandbox:
+            wrapped = sandbox.execute(f"STEPS = {tuple(WORKER_STEPS)!r}\n" + _WORKER_WRAP, {}, [])
+            if wrapped.error is not None:
+                raise RuntimeError(f"the worker's steps could not be wrapped: {wrapped.error}")
+            for _ in range(200):
+                sandbox.execute("pass", {}, [])
+            kernel.clear()
+            sandbox.execute("import builtins\nbuiltins._bench_steps.clear()", {}, [])
+            walls = []
+            for _ in range(calls):
+                start = time.perf_counter_ns()
+                sandbox.execute("pass", {}, [])
+                walls.append(time.perf_counter_ns() - start)
+            inside = sandbox.execute("import builtins\n{k: list(v) for k, v in builtins._bench_steps.items()}", {}, [])
+    finally:
+        for owner, attribute, raw in undo:
+            setattr(owner, attribute, raw)
+
+    def per_call(samples: dict[str, list[int]]) -> dict[str, float]:
+        # a step run k times per call counts k times its median
+        return {name: statistics.median(v) * len(v) / calls / 1e9 for name, v in samples.items()}
+
+    return {"call": {"wall": statistics.median(walls) / 1e9}, "kernel": per_call(kernel),
+            "worker": per_call(inside.value)}
+
+
+def print_empty_call_steps(steps: dict[str, dict[str, float]]) -> None:
+    print(f"\nempty call, step by step (median wall per step, {_us(steps['call']['wall']).strip()} per call with "
+          "the steps wrapped; load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + "):")
+    for path, label in KERNEL_STEPS.items():
+        if path in steps["kernel"]:
+            print(f"  kernel  {label:<48s} {_us(steps['kernel'][path])}")
+    for name, label in WORKER_STEPS.items():
+        if name in steps["worker"]:
+            print(f"  worker  {label:<48s} {_us(steps['worker'][name])}")
 
 
 def sealed_trip(frame: pd.DataFrame, parts: int) -> dict[str, float]:
