@@ -29,7 +29,7 @@ import pytest
 from test_worker_revival import kill_and_wait
 
 from harness_magic.core.execution.interpreter import handles_named, referenced_names
-from harness_magic.core.execution.sandbox import SandboxedInterpreter, checks, probe_confinement, worker
+from harness_magic.core.execution.sandbox import SandboxedInterpreter, checks, probe_confinement
 from harness_magic.core.execution.sandbox.backend import _may_name_scratch_files
 from harness_magic.core.execution.sandbox.protocol import FrameReader, ProtocolError, send_frame
 
@@ -216,15 +216,28 @@ def test_a_sealed_file_the_reply_does_not_name_is_closed_by_the_call(unfriendly)
     assert (after.error, after.value, unfriendly.worker_pid) == (None, 42, pid)
 
 
-def test_an_empty_calls_reply_holds_no_field_at_its_default(tmp_path) -> None:
-    config = {"limits": {"stdout_chars": 1000, "file_size": 2**20}, "ast_precheck": True,
-              "input_dir": str(tmp_path), "scratch_dir": str(tmp_path)}
-    assert worker._serve({"op": "exec", "seq": 9, "code": "pass"}, config, None) == {"op": "result", "seq": 9}
-    assert worker._serve({"op": "exec", "seq": 10, "code": "x = 1"}, config, None) == {"op": "result", "seq": 10}
-    refused = worker._serve({"op": "exec", "seq": 11, "code": "import os"}, config, None)
-    assert refused.keys() == {"op", "seq", "error"} and refused["error"].startswith("SandboxViolation")
-    printed = worker._serve({"op": "exec", "seq": 12, "code": "print('a')\n1/0"}, config, None)
-    assert printed["stdout"] == "a\n" and "ZeroDivisionError" in printed["error"] and "value" not in printed
+@confined
+def test_an_empty_calls_reply_holds_no_field_at_its_default(interp, monkeypatch) -> None:
+    replies = []
+    take = FrameReader.take
+
+    def recording(reader: FrameReader):
+        frame = take(reader)
+        if frame is not None and frame.get("op") == "result":
+            replies.append(frame)
+        return frame
+
+    monkeypatch.setattr(FrameReader, "take", recording)
+    for code in ("pass", "x = 1", "def f():\n    return 2\n"):
+        assert interp.execute(code, {}, []).error is None
+        assert replies[-1] == {"op": "result", "seq": interp._seq}
+    refused = interp.execute("import subprocess", {}, [])
+    assert replies[-1].keys() == {"op", "seq", "error"} and refused.error.startswith("SandboxViolation")
+    printed = interp.execute("print('a')\n1/0", {}, [])
+    assert replies[-1].keys() == {"op", "seq", "stdout", "error"}
+    assert printed.stdout == "a\n" and "ZeroDivisionError" in printed.error and not printed.has_value
+    valued = interp.execute("6 * 7", {}, [])
+    assert replies[-1].keys() == {"op", "seq", "value"} and valued.value == 42
 
 
 @confined
