@@ -100,16 +100,11 @@ def test_frames_cross_exactly(pipe, message: dict) -> None:
     assert repr(received) == repr(message)  # repr: NaN and -0.0 compared as written
 
 
-def test_a_frame_larger_than_one_read_is_assembled_and_the_frame_after_it_kept(pipe) -> None:
-    read, write = pipe
-    big = {"op": "result", "seq": 1, "stdout": "x" * (3 * FrameReader.READ_BYTES)}
-    reader = FrameReader(read)
-    send_frame(write, {"op": "output", "seq": 1, "text": "first"})
+def _deliver(write: int, data: bytes, reader: FrameReader, frames_wanted: int) -> list[dict]:
+    """Write ``data`` as fast as the pipe takes it (a small pipe included), feeding ``reader`` between writes."""
     os.set_blocking(write, False)
-    data = struct.pack(">I", len(json.dumps(big, separators=(",", ":")))) + json.dumps(big, separators=(",", ":")).encode()
-    data += struct.pack(">I", 17) + b'{"op":"x","s":22}'
-    frames = []
-    while data or len(frames) < 3:
+    frames: list[dict] = []
+    for _ in range(100_000):  # bounded: a reader that never completes a frame fails the test, not the run
         if data:
             try:
                 data = data[os.write(write, data):]
@@ -118,6 +113,22 @@ def test_a_frame_larger_than_one_read_is_assembled_and_the_frame_after_it_kept(p
         frame = reader.feed()
         if frame is not None:
             frames.append(frame)
+        if not data and len(frames) == frames_wanted:
+            return frames
+    raise AssertionError(f"only {len(frames)} of {frames_wanted} frames came out")
+
+
+def _frame(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body
+
+
+def test_a_frame_larger_than_one_read_is_assembled_and_the_frame_after_it_kept(pipe) -> None:
+    read, write = pipe
+    big = {"op": "result", "seq": 1, "stdout": "x" * (3 * FrameReader.READ_BYTES)}
+    data = (_frame(b'{"op":"output","seq":1,"text":"first"}') + _frame(json.dumps(big).encode())
+            + _frame(b'{"op":"x","s":22}'))
+    reader = FrameReader(read)
+    frames = _deliver(write, data, reader, 3)
     assert frames == [{"op": "output", "seq": 1, "text": "first"}, big, {"op": "x", "s": 22}]
     assert reader.pending == 0
 
@@ -134,9 +145,8 @@ def test_a_frame_larger_than_one_read_is_assembled_and_the_frame_after_it_kept(p
 ])
 def test_hostile_frames_are_refused(pipe, frame: bytes, error: str) -> None:
     read, write = pipe
-    os.write(write, frame)
     with pytest.raises(ProtocolError, match=error):
-        FrameReader(read).feed()
+        _deliver(write, frame, FrameReader(read), 1)
 
 
 def test_a_peer_closing_mid_frame_is_an_eof(pipe) -> None:
