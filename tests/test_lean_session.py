@@ -5,7 +5,8 @@ and the worker it forks.
   call prints a number, has imported none of the heavy packages that cell does not use: the data stack, the
   engines' drivers, charting, the MCP SDK; with a provider host, not litellm and its HTTP stack either.
 - The launcher preloads :data:`~harness_magic.core.execution.sandbox.launcher.PRELOADED` and nothing else
-  (matplotlib is imported by the worker at its first chart), and freezes what it holds out of the garbage
+  (matplotlib is imported by the worker at its first chart, and warmed in the launcher after it for every later
+  worker), and freezes what it holds out of the garbage
   collector before it forks, so a worker's collections never copy the launcher's pages; a worker can neither
   unfreeze nor import anything into the launcher that the next worker would inherit.
 """
@@ -20,6 +21,7 @@ import pytest
 from harness_magic.core.config import AgentConfig
 from harness_magic.core.execution.sandbox import SandboxedInterpreter, probe_confinement
 from harness_magic.core.execution.sandbox.launcher import PRELOADED, WARM_UPS, warm_up
+from harness_magic.core.execution.sandbox.launcher_client import CHART_PRELOADS, LauncherClient, SandboxUnavailableError
 from kernel_helpers import agent_kernel
 from scripted_server import ScriptedServer
 
@@ -100,8 +102,20 @@ def _inherited(backend: SandboxedInterpreter) -> tuple[list[str], int, int]:
 
 
 @pytest.fixture
-def inspectable():
-    """Workers whose code may import ``gc`` and ``sys`` (pre-check and audit hooks off, OS layers on)."""
+def private_launcher():
+    """A launcher of this test's own as the process's shared one: what earlier tests' workers did to the shared
+    launcher (a chart warms matplotlib in it for later workers) cannot reach this test, and the reverse."""
+    saved = LauncherClient._shared
+    LauncherClient._shared = launcher = LauncherClient()
+    yield launcher
+    LauncherClient._shared = saved
+    launcher.close()
+
+
+@pytest.fixture
+def inspectable(private_launcher):
+    """Workers whose code may import ``gc`` and ``sys`` (pre-check and audit hooks off, OS layers on), forked from
+    a launcher of the test's own."""
     backends: list[SandboxedInterpreter] = []
 
     def start() -> SandboxedInterpreter:
@@ -127,6 +141,41 @@ def test_a_chart_imports_matplotlib_in_the_worker_at_first_use_and_comes_back(in
     assert result.error is None, result.error
     assert len(result.charts) == 1
     assert "matplotlib" in _inherited(backend)[0]
+
+
+@needs_confinement
+def test_once_a_worker_drew_a_chart_the_launcher_warms_matplotlib_for_every_later_worker(inspectable,
+                                                                                       private_launcher):
+    """The first chart of a session pays matplotlib's import in its worker; the launcher then warms it (in the
+    background: the call that drew does not wait), so the next cells' fresh workers start with it, frozen."""
+    first = inspectable()
+    assert _inherited(first)[0] == sorted(PRELOADED)
+    drew = first.execute("import matplotlib.pyplot as plt\nplt.plot([1, 2], [3, 4])", {}, [])
+    assert drew.error is None and len(drew.charts) == 1, drew.error
+    assert sorted(private_launcher.preload([])) == sorted({*PRELOADED, *CHART_PRELOADS})  # after the background one
+    assert private_launcher.preload_failure is None
+    preloaded, frozen, tracked = _inherited(inspectable())
+    assert preloaded == sorted({*PRELOADED, *CHART_PRELOADS}) and tracked < frozen, (tracked, frozen)
+    assert private_launcher.preload_soon(CHART_PRELOADS) is None, "asked once per launcher"
+
+
+@needs_confinement
+def test_a_worker_that_imports_matplotlib_without_drawing_warms_nothing(inspectable, private_launcher):
+    first = inspectable()
+    quiet = first.execute("import matplotlib.pyplot as plt\nfig = plt.figure()\nplt.close(fig)", {}, [])
+    assert quiet.error is None and quiet.charts == [], quiet.error
+    assert sorted(private_launcher.preload([])) == sorted(PRELOADED)
+    assert _inherited(inspectable())[0] == sorted(PRELOADED)
+
+
+def test_the_launcher_refuses_a_preload_it_does_not_know_by_name_and_keeps_serving(private_launcher):
+    for names, named in ((["os; import socket"], "os; import socket"), (["numpy", "sklearn"], "sklearn"),
+                         ("matplotlib", "a list of module names"), ([1], "a list of module names")):
+        with pytest.raises(SandboxUnavailableError, match="refused a 'preload' request") as refused:
+            private_launcher.request({"op": "preload", "modules": names})
+        assert named in str(refused.value)
+    assert private_launcher.alive() and private_launcher.broken is None
+    assert sorted(private_launcher.preload([])) == sorted(PRELOADED), "nothing was imported"
 
 
 @needs_confinement

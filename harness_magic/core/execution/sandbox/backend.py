@@ -36,7 +36,7 @@ from harness_magic.core.cache.names import resolve_handle_name
 from harness_magic.core.confinement import layers as confinement
 from harness_magic.core.execution.interpreter import ExecutionResult
 from harness_magic.core.execution.sandbox.exports import InputExports
-from harness_magic.core.execution.sandbox.launcher_client import LauncherClient, SandboxUnavailableError
+from harness_magic.core.execution.sandbox.launcher_client import CHART_PRELOADS, LauncherClient, SandboxUnavailableError
 from harness_magic.core.execution.sandbox.protocol import ProtocolError, send_frame
 from harness_magic.core.execution.sandbox.scratch import remove_quietly, remove_result_files
 from harness_magic.core.execution.sandbox.transfer_codec import RESULT_MAX_BYTES, TransferRefused
@@ -287,6 +287,8 @@ class SandboxedInterpreter:
                 try:
                     result = self._build_result(reply, taken_names, sealed)
                     result.replaced = replaced
+                    if result.charts:  # a session that draws: its later workers start with the charting stack
+                        self._launcher.preload_soon(CHART_PRELOADS)
                     return result
                 finally:
                     for parts in sealed.values():

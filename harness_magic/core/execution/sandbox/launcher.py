@@ -12,6 +12,9 @@ end, reply write end, result socket) -> forks a worker (:func:`worker.run_worker
 replies ``{"pid"}``.
 ``{"op": "reap", "pid": N, "wait": S}`` -> waits up to S s for that worker, replies
 its exit status.
+``{"op": "preload", "modules": [...]}`` -> warms those of :data:`WARM_UPS` not warmed yet (a
+session that drew once gets matplotlib in every later worker), replies ``{"preloaded": [...]}``:
+everything now warm. An unknown name is refused by name and nothing is imported.
 
 Every reply echoes the request's ``"id"`` (the kernel matches replies to requests
 by it, see :mod:`.launcher_client`); a request that cannot be served (malformed,
@@ -107,8 +110,9 @@ Shared with the worker page for page (copied only when written); a fresh worker 
 
 Measured by ``benchmarks/bench_memory.py --preloads`` (launcher + worker PSS; the worker's first use):
 matplotlib is not preloaded: preloaded it cost about 30 MB PSS per session whether or not the session ever
-draws; imported by the worker at its first chart it costs about 1.4 s, once per cell that draws (the worker
-also builds its font list in its fresh scratch directory). pandas preloaded costs about 50 MB per session
+draws; imported by the worker at its first chart it costs about 1.4 s (the worker also builds its font list in
+its fresh scratch directory). So it is warmed once a worker drew a chart (``preload``,
+:data:`~.launcher_client.CHART_PRELOADS`): a session pays that once, not once per cell that draws. pandas preloaded costs about 50 MB per session
 and saves about 0.9 s on each cell's first frame."""
 
 
@@ -142,6 +146,25 @@ def share_with_workers() -> None:
     gc.freeze()
 
 
+def _preload(names: Any, warmed: set[str]) -> dict:
+    """The reply to a ``preload`` request: warm the named modules not yet warm (into ``warmed``)."""
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        return {"error": "preload needs a list of module names"}
+    unknown = sorted({name for name in names if name not in WARM_UPS})
+    if unknown:
+        return {"error": f"cannot preload {unknown}: the launcher preloads only {sorted(WARM_UPS)}"}
+    for name in names:
+        if name not in warmed:
+            try:
+                WARM_UPS[name]()
+            # broad: a module that fails to warm is named in the reply; the launcher keeps serving
+            except Exception as exc:
+                return {"error": f"preloading {name} failed: {type(exc).__name__}: {exc}"[:500]}
+            warmed.add(name)
+    gc.collect()  # the warm-up's garbage goes before the next fork freezes the rest for good
+    return {"preloaded": sorted(warmed)}
+
+
 def _describe(status: int) -> dict:
     if os.WIFSIGNALED(status):
         return {"status": None, "signal": os.WTERMSIG(status)}
@@ -173,6 +196,7 @@ def main(control_fd: int) -> None:
     sock.send(json.dumps({"op": "ready", "pid": os.getpid()}).encode())
     children: set[int] = set()
     exited: dict[int, dict] = {}
+    warmed = set(PRELOADED)
     try:
         while True:
             data, fds, flags, _addr = socket.recv_fds(sock, MAX_CONTROL_BYTES, 3)
@@ -204,6 +228,8 @@ def main(control_fd: int) -> None:
                         children.discard(pid)
                 else:
                     reply = {"status": None, "signal": None}
+            elif op == "preload" and not fds:
+                reply = _preload(message.get("modules"), warmed)
             else:
                 for fd in fds:
                     os.close(fd)

@@ -55,15 +55,25 @@ __all__ = [
     "SandboxUnavailableError",
     "sweep_stale_roots",
     "LAUNCHER_START_TIMEOUT_S",
+    "PRELOAD_TIMEOUT_S",
+    "CHART_PRELOADS",
     "REPLY_TIMEOUT_S",
     "MAX_REPLY_BYTES",
 ]
 
 LAUNCHER_START_TIMEOUT_S = 120.0
-"""Cold start imports pandas, pyarrow and matplotlib (and may build the font cache)."""
+"""Cold start imports numpy, pandas and pyarrow (:data:`~.launcher.PRELOADED`)."""
 
 REPLY_TIMEOUT_S = 30.0
 """A spawn is one fork and a reap waits at most its own few seconds: past this the launcher is stuck."""
+
+CHART_PRELOADS = ("matplotlib",)
+"""Warmed in the launcher once a call of its workers drew a chart: not preloaded at the start (a session that never
+draws saves about 30 MB), then inherited by every later worker (a fresh one per cell would each pay about 1.4 s)."""
+
+PRELOAD_TIMEOUT_S = 120.0
+"""Beyond :data:`REPLY_TIMEOUT_S`, how long a ``preload`` may take: importing matplotlib is about a second idle,
+far more on a busy node; past this the launcher is stuck."""
 
 MAX_REPLY_BYTES = 1 << 16
 """Launcher replies are a pid or an exit status; the launcher reads requests with the same bound."""
@@ -153,6 +163,9 @@ class LauncherClient:
         """Stale replies (to requests abandoned by an interrupt) read and dropped so far."""
         self.lock = threading.RLock()
         self._ids = itertools.count(1)
+        self._preload_asked: set[str] = set()
+        self.preload_failure: str | None = None
+        """Why the latest background :meth:`preload_soon` failed (None: none did); the launcher serves on."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # This module is part of harness_magic, so its spec exists and has a file origin.
         spec = importlib.util.find_spec("harness_magic")
@@ -338,6 +351,41 @@ class LauncherClient:
             self.retire(why)
             raise SandboxUnavailableError(why)
         return {"status": status, "signal": sig, **({"running": True} if reply.get("running") else {})}
+
+    def preload(self, modules: Sequence[str]) -> list[str]:
+        """Have the launcher warm ``modules`` (names it knows) for the workers it forks from now on; what is warm.
+
+        Warming imports in the launcher (matplotlib: about a second): waited for up to
+        :data:`PRELOAD_TIMEOUT_S` beyond the usual reply time. A name the launcher does not know, or a module
+        that fails to warm, is :class:`SandboxUnavailableError` naming it (the launcher stays in service)."""
+        reply = self.request({"op": "preload", "modules": list(modules)},
+                             timeout=self.reply_timeout + PRELOAD_TIMEOUT_S)
+        warm = reply.get("preloaded")
+        if not isinstance(warm, list) or not all(isinstance(name, str) for name in warm):
+            why = (f"the sandbox launcher (pid {self.pid}) answered a 'preload' request without its list "
+                   f"({_preview(json.dumps(reply).encode())}); it was stopped and will be replaced")
+            self.retire(why)
+            raise SandboxUnavailableError(why)
+        return warm
+
+    def preload_soon(self, modules: Sequence[str]) -> threading.Thread | None:
+        """:meth:`preload` ``modules`` on a background thread, once per name (the call that asks need not wait; the
+        next spawn waits for the launcher's lock). The thread started, or None when nothing was left to ask."""
+        with self.lock:
+            wanted = [name for name in modules if name not in self._preload_asked]
+            if not wanted or self.broken is not None:
+                return None
+            self._preload_asked.update(wanted)
+
+        def run() -> None:
+            try:
+                self.preload(wanted)
+            except SandboxUnavailableError as exc:
+                self.preload_failure = str(exc)
+
+        thread = threading.Thread(target=run, name="sandbox-launcher-preload", daemon=True)
+        thread.start()
+        return thread
 
     def _send(self, data: bytes, fds: list[int], deadline: float, late: str) -> None:
         self.sock.settimeout(max(deadline - time.monotonic(), 1e-3))
