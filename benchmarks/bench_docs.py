@@ -222,13 +222,14 @@ def kernel_only() -> Iterator[None]:
 
 @contextlib.contextmanager
 def free_cores() -> Iterator[None]:
-    """Full indexes inside see no other task running (the pool gets every core but the writer's, whatever the load)."""
-    saved = prepare.busy_cores
-    prepare.busy_cores = lambda: 0
+    """Full indexes inside see no other task running and take a pool of even one worker: a worker for every
+    core but the writer's, whatever the load (what ``prepare.POOL_MIN_WORKERS`` was measured with)."""
+    saved = prepare.busy_cores, prepare.POOL_MIN_WORKERS
+    prepare.busy_cores, prepare.POOL_MIN_WORKERS = (lambda: 0), 1
     try:
         yield
     finally:
-        prepare.busy_cores = saved
+        prepare.busy_cores, prepare.POOL_MIN_WORKERS = saved
 
 
 @dataclass
@@ -312,7 +313,7 @@ def stage_costs(corpus: Path, work: Path) -> list[tuple[str, float, float]]:
             if forced:
                 stack.enter_context(free_cores())
             pooled = index_times(corpus, work, HUB_RUNS)
-        what = "as if every core were free" if forced else "as many as cores are free now"
+        what = "as if every core were free, even one worker" if forced else "as many as cores are free now"
         out.append((f"whole refresh, up to {pooled.workers} pool workers ({what}; fastest of {HUB_RUNS}; CPU: "
                     f"kernel {pooled.kernel_cpu:.3f} + workers {pooled.workers_cpu:.3f})", pooled.wall,
                     pooled.kernel_cpu + pooled.workers_cpu))

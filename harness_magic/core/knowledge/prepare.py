@@ -9,10 +9,11 @@ gives (:func:`~.extract.text_chunks`) straight into table rows (:func:`chunk_row
 :class:`~.extract.Chunk` is built to be taken apart. The index's one writer inserts the rows,
 in one transaction (:meth:`.index.DocIndex.refresh`).
 
-When the files to read add up to ``POOL_MIN_BYTES`` or more and more than one of the cores this
-process may run on (``os.sched_getaffinity``) is free (neither running another task now nor
-counted in the 1-minute load average: :func:`busy_cores`), the tasks go to a pool of forked processes, one for each free core but the
-writer's (``POOL_WRITER_CORES``; at most ``POOL_MAX_WORKERS`` and one a batch), in batches of about
+When the files to read add up to ``POOL_MIN_BYTES`` or more and at least ``POOL_MIN_WORKERS``
+of the cores this process may run on (``os.sched_getaffinity``) are free besides the writer's
+(``POOL_WRITER_CORES``; free: neither running another task now nor counted in the 1-minute load
+average, :func:`busy_cores`), the tasks go to a pool of forked processes, one for each of those
+cores (at most ``POOL_MAX_WORKERS`` and one a batch), in batches of about
 ``POOL_BATCH_BYTES``, never more than ``POOL_AHEAD`` batches a worker in flight (however big
 the corpus, the results waiting for the writer stay bounded). Forked: a worker starts in about a
 millisecond and runs the very functions the index was given (nothing imported, no code
@@ -25,9 +26,9 @@ batch waited for and every later one are then prepared in this process, and
 :class:`~.extract.ExtractionError`, which fails that file alone) reaches the writer as it would
 in this process.
 
-Smaller refreshes, hosts with one core, and busy hosts prepare the files here: a pool costs more
-than it saves below ``POOL_MIN_BYTES``, and without a free core its worker only takes turns with the
-writer (measured on the shared 2-core machine: slower than the kernel alone).
+Smaller refreshes, hosts with fewer than three cores, and busy hosts prepare the files here: a
+pool costs more than it saves below ``POOL_MIN_BYTES``, a single worker was measured slower than
+the kernel alone (``POOL_MIN_WORKERS``), and without free cores workers only take turns with the writer.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ from harness_magic.core.knowledge.tree import FILE_MAX_BYTES, HARDLINK_REASON, D
 
 __all__ = ["TextTask", "Prepared", "TextPreparer", "TextChunker", "Row", "chunk_row", "read_checked", "prepare_file",
            "fts_title", "trail_json", "host_cores", "busy_cores", "pool_workers", "LOADAVG_PATH", "POOL_MIN_BYTES",
-           "POOL_BATCH_BYTES", "POOL_AHEAD", "POOL_MAX_WORKERS", "POOL_WRITER_CORES", "ROWS", "SAME", "SKIP", "FAILED"]
+           "POOL_BATCH_BYTES", "POOL_AHEAD", "POOL_MAX_WORKERS", "POOL_MIN_WORKERS", "POOL_WRITER_CORES", "ROWS",
+           "SAME", "SKIP", "FAILED"]
 
 POOL_MIN_BYTES = 1024 * 1024
 """Bytes of Markdown and text to read in one refresh from which a pool of processes prepares them.
@@ -63,6 +65,11 @@ POOL_AHEAD = 2
 """Batches in flight per worker: enough to keep each busy while the writer takes the last one."""
 POOL_MAX_WORKERS = 8
 """Workers at most, whatever the cores: the one writer (SQLite FTS5) is the bound past a few."""
+POOL_MIN_WORKERS = 2
+"""Fewer workers than this and the refresh stays in the kernel: one worker, measured on the 2-core
+machine, was slower than the kernel alone (453 ms against 351 ms for 6.7 MB with both cores free;
+20-40% slower under load): the writer takes its rows in at about what the worker saves it, and
+waits on the handoffs between the executor's threads and the worker."""
 POOL_WRITER_CORES = 1
 """Cores left to the kernel, which writes every row: a refresh is bound by its one writer (SQLite
 FTS5 tokenising, ~8x the read floor), and a worker on the writer's core slows it down more than it
@@ -219,11 +226,13 @@ def batches(tasks: Sequence[TextTask]) -> list[tuple[int, int]]:
 
 
 def pool_workers(tasks: Sequence[TextTask], cuts: Sequence[tuple[int, int]], cores: int) -> int:
-    """Workers for preparing ``tasks`` cut in ``cuts`` on ``cores`` cores: 0 (in this process) below
-    ``POOL_MIN_BYTES`` or when no core is left once the writer has ``POOL_WRITER_CORES``."""
+    """Workers for preparing ``tasks`` cut in ``cuts`` on ``cores`` free cores: 0 (in this process) below
+    ``POOL_MIN_BYTES`` or when fewer than ``POOL_MIN_WORKERS`` cores are left once the writer has
+    ``POOL_WRITER_CORES``."""
     if sum(task.size for task in tasks) < POOL_MIN_BYTES:
         return 0
-    return max(0, min(cores - POOL_WRITER_CORES, POOL_MAX_WORKERS, len(cuts)))
+    workers = min(cores - POOL_WRITER_CORES, POOL_MAX_WORKERS, len(cuts))
+    return workers if workers >= POOL_MIN_WORKERS else 0
 
 
 _worker_job: tuple[DocTree, TextChunker, int] | None = None
