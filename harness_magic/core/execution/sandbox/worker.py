@@ -226,7 +226,7 @@ def _capture_charts(notes: list[str]) -> list[str]:
         return []
     numbers = plt.get_fignums()
     if not numbers:
-        return []  # nothing to draw or close (pyplot is preloaded: most calls draw nothing)
+        return []  # nothing to draw or close (pyplot may be loaded, warmed by the launcher: most calls draw nothing)
     images = []
     for number in numbers[:MAX_CHARTS]:
         buffer = io.BytesIO()
