@@ -12,9 +12,10 @@ DBT_STAMP := $(DBT_VENV)/.installed
 .PHONY: demo test venv bench clean lab
 
 # The suite's test files run on this many pytest-xdist workers, a file per worker at a time (--dist loadfile keeps a
-# file's module fixtures, kernels and servers in one process): most tests wait on kernels, servers and browsers, so
-# two workers fit the 2-core CI machine. TEST_WORKERS=0 runs the suite in one process.
-TEST_WORKERS ?= 2
+# file's module fixtures, kernels and servers in one process), longest files first (tests/file_seconds.json): a
+# third of a worker's time is spent waiting on kernels, servers and browsers, so three workers keep the 2-core CI
+# machine's cores busy where two left them idle. TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 3
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
