@@ -160,6 +160,19 @@ def test_once_a_worker_drew_a_chart_the_launcher_warms_matplotlib_for_every_late
 
 
 @needs_confinement
+def test_a_sessions_first_chart_prints_only_what_the_code_printed(private_launcher):
+    """matplotlib imported by a worker with the friendly checks on cannot save its font list: its warning about
+    that is our plumbing, never part of the output the model and the notebook see."""
+    backend = SandboxedInterpreter(timeout=60.0)
+    try:
+        drew = backend.execute("import matplotlib.pyplot as plt\nplt.plot([1, 2], [3, 4])\nprint('drew')", {}, [])
+    finally:
+        backend.close()
+    assert drew.error is None and len(drew.charts) == 1, drew.error
+    assert drew.stdout == "drew\n"
+
+
+@needs_confinement
 def test_a_worker_that_imports_matplotlib_without_drawing_warms_nothing(inspectable, private_launcher):
     first = inspectable()
     quiet = first.execute("import matplotlib.pyplot as plt\nfig = plt.figure()\nplt.close(fig)", {}, [])

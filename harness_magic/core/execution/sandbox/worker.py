@@ -14,6 +14,7 @@ import ast
 import base64
 import builtins
 import io
+import logging
 import os
 import signal
 import sys
@@ -184,10 +185,20 @@ def _apply_layers(config: dict[str, Any], req_fd: int, resp_fd: int, result_fd: 
     return status
 
 
+FONT_CACHE_NOTICE = "Could not save font_manager cache"
+"""How matplotlib's warning starts when it cannot write its font list: a worker importing matplotlib builds the list
+in memory and may not save it (the friendly checks refuse the write), which is our plumbing, not the code's output."""
+
+
+def _not_font_cache_notice(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(FONT_CACHE_NOTICE)
+
+
 def run_worker(req_fd: int, resp_fd: int, config: dict[str, Any], result_fd: int | None = None) -> None:
     """Entry point in the forked child. Never returns."""
     code = 0
     try:
+        logging.getLogger("matplotlib.font_manager").addFilter(_not_font_cache_notice)
         status = _apply_layers(config, req_fd, resp_fd, result_fd)
         if result_fd is not None:
             set_result_channel(result_fd)
