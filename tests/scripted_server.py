@@ -11,6 +11,10 @@ body. Replies are dicts:
 ``{"empty_stream": True}``
     a streamed request gets a 200 with an empty body, as llama-cpp-python answers one over its
     context window (a request that does not stream takes the next reply).
+``{"reset_stream": True}``
+    a streamed request gets no answer: its connection is reset (TCP RST), as llama-cpp-python's server
+    sometimes ends a streamed request over its context window (a request that does not stream takes the
+    next reply).
 
 ``ScriptedServer(strict=True)`` validates each request as OpenAI does (see
 :func:`strict_apis.openai_problems`) and answers a violation with HTTP 400
@@ -39,6 +43,8 @@ until terminated.
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -136,12 +142,18 @@ class ScriptedServer:
                     elif server.reply_for is not None:
                         reply = server.reply_for(server.requests[-1])
                     else:
-                        while server.replies and server.replies[0].get("empty_stream") \
+                        while server.replies and (server.replies[0].get("empty_stream")
+                                                  or server.replies[0].get("reset_stream")) \
                                 and not server.requests[-1].get("stream"):
-                            server.replies.pop(0)  # only a streamed request gets the empty body
+                            server.replies.pop(0)  # only a streamed request gets the empty body or the reset
                         reply = server.replies.pop(0) if server.replies else {"status": 500, "error": "script exhausted"}
                 if reply.get("delay"):
                     time.sleep(reply["delay"])
+                if reply.get("reset_stream"):
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.close_connection = True
+                    self.connection.close()  # linger 0: the close sends a reset, not an orderly end
+                    return
                 if reply.get("empty_stream"):
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")

@@ -41,8 +41,9 @@ def server_tokens(body: dict[str, Any]) -> int:
     return len(json.dumps(body["messages"])) // 4
 
 
-def windowed_server(answers: list[str]) -> ScriptedServer:
-    """A scripted server answering ``answers`` in order to requests that fit its ``window`` (set it before use)."""
+def windowed_server(answers: list[str], streamed_overflow: str = "empty_stream") -> ScriptedServer:
+    """A scripted server answering ``answers`` in order to requests that fit its ``window`` (set it before use);
+    a streamed request over it gets ``streamed_overflow`` (an empty 200, or ``reset_stream``: the connection reset)."""
     server = ScriptedServer([{"text": text} for text in answers])
     server.window = None
 
@@ -51,7 +52,7 @@ def windowed_server(answers: list[str]) -> ScriptedServer:
         if tokens + ANSWER_ROOM <= window:
             return
         if body.get("stream"):
-            server.replies.insert(0, {"empty_stream": True})
+            server.replies.insert(0, {streamed_overflow: True})
         else:
             server.replies.insert(0, {"status": 400, "error": (
                 f"This model's maximum context length is {window} tokens. However, you requested {tokens} tokens "
@@ -75,10 +76,15 @@ def long_answer(topic: str) -> str:
     return f"The {topic} answer. " + (f"{topic} grew. " * ANSWER_CHARS)[:ANSWER_CHARS]
 
 
-def test_an_overflow_names_the_prompt_size_the_window_and_context_window_and_the_next_cell_works(tmp_path):
+@pytest.mark.parametrize(("streamed_overflow", "provider_host"),
+                         [("empty_stream", True), ("reset_stream", True), ("reset_stream", False)])
+def test_an_overflow_names_the_prompt_size_the_window_and_context_window_and_the_next_cell_works(
+        tmp_path, streamed_overflow, provider_host):
+    """However the server ends a streamed request over its window (an empty 200, or the connection reset, as
+    llama-cpp-python does either), the request is asked once more without streaming and its refusal is told."""
     answers = [long_answer("north"), long_answer("south"), "Hello after the overflow.", "And again."]
-    with windowed_server(answers) as srv:
-        agent = session(srv.api_base, tmp_path)
+    with windowed_server(answers, streamed_overflow) as srv:
+        agent = session(srv.api_base, tmp_path, provider_host=provider_host)
         window = srv.window = server_tokens({"messages": [{"role": "system", "content": agent.harness.system}]}) \
             + WINDOW_OVER_SYSTEM
         compactions: list[ContextCompacted] = []

@@ -470,6 +470,18 @@ class LiteLLMTransport(TransportOptions, LiteLLMLookups):
         return _map_exception(exc, self._url(model), model=served_name, api_key=kwargs.get("api_key"),
                               key_hint=hint, models_at=self.api_base)
 
+    def _reset_while_streaming(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is a streamed request to ``api_base`` whose connection was reset before any answer.
+
+        llama-cpp-python's server sometimes resets the connection of a streamed request over its context window
+        (an empty 200 other times, see :meth:`_ask_unstreamed`) and says why only when not streaming: such a
+        request is asked once more without streaming. Nothing was streamed yet, so nothing is said twice.
+        """
+        if not (self.stream and self.api_base):
+            return False
+        return any(isinstance(item, ConnectionResetError) or "Connection reset by peer" in str(item)
+                   for item in _chain(exc))
+
     def _ask_unstreamed(self, stream: Any, chunks: list[Any]) -> bool:
         """Whether a stream from a server at ``api_base`` ended carrying nothing: no text, no tool call, and no
         finish reason from the server (litellm makes one up; a model that chose to say nothing sends its own).
@@ -500,8 +512,15 @@ class LiteLLMTransport(TransportOptions, LiteLLMLookups):
         litellm = import_litellm()
         kwargs = self._kwargs(litellm, payload)
         try:
-            response = litellm.completion(**kwargs)
-            if self.stream:
+            try:
+                response = litellm.completion(**kwargs)
+                streamed = self.stream
+            # broad: only a reset of a streamed request is asked again here; anything else is mapped below
+            except Exception as exc:
+                if not self._reset_while_streaming(exc):
+                    raise
+                response, streamed = litellm.completion(**_unstreamed(kwargs)), False
+            if streamed:
                 chunks = []
                 try:
                     for chunk in response:
@@ -526,8 +545,15 @@ class LiteLLMTransport(TransportOptions, LiteLLMLookups):
         litellm = import_litellm()
         kwargs = self._kwargs(litellm, payload)
         try:
-            response = await litellm.acompletion(**kwargs)
-            if self.stream:
+            try:
+                response = await litellm.acompletion(**kwargs)
+                streamed = self.stream
+            # broad: only a reset of a streamed request is asked again here; anything else is mapped below
+            except Exception as exc:
+                if not self._reset_while_streaming(exc):
+                    raise
+                response, streamed = await litellm.acompletion(**_unstreamed(kwargs)), False
+            if streamed:
                 chunks = []
                 try:
                     async for chunk in response:
