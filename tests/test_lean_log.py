@@ -112,7 +112,7 @@ def test_a_new_log_states_its_version_and_holds_the_system_prompt_once_then_by_h
     harness, path = v2_log
     raw = lines(path)
     start, turns = raw[0], [r for r in raw if r["type"] == "turn"]
-    assert start["log_version"] == LOG_VERSION == 2
+    assert start["log_version"] == LOG_VERSION == 3
     assert start["system"] == SYSTEM and start["system_sha256"] == system_hash(SYSTEM)
     assert Path(path).read_text().count(SYSTEM) == 1, "the prompt's text is in the file once"
     assert len(turns) == 5 and all(t["request"]["system_sha256"] == start["system_sha256"] for t in turns)
@@ -432,7 +432,7 @@ def test_a_deleted_or_moved_turn_is_found_by_its_message_count(v2_log, tmp_path)
     assert_malformed(tampered(tmp_path, path, lone_tools), "answers no tool use of the turn before it")
 
 
-@pytest.mark.parametrize("version", [3, 0, "2", True, None, [2]])
+@pytest.mark.parametrize("version", [4, 0, "2", True, None, [2]])
 def test_an_unknown_version_is_named_not_guessed(v2_log, tmp_path, version):
     _, path = v2_log
     assert_malformed(tampered(tmp_path, path, lambda rs: rs[0].update(log_version=version)),

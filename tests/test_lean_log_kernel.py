@@ -31,7 +31,7 @@ def test_an_old_log_replays_retries_and_diffs_against_a_new_one_in_a_kernel(kern
     assert replayed.ok and "transcript identical to the recording" in replayed.stdout, replayed.outputs
     new_log = kernel.value("_.run_file")
     first = json.loads(Path(kernel.cwd, new_log).read_text().splitlines()[0])
-    assert first["log_version"] == 2 and "log_version" not in (kernel.cwd / "old/v1_replay_run.jsonl").read_text()
+    assert first["log_version"] == 3 and "log_version" not in (kernel.cwd / "old/v1_replay_run.jsonl").read_text()
     diff = kernel.run(f"d = %agent_diff old/v1_replay_run.jsonl {new_log}\n"
                       "print(sorted({c.op for c in d.calls}), d.answer_changed, d.a.messages == d.b.messages)")
     assert diff.ok and "['same'] False True" in diff.stdout, diff.outputs

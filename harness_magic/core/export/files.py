@@ -4,7 +4,10 @@ Contract: :func:`export_runs` picks the format by the suffix
 (:data:`EXPORT_FORMATS`), refuses an unknown suffix, no runs, a missing
 directory (never created) or a missing run log with an error naming it, and
 scrubs every registered secret (:func:`~harness_magic.core.transcript.scrub.scrub`)
-from what it writes.
+from what it writes. A ``.jsonl`` export reads alone: a run whose log refers to
+an earlier run's log (``history_from``) that the export does not hold before
+it is written with its history whole
+(:func:`~harness_magic.core.transcript.log.portable_lines`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Iterable
 from harness_magic.core.export.record import RunRecord
 from harness_magic.core.export.render_html import render_html_document
 from harness_magic.core.export.render_markdown import render_markdown_document
+from harness_magic.core.transcript.log import portable_lines
 from harness_magic.core.transcript.scrub import scrub
 
 __all__ = ["export_runs", "EXPORT_FORMATS"]
@@ -44,12 +48,12 @@ def export_runs(records: Iterable[RunRecord], path: str | Path) -> Path:
         for record in records:
             if not record.run_file or not Path(record.run_file).exists():
                 raise ValueError(f"run {record.run_id}: its log file {record.run_file!r} is missing")
+        exported: set[str] = set()  # run ids already in the export: a later run's history may refer to them
         with open(target, "w", encoding="utf-8") as out:
             for record in records:
                 assert record.run_file is not None  # checked for every record above
-                with open(record.run_file, encoding="utf-8") as source:
-                    for line in source:
-                        out.write(scrub(line))
+                for line in portable_lines(record.run_file, exported):
+                    out.write(scrub(line))
     elif suffix == ".html":
         target.write_text(scrub(render_html_document(records)), encoding="utf-8")
     else:

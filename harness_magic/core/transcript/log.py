@@ -6,7 +6,9 @@ per line, appended as the run goes — the whole history is never rewritten:
 ``run_start``
     run id, session id, model, the log's version (``log_version``), the system
     prompt and its SHA-256, every tool's schema and visibility, the history
-    the run continues (``history``), and the prompt.
+    the run continues (``history``, or from version 3 a reference to an
+    earlier log of the same directory, ``history_from``, plus the messages
+    that log does not hold), and the prompt.
 ``turn``
     one provider call: the messages appended since the previous call
     (``request.messages_appended``), reminders, visible tool names, the
@@ -49,14 +51,34 @@ each thing once:
 * defaults left out: empty reminders, ``is_error: false``, empty handle
   lists, a ``null`` error.
 
-:func:`iter_log` reads a log of either version line by line, in one pass,
+Version 3 (:data:`LOG_VERSION`) is version 2 whose ``run_start`` does not
+copy a conversation an earlier log file of the same directory already holds
+(a session of N cells wrote O(N²) bytes): ``history_from`` is
+``{"run": <run id>, "file": <that log's file name>, "messages": n,
+"sha256": <HISTORY_SHA256 of those n messages as logged>}``, and ``history``
+holds only the messages after them. The writer refers to one of the last
+runs it closed in the directory (:data:`REFERENCE_CANDIDATES`), the one
+whose final transcript shares the longest beginning with the new history;
+a history that shares none (compacted, edited by the user, another
+conversation) is recorded whole. The reader resolves the reference: only to
+an earlier file (its name sorts before the reader's own: no run refers to
+itself or to a later one, so references never cycle), a plain name in the
+same directory (never a path, a symlink or a hidden file), at most
+:data:`HISTORY_MAX_DEPTH` files deep, and checks the digest; a missing or
+altered earlier file raises :class:`HistoryReferenceError` naming it. In a
+file holding several runs (a ``.jsonl`` export) a reference resolves to an
+earlier run of that file first (:func:`portable_lines` writes a run whose
+earlier run is not in the export whole).
+
+:func:`iter_log` reads a log of any readable version line by line, in one pass,
 and gives every record back in the version-1 shape, so every reader
 (replay, retry, diff, exports, evals, the offline replay model) reads old
 and new logs alike. A reference a line makes resolves only to an earlier
 line of the same file; a hash that names nothing, a text whose hash differs
 from the one it is stored under, or a turn that does not follow the
 messages before it raises :class:`MalformedLogError` naming the file and
-line. A file holding several runs (a ``.jsonl`` export) is read run by run.
+line. A file holding several runs (a ``.jsonl`` export) is read run by run;
+a ``history_from`` reference reads the earlier file it names, once.
 
 :func:`reconstruct_transcript` rebuilds the exact message list from a log.
 """
@@ -69,22 +91,47 @@ import functools
 import hashlib
 import json
 import os
+import re
+import stat
+import threading
+from collections import OrderedDict, deque
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from harness_magic.core.transcript.messages import Message, Usage, message_from_dict, message_to_dict
 from harness_magic.core.transcript.scrub import scrub
 
 __all__ = ["RunLogger", "read_log", "iter_log", "reconstruct_transcript", "mark_superseded", "system_hash",
-           "LOG_SUFFIX", "LOG_VERSION", "READABLE_VERSIONS", "MalformedLogError"]
+           "portable_lines", "history_sha256", "LOG_SUFFIX", "LOG_VERSION", "READABLE_VERSIONS",
+           "HISTORY_MAX_DEPTH", "REFERENCE_CANDIDATES", "MalformedLogError", "HistoryReferenceError"]
 
 LOG_SUFFIX = ".jsonl"
 
-LOG_VERSION = 2
+LOG_VERSION = 3
 """The version :class:`RunLogger` writes (``run_start.log_version``); absent means 1."""
 
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
 """Versions :func:`iter_log` reads; a newer one is refused by name, never guessed at."""
+
+REFERENCE_VERSION = 3
+"""The first version whose ``run_start`` may refer to an earlier log (``history_from``)."""
+
+HISTORY_MAX_DEPTH = 64
+"""How many earlier files one log's history may be resolved through (each refers to the one before). The
+writer records a history whole rather than go deeper, so a long session starts a new chain every 64 cells;
+a reader refuses a deeper chain by name."""
+
+REFERENCE_CANDIDATES = 4
+"""Closed runs per log directory the writer keeps in mind to refer to (a session's previous cell, and the
+subagent runs that closed after it started)."""
+
+REFERENCE_DIRECTORIES = 16
+"""Log directories the writer keeps those runs for (the least recently written to is forgotten first)."""
+
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+_STAMP_FORMAT = "%Y%m%dT%H%M%S.%f"
+"""A log file's name starts with its UTC creation time to the microsecond: a later run's file sorts after."""
 
 _RAW_USAGE_HELD = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
 """Fields of a raw response's usage the normalised usage already holds."""
@@ -101,6 +148,28 @@ _TOOL_RESULT_DEFAULTS: dict[str, Any] = {"is_error": False, "handles": []}
 class MalformedLogError(ValueError):
     """A run log line that is not what a log writes: broken JSON, an unknown version, or a reference that
     resolves to nothing or to other content. The message names the file and line."""
+
+
+class HistoryReferenceError(MalformedLogError):
+    """A ``run_start`` whose ``history_from`` cannot be resolved: the earlier log it names is missing, is not an
+    earlier plain file of the same directory, lies too deep, or no longer holds the messages it was written
+    with (their digest differs). The message names both files."""
+
+
+def _canonical(value: Any) -> str:
+    """The one JSON text of a value whose digest is taken: sorted keys, no spaces, UTF-8 kept."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def _message_digest(message: Any) -> str:
+    """SHA-256 of one message as a reader gives it back (:func:`iter_log`, the version-1 shape)."""
+    return hashlib.sha256(_canonical(message).encode("utf-8")).hexdigest()
+
+
+def history_sha256(digests: Iterable[str]) -> str:
+    """``history_from.sha256``: SHA-256 of the messages' own digests (:func:`_message_digest`), one a line, so
+    the digest of a longer beginning of the same transcript costs only the messages it adds."""
+    return hashlib.sha256("".join(d + "\n" for d in digests).encode("ascii")).hexdigest()
 
 
 @functools.lru_cache(maxsize=16)
@@ -203,10 +272,82 @@ def _raw_extra(raw: Any, model: Any) -> dict[str, Any]:
     return _pruned(extra)
 
 
-class _LeanWriter:
-    """The state a version-2 writer keeps to hold each thing once (see the module's docstring)."""
+def _logged_digest(message: Any) -> str:
+    """The digest of a message as a reader will give it back: written lean and scrubbed as its line is, read back."""
+    text = scrub(json.dumps(_lean_messages([message]), ensure_ascii=False, default=str, separators=(",", ":")))
+    return _message_digest(_full_messages(json.loads(text), "a logged message")[0])
 
-    def __init__(self) -> None:
+
+def _shared_beginning(earlier: Sequence[Any], history: Sequence[Any]) -> int:
+    """How many messages ``history`` begins with that ``earlier`` begins with too."""
+    count = 0
+    for old, new in zip(earlier, history):
+        if old is not new and old != new:
+            break
+        count += 1
+    return count
+
+
+def _regular_file(path: Path) -> bool:
+    """True for a regular file that is not a link (what a log directory's run logs are)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+@dataclass
+class _Closed:
+    """A run log this process wrote to its end: its final transcript, for a later run of the directory to refer to."""
+
+    path: Path
+    run_id: str
+    messages: list[Any]
+    """The transcript's messages as handed to :meth:`RunLogger.write` (compared with a later run's history)."""
+    digests: list[str | None]
+    """Each message's digest as logged (:func:`_logged_digest`), taken when a later run first needs it."""
+    depth: int
+    """Earlier files a reader goes through to resolve this log's history (0: recorded whole)."""
+
+    def digest(self, index: int) -> str:
+        found = self.digests[index]
+        if found is None:
+            found = self.digests[index] = _logged_digest(self.messages[index])
+        return found
+
+
+_CLOSED: "OrderedDict[str, deque[_Closed]]" = OrderedDict()
+"""Log directory -> the last :data:`REFERENCE_CANDIDATES` runs closed in it, latest last."""
+_CLOSED_LOCK = threading.Lock()
+
+
+def _remember(closed: _Closed) -> None:
+    key = os.path.abspath(closed.path.parent)
+    with _CLOSED_LOCK:
+        runs = _CLOSED.pop(key, None) or deque(maxlen=REFERENCE_CANDIDATES)
+        runs.append(closed)
+        _CLOSED[key] = runs
+        while len(_CLOSED) > REFERENCE_DIRECTORIES:
+            _CLOSED.popitem(last=False)
+
+
+def _closed_in(directory: Path) -> list[_Closed]:
+    """The runs closed in ``directory`` that a new run may refer to, latest first."""
+    with _CLOSED_LOCK:
+        return list(reversed(_CLOSED.get(os.path.abspath(directory), ())))
+
+
+class _LeanWriter:
+    """The state a version-3 writer keeps to hold each thing once (see the module's docstring)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.transcript: list[Any] = []
+        """The messages a reader reconstructs from the lines written so far, as handed over."""
+        self.digests: list[str | None] = []
+        """Digests of ``transcript``'s messages known from the run referred to (the others: None)."""
+        self.depth = 0
+        """Earlier files a reader goes through to resolve this log's history."""
         self.systems: set[str] = set()
         self.messages = 0
         self.visible: Any = None
@@ -223,9 +364,47 @@ class _LeanWriter:
     def run_start(self, fields: dict[str, Any]) -> dict[str, Any]:
         written, digest = self.system(fields["system"])
         self.systems.add(digest)
-        self.messages = len(fields.get("history") or ())
-        return {"log_version": LOG_VERSION, **fields, "system": written, "system_sha256": digest,
-                "history": _lean_messages(fields.get("history") or [])}
+        history = list(fields.get("history") or ())
+        self.messages = len(history)
+        out = {"log_version": LOG_VERSION, **fields, "system": written, "system_sha256": digest}
+        found = self.reference(history)
+        if found is None:
+            self.transcript, self.digests, self.depth = history, [None] * len(history), 0
+            out["history"] = _lean_messages(history)
+            return out
+        closed, count, reference = found
+        self.transcript, self.depth = history, closed.depth + 1
+        self.digests = closed.digests[:count] + [None] * (len(history) - count)
+        out["history"] = _lean_messages(history[count:])
+        out["history_from"] = reference
+        return out
+
+    def reference(self, history: list[Any]) -> tuple[_Closed, int, dict[str, Any]] | None:
+        """The closed run of this directory whose transcript shares the longest beginning with ``history``, that
+        beginning's length and the ``history_from`` naming it; None when no earlier file shares any."""
+        best: tuple[_Closed, int] | None = None
+        for closed in _closed_in(self.path.parent):
+            if closed.depth >= HISTORY_MAX_DEPTH or not closed.path.name < self.path.name:
+                continue  # too deep for a reader, or not earlier (a reader refers only to an earlier file)
+            count = _shared_beginning(closed.messages, history)
+            if count and (best is None or count > best[1]):
+                best = (closed, count)
+        if best is None or not _regular_file(best[0].path):  # deleted or replaced since: the history goes whole
+            return None
+        closed, count = best
+        try:
+            digest = history_sha256(closed.digest(index) for index in range(count))
+        except ValueError:  # a message the log's scrubbing cannot round-trip: recorded whole, never misreferred
+            return None
+        return closed, count, {"run": closed.run_id, "file": closed.path.name, "messages": count, "sha256": digest}
+
+    def closed(self, path: Path, run_id: str) -> _Closed:
+        """What a later run of the directory may refer to, once this log's ``run_end`` is written."""
+        return _Closed(path, run_id, self.transcript, self.digests, self.depth)
+
+    def _extend(self, messages: Sequence[Any]) -> None:
+        self.transcript.extend(messages)
+        self.digests.extend([None] * len(messages))
 
     def turn(self, fields: dict[str, Any]) -> dict[str, Any]:
         request = dict(fields["request"])
@@ -244,6 +423,7 @@ class _LeanWriter:
             request.pop("reminders", None)
         request["messages_before"] = self.messages
         self.messages += len(request.get("messages_appended") or ()) + 1
+        self._extend([*(request.get("messages_appended") or ()), fields["response"].get("message")])
         request["messages_appended"] = _lean_messages(request.get("messages_appended") or [])
         response = {k: v for k, v in fields["response"].items() if k != "usage" and v is not None}
         self.uses = _tool_uses(response.get("message"))
@@ -268,10 +448,13 @@ class _LeanWriter:
 
     def compaction(self, fields: dict[str, Any]) -> dict[str, Any]:
         self.messages = len(fields.get("history") or ())
+        self.transcript, self.digests = [], []
+        self._extend(fields.get("history") or ())
         return {**fields, "history": _lean_messages(fields.get("history") or [])}
 
     def run_end(self, fields: dict[str, Any]) -> dict[str, Any]:
         self.messages += len(fields.get("messages_appended") or ())
+        self._extend(fields.get("messages_appended") or ())
         fields = {**fields, "messages_appended": _lean_messages(fields.get("messages_appended") or [])}
         out = {k: v for k, v in fields.items() if not (k in _RUN_END_DEFAULTS and v == _RUN_END_DEFAULTS[k])}
         for key in ("usage", "subagent_usage"):
@@ -290,17 +473,21 @@ class RunLogger:
     def __init__(self, run_dir: str | os.PathLike[str], run_id: str) -> None:
         directory = Path(run_dir)
         directory.mkdir(parents=True, exist_ok=True)
-        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime(_STAMP_FORMAT)
         self.run_id = run_id
         self.path = directory / f"{stamp}-{run_id}{LOG_SUFFIX}"
         self._file = open(self.path, "a", encoding="utf-8")
-        self._lean = _LeanWriter()
+        self._lean = _LeanWriter(self.path)
+        self._ended = False
+        """True once ``run_end`` is written whole: only then may a later run refer to this log."""
 
     def write(self, record_type: str, **fields: Any) -> None:
         lean = getattr(self._lean, record_type, None) if record_type in _LEAN_TYPES else None
         record = {"type": record_type, "run_id": self.run_id, "time": _now(), **(lean(fields) if lean else fields)}
         self._file.write(_dumps(record) + "\n")
         self._file.flush()
+        if record_type == "run_end":
+            self._ended = True
 
     def start(
         self,
@@ -327,8 +514,12 @@ class RunLogger:
         )
 
     def close(self) -> None:
+        """Close the file; a log whose ``run_end`` was written becomes one a later run of the directory may refer
+        to (``history_from``)."""
         if not self._file.closed:
             self._file.close()
+            if self._ended:
+                _remember(self._lean.closed(self.path, self.run_id))
 
 
 _LEAN_TYPES = frozenset({"run_start", "turn", "tools", "compaction", "run_end"})
@@ -343,9 +534,14 @@ def mark_superseded(path: str | os.PathLike[str], run_id: str, *, by: str, run_k
 
 
 class _Reader:
-    """Gives version-2 records back in the version-1 shape, one run of a file at a time."""
+    """Gives version-2 and -3 records back in the version-1 shape, one run of a file at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, resolve: Callable[[Any], list[Any]]) -> None:
+        self.resolve = resolve
+        """Resolves a ``history_from`` to the messages it names (:func:`_resolve`)."""
+        self.run_id: Any = None
+        self.transcript: list[Any] = []
+        """The messages the lines read so far hold (versions 2 and 3), for a later run of the file to refer to."""
         self.version = 1
         self.systems: dict[str, str] = {}
         self.system: str | None = None
@@ -372,12 +568,20 @@ class _Reader:
             raise ValueError(f"log_version {version!r} is not one this reader knows "
                              f"({', '.join(map(str, READABLE_VERSIONS))})")
         self.version = version
+        self.run_id = record.get("run_id")
         if version == 1:
             return record
         self.system = self.remember_system(record.get("system"), record.get("system_sha256"), "run_start")
         history = _full_messages(record.get("history", []), "run_start history")
+        out = {**record}
+        if "history_from" in record:
+            if version < REFERENCE_VERSION:
+                raise ValueError(f"history_from is not a field of a version-{version} log")
+            history = self.resolve(out.pop("history_from")) + history
         self.messages = len(history)
-        return {**record, "history": history}
+        self.transcript = list(history)
+        out["history"] = history
+        return out
 
     def remember_system(self, text: Any, digest: Any, where: str) -> str:
         if not isinstance(text, str) or not isinstance(digest, str):
@@ -413,6 +617,7 @@ class _Reader:
         self.messages += len(appended) + 1
         response = dict(record["response"])
         response["message"] = _full_messages([response["message"]], f"turn {number} response message")[0]
+        self.transcript += [*appended, response["message"]]
         self.uses = _tool_uses(response["message"])
         if "model" in response:
             self.model = response["model"]
@@ -440,11 +645,13 @@ class _Reader:
     def compaction(self, record: dict[str, Any]) -> dict[str, Any]:
         history = _full_messages(record["history"], "compaction history")
         self.messages = len(history)
+        self.transcript = list(history)
         return {**record, "history": history}
 
     def run_end(self, record: dict[str, Any]) -> dict[str, Any]:
         out = {**copy.deepcopy(_RUN_END_DEFAULTS), **record}
         out["messages_appended"] = _full_messages(out["messages_appended"], "run_end messages_appended")
+        self.transcript += out["messages_appended"]
         for key in ("usage", "subagent_usage"):
             if key in out:
                 out[key] = _full_usage(out[key], turn=False)
@@ -454,14 +661,26 @@ class _Reader:
 def iter_log(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     """The records of a log file of any readable version, one line at a time, in the version-1 shape.
 
-    One pass: a reference resolves to an earlier line already read, never by reading the file again.
+    One pass: a reference resolves to an earlier line already read, never by reading the file again; a
+    ``history_from`` reads the earlier file it names (and the ones that one refers to), each once.
     ``FileNotFoundError`` for a missing file; :class:`MalformedLogError` naming the file and line for a line
-    that is not JSON, not an object, or not a record a log writes (see the module's docstring).
+    that is not JSON, not an object, or not a record a log writes, and :class:`HistoryReferenceError` for a
+    history that cannot be resolved (see the module's docstring).
     """
     file = Path(path)
     if not file.exists():
         raise FileNotFoundError(f"run log not found: {file}")
-    reader = _Reader()
+    yield from _records(file, 0, {})
+
+
+def _records(file: Path, depth: int, finished: dict[str, list[Any]]) -> Iterator[dict[str, Any]]:
+    """:func:`iter_log` of ``file`` read ``depth`` references deep; ``finished`` gets each run's final transcript
+    by run id (versions 2 and 3) as the run ends, for a later run of the file to refer to."""
+
+    def resolve(reference: Any) -> list[Any]:
+        return _resolve(file, depth, finished, reference)
+
+    reader = _Reader(resolve)
     with open(file, encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
@@ -473,14 +692,124 @@ def iter_log(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
             if not isinstance(record, dict):
                 raise MalformedLogError(f"{file}:{number}: not a JSON record (a {type(record).__name__})")
             if record.get("type") == "run_start":
-                reader = _Reader()  # a new run in the same file (an export of several runs): its own state
+                _finish(reader, finished)
+                reader = _Reader(resolve)  # a new run in the same file (an export of several runs): its own state
             try:
                 yield reader.read(record)
+            except HistoryReferenceError as exc:
+                raise HistoryReferenceError(f"{file}:{number}: {exc}") from None
             except MalformedLogError:
                 raise
             except (ValueError, KeyError, TypeError, AttributeError) as exc:  # a field missing or of a wrong type
                 detail = f"no {exc}" if isinstance(exc, KeyError) else str(exc)
                 raise MalformedLogError(f"{file}:{number}: malformed {record.get('type')!r} record: {detail}") from None
+    _finish(reader, finished)
+
+
+def _finish(reader: _Reader, finished: dict[str, list[Any]]) -> None:
+    if reader.version >= 2 and isinstance(reader.run_id, str):
+        finished[reader.run_id] = reader.transcript
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _resolve(file: Path, depth: int, finished: dict[str, list[Any]], reference: Any) -> list[Any]:
+    """The messages a ``history_from`` of ``file`` names, checked against its digest; HistoryReferenceError
+    naming what is wrong otherwise (see the module's docstring)."""
+    if not isinstance(reference, dict):
+        raise HistoryReferenceError(f"history_from is {_shown(reference)}, not an object naming an earlier run")
+    run, count, digest = reference.get("run"), reference.get("messages"), reference.get("sha256")
+    if not isinstance(run, str) or not run:
+        raise HistoryReferenceError(f"history_from names no run (run {_shown(run)})")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise HistoryReferenceError(f"history_from messages {_shown(count)} is not a count of 1 or more")
+    if not isinstance(digest, str) or not _SHA256_HEX.fullmatch(digest):
+        raise HistoryReferenceError(f"history_from sha256 {_shown(digest)} is not a SHA-256 in hex")
+    if run in finished:  # an earlier run of this file (an export)
+        messages, where = finished[run], f"run {run} earlier in this file"
+    else:
+        target = _earlier_file(file, reference.get("file"), run)
+        if depth >= HISTORY_MAX_DEPTH:
+            raise HistoryReferenceError(f"history_from goes deeper than {HISTORY_MAX_DEPTH} earlier files "
+                                        f"(HISTORY_MAX_DEPTH) at {target.name!r}")
+        messages, where = _final_transcript(target, run, depth + 1), f"run {run} of {target}"
+    if count > len(messages):
+        raise HistoryReferenceError(f"history_from counts {count} messages, but {where} ends with {len(messages)}")
+    prefix = messages[:count]
+    found = history_sha256(_message_digest(m) for m in prefix)
+    if found != digest:
+        raise HistoryReferenceError(f"the first {count} messages of {where} hash to {found[:16]}…, not to the "
+                                    f"sha256 this run recorded ({digest[:16]}…): that log was altered since")
+    return prefix
+
+
+def _earlier_file(file: Path, name: Any, run: str) -> Path:
+    """The log ``name`` refers to: a plain file name of ``file``'s directory that sorts before ``file``'s own."""
+    if not isinstance(name, str) or not name.endswith(LOG_SUFFIX) or os.path.basename(name) != name \
+            or name.startswith(".") or "\\" in name or "\x00" in name or len(name) > 255:
+        raise HistoryReferenceError(f"history_from file {_shown(name)} is not the name of a log in the same "
+                                    f"directory (a plain file name ending in {LOG_SUFFIX})")
+    if not name < file.name:
+        raise HistoryReferenceError(f"history_from file {name!r} is not an earlier log than {file.name!r} (a run "
+                                    "refers only to a log written before it)")
+    target = file.parent / name
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        raise HistoryReferenceError(f"this run continues run {run} of {target}, which is missing (deleted or "
+                                    "moved): its history cannot be read without it") from None
+    except OSError as exc:
+        raise HistoryReferenceError(f"this run continues run {run} of {target}, which cannot be read: {exc}") \
+            from None
+    if not stat.S_ISREG(mode):
+        raise HistoryReferenceError(f"history_from file {target} is not a regular file (a link or a directory "
+                                    "is never followed)")
+    return target
+
+
+def _final_transcript(target: Path, run: str, depth: int) -> list[Any]:
+    """The messages run ``run`` of the log ``target`` ends with (its references resolved, ``depth`` deep)."""
+    finished: dict[str, list[Any]] = {}
+    try:
+        for _ in _records(target, depth, finished):
+            pass
+    except (MalformedLogError, OSError, UnicodeDecodeError) as exc:
+        raise HistoryReferenceError(f"this run continues run {run} of {target}, which cannot be read: {exc}") \
+            from None
+    if run not in finished:
+        raise HistoryReferenceError(f"history_from names run {run!r}, which {target} does not hold")
+    return finished[run]
+
+
+def portable_lines(path: str | os.PathLike[str], earlier_runs: set[str]) -> Iterator[str]:
+    """The lines of the log at ``path`` for a file that holds it after the runs ``earlier_runs`` (a ``.jsonl``
+    export of several runs), each ending in a newline: as written, except a ``run_start`` whose
+    ``history_from`` names a run not in ``earlier_runs``, which is written with its history whole (resolved
+    and checked: :class:`HistoryReferenceError` when it cannot be). Each run id of the file is added to
+    ``earlier_runs`` as its ``run_start`` goes by, so a later run of the export may refer to it."""
+    file = Path(path)
+    starts = 0
+    resolved: list[dict[str, Any]] | None = None
+    with open(file, encoding="utf-8") as handle:
+        for line in handle:
+            record = json.loads(line) if '"run_start"' in line else None
+            if not isinstance(record, dict) or record.get("type") != "run_start":
+                yield line if line.endswith("\n") else line + "\n"
+                continue
+            starts += 1
+            reference = record.get("history_from")
+            if isinstance(reference, dict) and reference.get("run") not in earlier_runs:
+                if resolved is None:
+                    resolved = [r for r in iter_log(file) if r.get("type") == "run_start"]
+                whole = {**record, "history": _lean_messages(resolved[starts - 1]["history"])}
+                del whole["history_from"]
+                line = _dumps(whole) + "\n"
+            if isinstance(record.get("run_id"), str):
+                earlier_runs.add(record["run_id"])
+            yield line if line.endswith("\n") else line + "\n"
 
 
 def read_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
