@@ -11,12 +11,21 @@ each turn, the provider's raw response and the three usage objects — written
 as version 1 wrote it. Both files are then read back with ``read_log`` (time
 per file) and must give the same transcript. Goal: at most GOAL_BYTES_PER_TURN.
 
-    python benchmarks/bench_log.py [--turns 50] [--repeat 3]
+A session of :data:`SESSION_CELLS` cells (each cell two ``echo`` calls and an
+answer, continuing the conversation) is written twice: as version 2 wrote it,
+each ``run_start`` copying the whole conversation so far (O(N²) bytes over the
+session), and as version 3 writes it, each ``run_start`` referring to the
+previous cell's log (``history_from``). Figures: total bytes, the last cell's
+file, the growth of a cell's file per cell, and the time to read the last
+cell's log (version 3 reads the earlier logs it refers to).
+
+    python benchmarks/bench_log.py [--turns 50] [--cells 20] [--repeat 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -32,6 +41,9 @@ from harness_magic.core.transcript.log import read_log, reconstruct_transcript, 
 
 GOAL_BYTES_PER_TURN = 831
 """Issue 35's goal: the log per turn of data-harness 1.3.4 on the same run."""
+
+SESSION_CELLS = 20
+"""Cells of the multi-run figure's session."""
 
 
 class V1Recorder:
@@ -87,29 +99,97 @@ def run(turns: int, run_dir: str) -> dict[str, float]:
             "v1_read_ms": timings["v1"] * 1000, "v2_read_ms": timings["v2"] * 1000}
 
 
+class Forgetting:
+    """The writer as version 2 was: it refers to no earlier log, so each ``run_start`` copies the history whole."""
+
+    def __init__(self) -> None:
+        self.original = log_module._closed_in
+
+    def __enter__(self) -> "Forgetting":
+        log_module._closed_in = lambda directory: []  # the benchmark's "before": no earlier run to refer to
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        log_module._closed_in = self.original  # restored
+
+
+def session(cells: int, run_dir: str, *, refer: bool) -> dict[str, float]:
+    """Write a ``cells``-cell session's logs; sizes, and the time to read the last cell's log."""
+    script: list[dict[str, Any]] = []
+    for cell in range(cells):
+        script += [{"text": f"Cell {cell}, step 1.", "tool_calls": [{"name": "echo", "arguments": {"text": f"a{cell}"}}]},
+                   {"text": f"Cell {cell}, step 2.", "tool_calls": [{"name": "echo", "arguments": {"text": f"b{cell}"}}]},
+                   {"text": f"Answer of cell {cell}."}]
+    tool = ToolSpec(name="echo", description="Echo.", parameters={
+        "type": "object", "properties": {"text": {"type": "string"}}}, handler=lambda text: text)
+    harness = Harness(ProviderAdapter("offline/bench", transport=ScriptedModel(script)), DEFAULT_SYSTEM_PROMPT,
+                      [tool], max_turns=3, run_dir=run_dir, cache=SessionCache())
+    with contextlib.nullcontext() if refer else Forgetting():
+        results = [harness.run_result("Question of cell 0")]
+        results += [harness.ask_result(f"Question of cell {cell}") for cell in range(1, cells)]
+    assert all(r.status == "completed" for r in results)
+    sizes = [os.path.getsize(r.run_file) for r in results]
+    last = results[-1].run_file
+    started = time.perf_counter()
+    transcript = reconstruct_transcript(last)
+    read_s = time.perf_counter() - started
+    assert transcript == list(results[-1].messages)
+    assert ("history_from" in read_log_raw_start(last)) == refer
+    return {"total_bytes": sum(sizes), "last_cell_bytes": sizes[-1],
+            "growth_per_cell": (sizes[-1] - sizes[1]) / (cells - 2), "read_last_ms": read_s * 1000}
+
+
+def read_log_raw_start(path: str) -> dict[str, Any]:
+    """The ``run_start`` line of a log as written."""
+    with open(path, encoding="utf-8") as file:
+        return json.loads(file.readline())
+
+
+def session_figures(cells: int) -> dict[str, dict[str, float]]:
+    """The session written both ways, each in its own directory."""
+    out = {}
+    for name, refer in (("before", False), ("after", True)):
+        with tempfile.TemporaryDirectory() as run_dir:
+            out[name] = session(cells, run_dir, refer=refer)
+    return out
+
+
 def hub_row() -> dict[str, Any]:
     """Issue 35's table row: bytes per turn of the 50-turn scripted run (version 2), with version 1 beside it."""
     with tempfile.TemporaryDirectory() as run_dir:
         row = run(50, run_dir)
+    figures = session_figures(SESSION_CELLS)
+    before, after = figures["before"], figures["after"]
     value = row["v2_bytes_per_turn"]
     return {"figure": "run log per turn, 50-turn scripted run", "value": value, "unit": "B",
             "goal": float(GOAL_BYTES_PER_TURN), "met": value <= GOAL_BYTES_PER_TURN,
-            "detail": f"version 1 of the same run: {row['v1_bytes_per_turn']:,.0f} B; replay reads both alike"}
+            "detail": f"version 1 of the same run: {row['v1_bytes_per_turn']:,.0f} B; replay reads both alike; "
+                      f"a {SESSION_CELLS}-cell session: {before['total_bytes'] / 1024:,.0f} KB with each history "
+                      f"copied, {after['total_bytes'] / 1024:,.0f} KB with history_from (a cell's file grows "
+                      f"{before['growth_per_cell']:,.0f} B per cell before, {after['growth_per_cell']:,.0f} B after)"}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=50)
+    parser.add_argument("--cells", type=int, default=SESSION_CELLS, help="Cells of the multi-run session.")
     parser.add_argument("--repeat", type=int, default=3, help="Runs; the fastest read counts (sizes do not vary).")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as run_dir:
         rows = [run(args.turns, run_dir) for _ in range(args.repeat)]
+    sessions = [session_figures(args.cells) for _ in range(args.repeat)]
     best = {key: min(r[key] for r in rows) for key in rows[0]}
     print(json.dumps({"turns": args.turns, **{k: round(v, 1) for k, v in best.items() if k != "turns"}}))
     print(f"run log per turn, {args.turns}-turn scripted run: {best['v1_bytes_per_turn']:,.0f} B before (v1), "
           f"{best['v2_bytes_per_turn']:,.0f} B after (v2), x{best['v2_bytes_per_turn'] / best['v1_bytes_per_turn']:.2f}; "
           f"goal <= {GOAL_BYTES_PER_TURN} B: {'met' if best['v2_bytes_per_turn'] <= GOAL_BYTES_PER_TURN else 'NOT met'}")
     print(f"read_log: {best['v1_read_ms']:.2f} ms (v1), {best['v2_read_ms']:.2f} ms (v2)")
+    for name in ("before", "after"):
+        figures = {key: min(s[name][key] for s in sessions) for key in sessions[0][name]}
+        label = "each run_start copies the history (v2)" if name == "before" else "history_from (v3)"
+        print(f"{args.cells}-cell session, {label}: {figures['total_bytes']:,.0f} B in all, last cell's log "
+              f"{figures['last_cell_bytes']:,.0f} B, a cell's log grows {figures['growth_per_cell']:,.0f} B per cell; "
+              f"reading the last cell's log {figures['read_last_ms']:.2f} ms")
 
 
 if __name__ == "__main__":
