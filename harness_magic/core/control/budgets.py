@@ -32,7 +32,7 @@ tool calls are added to the parent run's count.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from harness_magic.core.agent.result import StopRun
 from harness_magic.core.agent.run import Check, ToolGuard
@@ -40,6 +40,7 @@ from harness_magic.core.agent.state import HarnessState, StateKey
 
 if TYPE_CHECKING:
     from harness_magic.core.execution.connectors.estimates import QueryLimits
+from harness_magic.core.transcript.events import BudgetsUsed, TurnFinished
 from harness_magic.core.transcript.messages import Usage
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "MAX_LIMIT",
     "BUDGET_GUARDS",
     "QUERY_BUDGETS",
+    "report_budgets",
 ]
 
 
@@ -66,6 +68,10 @@ class BudgetHost(Protocol):
     def state(self) -> HarnessState: ...
     def add_check(self, check: Check) -> None: ...
     def add_tool_guard(self, guard: ToolGuard) -> None: ...
+    @property
+    def current_run(self) -> Any: ...
+    def emit(self, event: Any) -> None: ...
+    def subscribe(self, handler: Callable[[Any], None]) -> Callable[[], None]: ...
 
 
 BUDGET_GUARDS: "StateKey[list[BudgetGuard]]" = StateKey("budget_guards", list)
@@ -199,11 +205,33 @@ class Budgets:
         from harness_magic.core.execution.connectors.estimates import budget_for
 
         guard = BudgetGuard(self)
-        budget_for(harness).sources.append(lambda: guard.budgets.query_limits())
+        budget = budget_for(harness)
+        budget.sources.append(lambda: guard.budgets.query_limits())
         harness.add_check(guard.check)
         harness.add_tool_guard(guard.tool_guard)
         harness.state.get(BUDGET_GUARDS).append(guard)
+        if not budget.reporting:  # one report per turn however many budgets are installed
+            budget.reporting = True
+            harness.subscribe(lambda event: report_budgets(harness, event))
         return guard
+
+
+def report_budgets(harness: BudgetHost, event: Any) -> None:
+    """After each turn of a run with a query or write budget set, send what it used of them
+    (:class:`~harness_magic.core.transcript.events.BudgetsUsed`: the run footer shows it)."""
+    from harness_magic.core.execution.connectors.estimates import budget_for
+
+    run = harness.current_run
+    if not isinstance(event, TurnFinished) or run is None:
+        return
+    budget = budget_for(harness)
+    limits = budget.limits()
+    if not limits.checks_reads and limits.max_write_operations is None:
+        return
+    queries, rows, cost = budget.reads(run)
+    harness.emit(BudgetsUsed(queries=queries, largest_rows=rows, max_query_rows=limits.max_query_rows,
+                             largest_cost=cost, max_query_cost=limits.max_query_cost, writes=budget.writes(run),
+                             max_write_operations=limits.max_write_operations))
 
 
 def installed_budgets(harness: BudgetHost) -> list[Budgets]:

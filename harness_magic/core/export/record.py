@@ -17,6 +17,7 @@ from typing import Any
 
 from harness_magic.core.transcript.events import (
     ApprovalStep,
+    BudgetsUsed,
     AssistantMessage,
     MaskingApplied,
     Notice,
@@ -137,6 +138,8 @@ class RunRecord:
     """Goal, plan, waits, verification, assumptions and confidence, folded from the same events."""
     trace_id: str | None = None
     """The run's OpenTelemetry trace id (32 hex digits) when it was traced (:class:`TraceStarted`)."""
+    budgets: BudgetsUsed | None = None
+    """What the run used of its query and write budgets, when one was set (the latest :class:`BudgetsUsed`)."""
 
     def tool(self, tool_use_id: str) -> ToolRecord | None:
         for item in self.items:
@@ -222,6 +225,8 @@ def apply_event(record: RunRecord, event: Any, state: Any) -> None:
         state._streaming = False
     elif isinstance(event, TraceStarted):
         record.trace_id = event.trace_id
+    elif isinstance(event, BudgetsUsed):
+        record.budgets = event
     elif isinstance(event, ToolCallStarted):
         state._streaming = False
         use = event.tool_use

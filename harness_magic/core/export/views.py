@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from harness_magic.core.export.record import RunRecord, ToolRecord
+from harness_magic.core.transcript.events import BudgetsUsed
 
 __all__ = [
     "tool_call_source",
@@ -19,6 +20,7 @@ __all__ = [
     "tool_summary",
     "masked_text",
     "render_footer_text",
+    "render_budgets_text",
     "copy_key",
     "RESULT_PREVIEW_CHARS",
     "STDOUT_PREVIEW_LINES",
@@ -115,8 +117,34 @@ def masked_text(counts: dict[str, int]) -> str:
 
 
 
+def render_budgets_text(used: BudgetsUsed | None) -> str:
+    """``queries 3 (largest 1,200/1,000,000 rows) · writes 1/5``: what a run used of the query and write budgets
+    that are set (a limit not set is left out); ``""`` when none is set."""
+    if used is None:
+        return ""
+    bits = []
+    if used.max_query_rows is not None or used.max_query_cost is not None:
+        largest = []
+        if used.max_query_rows is not None:
+            largest.append(f"{_amount(used.largest_rows)}/{used.max_query_rows:,} rows")
+        if used.max_query_cost is not None:
+            largest.append(f"cost {_amount(used.largest_cost)}/{_amount(used.max_query_cost)}")
+        bits.append(f"queries {used.queries:,} (largest {', '.join(largest)})")
+    if used.max_write_operations is not None:
+        bits.append(f"writes {used.writes:,}/{used.max_write_operations:,}")
+    return " · ".join(bits)
+
+
+def _amount(value: float | None) -> str:
+    """A row or cost estimate as the footer shows it: whole numbers grouped, ``0`` for none."""
+    if value is None:
+        return "0"
+    return f"{value:,.0f}" if abs(value) >= 100 or float(value).is_integer() else f"{value:,.2f}"
+
+
 def render_footer_text(record: RunRecord) -> str:
-    """``model · turns · tokens · cached · cost · elapsed · run id · trace id (when traced) · log`` as one line."""
+    """``model · turns · tokens · cached · cost · budgets used (when set) · elapsed · run id · trace id (when
+    traced) · log`` as one line; the budgets part is :func:`render_budgets_text`."""
     result = record.result
     usage = record.usage
     bits = [f"model {record.model or '?'}"]
@@ -126,6 +154,9 @@ def render_footer_text(record: RunRecord) -> str:
         bits.append(f"{usage.total_tokens:,} tokens ({usage.input_tokens:,} in, {usage.output_tokens:,} out)")
         bits.append(f"{usage.cached_tokens:,} cached")
         bits.append(f"${usage.cost:.4f}")
+    budgets = render_budgets_text(record.budgets)
+    if budgets:
+        bits.append(budgets)
     elapsed = result.elapsed_s if result is not None else record.elapsed_s
     bits.append(f"{elapsed:.2f} s")
     if record.run_id:

@@ -13,6 +13,7 @@ from harness_magic.core.transcript.messages import Message, ToolResultBlock, Too
 
 __all__ = [
     "RunStarted",
+    "BudgetsUsed",
     "TurnStarted",
     "TextDelta",
     "AssistantMessage",
@@ -339,6 +340,25 @@ class TraceStarted:
     kind: Literal["trace_started"] = "trace_started"
 
 
+@dataclass(frozen=True)
+class BudgetsUsed:
+    """What the run has used so far of its query and write budgets (sent after each turn while one is set;
+    :func:`~harness_magic.core.control.budgets.report_budgets`). A limit of None is not set."""
+
+    queries: int
+    """Reads checked against the query budget in this run (each estimated by its engine's plan first)."""
+    largest_rows: float | None
+    """The largest row estimate of those reads (None: none was estimated)."""
+    max_query_rows: int | None
+    largest_cost: float | None
+    """The largest cost estimate of those reads, in the engine's unit (None: none was estimated)."""
+    max_query_cost: float | None
+    writes: int
+    """Writes approved in this run (its subagents' included)."""
+    max_write_operations: int | None
+    kind: Literal["budgets_used"] = "budgets_used"
+
+
 Event = Union[
     RunStarted,
     TurnStarted,
@@ -364,5 +384,6 @@ Event = Union[
     MemoryChanged,
     MaskingApplied,
     TraceStarted,
+    BudgetsUsed,
 ]
 EventHandler = Callable[[Event], None]

@@ -151,6 +151,10 @@ class QueryBudget:
     """Each installed budget's current limits (read at every call: a cell's own budgets swap them)."""
     _writes: tuple[int, int] = (0, 0)
     """``(id of the run, approved writes in it)``."""
+    _reads: tuple[int, int, float | None, float | None] = (0, 0, None, None)
+    """``(id of the run, reads checked in it, largest row estimate, largest cost estimate)``."""
+    reporting: bool = False
+    """True once a subscriber reports this harness's budget use after each turn (``budgets.report_budgets``)."""
 
     def limits(self) -> QueryLimits:
         """The strictest of every source's limits."""
@@ -167,6 +171,21 @@ class QueryBudget:
         """Count ``writes`` approved writes (one by default) in ``run``."""
         if run is not None:
             self._writes = (id(run), self.writes(run) + writes)
+
+    def count_read(self, run: Any, estimate: Estimate) -> None:
+        """Count one read of ``run`` checked against the query budget, keeping the largest estimates."""
+        if run is None:
+            return
+        _, reads, rows, cost = self._reads if self._reads[0] == id(run) else (0, 0, None, None)
+
+        def larger(a: float | None, b: float | None) -> float | None:
+            return b if a is None else a if b is None else max(a, b)
+
+        self._reads = (id(run), reads + 1, larger(rows, estimate.rows), larger(cost, estimate.cost))
+
+    def reads(self, run: Any) -> tuple[int, float | None, float | None]:
+        """``(reads checked, largest row estimate, largest cost estimate)`` of ``run`` so far."""
+        return self._reads[1:] if run is not None and self._reads[0] == id(run) else (0, None, None)
 
     def latest_writes(self) -> int:
         """Writes approved in the latest run that wrote (a subagent's, read when its run has ended)."""
@@ -262,6 +281,8 @@ def _log(context: ReadContext, found: Estimate, limits: QueryLimits, outcome: st
     if run is None:
         return
     use = run.current_tool_use
+    if harness is not None:
+        budget_for(harness).count_read(run, found)
     run.logger.write("event", event=ESTIMATE_EVENT, tool=context.tool_name, **found.fields(),
                      max_query_rows=limits.max_query_rows, max_query_cost=limits.max_query_cost, outcome=outcome,
                      tool_use_id=use.id if use is not None else None, turn=run.turn)
