@@ -19,7 +19,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from test_browser import ARTIFACTS, RUN_TIMEOUT_MS, _browser, _notebook, _open_and_run_all, lab  # noqa: F401
+from browser_lab import lab, lab_shared  # noqa: F401 - the fixtures this module's tests use
+from test_browser import ARTIFACTS, RUN_TIMEOUT_MS, _notebook, _open_and_run_all
 
 pytestmark = pytest.mark.browser
 
@@ -46,18 +47,14 @@ def _output_with(page: Any, text: str) -> None:
 @contextmanager
 def running(lab: Any, name: str, script: dict[str, Any], *cells: str, height: int = 1000) -> Iterator[Any]:
     """JupyterLab on ``name``.ipynb (``cells``) with the scripted model ``name``.json; Run All; yields the page."""
-    from playwright.sync_api import sync_playwright
-
-    url, chromium, _ = lab({f"{name}.ipynb": _notebook(*cells), f"{name}.json": json.dumps(script)})
+    url, browser, root = lab({f"{name}.ipynb": _notebook(*cells), f"{name}.json": json.dumps(script)})
     ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as p:
-        browser = _browser(p, chromium)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": height})
-            _open_and_run_all(page, url, f"{name}.ipynb")
-            yield page
-        finally:
-            browser.close()
+    try:
+        page = browser.new_page(viewport={"width": 1280, "height": height})
+        _open_and_run_all(page, url, root / f"{name}.ipynb")
+        yield page
+    finally:
+        browser.close()
 
 
 def _no_stdin_box(page: Any) -> None:

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from test_browser import ARTIFACTS, ROOT, _browser, lab  # noqa: F401
+from browser_lab import lab, lab_shared, tree_url  # noqa: F401 - the fixtures this module's tests use
+from test_browser import ARTIFACTS, ROOT
 
 pytestmark = pytest.mark.browser
 
@@ -96,35 +97,31 @@ def _pass_result(page: Any, cells: list[dict[str, Any]]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_run_all_twice_leaves_what_run_all_once_left(lab, name: str) -> None:
-    from playwright.sync_api import sync_playwright
-
-    url, chromium, root = lab({f"{name}.ipynb": _prepared(name)})
+    url, browser, root = lab({f"{name}.ipynb": _prepared(name)})
     shutil.copytree(ROOT / "notebooks" / "scripts", root / "scripts")
     ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as p:
-        browser = _browser(p, chromium)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 1200})
-            page.goto(f"{url}/lab/tree/{name}.ipynb")
-            page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
-                                   " && window.jupyterapp.shell.currentWidget.sessionContext.session"
-                                   " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
-                                   " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
-                                   ".status === 'idle'", timeout=PASS_TIMEOUT_S * 1000)
-            passes = []
-            after = 0
-            for number in (1, 2):
-                started = time.monotonic()
-                cells = _run_all(page, after)
-                passes.append(_pass_result(page, cells))
-                passes[-1]["seconds"] = round(time.monotonic() - started, 1)
-                after = max(c["count"] or 0 for c in cells)
-                page.evaluate("() => { const f = document.querySelector('.agent-final');"
-                              " if (f) f.scrollIntoView({block: 'start'}); }")
-                page.screenshot(path=str(ARTIFACTS / f"jupyterlab-run-all-{name}-pass{number}.png"), full_page=False)
-            (ARTIFACTS / f"jupyterlab-run-all-{name}.json").write_text(json.dumps(passes, indent=1))
-        finally:
-            browser.close()
+    try:
+        page = browser.new_page(viewport={"width": 1280, "height": 1200})
+        page.goto(tree_url(url, root / f"{name}.ipynb"))
+        page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
+                               " && window.jupyterapp.shell.currentWidget.sessionContext.session"
+                               " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
+                               " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
+                               ".status === 'idle'", timeout=PASS_TIMEOUT_S * 1000)
+        passes = []
+        after = 0
+        for number in (1, 2):
+            started = time.monotonic()
+            cells = _run_all(page, after)
+            passes.append(_pass_result(page, cells))
+            passes[-1]["seconds"] = round(time.monotonic() - started, 1)
+            after = max(c["count"] or 0 for c in cells)
+            page.evaluate("() => { const f = document.querySelector('.agent-final');"
+                          " if (f) f.scrollIntoView({block: 'start'}); }")
+            page.screenshot(path=str(ARTIFACTS / f"jupyterlab-run-all-{name}-pass{number}.png"), full_page=False)
+        (ARTIFACTS / f"jupyterlab-run-all-{name}.json").write_text(json.dumps(passes, indent=1))
+    finally:
+        browser.close()
     first, second = passes
     assert first["errors"] == [] and second["errors"] == [], (first["errors"], second["errors"])
     assert first["answers"], "the notebook's agent cells answered"
