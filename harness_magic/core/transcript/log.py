@@ -272,6 +272,16 @@ def _raw_extra(raw: Any, model: Any) -> dict[str, Any]:
     return _pruned(extra)
 
 
+def _value_digest(value: Any) -> str:
+    """SHA-256 of a value as a reader gives it back (``tools_sha256``)."""
+    return hashlib.sha256(_canonical(value).encode("utf-8")).hexdigest()
+
+
+def _logged_value_digest(value: Any) -> str:
+    """:func:`_value_digest` of a value as a reader will give it back: written and scrubbed as its line is."""
+    return _value_digest(json.loads(scrub(json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":")))))
+
+
 def _logged_digest(message: Any) -> str:
     """The digest of a message as a reader will give it back: written lean and scrubbed as its line is, read back."""
     text = scrub(json.dumps(_lean_messages([message]), ensure_ascii=False, default=str, separators=(",", ":")))
@@ -308,6 +318,17 @@ class _Closed:
     """Each message's digest as logged (:func:`_logged_digest`), taken when a later run first needs it."""
     depth: int
     """Earlier files a reader goes through to resolve this log's history (0: recorded whole)."""
+    system_sha256: str
+    """The hash of the system prompt the run started with, as logged."""
+    tools: list[Any]
+    """The tools the run started with, as handed over (compared with a later run's)."""
+    tools_digest: str | None = None
+    """:func:`_logged_value_digest` of ``tools``, taken when a later run first needs it."""
+
+    def tools_sha256(self) -> str:
+        if self.tools_digest is None:
+            self.tools_digest = _logged_value_digest(self.tools)
+        return self.tools_digest
 
     def digest(self, index: int) -> str:
         found = self.digests[index]
@@ -348,6 +369,10 @@ class _LeanWriter:
         """Digests of ``transcript``'s messages known from the run referred to (the others: None)."""
         self.depth = 0
         """Earlier files a reader goes through to resolve this log's history."""
+        self.start_system = ""
+        """The hash of the system prompt in ``run_start`` (as logged)."""
+        self.start_tools: list[Any] = []
+        """The tools in ``run_start``, as handed over."""
         self.systems: set[str] = set()
         self.messages = 0
         self.visible: Any = None
@@ -366,6 +391,7 @@ class _LeanWriter:
         self.systems.add(digest)
         history = list(fields.get("history") or ())
         self.messages = len(history)
+        self.start_system, self.start_tools = digest, list(fields.get("tools") or ())
         out = {"log_version": LOG_VERSION, **fields, "system": written, "system_sha256": digest}
         found = self.reference(history)
         if found is None:
@@ -377,6 +403,14 @@ class _LeanWriter:
         self.digests = closed.digests[:count] + [None] * (len(history) - count)
         out["history"] = _lean_messages(history[count:])
         out["history_from"] = reference
+        if closed.system_sha256 == digest:  # the reader takes the text from the run referred to
+            del out["system"]
+        if "tools" in out and closed.tools == out["tools"]:
+            try:
+                out["tools_sha256"] = closed.tools_sha256()
+            except ValueError:  # tools the log's scrubbing cannot round-trip: written whole
+                return out
+            del out["tools"]
         return out
 
     def reference(self, history: list[Any]) -> tuple[_Closed, int, dict[str, Any]] | None:
@@ -400,7 +434,7 @@ class _LeanWriter:
 
     def closed(self, path: Path, run_id: str) -> _Closed:
         """What a later run of the directory may refer to, once this log's ``run_end`` is written."""
-        return _Closed(path, run_id, self.transcript, self.digests, self.depth)
+        return _Closed(path, run_id, self.transcript, self.digests, self.depth, self.start_system, self.start_tools)
 
     def _extend(self, messages: Sequence[Any]) -> None:
         self.transcript.extend(messages)
@@ -536,10 +570,13 @@ def mark_superseded(path: str | os.PathLike[str], run_id: str, *, by: str, run_k
 class _Reader:
     """Gives version-2 and -3 records back in the version-1 shape, one run of a file at a time."""
 
-    def __init__(self, resolve: Callable[[Any], list[Any]]) -> None:
+    def __init__(self, resolve: Callable[[Any], tuple["_Ended", list[Any]]]) -> None:
         self.resolve = resolve
         """Resolves a ``history_from`` to the messages it names (:func:`_resolve`)."""
         self.run_id: Any = None
+        self.start_system: Any = None
+        """The system prompt's text in ``run_start`` (given, or taken from the run referred to)."""
+        self.start_tools: Any = None
         self.transcript: list[Any] = []
         """The messages the lines read so far hold (versions 2 and 3), for a later run of the file to refer to."""
         self.version = 1
@@ -571,13 +608,29 @@ class _Reader:
         self.run_id = record.get("run_id")
         if version == 1:
             return record
-        self.system = self.remember_system(record.get("system"), record.get("system_sha256"), "run_start")
         history = _full_messages(record.get("history", []), "run_start history")
         out = {**record}
+        if version < REFERENCE_VERSION and ({"history_from", "tools_sha256"} & set(record)):
+            raise ValueError(f"history_from and tools_sha256 are not fields of a version-{version} log")
         if "history_from" in record:
-            if version < REFERENCE_VERSION:
-                raise ValueError(f"history_from is not a field of a version-{version} log")
-            history = self.resolve(out.pop("history_from")) + history
+            ended, prefix = self.resolve(out.pop("history_from"))
+            history = prefix + history
+            if "system" not in record:  # the system prompt of the run referred to, when its hash is this one's
+                if ended.system is None or system_hash(ended.system) != record.get("system_sha256"):
+                    raise HistoryReferenceError(f"run_start holds no system prompt and system_sha256 "
+                                                f"{_shown(record.get('system_sha256'))} is not the hash of the one "
+                                                "of the run it refers to")
+                out["system"] = ended.system
+            if "tools_sha256" in record:
+                if ended.tools is None or _value_digest(ended.tools) != record["tools_sha256"]:
+                    raise HistoryReferenceError(f"tools_sha256 {_shown(record['tools_sha256'])} is not the hash of "
+                                                "the tools of the run it refers to")
+                out["tools"] = ended.tools
+                del out["tools_sha256"]
+        elif "tools_sha256" in record:
+            raise ValueError("tools_sha256 without history_from: no earlier run holds the tools")
+        self.system = self.remember_system(out.get("system"), out.get("system_sha256"), "run_start")
+        self.start_system, self.start_tools = out.get("system"), out.get("tools")
         self.messages = len(history)
         self.transcript = list(history)
         out["history"] = history
@@ -673,11 +726,20 @@ def iter_log(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     yield from _records(file, 0, {})
 
 
-def _records(file: Path, depth: int, finished: dict[str, list[Any]]) -> Iterator[dict[str, Any]]:
-    """:func:`iter_log` of ``file`` read ``depth`` references deep; ``finished`` gets each run's final transcript
-    by run id (versions 2 and 3) as the run ends, for a later run of the file to refer to."""
+@dataclass(frozen=True)
+class _Ended:
+    """What a later run may take from a run it refers to: its final transcript, system prompt and tools."""
 
-    def resolve(reference: Any) -> list[Any]:
+    transcript: list[Any]
+    system: Any
+    tools: Any
+
+
+def _records(file: Path, depth: int, finished: dict[str, _Ended]) -> Iterator[dict[str, Any]]:
+    """:func:`iter_log` of ``file`` read ``depth`` references deep; ``finished`` gets each run's end (versions 2
+    and 3) by run id as the run ends, for a later run of the file to refer to."""
+
+    def resolve(reference: Any) -> tuple[_Ended, list[Any]]:
         return _resolve(file, depth, finished, reference)
 
     reader = _Reader(resolve)
@@ -706,9 +768,9 @@ def _records(file: Path, depth: int, finished: dict[str, list[Any]]) -> Iterator
     _finish(reader, finished)
 
 
-def _finish(reader: _Reader, finished: dict[str, list[Any]]) -> None:
+def _finish(reader: _Reader, finished: dict[str, _Ended]) -> None:
     if reader.version >= 2 and isinstance(reader.run_id, str):
-        finished[reader.run_id] = reader.transcript
+        finished[reader.run_id] = _Ended(reader.transcript, reader.start_system, reader.start_tools)
 
 
 def _shown(value: Any) -> str:
@@ -716,9 +778,9 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _resolve(file: Path, depth: int, finished: dict[str, list[Any]], reference: Any) -> list[Any]:
-    """The messages a ``history_from`` of ``file`` names, checked against its digest; HistoryReferenceError
-    naming what is wrong otherwise (see the module's docstring)."""
+def _resolve(file: Path, depth: int, finished: dict[str, _Ended], reference: Any) -> tuple[_Ended, list[Any]]:
+    """The run a ``history_from`` of ``file`` names and the messages it takes from it, checked against their
+    digest; HistoryReferenceError naming what is wrong otherwise (see the module's docstring)."""
     if not isinstance(reference, dict):
         raise HistoryReferenceError(f"history_from is {_shown(reference)}, not an object naming an earlier run")
     run, count, digest = reference.get("run"), reference.get("messages"), reference.get("sha256")
@@ -729,13 +791,14 @@ def _resolve(file: Path, depth: int, finished: dict[str, list[Any]], reference: 
     if not isinstance(digest, str) or not _SHA256_HEX.fullmatch(digest):
         raise HistoryReferenceError(f"history_from sha256 {_shown(digest)} is not a SHA-256 in hex")
     if run in finished:  # an earlier run of this file (an export)
-        messages, where = finished[run], f"run {run} earlier in this file"
+        ended, where = finished[run], f"run {run} earlier in this file"
     else:
         target = _earlier_file(file, reference.get("file"), run)
         if depth >= HISTORY_MAX_DEPTH:
             raise HistoryReferenceError(f"history_from goes deeper than {HISTORY_MAX_DEPTH} earlier files "
                                         f"(HISTORY_MAX_DEPTH) at {target.name!r}")
-        messages, where = _final_transcript(target, run, depth + 1), f"run {run} of {target}"
+        ended, where = _final_transcript(target, run, depth + 1), f"run {run} of {target}"
+    messages = ended.transcript
     if count > len(messages):
         raise HistoryReferenceError(f"history_from counts {count} messages, but {where} ends with {len(messages)}")
     prefix = messages[:count]
@@ -743,7 +806,7 @@ def _resolve(file: Path, depth: int, finished: dict[str, list[Any]], reference: 
     if found != digest:
         raise HistoryReferenceError(f"the first {count} messages of {where} hash to {found[:16]}…, not to the "
                                     f"sha256 this run recorded ({digest[:16]}…): that log was altered since")
-    return prefix
+    return ended, prefix
 
 
 def _earlier_file(file: Path, name: Any, run: str) -> Path:
@@ -770,9 +833,9 @@ def _earlier_file(file: Path, name: Any, run: str) -> Path:
     return target
 
 
-def _final_transcript(target: Path, run: str, depth: int) -> list[Any]:
-    """The messages run ``run`` of the log ``target`` ends with (its references resolved, ``depth`` deep)."""
-    finished: dict[str, list[Any]] = {}
+def _final_transcript(target: Path, run: str, depth: int) -> _Ended:
+    """How run ``run`` of the log ``target`` ends (its references resolved, ``depth`` deep)."""
+    finished: dict[str, _Ended] = {}
     try:
         for _ in _records(target, depth, finished):
             pass
@@ -804,8 +867,11 @@ def portable_lines(path: str | os.PathLike[str], earlier_runs: set[str]) -> Iter
             if isinstance(reference, dict) and reference.get("run") not in earlier_runs:
                 if resolved is None:
                     resolved = [r for r in iter_log(file) if r.get("type") == "run_start"]
-                whole = {**record, "history": _lean_messages(resolved[starts - 1]["history"])}
-                del whole["history_from"]
+                start = resolved[starts - 1]
+                whole = {**record, "system": start["system"], "tools": start["tools"],
+                         "history": _lean_messages(start["history"])}
+                for key in ("history_from", "tools_sha256"):
+                    whole.pop(key, None)
                 line = _dumps(whole) + "\n"
             if isinstance(record.get("run_id"), str):
                 earlier_runs.add(record["run_id"])
