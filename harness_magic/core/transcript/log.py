@@ -56,7 +56,10 @@ copy a conversation an earlier log file of the same directory already holds
 (a session of N cells wrote O(N²) bytes): ``history_from`` is
 ``{"run": <run id>, "file": <that log's file name>, "messages": n,
 "sha256": <HISTORY_SHA256 of those n messages as logged>}``, and ``history``
-holds only the messages after them. The writer refers to one of the last
+holds only the messages after them; when the run referred to started with
+the same system prompt, ``system`` is left out (``system_sha256`` names it),
+and with the same tools, ``tools`` gives way to ``tools_sha256`` (the
+SHA-256 of their JSON with sorted keys). The writer refers to one of the last
 runs it closed in the directory (:data:`REFERENCE_CANDIDATES`), the one
 whose final transcript shares the longest beginning with the new history;
 a history that shares none (compacted, edited by the user, another
