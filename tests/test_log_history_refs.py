@@ -410,3 +410,45 @@ def test_a_version_2_log_cannot_refer_to_another(tmp_path, session):
     rewrite(path, records)
     with pytest.raises(MalformedLogError, match="are not fields of a version-2 log"):
         read_log(path)
+
+
+# -- through a session, with secrets and reruns --------------------------------------------------------------------
+
+
+def test_a_secret_in_the_conversation_is_scrubbed_in_every_log_and_the_references_still_hold(tmp_path):
+    from harness_magic.core.transcript.scrub import register_secret
+
+    secret = "sk-history-ref-secret-0123456789abcdef"
+    register_secret(secret)
+    turns = [{"tool_calls": [{"name": "echo", "arguments": {"text": f"the key is {secret}"}}]}, {"text": "Got it."},
+             {"text": f"Still {secret}."}, {"text": "Third."}]
+    harness = harness_in(tmp_path / "runs", turns)
+    results = [harness.run_result("Remember the key."), harness.ask_result("Again?"), harness.ask_result("More?")]
+    for result in results:
+        assert secret not in Path(result.run_file).read_text(encoding="utf-8")
+        assert len(reconstruct_transcript(result.run_file)) == len(result.messages)
+    assert all("history_from" in lines(r.run_file)[0] for r in results[1:])
+    assert replay_run(results[-1].run_file, run_dir=tmp_path / "replay").result.status == "completed"
+
+
+def test_a_session_with_a_rerun_cell_refers_across_its_logs_and_every_log_reads(tmp_path):
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
+
+    turns = [{"text": f"Cell answer {i}."} for i in range(4)]
+    config = AgentConfig(run_dir=str(tmp_path / "runs"), sandbox="inprocess")
+    session = AgentSession(config, adapter=ProviderAdapter("scripted/test", transport=ScriptedModel(turns)))
+    try:
+        first = session.ask("First cell.", run_key="c1")
+        second = session.ask("Second cell.", run_key="c2")
+        third = session.ask("Third cell.", run_key="c3")
+        rerun = session.ask("Second cell, edited.", run_key="c2")
+    finally:
+        session.close()
+    assert [len(r.messages) for r in (first, second, third, rerun)] == [2, 4, 6, 4]
+    for result in (second, third, rerun):
+        start = lines(result.run_file)[0]
+        assert start["history_from"]["messages"] == len(result.messages) - 2 and start["history"] == []
+    for result in (first, second, third, rerun):
+        assert load_run(result.run_file).messages == list(result.messages)
+    assert [r["type"] for r in read_log(second.run_file)][-1] == "superseded"
