@@ -39,6 +39,10 @@ SERVER_STOP_S = 15
 """A server asked to stop (SIGTERM: it shuts its kernels down) is killed after this long."""
 REQUEST_TIMEOUT_S = 30
 """A REST call to the server (listing or ending a test's sessions)."""
+PAGE_CONFIG = {"buildCheck": False, "buildAvailable": False}
+"""The server's page config (``labconfig/page_config.json`` on its ``JUPYTER_CONFIG_PATH``): no check, at each
+page load, whether the installed extensions need a JupyterLab build (it ran yarn, npm and node, ~0.6 s of CPU a
+page) and no build button. What a page shows and runs is the same."""
 CHROMIUM_ARGS = ["--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 
@@ -57,7 +61,7 @@ def tree_url(url: str, path: Path) -> str:
 
 
 class LabServer:
-    """A JupyterLab server on ``base``'s ``notebooks`` folder (news and update checks off, no token, no
+    """A JupyterLab server on ``base``'s ``notebooks`` folder (news, update and build checks off, no token, no
     ``*_API_KEY`` in its or its kernels' environment), in its own process group; :meth:`stop` ends it."""
 
     def __init__(self, base: Path) -> None:
@@ -68,6 +72,9 @@ class LabServer:
         settings.mkdir(parents=True, exist_ok=True)
         (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
                                                                                 "checkForUpdates": False}))
+        labconfig = base / "config" / "labconfig"
+        labconfig.mkdir(parents=True, exist_ok=True)
+        (labconfig / "page_config.json").write_text(json.dumps(PAGE_CONFIG))
         self.log_path = base / "lab.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
@@ -75,7 +82,9 @@ class LabServer:
     def start(self) -> None:
         port = _free_port()
         env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(self.base / "settings"),
-               "JUPYTERLAB_WORKSPACES_DIR": str(self.base / "workspaces")}
+               "JUPYTERLAB_WORKSPACES_DIR": str(self.base / "workspaces"),
+               "JUPYTER_CONFIG_PATH": os.pathsep.join(filter(None, [str(self.base / "config"),
+                                                                    os.environ.get("JUPYTER_CONFIG_PATH")]))}
         env = {k: v for k, v in env.items() if not k.endswith("_API_KEY")}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
