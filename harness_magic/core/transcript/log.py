@@ -402,7 +402,8 @@ class _LeanWriter:
             out["history"] = _lean_messages(history)
             return out
         closed, count, reference = found
-        self.transcript, self.depth = history, closed.depth + 1
+        # the messages shared are the closed run's own objects (equal): the runs kept in mind share them
+        self.transcript, self.depth = closed.messages[:count] + history[count:], closed.depth + 1
         self.digests = closed.digests[:count] + [None] * (len(history) - count)
         out["history"] = _lean_messages(history[count:])
         out["history_from"] = reference
