@@ -74,6 +74,13 @@ def wait_gone(pid: int) -> None:
     assert gone(pid), f"provider host {pid} still runs"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def shared_host_warm():
+    """This process's shared host, started in the background as the module begins: its litellm import
+    overlaps the first test's own (the in-process transport it is compared with)."""
+    shared_host().warm_up()
+
+
 @pytest.fixture(scope="module")
 def own_host():
     """A host of this module's own: the tests that kill it or let it idle out leave the shared one alone."""
@@ -82,10 +89,20 @@ def own_host():
     host.close()
 
 
-@pytest.fixture
-def server():
+@pytest.fixture(scope="module")
+def module_server():
     with ScriptedServer() as srv:
         yield srv
+
+
+@pytest.fixture
+def server(module_server):
+    """The module's scripted server, emptied for each test (no replies, nothing recorded)."""
+    module_server.replies = []
+    for record in (module_server.requests, module_server.raw_requests, module_server.headers, module_server.paths,
+                   module_server.rejections):
+        record.clear()
+    return module_server
 
 
 # -- the same answers and the same errors as in-process -----------------------------------------------
@@ -194,6 +211,40 @@ def test_concurrent_async_calls_are_served_at_once():
 # -- a host that ends: idle, killed between calls, killed during one, interrupted ------------------------
 
 
+def test_a_warmed_host_is_started_at_once_serves_the_first_request_or_exits_when_none_comes(own_host, server):
+    own_host.stop()
+    starts = own_host.starts
+    assert HostedTransport(host=own_host, idle_s=0.5).warm_up() is True  # a run that never calls the model
+    unused = own_host.pid
+    assert unused is not None
+    wait_gone(unused)  # it lived the run's idle time, not the handle's default
+    assert own_host.warm_up() is True
+    warmed = own_host.pid
+    assert warmed not in (None, unused) and own_host.warm_up() is False, "one host, however often warmed"
+    server.replies = [{"text": "served by the warmed host"}]
+    answer = HostedTransport(api_base=server.api_base, api_key="sk-test", host=own_host).complete(payload(), None)
+    assert answer["choices"][0]["message"]["content"] == "served by the warmed host"
+    assert (own_host.pid, own_host.starts) == (warmed, starts + 2), "the request waited for the warmed host"
+
+
+def test_a_run_warms_the_provider_host_up_before_anything_asks_it(tmp_path, server, monkeypatch):
+    from harness_magic import ProviderAdapter
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
+
+    order: list[str] = []
+    warm_up, open_ = HostedTransport.warm_up, HostedTransport._open
+    monkeypatch.setattr(HostedTransport, "warm_up", lambda self: order.append("warm_up") or warm_up(self))
+    monkeypatch.setattr(HostedTransport, "_open", lambda self, frame: order.append("request") or open_(self, frame))
+    server.replies = [{"text": "Done."}]
+    config = AgentConfig(model=MODEL, api_base=server.api_base, sandbox="inprocess", run_dir=str(tmp_path),
+                         extra={"api_key": "sk-test"})
+    assert AgentSession(config).ask("Say done.").text == "Done."
+    assert order[0] == "warm_up" and order.count("warm_up") == 1 and "request" in order, order
+    assert ProviderAdapter("offline/quickstart").warm_up() is False, "an offline model needs no host"
+    assert ProviderAdapter(MODEL, provider_host=False).warm_up() is False, "litellm here: nothing to start"
+
+
 def test_an_idle_host_exits_and_the_next_call_starts_a_new_one(own_host, server):
     server.replies = [{"text": "before"}, {"text": "after"}]
     transport = HostedTransport(api_base=server.api_base, api_key="sk-test", idle_s=0.5, host=own_host)
@@ -299,6 +350,70 @@ def test_an_interrupt_during_streaming_leaves_the_host_serving(own_host, server)
     HostedTransport(host=own_host, idle_s=0.3).route(MODEL)
     assert pid is not None
     wait_gone(pid)  # it idled out: a host with a request still in flight never does, so the interrupted one ended
+
+
+# -- the host holds litellm lightly -------------------------------------------------------------------------
+
+PACKAGE_INDEX = """\
+from pathlib import Path
+Path(__file__).with_name("ran").open("a").write("index\\n")
+from .heavy import Thing
+"""
+
+
+def test_a_deferred_package_index_runs_only_when_a_name_only_it_defines_is_read(tmp_path, monkeypatch):
+    from harness_magic.core.providers.host import defer_package_index
+
+    name = f"deferred_index_{os.getpid()}"
+    package = tmp_path / name
+    package.mkdir()
+    (package / "__init__.py").write_text(PACKAGE_INDEX)
+    (package / "light.py").write_text("VALUE = 1\n")
+    (package / "heavy.py").write_text("class Thing:\n    pass\n")
+    (tmp_path / f"{name}_plain.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ran = package / "ran"
+    try:
+        assert defer_package_index(name) is True and defer_package_index(name) is False, "registered once"
+        assert defer_package_index(f"{name}_plain") is False, "a module, not a package"
+        assert defer_package_index(f"{name}_nowhere") is False
+        module = sys.modules[name]
+        assert __import__(f"{name}.light", fromlist=["VALUE"]).VALUE == 1, "a submodule imports as usual"
+        assert not hasattr(module, "__version__") and not ran.exists(), "submodules and dunders leave the index"
+        with pytest.raises(AttributeError, match=f"module '{name}' has no attribute 'nothing_here'"):
+            module.nothing_here
+        assert ran.read_text() == "index\n", "a name it might define ran the index, once"
+        thing = __import__(name, fromlist=["Thing"]).Thing
+        assert thing.__name__ == "Thing" and module.light.VALUE == 1 and ran.read_text() == "index\n"
+    finally:
+        for loaded in [m for m in sys.modules if m == name or m.startswith(f"{name}.") or m == f"{name}_plain"]:
+            del sys.modules[loaded]
+
+
+def test_a_tokenizer_without_its_python_merge_table_counts_and_pickles_the_same(monkeypatch):
+    import pickle
+
+    import tiktoken
+    import tiktoken.registry
+
+    from harness_magic.core.providers.host import shed_tokenizer_tables
+
+    ranks = {bytes([i]): i for i in range(256)}
+    ranks.update({b"th": 256, b"the": 257, b" the": 258, b"he": 259})
+
+    def tiny(name: str) -> Any:
+        return tiktoken.Encoding(name=name, pat_str=r" ?\w+| ?[^\w\s]+|\s+", mergeable_ranks=dict(ranks),
+                                 special_tokens={"<|end|>": 260})
+
+    registered, loose = tiny("tiny-registered"), tiny("tiny-loose")
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {"tiny-registered": registered})
+    text = "the theme of the thesis, then <|end|> again"
+    before = registered.encode(text, allowed_special="all")
+    assert shed_tokenizer_tables() == 1 and shed_tokenizer_tables() == 0, "each table is dropped once"
+    assert registered._mergeable_ranks == {} and loose._mergeable_ranks == ranks, "only registered encodings"
+    assert registered.encode(text, allowed_special="all") == before and registered.decode(before) == text
+    assert pickle.loads(pickle.dumps(registered)).encode(text, allowed_special="all") == before, "pickled by name"
+    assert pickle.loads(pickle.dumps(loose)).encode(text, allowed_special="all") == before, "pickled whole"
 
 
 # -- a hostile host ----------------------------------------------------------------------------------------

@@ -177,6 +177,12 @@ class _AdapterBase:
         clone._memo = _RenderMemo()
         return clone
 
+    def warm_up(self) -> bool:
+        """Start what this adapter's first request needs and is slow to start (the provider host, importing
+        litellm), without waiting for it; whether something was started (offline models, litellm here: nothing)."""
+        transport = self.transport
+        return transport.warm_up() if isinstance(transport, HostedTransport) else False
+
     def rewind(self) -> bool:
         """Restart an offline model's script or recording from its first turn; False for real providers."""
         rewind = getattr(self.transport, "rewind", None)

@@ -18,6 +18,10 @@ Unix socket in a 0700 directory and hands it over as fd ``N``. Contract:
 - a peer that closes mid-stream (an interrupt in the kernel) stops the request when the next piece
   arrives from the provider (the host learns of the closed peer by writing to it): the stream is closed
   (litellm's connection goes back to its pool) and the host serves the next request;
+- it holds as little as it can: openai's resource index is left unexecuted (each resource
+  loads on first use), litellm's import is frozen out of the cyclic collector, a loaded tokenizer drops its
+  Python copy of the merge table (its native copy counts), and freed heap goes back to the system after
+  startup and after each request;
 - it exits after ``idle_s`` seconds with no request in flight (each request may change ``idle_s``),
   when its stdin reaches end of file (the kernel is gone) or when its parent changes; it ignores SIGINT
   (the stop button interrupts the kernel's process group) and never writes to stdout (its stdout is
@@ -27,6 +31,9 @@ Unix socket in a 0700 directory and hands it over as fd ``N``. Contract:
 from __future__ import annotations
 
 import argparse
+import ctypes
+import gc
+import importlib.util
 import os
 import signal
 import socket
@@ -39,7 +46,8 @@ from harness_magic.core.providers.channel import FrameError, read_frame, send_fr
 from harness_magic.core.providers.errors import ProviderError
 from harness_magic.core.providers.transport import LiteLLMLookups, LiteLLMTransport, check_model_route, import_litellm
 
-__all__ = ["HostServer", "PeerClosed", "main", "POLL_S", "MISSING_TEXT_MAX_CHARS", "TRANSPORT_OPTIONS"]
+__all__ = ["HostServer", "PeerClosed", "main", "prepare", "defer_package_index", "shed_tokenizer_tables",
+           "give_back_heap", "POLL_S", "MISSING_TEXT_MAX_CHARS", "TRANSPORT_OPTIONS", "DEFERRED_INDEXES"]
 
 POLL_S = 0.5
 """How often the accept loop wakes to check idleness and its parent."""
@@ -47,7 +55,70 @@ MISSING_TEXT_MAX_CHARS = 300
 """A failed lookup's reason is cut to this many characters."""
 TRANSPORT_OPTIONS = ("api_base", "api_key", "stream", "timeout_s", "extra")
 """The :class:`LiteLLMTransport` options a ``complete`` request may carry."""
+DEFERRED_INDEXES = ("openai.resources",)
+"""Packages whose ``__init__`` imports every submodule but whose users import the submodule they need: openai's
+client reaches each resource through a lazy property (``client.chat`` imports ``openai.resources.chat``), yet the
+index runs first and loads all ~450 resource modules (13 MB). Registered unexecuted (:func:`defer_package_index`)."""
 _LOOKUPS = LiteLLMLookups()
+
+
+def defer_package_index(name: str) -> bool:
+    """Register package ``name`` without running its ``__init__``: its submodules import as usual (the package's
+    path is set); a name only the index defines runs the index then (once), so nothing
+    that reads it breaks. False (nothing done) when ``name`` is already imported or is not a package."""
+    if name in sys.modules:
+        return False
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.loader is None or not spec.submodule_search_locations:
+        return False
+    module = importlib.util.module_from_spec(spec)
+    loader = spec.loader
+    done = threading.RLock()
+
+    def index_attribute(attribute: str) -> Any:
+        if attribute.startswith("__"):
+            raise AttributeError(f"module {name!r} has no attribute {attribute!r}")
+        with done:
+            if module.__dict__.get("__getattr__") is index_attribute:
+                del module.__dict__["__getattr__"]
+                loader.exec_module(module)  # the index, once: every name it defines is then in the module
+        try:
+            return module.__dict__[attribute]
+        except KeyError:
+            raise AttributeError(f"module {name!r} has no attribute {attribute!r}") from None
+
+    module.__dict__["__getattr__"] = index_attribute
+    sys.modules[name] = module
+    parent, _, child = name.rpartition(".")
+    if parent in sys.modules:
+        setattr(sys.modules[parent], child, module)
+    return True
+
+
+def shed_tokenizer_tables() -> int:
+    """Drop the Python copy of each loaded tiktoken encoding's merge table (the native encoder built from it
+    counts and encodes; tiktoken reads the copy only to pickle an encoding it has not registered, and these are
+    registered: pickled by name). Returns how many were dropped (cl100k: 15 MB, o200k: 30 MB)."""
+    registry = sys.modules.get("tiktoken.registry")
+    encodings = getattr(registry, "ENCODINGS", None)
+    if not isinstance(encodings, dict):
+        return 0
+    dropped = 0
+    for encoding in list(encodings.values()):
+        if isinstance(getattr(encoding, "_mergeable_ranks", None), dict) and encoding._mergeable_ranks:
+            encoding._mergeable_ranks = {}
+            dropped += 1
+    return dropped
+
+
+def give_back_heap() -> None:
+    """Collect, then hand the C heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere
+    only the collection)."""
+    gc.collect()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc: its allocator returns memory in its own way
 
 
 class PeerClosed(BaseException):
@@ -115,6 +186,10 @@ class HostServer:
             with self._lock:
                 self._active -= 1
                 self._last = time.monotonic()
+                idle = self._active == 0
+            if idle:  # what the request loaded or built and no longer needs goes back to the system
+                shed_tokenizer_tables()
+                give_back_heap()
 
     def _adopt(self, request: dict[str, Any]) -> None:
         """The request's environment becomes the process's (keys set since the host started included)."""
@@ -184,6 +259,17 @@ class HostServer:
         return reply
 
 
+def prepare() -> Any:
+    """litellm imported as the host holds it: openai's resource index deferred, the heap given back, the
+    import frozen out of the cyclic collector (its ~300,000 long-lived objects are walked by no collection)."""
+    for name in DEFERRED_INDEXES:
+        defer_package_index(name)
+    litellm = import_litellm()
+    give_back_heap()
+    gc.freeze()
+    return litellm
+
+
 def _exit_when_stdin_closes() -> None:
     """End the process when the kernel is gone (its end of our stdin closed)."""
     try:
@@ -202,7 +288,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     listener = socket.socket(fileno=args.fd)
     threading.Thread(target=_exit_when_stdin_closes, daemon=True).start()
-    import_litellm()
+    prepare()
     HostServer(listener, args.idle_s).serve()
     sys.stderr.flush()
     os._exit(0)  # no interpreter teardown: litellm's clients need none, and nothing waits for it

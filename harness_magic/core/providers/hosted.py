@@ -5,7 +5,8 @@ sessions are idle. With ``provider_host`` on (the default) the kernel never impo
 completion and every lookup (route, model information, prompt caching, token counts) goes to one
 provider host per kernel (:mod:`.host`, a child process started on first use, shared by every
 transport and adapter of this process, stopped after ``provider_idle_s`` seconds without a request;
-the next request starts it again). Contract of :class:`HostedTransport`, the same as
+the next request starts it again; a run starts it in the background as it begins, :meth:`HostedTransport.warm_up`,
+so litellm's import overlaps the run's own setup). Contract of :class:`HostedTransport`, the same as
 :class:`~harness_magic.core.providers.transport.LiteLLMTransport`'s:
 
 - ``complete`` / ``acomplete`` return the response dict; streamed text reaches ``on_text`` piece by
@@ -118,6 +119,16 @@ class ProviderHost:
         proc = self._proc
         return proc.pid if proc is not None else None
 
+    def warm_up(self, idle_s: float | None = None) -> bool:
+        """Start a host now when none runs, without waiting for it (it imports litellm in its own process while
+        this one goes on; a request made meanwhile waits in the socket's backlog); whether one was started.
+        ``idle_s`` (default: this handle's) is how long it lives if no request comes."""
+        with self._lock:
+            if self._proc is not None and self._proc.poll() is None:
+                return False
+            self._start(idle_s)
+            return True
+
     def endpoint(self, failed: int | None = None) -> tuple[int, str]:
         """``(generation, socket path)`` of a running host: started when none runs, or again when ``failed``
         names the current generation (a connection to it found nobody)."""
@@ -126,7 +137,7 @@ class ProviderHost:
                 self._start()
             return self._generation, self._path
 
-    def _start(self) -> None:
+    def _start(self, idle_s: float | None = None) -> None:
         if self._dir is None:
             self._dir = tempfile.mkdtemp(prefix="harness-provider-")  # mode 0700
         self._generation += 1
@@ -141,7 +152,8 @@ class ProviderHost:
             listener.bind(self._path)
             listener.listen(LISTEN_BACKLOG)
             fd = listener.fileno()
-            proc = subprocess.Popen(self.argv + ["--fd", str(fd), "--idle-s", repr(self.idle_s)], pass_fds=(fd,),
+            argv = self.argv + ["--fd", str(fd), "--idle-s", repr(idle_s or self.idle_s)]
+            proc = subprocess.Popen(argv, pass_fds=(fd,),
                                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                     start_new_session=True, env=env)
         finally:
@@ -228,6 +240,11 @@ class HostedTransport(TransportOptions):
                                  "objects") from None
         self.idle_s = check_idle_s(idle_s)
         self.host = host if host is not None else shared_host()
+
+    def warm_up(self) -> bool:
+        """Start the provider host in the background when none runs (:meth:`ProviderHost.warm_up`, living
+        ``idle_s`` without a request); whether one was started."""
+        return self.host.warm_up(self.idle_s)
 
     # -- the exchange --------------------------------------------------------------------------------------
 
