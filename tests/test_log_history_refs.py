@@ -452,3 +452,35 @@ def test_a_session_with_a_rerun_cell_refers_across_its_logs_and_every_log_reads(
     for result in (first, second, third, rerun):
         assert load_run(result.run_file).messages == list(result.messages)
     assert [r["type"] for r in read_log(second.run_file)][-1] == "superseded"
+
+
+def test_the_audit_logs_tool_use_ids_name_calls_in_logs_that_refer_to_earlier_ones(tmp_path):
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.execution.connectors import ApprovalPolicy, Connector
+    from harness_magic.core.session import AgentSession
+    from harness_magic.core.transcript.audit import verify_file
+
+    notes = Connector("notes", "Notes.")
+
+    @notes.tool(safety="write")
+    def add(text: str) -> str:
+        """Add a note."""
+        return "added"
+
+    turns = [{"tool_calls": [{"name": "load_connectors", "arguments": {"connector_name": "notes"}}]},
+             {"tool_calls": [{"name": "notes__add", "arguments": {"text": "one"}}]}, {"text": "done"},
+             {"tool_calls": [{"name": "notes__add", "arguments": {"text": "two"}}]}, {"text": "done again"}]
+    config = AgentConfig(run_dir=str(tmp_path / "runs"), sandbox="inprocess", audit_log=str(tmp_path / "audit.jsonl"))
+    session = AgentSession(config, adapter=ProviderAdapter("scripted/test", transport=ScriptedModel(turns)))
+    session.add_connector(notes, approval=ApprovalPolicy(approver=lambda request: True))
+    try:
+        first, second = session.ask("Note one."), session.ask("Note two.")
+    finally:
+        session.close()
+    assert "history_from" in lines(second.run_file)[0]
+    assert verify_file(tmp_path / "audit.jsonl").ok
+    audited = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    # the second cell's log names both calls: the first cell's through the log it refers to
+    uses = {u.id: u.name for m in load_run(second.run_file).messages for u in m.tool_uses}
+    assert len(audited) == 2 and all(uses[r["tool_use_id"]] == r["tool"] == "notes__add" for r in audited)
+    assert [c.id for c in load_run(second.run_file).tool_calls] == [audited[1]["tool_use_id"]]

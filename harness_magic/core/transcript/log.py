@@ -438,7 +438,8 @@ class _LeanWriter:
 
     def closed(self, path: Path, run_id: str) -> _Closed:
         """What a later run of the directory may refer to, once this log's ``run_end`` is written."""
-        return _Closed(path, run_id, self.transcript, self.digests, self.depth, self.start_system, self.start_tools)
+        return _Closed(Path(os.path.abspath(path)), run_id, self.transcript, self.digests, self.depth,
+                       self.start_system, self.start_tools)
 
     def _extend(self, messages: Sequence[Any]) -> None:
         self.transcript.extend(messages)
@@ -862,7 +863,10 @@ def portable_lines(path: str | os.PathLike[str], earlier_runs: set[str]) -> Iter
     resolved: list[dict[str, Any]] | None = None
     with open(file, encoding="utf-8") as handle:
         for line in handle:
-            record = json.loads(line) if '"run_start"' in line else None
+            try:
+                record = json.loads(line) if '"run_start"' in line else None
+            except (ValueError, RecursionError):  # not a record: copied as it is, like every other line
+                record = None
             if not isinstance(record, dict) or record.get("type") != "run_start":
                 yield line if line.endswith("\n") else line + "\n"
                 continue
