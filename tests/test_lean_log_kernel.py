@@ -63,3 +63,26 @@ def test_an_export_of_a_new_run_reads_back_with_the_same_transcript(kernel: Kern
     check = kernel.run("from harness_magic.core.transcript.log import reconstruct_transcript as r\n"
                        f"print(r('out.jsonl') == r({run_file!r}) == list(_.messages))")
     assert check.ok and check.stdout.strip().endswith("True"), check.outputs
+
+
+def test_a_later_cells_log_refers_to_the_earlier_one_and_the_magics_read_it_alike(kernel: Kernel) -> None:
+    first = script(kernel, code_turn("save('c1', 1)"), answer("First."))
+    second = script(kernel, code_turn("save('c2', 2)"), answer("Second."))
+    assert kernel.run(f"%%agent --reset {first}\nThe first cell.").ok
+    earlier = Path(kernel.cwd, kernel.value("_.run_file"))
+    assert kernel.run(f"%%agent {second}\nThe second cell.").ok
+    later = Path(kernel.cwd, kernel.value("_.run_file"))
+    start = json.loads(later.read_text().splitlines()[0])
+    assert start["history_from"]["file"] == earlier.name and "The first cell." not in later.read_text()
+    replayed = kernel.run(f"%agent_replay {later.relative_to(kernel.cwd)}")
+    assert replayed.ok and "transcript identical to the recording" in replayed.stdout, replayed.outputs
+    diff = kernel.run(f"d = %agent_diff {later.relative_to(kernel.cwd)} {kernel.value('_.run_file')}\n"
+                      "print(sorted({c.op for c in d.calls}), d.answer_changed, d.a.messages == d.b.messages)")
+    assert diff.ok and "['same'] False True" in diff.stdout, diff.outputs
+    hidden = kernel.cwd / "moved.jsonl"
+    earlier.rename(hidden)
+    try:
+        error = usage_error(kernel.run(f"%agent_replay {later.relative_to(kernel.cwd)}"))
+        assert earlier.name in error and "missing" in error, error
+    finally:
+        hidden.rename(earlier)
