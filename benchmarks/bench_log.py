@@ -181,7 +181,7 @@ def main() -> None:
     best = {key: min(r[key] for r in rows) for key in rows[0]}
     print(json.dumps({"turns": args.turns, **{k: round(v, 1) for k, v in best.items() if k != "turns"}}))
     print(f"run log per turn, {args.turns}-turn scripted run: {best['v1_bytes_per_turn']:,.0f} B before (v1), "
-          f"{best['v2_bytes_per_turn']:,.0f} B after (v2), x{best['v2_bytes_per_turn'] / best['v1_bytes_per_turn']:.2f}; "
+          f"{best['v2_bytes_per_turn']:,.0f} B after (lean, v3), x{best['v2_bytes_per_turn'] / best['v1_bytes_per_turn']:.2f}; "
           f"goal <= {GOAL_BYTES_PER_TURN} B: {'met' if best['v2_bytes_per_turn'] <= GOAL_BYTES_PER_TURN else 'NOT met'}")
     print(f"read_log: {best['v1_read_ms']:.2f} ms (v1), {best['v2_read_ms']:.2f} ms (v2)")
     for name in ("before", "after"):
