@@ -71,7 +71,7 @@ from harness_magic.core.execution.connectors.progress import Progress
 from harness_magic.core.execution.tools import ToolError
 
 __all__ = ["DuckDBEngine", "IDENTIFIER", "LOCKED_CONFIG", "READ_SETTINGS", "HEAD_ROWS", "ONE_PASS_MAX_ROWS",
-           "RESULT_TABLE_PREFIX", "WAIT_SLICE_S", "INTERRUPT_GRACE_S", "PROGRESS_INTERVAL_S"]
+           "RESULT_TABLE_PREFIX", "WAIT_SLICE_S", "INTERRUPT_GRACE_S", "PROGRESS_INTERVAL_S", "PROGRESS_SETTINGS"]
 
 LOCKED_CONFIG = {"enable_external_access": False, "autoinstall_known_extensions": False,
                  "autoload_known_extensions": False, "allow_community_extensions": False}
@@ -111,8 +111,12 @@ _READ_ONLY = "BEGIN TRANSACTION READ ONLY"
 """Every statement built from the model's SQL runs in a read-only transaction: DuckDB refuses any write to the
 engine's database (where lazy handles' results are kept), e.g. a DELETE inside a CTE that parses as a SELECT.
 Temporary objects of the cursor itself stay writable (frames and lazy views are set up before it begins)."""
-_CURSOR_SETTINGS = {"enable_progress_bar": "true", "enable_progress_bar_print": "false"}
-"""Set on every query's cursor (the only settings the locked database lets a cursor change)."""
+PROGRESS_SETTINGS = {"enable_progress_bar": "true", "enable_progress_bar_print": "false"}
+"""Set on the cursor of a query whose caller reports progress (``query_progress()`` answers only with tracking on;
+never printed into the cell): the only settings the locked database lets a cursor change. DuckDB cannot set them
+GLOBAL; a new cursor starts with tracking off (DuckDB's default, in a kernel too), so a cursor nobody polls runs no
+``SET`` (they were two statements per cursor, two cursors per lazy handle and pull) and DuckDB computes no
+progress after every task for nobody."""
 READ_SETTINGS = {"disable_parquet_prefetching": "true"}
 """Set GLOBAL on the engine's database before it is locked (a plain SET would hold for one cursor only). DuckDB
 prefetches a row group's column chunks in one read (~6 MB at 1e6-row groups) from a file system it does not know
@@ -282,8 +286,8 @@ class DuckDBEngine:
                 db.execute("SET enable_external_access = false")
                 for view, urls in self._parquet_urls.items() if not serving else ():
                     db.sql(f"SELECT * FROM read_parquet({_sql_list(urls)})").create_view(view)
-                # each cursor turns progress tracking on for query_progress() (never printed into the cell)
-                db.execute(f"SET allowed_configs = {_sql_list(list(_CURSOR_SETTINGS))}")
+                # a cursor whose caller reports progress turns tracking on for query_progress() (never printed)
+                db.execute(f"SET allowed_configs = {_sql_list(list(PROGRESS_SETTINGS))}")
                 db.execute("SET lock_configuration = true")
             except Exception:  # broad: any failure while setting the database up closes it, then propagates as it was
                 db.close()
@@ -298,16 +302,17 @@ class DuckDBEngine:
         """A fresh cursor on the engine's locked database: configured files and the cached handles ``sql`` names."""
         return self._open(cache, sql)[0]
 
-    def _open(self, cache: HandleCache, sql: str | None, root: LazyRelation | None = None
-              ) -> tuple[Any, dict[str, str], dict[str, LazyRelation]]:
+    def _open(self, cache: HandleCache, sql: str | None, root: LazyRelation | None = None, *,
+              progress: bool = False) -> tuple[Any, dict[str, str], dict[str, LazyRelation]]:
         """(connection, frames registered: handle -> version, lazy views created: handle -> relation).
 
         Frames are registered as views of copies, lazy handles (of this engine)
         as temporary views of their own statements, their inputs first, all on
-        a new cursor of the locked database (:meth:`_database`).
+        a new cursor of the locked database (:meth:`_database`; ``progress``:
+        see :meth:`_cursor`).
         """
         guard = cache.guard
-        con = self._cursor(guard is not None)
+        con = self._cursor(guard is not None, progress=progress)
         try:
             if self._serving:
                 self._views.refresh(guard)
@@ -337,12 +342,13 @@ class DuckDBEngine:
             raise
         return con, frames, order
 
-    def _cursor(self, serving: bool | None = None) -> Any:
-        """A new cursor of the locked database with :data:`_CURSOR_SETTINGS`, after dropping the kept result
-        tables of lazy relations that are gone (``serving``: see :meth:`_database`)."""
+    def _cursor(self, serving: bool | None = None, *, progress: bool = False) -> Any:
+        """A new cursor of the locked database, after dropping the kept result tables of lazy relations that are
+        gone (``serving``: see :meth:`_database`). It tracks progress only with ``progress`` (its caller polls
+        ``query_progress()``: :data:`PROGRESS_SETTINGS`)."""
         con = self._database(serving).cursor()
         try:
-            for setting, value in _CURSOR_SETTINGS.items():
+            for setting, value in PROGRESS_SETTINGS.items() if progress else ():
                 con.execute(f"SET {setting} = {value}")
             with self._garbage_lock:
                 garbage, self._garbage[:] = list(self._garbage), []
@@ -436,12 +442,14 @@ class DuckDBEngine:
     def lazy(self, cache: HandleCache, sql: str, progress: Progress | None = None) -> LazyRelation:
         """A :class:`LazyRelation` for one read-only statement; its snapshot facts come from the engine.
 
-        One run of the query gives them (see *Snapshot by pushdown* in :mod:`.lazy`): an
-        aggregate is computed whole; any other query is read up to
-        :data:`ONE_PASS_MAX_ROWS` + 1 rows. A result computed whole is kept in
-        the engine (counted exactly; pulls and chains read it, so the query runs
-        once); a longer one keeps only its head and gets ``count(*)`` within
-        :data:`COUNT_BUDGET_S`, else its count is marked skipped.
+        One run of the query gives them (see *Snapshot by pushdown* in :mod:`.lazy`),
+        read up to :data:`ONE_PASS_MAX_ROWS` + 1 rows into a temporary table
+        (no EXPLAIN, no count query): a result that ends within it is kept in
+        the engine (counted exactly by that run; pulls and chains read it, so
+        the query runs once). Only a longer result has its plan read: an
+        aggregate (:func:`_aggregates`) is then computed whole and kept (its
+        one second run); any other keeps only its head and gets ``count(*)``
+        within :data:`COUNT_BUDGET_S`, else its count is marked skipped.
         """
         import duckdb
 
@@ -449,11 +457,16 @@ class DuckDBEngine:
         if statement.type != duckdb.StatementType.SELECT:  # DuckDB's parser: nothing else may run here
             raise ToolError(f"Refused: a lazy handle must be one query (SELECT, WITH, FROM, VALUES); this statement "
                             f"is {statement.type.name}.")
-        con, frames, lazies = self._open(cache, sql)
+        con, frames, lazies = self._open(cache, sql, progress=progress is not None)
         cancelled = threading.Event()
         table = f"{RESULT_TABLE_PREFIX}{uuid.uuid4().hex}"  # keeps the result if the snapshot computes all of it
         kept_rows: list[bool] = []  # [True] once that table exists
         try:
+            def snapshot(limit: str) -> int:
+                """The cursor's query view into its snapshot table (``limit``: SQL after it); the rows written."""
+                return con.execute(f'CREATE TEMPORARY TABLE "{_SNAPSHOT_TABLE}" AS SELECT * FROM '
+                                   f'"{_QUERY_VIEW}"{limit}').fetchall()[0][0]
+
             def describe() -> dict[str, Any]:
                 relation = con.sql(statement)
                 if relation is None:
@@ -463,17 +476,20 @@ class DuckDBEngine:
                     "engine_types": {c: str(t) for c, t in zip(relation.columns, relation.types)},
                     "head_limit": HEAD_ROWS, "rows_estimated": False,
                 }
-                plan = relation.explain(format="text")  # under Jupyter the default displays HTML and returns ""
-                whole = _aggregates(plan)
                 # one run: the query (a temporary view of this cursor) into a temporary table of this cursor, made
-                # inside the read-only transaction: whole for an aggregate, else at most ONE_PASS_MAX_ROWS + 1 rows
+                # inside the read-only transaction, at most ONE_PASS_MAX_ROWS + 1 rows; DuckDB answers CREATE TABLE
+                # AS with the rows it wrote (no count(*) query, no EXPLAIN: planning the query once more cost as
+                # much as a small query, and the result's length already says whether a plan matters)
                 con.execute(_create_temporary("VIEW", _QUERY_VIEW, sql))
-                limit = "" if whole else f" LIMIT {ONE_PASS_MAX_ROWS + 1}"
-                # the one execution: DuckDB answers CREATE TABLE AS with the rows it wrote (no count(*) query)
-                read = con.execute(f'CREATE TEMPORARY TABLE "{_SNAPSHOT_TABLE}" AS SELECT * FROM '
-                                   f'"{_QUERY_VIEW}"{limit}').fetchall()[0][0]
+                read = snapshot(f" LIMIT {ONE_PASS_MAX_ROWS + 1}")
+                whole = read <= ONE_PASS_MAX_ROWS
+                # under Jupyter explain()'s default displays HTML and returns "": ask for text
+                if not whole and _aggregates(relation.explain(format="text")):
+                    # an aggregate longer than that: computed whole (exact count, kept for pulls), its second run
+                    con.execute(f'DROP TABLE temp.main."{_SNAPSHOT_TABLE}"')
+                    read, whole = snapshot(""), True
                 info["head"] = arrow_to_frame(con.table(_SNAPSHOT_TABLE).limit(HEAD_ROWS).to_arrow_table())
-                if whole or read <= ONE_PASS_MAX_ROWS:
+                if whole:
                     # the whole result: kept for pulls and chains as a table of the engine's database (a copy made
                     # by this code, not by the model's SQL, after the read-only transaction ends; DuckDB spills it to
                     # the private directory past memory_limit; dropped with the last handle)
@@ -550,11 +566,11 @@ class DuckDBEngine:
 
         if lazy.result is not None:
             resolve_inputs(cache, (), self, LazyRelation.__harness_engine__, lazy)  # the exact-inputs check only
-            con = self._cursor()
+            con = self._cursor(progress=progress is not None)
             con.execute(_READ_ONLY)
             source = f'SELECT * FROM "{lazy.result}"'
         else:
-            con = self._open(cache, None if cache is None else "", root=lazy)[0]
+            con = self._open(cache, None if cache is None else "", root=lazy, progress=progress is not None)[0]
             source = _single(lazy.sql)
         try:
             def fetch() -> Any:
@@ -586,7 +602,7 @@ class DuckDBEngine:
 
         cap = cap_rows(max_rows, self.max_rows)
         statement = _single(sql)
-        con = self.connect(cache, sql)
+        con = self._open(cache, sql, progress=progress is not None)[0]
         try:
             def fetch() -> tuple[Any, bool]:
                 relation = con.sql(statement)  # only this statement runs, whatever else the text holds
@@ -639,9 +655,10 @@ _AGGREGATING = ("GROUP BY", "AGGREGATE", "DISTINCT")
 def _aggregates(plan: str) -> bool:
     """Whether the plan's root operators aggregate (``GROUP BY``, ``DISTINCT``, an aggregate without groups).
 
-    Such a result is computed whole before its first row, so the snapshot
-    computes and keeps it whole instead of reading a first part (a cost choice
-    only: either way the snapshot's count is exact or marked skipped).
+    Such a result is computed whole before its first row, so a snapshot whose
+    first part did not hold all of it computes and keeps it whole rather than
+    counting it in a second run and running it again for every pull (a cost
+    choice only: either way the snapshot's count is exact or marked skipped).
     """
     roots = [t.upper() for t in _PLAN_TITLE.findall(plan)[:3]]
     return any(word in title for title in roots for word in _AGGREGATING)
