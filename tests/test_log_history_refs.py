@@ -132,8 +132,10 @@ def test_a_later_cell_refers_to_the_earlier_log_and_repeats_none_of_its_messages
         for other in range(CELLS):  # what a cell wrote is in its own file only
             assert (f"note-{other}-body" in text) == (other == cell), (cell, other)
             assert (f"Answer number {other}." in text) == (other == cell), (cell, other)
-    sizes = [p.stat().st_size for p in files[1:]]
-    assert max(sizes) - min(sizes) < 64, f"later files do not grow with the session: {sizes}"
+    sizes = [p.stat().st_size for p in files]
+    # a cell's log holds its own turns only (timings and token counts vary by a few bytes); copying the
+    # conversation would add each earlier cell's four messages again, over 500 bytes a cell
+    assert max(sizes[1:]) - min(sizes[1:]) < 200, f"later logs grow with the session: {sizes}"
 
 
 def test_what_a_referring_log_reads_back_is_what_a_log_holding_the_history_whole_reads(session, tmp_path,
@@ -177,12 +179,15 @@ def test_each_earlier_log_is_opened_once_to_read_the_last_one(session, monkeypat
     real_open = open
 
     def counting_open(file: Any, *args: Any, **kwargs: Any) -> Any:
-        opened.append(os.path.basename(str(file)))
+        opened.append(str(file))
         return real_open(file, *args, **kwargs)
 
+    folder = str(Path(session[0].run_file).parent)
     monkeypatch.setattr("builtins.open", counting_open)
     read_log(session[-1].run_file)
-    assert sorted(opened) == sorted(Path(r.run_file).name for r in session)
+    monkeypatch.undo()
+    logs = [os.path.basename(f) for f in opened if os.path.dirname(f) == folder]
+    assert sorted(logs) == sorted(Path(r.run_file).name for r in session)
 
 
 def test_a_jsonl_export_reads_alone_whichever_runs_it_holds(session, tmp_path):
