@@ -222,7 +222,7 @@ def test_refuses_to_start_when_a_required_layer_is_missing(monkeypatch):
 
 
 def test_restricted_mode_is_on_by_default_and_stop_removes_everything():
-    server = LocalSparkConnect("local[1]")
+    server = LocalSparkConnect("local[1]", quick_jvm())  # the JVM's compiler options only: no Spark setting
     spark = connect(server)
     try:
         assert "restrictedMode" in error_of(spark, "SELECT TRANSFORM(id) USING 'cat' AS (a STRING) FROM range(1)")
@@ -241,7 +241,7 @@ def test_restricted_mode_is_on_by_default_and_stop_removes_everything():
 KERNEL = textwrap.dedent("""
     import json, os, sys, time
     from harness_magic.core.execution.connectors.spark.server import LocalSparkConnect
-    server = LocalSparkConnect("local[1]")
+    server = LocalSparkConnect("local[1]", QUICK_JVM_CONF)
     holder = os.fork()  # like any forked helper, it keeps the supervisor's stdin pipe open after the kernel dies
     if holder == 0:
         time.sleep(3600)
@@ -249,7 +249,7 @@ KERNEL = textwrap.dedent("""
     print(json.dumps({"pid": server.pid, "supervisor": server.supervisor_pid, "directory": server.directory,
                       "holder": holder}), flush=True)
     time.sleep(3600)
-""")
+""").replace("QUICK_JVM_CONF", repr(quick_jvm()))  # the JVM's compiler options only: no Spark setting
 
 
 def start_kernel(**popen) -> tuple[subprocess.Popen, dict]:
