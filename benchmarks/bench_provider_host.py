@@ -2,8 +2,8 @@
 
 Run::
 
-    .venv/bin/python benchmarks/bench_provider_host.py            # 50 calls each way
-    .venv/bin/python benchmarks/bench_provider_host.py --calls 200
+    .venv/bin/python benchmarks/bench_provider_host.py            # 50 calls each way, 3 restarts each way
+    .venv/bin/python benchmarks/bench_provider_host.py --calls 200 --restarts 5
 
 Against the scripted OpenAI-compatible server (tests/scripted_server.py, on 127.0.0.1), one small streamed
 completion (a short answer, usage included):
@@ -12,8 +12,14 @@ completion (a short answer, usage included):
    same first call in a fresh interpreter that imports litellm itself (what a kernel paid before);
 2. then ``--calls`` calls each way, interleaved (in-process :class:`LiteLLMTransport` and
    :class:`HostedTransport`): median and p90 wall milliseconds, and the median added by the host;
-3. the host's memory (PSS and USS, MB, from ``/proc/<pid>/smaps_rollup``) once it has served them: what an
-   idle kernel no longer holds once the host exits after ``provider_idle_s``.
+3. the host's memory (PSS, USS and RSS, MB, from ``/proc/<pid>/smaps_rollup``) once started (litellm
+   imported) and once it has served the calls and a token count (a tokenizer loaded): what an idle kernel no
+   longer holds once the host exits after ``provider_idle_s``. PSS and USS depend on which other processes
+   map the same libraries (another host, a test run); RSS does not;
+4. the restart: an agent run (:class:`AgentSession`, the sandboxed worker, a one-answer model) asked after
+   the host exited idle, ``--restarts`` times with the run's background start of the host
+   (:meth:`ProviderAdapter.warm_up`, as shipped) and as many without it (the warm-up replaced by nothing),
+   interleaved: the run's median wall seconds each way, against a run whose host is alive.
 """
 
 from __future__ import annotations
@@ -22,9 +28,10 @@ import argparse
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -32,11 +39,18 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from scripted_server import ScriptedServer  # noqa: E402
 
-from harness_magic.core.providers.hosted import HostedTransport, ProviderHost  # noqa: E402
+from harness_magic.core import session as session_module  # noqa: E402
+from harness_magic.core.config import AgentConfig  # noqa: E402
+from harness_magic.core.providers.hosted import HostedTransport, ProviderHost, shared_host  # noqa: E402
 from harness_magic.core.providers.transport import LiteLLMTransport  # noqa: E402
 
-PAYLOAD = {"model": "openai/gpt-4o-mini", "messages": [{"role": "user", "content": "Say hi."}]}
+MODEL = "openai/gpt-4o-mini"
+PAYLOAD = {"model": MODEL, "messages": [{"role": "user", "content": "Say hi."}]}
 REPLY = {"text": "Hi there."}
+RESTART_IDLE_S = 1.0
+"""``provider_idle_s`` of the restart runs: the host exits this long after a run's last request."""
+GONE_WAIT_S = 120.0
+"""How long a restart round waits for the host to exit idle."""
 FIRST_CALL_HERE = """\
 import sys, time
 sys.path.insert(0, {tests!r})
@@ -47,8 +61,8 @@ print(time.perf_counter() - start)
 """
 
 
-def memory_mb(pid: int) -> tuple[float, float]:
-    """(PSS, USS) of process ``pid`` in MB."""
+def memory_mb(pid: int) -> tuple[float, float, float]:
+    """(PSS, USS, RSS) of process ``pid`` in MB."""
     fields: dict[str, int] = {}
     for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
         name, _, rest = line.partition(":")
@@ -56,7 +70,7 @@ def memory_mb(pid: int) -> tuple[float, float]:
         if parts and parts[0].isdigit():
             fields[name] = int(parts[0])
     uss = fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)
-    return fields.get("Pss", 0) / 1024, uss / 1024
+    return fields.get("Pss", 0) / 1024, uss / 1024, fields.get("Rss", 0) / 1024
 
 
 def timed(call: Callable[[], object]) -> float:
@@ -65,13 +79,56 @@ def timed(call: Callable[[], object]) -> float:
     return (time.perf_counter() - start) * 1000
 
 
+def wait_exited(host: ProviderHost) -> None:
+    deadline = time.monotonic() + GONE_WAIT_S
+    while host.pid is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if host.pid is not None:
+        raise RuntimeError(f"the provider host did not exit within {GONE_WAIT_S:g} s of idling")
+
+
+def restarts(server: ScriptedServer, rounds: int) -> dict[str, list[float]]:
+    """Seconds of an agent run asked after the host exited idle, with and without the run's warm-up, and of a
+    run whose host is alive."""
+    shipped = session_module._warm_up
+
+    def without(adapter: Any) -> None:
+        return None
+
+    times: dict[str, list[float]] = {"warm-up": [], "no warm-up": [], "host alive": []}
+    host = shared_host()
+    with tempfile.TemporaryDirectory() as run_dir:
+        config = AgentConfig(model=MODEL, api_base=server.api_base, run_dir=run_dir, provider_idle_s=RESTART_IDLE_S,
+                             extra={"api_key": "sk-bench"})
+        session = session_module.AgentSession(config)
+        try:
+            session.ask("Say hi.")  # the sandbox's launcher and worker started, the host running
+            times["host alive"].append(timed(lambda: session.ask("Say hi.")) / 1000)
+            for _ in range(rounds):
+                for way, hook in (("no warm-up", without), ("warm-up", shipped)):
+                    wait_exited(host)
+                    session_module._warm_up = hook  # type: ignore[assignment]  # the bench's switch, restored below
+                    try:
+                        times[way].append(timed(lambda: session.ask("Say hi.")) / 1000)
+                    finally:
+                        session_module._warm_up = shipped
+        finally:
+            session.close()
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=50, help="calls each way after the first (default 50)")
+    parser.add_argument("--restarts", type=int, default=3, help="runs after an idle exit, each way (default 3)")
     args = parser.parse_args()
     with ScriptedServer(reply_for=lambda body: REPLY) as server:
         host = ProviderHost()
         hosted = HostedTransport(api_base=server.api_base, api_key="sk-bench", host=host)
+        hosted.route(MODEL)
+        pid = host.pid
+        started = memory_mb(pid) if pid is not None else (0.0, 0.0, 0.0)
+        host.stop()
         first_hosted = timed(lambda: hosted.complete(PAYLOAD, None))
         code = FIRST_CALL_HERE.format(tests=str(ROOT / "tests"), base=server.api_base, payload=PAYLOAD)
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
@@ -82,9 +139,11 @@ def main() -> None:
         for _ in range(args.calls):
             here.append(timed(lambda: local.complete(PAYLOAD, None)))
             there.append(timed(lambda: hosted.complete(PAYLOAD, None)))
+        hosted.token_counts(MODEL, [PAYLOAD["messages"]])
         pid = host.pid
-        pss, uss = memory_mb(pid) if pid is not None else (0.0, 0.0)
+        served = memory_mb(pid) if pid is not None else (0.0, 0.0, 0.0)
         host.close()
+        restart = restarts(server, args.restarts)
 
     def p90(values: list[float]) -> float:
         return sorted(values)[int(len(values) * 0.9) - 1]
@@ -96,7 +155,17 @@ def main() -> None:
           f"{statistics.median(there):.2f} ms |")
     print(f"| same, p90 | {p90(here):.2f} ms | {p90(there):.2f} ms |")
     print(f"| added by the host (median) | | {statistics.median(there) - statistics.median(here):+.2f} ms |")
-    print(f"| the host's memory after the calls | | PSS {pss:.0f} MB, USS {uss:.0f} MB |")
+    for label, (pss, uss, rss) in (("started (litellm imported)", started),
+                                   (f"after {args.calls + 1} calls and a token count", served)):
+        print(f"| the host's memory, {label} | | PSS {pss:.0f} MB, USS {uss:.0f} MB, RSS {rss:.0f} MB |")
+    print()
+    print(f"| agent run (sandboxed worker, one answer), median of {args.restarts} | seconds |")
+    print("|---|---|")
+    for way, label in (("no warm-up", "after the host exited idle, without the run's warm-up"),
+                       ("warm-up", "after the host exited idle, with the run's warm-up (shipped)"),
+                       ("host alive", "with the host alive")):
+        values = restart[way]
+        print(f"| {label} | {statistics.median(values):.2f} (each: {', '.join(f'{v:.2f}' for v in values)}) |")
 
 
 if __name__ == "__main__":
