@@ -127,7 +127,7 @@ def test_a_group_by_and_its_pull_run_one_execution_and_nothing_else(dataset, log
                            f'LIMIT {ONE_PASS_MAX_ROWS + 1}'], made
     for absent in ("EXPLAIN", "count(*) FROM", "SET "):
         assert not [s for s in made + pulled if absent in s and s != GROUP_BY], (absent, made + pulled)
-    assert [s for s in pulled if not s.startswith("BEGIN")] == [f'SELECT * FROM "{relation.result}"'], pulled
+    assert pulled == [f'SELECT * FROM "{relation.result}"'], pulled  # no transaction, no SET: one read
     engine.close()
 
 
@@ -244,3 +244,28 @@ def test_only_a_result_longer_than_the_first_part_has_its_plan_read(logged):
     assert (relation.rows, relation.count_skipped, relation.result) == (ONE_PASS_MAX_ROWS + 50, False, None)
     assert [s.split(" ")[0] for s in made if s.startswith(("EXPLAIN", "SELECT count(*)"))] == ["EXPLAIN", "SELECT"]
     engine.close()
+
+
+def test_the_read_only_files_seek_as_files_do(dataset):
+    """DuckDB seeks before every read: positions per thread, clamped at 0, and a clear error for a bad whence."""
+    import io
+    import threading
+
+    path = next(dataset.glob("*.parquet"))
+    files = readonly_fs.ReadOnlyFiles({"events/0.parquet": path})
+    handle = files._open(files.url("events/0.parquet"))
+    size = path.stat().st_size
+    try:
+        assert handle.seek(10) == 10 and handle.seek(5, io.SEEK_CUR) == 15 and handle.tell() == 15
+        assert handle.seek(-4, io.SEEK_END) == size - 4 and handle.read() == path.read_bytes()[-4:]
+        assert handle.seek(-100) == 0 and handle.read(4) == b"PAR1"
+        other: list[int] = []
+        thread = threading.Thread(target=lambda: other.append(handle.tell()))
+        thread.start()
+        thread.join()
+        assert other == [0] and handle.tell() == 4  # another thread's offset is its own
+        for whence in (3, -1, "end"):
+            with pytest.raises(ValueError, match="whence must be 0, 1 or 2"):
+                handle.seek(0, whence)
+    finally:
+        handle.close()

@@ -566,8 +566,8 @@ class DuckDBEngine:
 
         if lazy.result is not None:
             resolve_inputs(cache, (), self, LazyRelation.__harness_engine__, lazy)  # the exact-inputs check only
+            # no read-only transaction: the one statement on this cursor is this code's own read of the kept table
             con = self._cursor(progress=progress is not None)
-            con.execute(_READ_ONLY)
             source = f'SELECT * FROM "{lazy.result}"'
         else:
             con = self._open(cache, None if cache is None else "", root=lazy, progress=progress is not None)[0]

@@ -60,9 +60,17 @@ class _PositionalFile(io.RawIOBase):
         return getattr(self._where, "pos", 0)
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.tell(), io.SEEK_END: self._size}[whence]
-        self._where.pos = max(0, base + offset)
-        return self._where.pos
+        # DuckDB seeks before every read, holding the GIL: no more work here than the answer needs
+        if whence == io.SEEK_SET:
+            base = 0
+        elif whence == io.SEEK_CUR:
+            base = self.tell()
+        elif whence == io.SEEK_END:
+            base = self._size
+        else:
+            raise ValueError(f"seek whence must be 0, 1 or 2 (SEEK_SET, SEEK_CUR, SEEK_END), got {whence!r}")
+        pos = self._where.pos = max(0, base + offset)
+        return pos
 
     def read(self, size: int | None = -1) -> bytes:
         pos = self.tell()
