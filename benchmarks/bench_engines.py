@@ -29,10 +29,13 @@ thread count:
   read through the read-only file system, external access off, private spill
   dir), result streamed as Arrow batches.
 * ``agent lazy+pull``: the group-by kept as a lazy handle (its snapshot: the
-  aggregate computed once into an engine table; DuckDB's answer to that
-  ``CREATE TABLE AS`` is the exact count, the head rows are read from it and it
-  is kept for the pulls), then materialised into the kernel
-  under the byte cap, as python code naming it does. The group-by runs once.
+  query computed once into a temporary table, at most ``ONE_PASS_MAX_ROWS`` + 1
+  rows; DuckDB's answer to that ``CREATE TABLE AS`` is the exact count, the
+  head rows are read from it and it is kept for the pulls; no EXPLAIN, no
+  count query, no SET), then materialised into the kernel under the byte cap,
+  as python code naming it does (one statement: the kept table's rows). The
+  group-by runs once (``tests/test_duckdb_single_pass.py`` reads DuckDB's
+  query log).
 * ``agent lazy+pull, budget 50 ms``: the same with ``COUNT_BUDGET_S`` forced to
   50 ms, which reproduces a result whose count takes longer than the 2 s
   budget (the aggregate of 5e7 rows did in issue 22, on two loaded cores).
@@ -305,8 +308,10 @@ def main() -> None:
 
 HUB_ROWS = 5 * 10**7
 """Issue 35's size for the hub row: 0.9 GB of Parquet (generated once, ~40 s on two cores, if absent)."""
-HUB_ROUNDS = 9
-"""Timed rounds of the hub row: plain and lazy+pull once each per query, taking turns (order alternating)."""
+HUB_ROUNDS = 15
+"""Timed rounds of the hub row: plain and lazy+pull once each per query, taking turns (order alternating). Nine
+rounds left the ratio of medians 0.85-1.16x between two runs of the same code at load average 7-8 on two cores;
+more rounds narrow the median, not the bias (~18 s of timed queries on a quiet machine)."""
 HUB_GOAL = 1.1
 """Issue 35's goal: lazy handle + pull within this ratio of plain DuckDB at the median."""
 
@@ -342,9 +347,11 @@ def hub_row() -> dict:
         ratio = statistics.median(wall["lazy"]) / statistics.median(wall["plain"])
         paired = statistics.median(lazy / plain for lazy, plain in zip(wall["lazy"], wall["plain"]))
         cpu_ratio = statistics.median(cpu["lazy"]) / statistics.median(cpu["plain"])
+        best = min(wall["lazy"]) / min(wall["plain"])
         worst = max(worst, ratio)
         parts.append(f"{groups:,} groups: {ratio:.2f}x ({statistics.median(wall['lazy']):.2f} s vs "
-                     f"{statistics.median(wall['plain']):.2f} s; CPU {cpu_ratio:.2f}x; paired {paired:.2f}x)")
+                     f"{statistics.median(wall['plain']):.2f} s; CPU {cpu_ratio:.2f}x; paired {paired:.2f}x; "
+                     f"best {best:.2f}x)")
     made = f"; data generated in {generated:.0f} s" if generated > 5 else ""
     return {"figure": "DuckDB lazy handle + pull at 5e7 rows, against plain DuckDB", "value": round(worst, 3),
             "unit": "x", "goal": HUB_GOAL, "met": worst <= HUB_GOAL,
