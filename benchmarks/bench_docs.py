@@ -19,7 +19,7 @@ Tables printed (markdown):
    one edited and one deleted file.
 1b. Stages of a full index (``--stages``, and in the main run): the floor, then each step of a
    refresh redone alone on the same files with the index's own functions (walk, read beneath
-   the root, sha256, chunking straight into rows, ids, chunk rows, full-text rows, commit), in
+   the root, sha256, chunking straight into rows, chunk rows, full-text rows from them, commit), in
    CPU seconds (the machine may be shared: CPU time is what each step costs, wall time also
    counts waiting), next to the floor of SQLite FTS5 itself (a bare full-text table of the same
    definition filled with the same rows in one transaction), then the whole refresh in the
@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import json
 import resource
 import sqlite3
 import statistics
@@ -69,7 +68,7 @@ from harness_magic.core.execution.connectors.docs.connector import docs_connecto
 from harness_magic.core.knowledge.extract import text_chunks  # noqa: E402
 from harness_magic.core.knowledge.index import _TOKEN_RE, FTS_HASH_BYTES, DocIndex  # noqa: E402
 from harness_magic.core.knowledge import prepare  # noqa: E402
-from harness_magic.core.knowledge.prepare import chunk_row, fts_title  # noqa: E402
+from harness_magic.core.knowledge.prepare import chunk_row  # noqa: E402
 
 SECTIONS_PER_FILE = 10
 WORDS_PER_SECTION = 80
@@ -264,8 +263,9 @@ def stage_costs(corpus: Path, work: Path) -> list[tuple[str, float, float]]:
 
     The steps use the index's own functions and schema in the refresh's order: walk the tree,
     read each file beneath its root, sha256, chunk straight into rows (``text_chunks`` with
-    ``chunk_row``: what the pool's workers do), give the rows their ids (the writer), insert the
-    chunk rows, insert the full-text rows, commit. ``bare FTS5`` fills a table of the same
+    ``chunk_row``: what the pool's workers do), insert the chunk rows (SQLite gives the ids),
+    insert the full-text rows from them (the statement the refresh runs in its writer's thread,
+    here in one go), commit. ``bare FTS5`` fills a table of the same
     definition (contentless, Porter over unicode61, the same hashsize) with the same full-text
     rows in one transaction: no chunk table, no Python between rows. Then the whole refresh, in
     the kernel alone and with the pool (wall; CPU of the kernel + the workers).
@@ -282,25 +282,16 @@ def stage_costs(corpus: Path, work: Path) -> list[tuple[str, float, float]]:
     read = step("read beneath the root (openat2)",
                 lambda: [(doc_path, rel, index.tree.read(root, rel)[0]) for doc_path, root, rel, _ in walked])
     step("sha256", lambda: [hashlib.sha256(data).hexdigest() for _, _, data in read])
-    files = step("chunk into rows (text_chunks, chunk_row)",
-                 lambda: [(doc_path, text_chunks(doc_path, Path(rel).suffix, data, make=chunk_row))
-                          for doc_path, rel, data in read])
-
-    def with_ids() -> tuple[list, list]:
-        chunk_rows, fts_rows, first = [], [], 1
-        for doc_path, rows in files:
-            chunk_rows += [(i, doc_path, *row[:5]) for i, row in enumerate(rows, first)]
-            fts_rows += [(i, row[5], row[4]) for i, row in enumerate(rows, first)]
-            first += len(rows)
-        return chunk_rows, fts_rows
-
-    rows, fts_rows = step("ids for the rows (the writer)", with_ids)
+    rows = step("chunk into rows (text_chunks, chunk_row)",
+                lambda: [row for doc_path, rel, data in read
+                         for row in text_chunks(doc_path, Path(rel).suffix, data, make=chunk_row)])
+    fts_rows = [(i, row[6], row[5]) for i, row in enumerate(rows, 1)]
     db = index._db
     db.execute("BEGIN")
-    step("insert chunk rows", db.executemany, "INSERT INTO chunks (id, path, slug, trail, start_line, end_line, "
-         "text) VALUES (?,?,?,?,?,?,?)", rows)
-    step("insert full-text rows (FTS5 tokenises)", db.executemany,
-         "INSERT INTO chunks_fts (rowid, title, body) VALUES (?,?,?)", fts_rows)
+    step("insert chunk rows (SQLite gives the ids)", db.executemany, "INSERT INTO chunks (path, slug, trail, "
+         "start_line, end_line, text, title) VALUES (?,?,?,?,?,?,?)", rows)
+    step("insert full-text rows from them (FTS5 tokenises)", db.execute,
+         "INSERT INTO chunks_fts (rowid, title, body) SELECT id, title, text FROM chunks")
     step("commit (WAL)", db.execute, "COMMIT")
     index.close()
     wall, cpu = fastest(HUB_RUNS, bare_fts, fts_rows, work)
@@ -343,7 +334,7 @@ def print_stages(corpus: Path, work: Path) -> None:
     print(f"| read + sha256 (floor, fastest of {FLOOR_RUNS}) | {floor_wall:.3f} | {floor_cpu:.3f} | 1.0x | 1.0x |")
     for name, wall, cpu in stages:
         print(f"| {name} | {wall:.3f} | {cpu:.3f} | {cpu / floor_cpu:.1f}x | {wall / floor_wall:.1f}x |")
-    steps = sum(cpu for name, _, cpu in stages[:8])
+    steps = sum(cpu for name, _, cpu in stages[:7])
     print(f"| sum of the refresh's steps | - | {steps:.3f} | {steps / floor_cpu:.1f}x | - |")
 
 
@@ -362,8 +353,7 @@ def hub_row() -> dict:
     write_corpus(corpus, HUB_FILES)
     mb = floor_read_hash(corpus)[1] / 1e6
     index = full_index(corpus, work / "rows.sqlite")
-    fts_rows = [(r[0], fts_title(json.loads(r[2]), r[1]), r[3])
-                for r in index._db.execute("SELECT id, path, trail, text FROM chunks ORDER BY id")]
+    fts_rows = index._db.execute("SELECT id, title, text FROM chunks ORDER BY id").fetchall()
     index.close()
     floors, pools, alones, bares = [], [], [], []
     for _ in range(HUB_RUNS):

@@ -35,8 +35,10 @@ import multiprocessing
 import os
 import random
 import re
+import signal
 import sqlite3
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -255,10 +257,11 @@ def test_planted_full_text_rows_are_found_on_open_and_the_table_rebuilt(tmp_path
     if planted == "stray-row":  # words that rank first, with no chunk behind them
         db.execute("INSERT INTO chunks_fts (rowid, title, body) VALUES (999, 'refund refund', 'refund window')")
     elif planted == "row-for-an-orphan-chunk":
-        db.execute("INSERT INTO chunks VALUES (998, 'docs/ghost.md', 'x', '[\"Refunds\"]', 1, 2, 'refund window')")
+        db.execute("INSERT INTO chunks VALUES (998, 'docs/ghost.md', 'x', '[\"Refunds\"]', 1, 2, 'refund window', "
+                   "'Refunds planted')")
         db.execute("INSERT INTO chunks_fts (rowid, title, body) VALUES (998, 'Refunds planted', 'refund window')")
     else:
-        db.execute("INSERT INTO chunks VALUES (997, 'docs/doc1.md', 'extra', '[]', 1, 2, 'refund window')")
+        db.execute("INSERT INTO chunks VALUES (997, 'docs/doc1.md', 'extra', '[]', 1, 2, 'refund window', ' x')")
     db.commit()
     db.close()
     reopened = DocIndex([root], path)
@@ -540,3 +543,134 @@ def test_a_file_is_read_to_its_end_or_the_limit_whatever_its_fstat_said(tmp_path
         assert read_up_to(fd, expected, limit) == data[:limit]
     finally:
         os.close(fd)
+
+
+# --------------------------------------------------------------------------- the writer's full-text thread
+
+
+def writer_threads() -> list[threading.Thread]:
+    """The refresh writer's full-text threads still alive (each refresh's is stopped when it ends)."""
+    return [t for t in threading.enumerate() if t.name.startswith("docs-index-fts")]
+
+
+def test_an_index_of_schema_2_is_rebuilt_with_each_chunks_full_text_title(tmp_path):
+    root = tmp_path / "docs"
+    write_docs(root, 4)
+    path = tmp_path / "index.sqlite"
+    old = sqlite3.connect(path)
+    old.executescript("""
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
+        INSERT INTO meta VALUES ('schema', '2');
+        CREATE TABLE files (path TEXT PRIMARY KEY, sha256 TEXT, size INTEGER, mtime_ns INTEGER,
+                            chunks INTEGER, indexed_at REAL, note TEXT);
+        CREATE TABLE chunks (id INTEGER PRIMARY KEY, path TEXT, slug TEXT, trail TEXT, start_line INTEGER,
+                             end_line INTEGER, text TEXT, UNIQUE(path, slug));
+        CREATE VIRTUAL TABLE chunks_fts USING fts5(title, body, content='', tokenize='porter unicode61');
+        CREATE TABLE vectors (chunk_id INTEGER PRIMARY KEY, model TEXT, vec BLOB);
+        CREATE TABLE failures (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, limits TEXT, reason TEXT);
+        INSERT INTO files VALUES ('docs/doc0.md', 'x', 1, 1, 1, 0, '');
+        INSERT INTO chunks VALUES (1, 'docs/doc0.md', 'old', '["Old"]', 1, 2, 'stale text');
+        INSERT INTO chunks_fts (rowid, title, body) VALUES (1, 'Old docs/doc0.md', 'stale text');
+    """)
+    old.commit()
+    old.close()
+    path.chmod(0o600)
+    index = DocIndex([root], path)
+    assert any("had schema 2: rebuilt for schema 3" in note for note in index.notes)
+    report = index.refresh()
+    assert len(report.added) == 4 and index.keyword("stale", 5) == []
+    rows = index._db.execute("SELECT path, trail, title FROM chunks").fetchall()
+    assert rows and all(title == prepare_module.fts_title(json.loads(trail), doc) for doc, trail, title in rows)
+    fresh = DocIndex([root], tmp_path / "fresh.sqlite")
+    fresh.refresh()
+    assert scores(index) == scores(fresh) and tables(index) == tables(fresh)
+    index.close()
+    fresh.close()
+
+
+def test_batches_of_a_few_rows_index_what_one_batch_does(tmp_path, monkeypatch):
+    root = tmp_path / "docs"
+    write_docs(root, 12)
+    one = DocIndex([root], tmp_path / "one.sqlite")
+    one.refresh()
+    monkeypatch.setattr(index_module, "FTS_BATCH_ROWS", 3)  # a full-text statement in flight after each file
+    many = DocIndex([root], tmp_path / "many.sqlite")
+    many.refresh()
+    assert tables(many) == tables(one) and scores(many) == scores(one)
+    (root / "doc3.md").unlink()  # the next refresh deletes, updates and adds while batches run
+    (root / "doc5.md").write_text("# Doc 5\n\n## Refunds\n\nrewritten refund window\n")
+    write_docs(root / "more", 5, word="chargeback")
+    for index in (one, many):
+        index.refresh()
+    assert tables(many) == tables(one) and scores(many) == scores(one)
+    many._db.execute("INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('integrity-check', 0)")
+    assert writer_threads() == []
+    one.close()
+    many.close()
+
+
+@pytest.mark.timeout(120)
+def test_an_interrupt_while_a_full_text_batch_runs_stops_it_and_keeps_the_old_index(tmp_path, monkeypatch):
+    root = tmp_path / "docs"
+    write_docs(root, 12)
+    index = DocIndex([root], tmp_path / "index.sqlite")
+    index.refresh()
+    before, rows = scores(index), tables(index)
+    write_docs(root, 12, word="chargeback")  # every file changes
+    monkeypatch.setattr(index_module, "FTS_BATCH_ROWS", 4)
+    # The first batch's full-text statement never ends by itself, so the refresh waits for it; the user's
+    # interrupt (SIGINT, as the notebook's stop button sends) comes then: only the writer stopping the
+    # statement (sqlite3_interrupt) lets the refresh roll back and return.
+    monkeypatch.setattr(index_module, "_FTS_FROM_CHUNKS", index_module._FTS_FROM_CHUNKS + " AND (WITH RECURSIVE "
+                        "n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT count(*) FROM n) > 0")
+    stop = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    stop.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            index.refresh()
+    finally:
+        stop.cancel()
+    assert writer_threads() == []
+    assert scores(index) == before and tables(index) == rows and index.keyword("chargeback", 5) == []
+    monkeypatch.undo()
+    report = index.refresh()
+    assert len(report.updated) == 12 and writer_threads() == []
+    assert [h.chunk.path for h in index.keyword("chargeback policy4", 1)] == ["docs/doc4.md"]
+    index.close()
+
+
+def test_a_full_text_batch_that_fails_fails_the_refresh_and_keeps_the_old_index(tmp_path, monkeypatch):
+    root = tmp_path / "docs"
+    write_docs(root, 6)
+    index = DocIndex([root], tmp_path / "index.sqlite")
+    index.refresh()
+    before, rows = scores(index), tables(index)
+    write_docs(root, 6, word="chargeback")
+    monkeypatch.setattr(index_module, "_FTS_FROM_CHUNKS", "INSERT INTO chunks_fts (rowid, title, body) "
+                        "SELECT id, no_such_column, text FROM chunks WHERE id > ?")
+    with pytest.raises(sqlite3.OperationalError, match="no_such_column"):
+        index.refresh()
+    assert writer_threads() == []
+    assert scores(index) == before and tables(index) == rows
+    index.close()
+
+
+def test_a_planted_chunk_id_at_sqlites_last_rowid_is_refused_not_numbered_at_random(tmp_path):
+    root = tmp_path / "docs"
+    write_docs(root, 3)
+    path = tmp_path / "index.sqlite"
+    index = DocIndex([root], path)
+    index.refresh()
+    index.close()
+    db = sqlite3.connect(path)  # past the last rowid SQLite draws new ids at random: a batch could not be found
+    db.execute("UPDATE chunks SET id = ? WHERE id = (SELECT max(id) FROM chunks)", (index_module.ROWID_MAX,))
+    db.commit()
+    db.close()
+    reopened = DocIndex([root], path)  # its full-text rows no longer match: rebuilt from the chunks on open
+    expected = scores(reopened)
+    assert expected["refund"]
+    write_docs(root / "more", 1)
+    with pytest.raises(ValueError, match="chunk ids are spent .* delete the index file to rebuild it"):
+        reopened.refresh()
+    assert scores(reopened) == expected and writer_threads() == []
+    reopened.close()

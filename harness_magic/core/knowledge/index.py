@@ -7,10 +7,12 @@ bytes hash the same is not re-chunked), drops files that disappeared, and
 returns an :class:`IndexReport` saying what it did. Markdown and text are read,
 hashed and chunked into rows by :mod:`.prepare` (a pool of forked processes from
 ``POOL_MIN_BYTES`` to read, one core left to the writer); this one connection
-writes in one transaction (chunks and full-text rows inserted in batches, FTS5
-merging its terms once): a refresh cut short by an error or an interrupt leaves
-the index as it was, and the next refresh does its work again. Vectors are
-computed only when an embedder is configured.
+writes in one transaction (chunk rows inserted in batches, FTS5 merging its terms
+once): a refresh cut short by an error or an interrupt leaves the index as it was,
+and the next refresh does its work again. Each batch's full-text rows are taken
+from the chunk rows by one statement run in a thread of its own (:class:`_RowWriter`):
+SQLite runs it without the GIL, so FTS5 tokenises one batch while the kernel reads
+and chunks the next. Vectors are computed only when an embedder is configured.
 
 Keyword search is FTS5's ``bm25()`` over the heading trail (weighted higher)
 and the text, with the Porter stemmer. The user's or model's query is never
@@ -58,6 +60,7 @@ import re
 import sqlite3
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -74,6 +77,7 @@ from harness_magic.core.knowledge.extract_worker import ExtractionWorker, Worker
 from harness_magic.core.knowledge.index_file import open_owned
 from harness_magic.core.knowledge.prepare import (
     FAILED,
+    ROWS,
     SAME,
     SKIP,
     Prepared,
@@ -81,7 +85,6 @@ from harness_magic.core.knowledge.prepare import (
     TextPreparer,
     TextTask,
     chunk_row,
-    fts_title,
     prepare_file,
 )
 from harness_magic.core.knowledge.ranking import Hit, fuse, lead, normalize_doc_id, snippet
@@ -97,20 +100,27 @@ CANDIDATES = 50
 TITLE_WEIGHT = 3.0
 """BM25 weight of the heading trail relative to the body (1.0)."""
 FTS_BATCH_ROWS = 2_000
-"""Chunks per ``executemany``: when a refresh inserts its rows, and when the full-text table is rebuilt."""
+"""Chunks per batch of a refresh: one ``executemany`` of chunk rows, then one full-text statement in the
+writer's thread while the next batch is read and chunked."""
 DF_CACHE_TERMS = 100_000
 """Query terms whose chunk counts are memoised (cleared when the index changes)."""
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Bumped when the tables change: an index of an older version is rebuilt (it is a cache of the files), one of
 a newer version is refused (a newer harness_magic wrote it; delete the file to rebuild). 2: the full-text
-table is contentless (the text is stored once, in ``chunks``)."""
+table is contentless (the text is stored once, in ``chunks``). 3: ``chunks.title`` keeps each chunk's
+full-text title (:func:`~.prepare.fts_title`), so full-text rows are inserted, deleted and rebuilt from
+``chunks`` by SQL alone."""
 FTS_HASH_BYTES = 8 * 1024 * 1024
 """FTS5's ``hashsize``: terms gathered in memory before they are written as one segment. The default
 (1 MiB) writes a 7 MB corpus as ~50 segments that FTS5 then merges; 8 MiB writes it once."""
+ROWID_MAX = 2**63 - 1
+"""SQLite's largest rowid: past it new chunk ids would be drawn at random, not counted on."""
 _TABLES = ("meta", "files", "chunks", "chunks_fts", "vectors", "failures")
 """The index's tables, dropped together when an older schema is rebuilt."""
 
 _TOKEN_RE = re.compile(r"\w+", re.UNICODE)
+_FTS_FROM_CHUNKS = "INSERT INTO chunks_fts (rowid, title, body) SELECT id, title, text FROM chunks WHERE id > ?"
+"""The full-text rows of the chunks with ids past ``?`` (the batch just inserted)."""
 
 
 def fts_query(text: str) -> str:
@@ -168,41 +178,63 @@ class IndexReport:
 
 
 class _RowWriter:
-    """The rows of one refresh, inserted ``FTS_BATCH_ROWS`` chunks at a time (one ``executemany`` per table).
+    """The rows of one refresh, ``FTS_BATCH_ROWS`` chunks at a time: chunk and file rows inserted here, each
+    batch's full-text rows then taken from ``chunks`` by one statement in a thread of the writer's own.
 
-    Chunk ids follow on from ``next_id`` in the order files are added. Used inside the refresh's
-    transaction; :meth:`flush` before anything reads the tables back.
+    SQLite runs a statement without the GIL: FTS5 tokenises one batch (most of a refresh's cost) while the
+    kernel reads and chunks the next, on another core when one is free. One thread uses the connection at a
+    time: :meth:`settle` waits for the statement in flight (and raises its error) before this thread runs
+    another, and :meth:`close` interrupts it, waits for it and stops the thread (before a rollback; safe to
+    call twice). Chunk ids are SQLite's (one more than the largest); used inside the refresh's transaction.
     """
 
-    def __init__(self, db: sqlite3.Connection, next_id: int) -> None:
+    def __init__(self, db: sqlite3.Connection) -> None:
         self.db = db
-        self.next_id = next_id
-        self._chunks: list[tuple[int, str, str, str, int, int, str]] = []
-        self._fts: list[tuple[int, str, str]] = []
+        self._chunks: list[Row] = []
         self._files: list[tuple[str, str, int, int, int, float, str]] = []
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="docs-index-fts")
+        self._pending: Future[Any] | None = None
 
     def add(self, doc_path: str, prepared: Prepared) -> None:
         """Queue one file's rows (its old rows already deleted) and its ``files`` row."""
-        rows, first = prepared.rows, self.next_id
-        self.next_id += len(rows)
-        self._chunks += [(i, doc_path, slug, trail, start, end, text)
-                         for i, (slug, trail, start, end, text, _) in enumerate(rows, first)]
-        self._fts += [(i, row[5], row[4]) for i, row in enumerate(rows, first)]
-        self._files.append((doc_path, prepared.sha256, prepared.size, prepared.mtime_ns, len(rows), time.time(),
-                            prepared.reason))
+        self._chunks += prepared.rows
+        self._files.append((doc_path, prepared.sha256, prepared.size, prepared.mtime_ns, len(prepared.rows),
+                            time.time(), prepared.reason))
         if len(self._chunks) >= FTS_BATCH_ROWS:
             self.flush()
 
+    def settle(self) -> None:
+        """Wait for the full-text statement in flight, if any (its error is raised here). An interrupt while
+        waiting leaves it in flight, for :meth:`close` to stop."""
+        pending = self._pending
+        if pending is not None:
+            pending.result()
+            self._pending = None
+
     def flush(self) -> None:
-        """Insert what is queued."""
+        """Insert what is queued; the batch's full-text rows are left running in the writer's thread."""
+        self.settle()
         db = self.db
-        if self._chunks:
-            db.executemany("INSERT INTO chunks (id, path, slug, trail, start_line, end_line, text) "
-                           "VALUES (?,?,?,?,?,?,?)", self._chunks)
-            db.executemany("INSERT INTO chunks_fts (rowid, title, body) VALUES (?,?,?)", self._fts)
         if self._files:
             db.executemany("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?,?)", self._files)
-        self._chunks, self._fts, self._files = [], [], []
+        if self._chunks:
+            before = db.execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0]
+            if before > ROWID_MAX - len(self._chunks):
+                raise ValueError(f"the index's chunk ids are spent (a chunk has id {before}, written by something "
+                                 "else): delete the index file to rebuild it")
+            db.executemany("INSERT INTO chunks (path, slug, trail, start_line, end_line, text, title) "
+                           "VALUES (?,?,?,?,?,?,?)", self._chunks)
+            self._pending = self._thread.submit(db.execute, _FTS_FROM_CHUNKS, (before,))
+        self._chunks, self._files = [], []
+
+    def close(self) -> None:
+        """Stop the statement in flight (``sqlite3_interrupt``), wait for it, stop the thread."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            if not pending.done():
+                self.db.interrupt()
+            wait([pending])
+        self._thread.shutdown(wait=True)
 
 
 class DocIndex:
@@ -259,7 +291,7 @@ class DocIndex:
                 chunks INTEGER, indexed_at REAL, note TEXT);
             CREATE TABLE IF NOT EXISTS chunks (
                 id INTEGER PRIMARY KEY, path TEXT, slug TEXT, trail TEXT, start_line INTEGER,
-                end_line INTEGER, text TEXT, UNIQUE(path, slug));
+                end_line INTEGER, text TEXT, title TEXT, UNIQUE(path, slug));
             CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
                 title, body, content='', tokenize='porter unicode61');
             CREATE TABLE IF NOT EXISTS vectors (chunk_id INTEGER PRIMARY KEY, model TEXT, vec BLOB);
@@ -300,10 +332,7 @@ class DocIndex:
         """Empty the full-text table and index every row of ``chunks`` again (inside the caller's transaction)."""
         db = self._db
         db.execute("INSERT INTO chunks_fts (chunks_fts) VALUES ('delete-all')")
-        cursor = db.execute("SELECT id, path, trail, text FROM chunks ORDER BY id")
-        while rows := cursor.fetchmany(FTS_BATCH_ROWS):
-            db.executemany("INSERT INTO chunks_fts (rowid, title, body) VALUES (?,?,?)",
-                           [(r[0], fts_title(json.loads(r[2]), r[1]), r[3]) for r in rows])
+        db.execute("INSERT INTO chunks_fts (rowid, title, body) SELECT id, title, text FROM chunks")
 
     def close(self) -> None:
         with self._lock:
@@ -341,7 +370,7 @@ class DocIndex:
             roots = {root.prefix: number for number, root in enumerate(self.tree.roots)}
             tasks = [TextTask(doc_path, roots[root.prefix], rel, stat.st_size, previous[0] if previous else None)
                      for doc_path, root, rel, stat, previous, confined in plan if not confined]
-            writer = _RowWriter(db, (db.execute("SELECT max(id) FROM chunks").fetchone()[0] or 0) + 1)
+            writer = _RowWriter(db)
             with TextPreparer(self.tree, tasks, text_chunks, self.limits.text_max_chars) as preparer:
                 prepared = iter(preparer)
                 db.execute("BEGIN")  # one transaction for the whole refresh: FTS5 merges its terms once, at the end
@@ -376,6 +405,7 @@ class DocIndex:
                                 spent += time.monotonic() - clock
                         self._apply(report, writer, doc_path, previous, result, failures, limits_key, seen)
                     writer.flush()
+                    writer.settle()
                     for gone in sorted(set(known) - seen):
                         self._delete_file(gone)
                         report.removed.append(gone)
@@ -383,8 +413,11 @@ class DocIndex:
                     if stale:
                         db.executemany("DELETE FROM failures WHERE path=?", [(path,) for path in stale])
                 except BaseException:
-                    db.execute("ROLLBACK")  # nothing of a refresh cut short is kept: the next one does it again
+                    writer.close()  # the full-text statement in flight is stopped before this thread rolls back
+                    if db.in_transaction:  # (a statement SQLite interrupted has rolled the transaction back itself)
+                        db.execute("ROLLBACK")  # nothing of a refresh cut short is kept: the next one does it again
                     raise
+                writer.close()
                 db.execute("COMMIT")
             report.workers = preparer.workers
             report.notes.extend(preparer.notes)
@@ -443,6 +476,8 @@ class DocIndex:
             report.skipped.append(f"{doc_path}: {result.reason}")
             return
         report.bytes_read += result.read_bytes
+        if result.kind != ROWS or previous is not None or doc_path in failures:
+            writer.settle()  # this thread writes below: the writer's full-text statement ends first
         if result.kind == SAME:
             seen.add(doc_path)
             self._db.execute("UPDATE files SET size=?, mtime_ns=? WHERE path=?",
@@ -476,10 +511,9 @@ class DocIndex:
     def _delete_file(self, doc_path: str) -> None:
         """Drop one file's rows; its full-text rows are taken out with the words they were indexed with."""
         db = self._db
-        rows = db.execute("SELECT id, path, trail, text FROM chunks WHERE path=?", (doc_path,)).fetchall()
-        db.executemany("INSERT INTO chunks_fts (chunks_fts, rowid, title, body) VALUES ('delete', ?, ?, ?)",
-                       [(r[0], fts_title(json.loads(r[2]), r[1]), r[3]) for r in rows])
-        db.executemany("DELETE FROM vectors WHERE chunk_id=?", [(r[0],) for r in rows])
+        db.execute("INSERT INTO chunks_fts (chunks_fts, rowid, title, body) "
+                   "SELECT 'delete', id, title, text FROM chunks WHERE path=?", (doc_path,))
+        db.execute("DELETE FROM vectors WHERE chunk_id IN (SELECT id FROM chunks WHERE path=?)", (doc_path,))
         db.execute("DELETE FROM chunks WHERE path=?", (doc_path,))
         db.execute("DELETE FROM files WHERE path=?", (doc_path,))
 

@@ -79,8 +79,9 @@ ROWS, SAME, SKIP, FAILED = "rows", "same", "skip", "failed"
 """What became of one file: chunked into rows; read, with the hash already indexed; not read
 (``reason`` says why: a link, unreadable, too large); refused by its extraction (``reason``)."""
 
-Row = tuple[str, str, int, int, str, str]
-"""One chunk as the writer inserts it: (slug, trail JSON, start line, end line, text, full-text title)."""
+Row = tuple[str, str, str, int, int, str, str]
+"""One chunk as the writer inserts it, the ``chunks`` table's columns after the id: (path, slug, trail JSON,
+start line, end line, text, full-text title). The writer inserts a batch of them as they come (SQLite gives the ids)."""
 
 
 class TextChunker(Protocol):
@@ -122,7 +123,8 @@ class Prepared(NamedTuple):
 def fts_title(trail: Sequence[str], path: str) -> str:
     """A chunk's full-text title column: its heading trail and its file's path (weighted ``TITLE_WEIGHT``).
 
-    The full-text table keeps no text, so a row is deleted by giving these same words again.
+    Stored with the chunk (``chunks.title``): the full-text table keeps no text, so a row is indexed
+    from, and deleted by giving again, these same words.
     """
     return " ".join(trail) + " " + path
 
@@ -134,7 +136,7 @@ def trail_json(trail: Sequence[str]) -> str:
 
 def chunk_row(path: str, slug: str, trail: tuple[str, ...], start_line: int, end_line: int, text: str) -> Row:
     """The :data:`Row` of one chunk (a :data:`~.extract.ChunkMaker`)."""
-    return slug, trail_json(trail), start_line, end_line, text, fts_title(trail, path)
+    return path, slug, trail_json(trail), start_line, end_line, text, fts_title(trail, path)
 
 
 def read_checked(tree: DocTree, root: DocRoot, rel: str) -> tuple[bytes, os.stat_result] | str:
