@@ -6,6 +6,7 @@ Run::
     .venv/bin/python benchmarks/bench_docs.py --files 200      # a smaller corpus
     .venv/bin/python benchmarks/bench_docs.py --bomb           # also time a PDF bomb (bounded by the timeout)
     .venv/bin/python benchmarks/bench_docs.py --stages         # only table 1b: where a full index spends its time
+    .venv/bin/python benchmarks/bench_docs.py --fts-options    # only table 1c: FTS5's options on the same rows
 
 ``hub_row()`` returns issue 35's row (a full index of the 10,000-chunk corpus against reading and
 hashing the same bytes; goal at most 10x) for ``benchmarks/bench_hub.py``.
@@ -24,6 +25,9 @@ Tables printed (markdown):
    counts waiting), next to the floor of SQLite FTS5 itself (a bare full-text table of the same
    definition filled with the same rows in one transaction), then the whole refresh in the
    kernel alone and with its pool of workers (CPU of the kernel and of the workers).
+1c. FTS5's options (``--fts-options``): the same full-text rows inserted into a fresh table of each
+   definition or build setting in one transaction (interleaved rounds, the fastest of each kept), with
+   what each one would take away from search; the index keeps the fastest that takes nothing away.
 2. Query latency, p50/p95 over the query set (each query the fastest of 3 runs):
    keyword (FTS5 BM25; target p50 <= 5 ms), the tool path (with its at most
    once-a-second re-check of the files),
@@ -325,6 +329,81 @@ def bare_fts(fts_rows: list[tuple[int, str, str]], work: Path) -> None:
     db.close()
 
 
+FTS_OPTIONS: list[tuple[str, str, dict, str]] = [
+    ("the index's table: porter unicode61, detail=full, hashsize 8 MiB, WAL", "", {}, "kept"),
+    ("unicode61 without porter", "tokenize='unicode61'", {}, "loses stemming: 'refunds' no longer finds 'refund'"),
+    ("porter ascii", "tokenize='porter ascii'", {},
+     "loses folding past ASCII: 'region' and 'naive' no longer find 'région' and 'naïve', 'É' is not 'é'"),
+    ("porter unicode61 remove_diacritics 0", "tokenize='porter unicode61 remove_diacritics 0'", {},
+     "loses 'region' and 'naive' finding 'région' and 'naïve'"),
+    ("detail=column", "detail=column", {},
+     "loses ranking (bm25 scores every contentless row 0) and phrases (a query word unicode61 splits, "
+     "'refund_window', is one)"),
+    ("detail=none", "detail=none", {}, "loses ranking and phrases, as detail=column"),
+    ("columnsize=0", "columnsize=0", {}, "changes every score: contentless, bm25 cannot read a row's length"),
+    ("content kept in the table (not contentless)", "content=NULL", {}, "nothing; the text is stored twice"),
+    ("prefix='2 3' indexes", "prefix='2 3'", {}, "nothing used: queries are whole words"),
+    ("hashsize 1 MiB (FTS5's default)", "", {"hashsize": 1024 * 1024}, "nothing"),
+    ("hashsize 32 MiB", "", {"hashsize": 32 * 1024 * 1024}, "nothing"),
+    ("pgsz 4050", "", {"pgsz": 4050}, "nothing"),
+    ("automerge 0 (segments left unmerged)", "", {"automerge": 0}, "nothing"),
+    ("one 'optimize' after the inserts", "", {"optimize": True}, "nothing"),
+    ("journal_mode=OFF (needs a fresh file renamed into place)", "", {"journal": "OFF"}, "nothing"),
+    ("cache_size 64 MiB during the build", "", {"pragma": "cache_size=-65536"}, "nothing"),
+    ("locking_mode=EXCLUSIVE during the build", "", {"pragma": "locking_mode=EXCLUSIVE"}, "nothing"),
+]
+"""FTS5 options measured by ``--fts-options``: (name, table argument, build settings, what search loses)."""
+
+
+def fts_option(fts_rows: list[tuple[int, str, str]], work: Path, argument: str, settings: dict) -> None:
+    """Fill a fresh full-text table (the index's definition, ``argument`` added or replacing its ``content``
+    or ``tokenize``; ``content=NULL`` drops contentless) with ``fts_rows`` in one transaction, under ``settings``."""
+    path = work / f"option-{time.monotonic_ns()}.sqlite"
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute(f"PRAGMA journal_mode={settings.get('journal', 'WAL')}")
+    db.execute("PRAGMA synchronous=OFF")
+    if "pragma" in settings:
+        db.execute("PRAGMA " + settings["pragma"])
+    parts = {"content": "content=''", "tokenize": "tokenize='porter unicode61'"}
+    key = argument.split("=")[0]
+    if key in parts:
+        parts[key] = "" if argument == "content=NULL" else argument
+    elif argument:
+        parts[key] = argument
+    db.execute(f"CREATE VIRTUAL TABLE t USING fts5({', '.join(['title', 'body', *filter(None, parts.values())])})")
+    config = {"hashsize": FTS_HASH_BYTES, **{name: value for name, value in settings.items()
+                                              if name in ("hashsize", "pgsz", "automerge")}}
+    for name, value in config.items():
+        db.execute("INSERT INTO t (t, rank) VALUES (?, ?)", (name, value))
+    db.execute("BEGIN")
+    db.executemany("INSERT INTO t (rowid, title, body) VALUES (?,?,?)", fts_rows)
+    if settings.get("optimize"):
+        db.execute("INSERT INTO t (t) VALUES ('optimize')")
+    db.execute("COMMIT")
+    db.close()
+
+
+def print_fts_options(corpus: Path, work: Path, rounds: int = HUB_RUNS) -> None:
+    """Table 1c: each of ``FTS_OPTIONS`` on the index's full-text rows of ``corpus``."""
+    index = full_index(corpus, work / "options-rows.sqlite")
+    fts_rows = index._db.execute("SELECT id, title, text FROM chunks ORDER BY id").fetchall()
+    index.close()
+    floor_wall, floor_cpu = fastest(FLOOR_RUNS, floor_read_hash, corpus)
+    best: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for name, argument, settings, _ in FTS_OPTIONS:
+            wall, cpu, _ = clocks(fts_option, fts_rows, work, argument, settings)
+            kept = best.setdefault(name, [wall, cpu])
+            kept[0], kept[1] = min(kept[0], wall), min(kept[1], cpu)
+    base_cpu = best[FTS_OPTIONS[0][0]][1]
+    print(f"\n## FTS5's options on the same {len(fts_rows):,} rows (fastest of {rounds} interleaved rounds)\n")
+    print(f"| option | wall s | CPU s | CPU vs floor ({floor_cpu * 1000:.0f} ms) | CPU vs the index's | what search loses |")
+    print("|---|---|---|---|---|---|")
+    for name, _, _, loses in FTS_OPTIONS:
+        wall, cpu = best[name]
+        print(f"| {name} | {wall:.3f} | {cpu:.3f} | {cpu / floor_cpu:.1f}x | {cpu / base_cpu:.2f} | {loses} |")
+
+
 def print_stages(corpus: Path, work: Path) -> None:
     floor_wall, floor_cpu = fastest(FLOOR_RUNS, floor_read_hash, corpus)
     stages = stage_costs(corpus, work)
@@ -403,7 +482,13 @@ def main() -> int:
     parser.add_argument("--pdfs", type=int, default=50, help="PDFs and HTML files (each) for table 4.")
     parser.add_argument("--bomb", action="store_true", help="Also index one PDF bomb (table 4).")
     parser.add_argument("--stages", action="store_true", help="Only the stages of a full index (table 1b).")
+    parser.add_argument("--fts-options", action="store_true", help="Only FTS5's options on the same rows (table 1c).")
     args = parser.parse_args()
+    if args.fts_options:
+        work = Path(tempfile.mkdtemp(prefix="bench_docs_"))
+        write_corpus(work / "corpus", args.files)
+        print_fts_options(work / "corpus", work)
+        return 0
     if args.stages:
         work = Path(tempfile.mkdtemp(prefix="bench_docs_"))
         write_corpus(work / "corpus", args.files)
