@@ -211,20 +211,45 @@ def test_concurrent_async_calls_are_served_at_once():
 # -- a host that ends: idle, killed between calls, killed during one, interrupted ------------------------
 
 
-def test_a_warmed_host_is_started_at_once_serves_the_first_request_or_exits_when_none_comes(own_host, server):
+def test_a_warmed_host_is_started_once_and_serves_the_first_request(own_host, server):
     own_host.stop()
     starts = own_host.starts
-    assert HostedTransport(host=own_host, idle_s=0.5).warm_up() is True  # a run that never calls the model
-    unused = own_host.pid
-    assert unused is not None
-    wait_gone(unused)  # it lived the run's idle time, not the handle's default
-    assert own_host.warm_up() is True
+    assert HostedTransport(host=own_host, idle_s=0.5).warm_up() is True
     warmed = own_host.pid
-    assert warmed not in (None, unused) and own_host.warm_up() is False, "one host, however often warmed"
+    assert warmed is not None and own_host.warm_up() is False, "one host, however often warmed"
     server.replies = [{"text": "served by the warmed host"}]
     answer = HostedTransport(api_base=server.api_base, api_key="sk-test", host=own_host).complete(payload(), None)
     assert answer["choices"][0]["message"]["content"] == "served by the warmed host"
-    assert (own_host.pid, own_host.starts) == (warmed, starts + 2), "the request waited for the warmed host"
+    assert (own_host.pid, own_host.starts) == (warmed, starts + 1), "the request waited for the warmed host"
+
+
+WARM_ARGV = "import sys, time; open(sys.argv[1], 'w').write(' '.join(sys.argv[2:])); time.sleep(60)"
+
+
+def test_a_warm_up_gives_the_host_the_runs_idle_time_and_does_not_wait_for_it(tmp_path):
+    said = tmp_path / "argv"
+    host = ProviderHost(argv=[sys.executable, "-c", WARM_ARGV, str(said)])  # a host that never listens
+    try:
+        assert HostedTransport(host=host, idle_s=0.5).warm_up() is True, "returned though nothing listens yet"
+        deadline = time.monotonic() + GONE_WAIT_S
+        while not said.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert said.read_text().split()[-2:] == ["--idle-s", "0.5"]
+        assert host.warm_up() is False and host.starts == 1
+    finally:
+        host.close()
+
+
+def test_a_host_that_gets_no_request_exits_after_its_idle_time():
+    from harness_magic.core.providers.host import HostServer
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("")  # an abstract address: nothing on disk
+    listener.listen(1)
+    done = threading.Event()
+    threading.Thread(target=lambda: (HostServer(listener, 0.2).serve(), done.set()), daemon=True).start()
+    assert done.wait(GONE_WAIT_S), "a host warmed for a run that never called the model idles out"
+    assert listener.fileno() == -1, "its listener closed: a later request starts a new host"
 
 
 def test_a_run_warms_the_provider_host_up_before_anything_asks_it(tmp_path, server, monkeypatch):
