@@ -89,9 +89,10 @@ PROGRESS_INTERVAL_S = 0.25
 HEAD_ROWS = 5
 """Head rows a lazy handle's snapshot keeps (its ``head_limit``: fewer means they are the whole result)."""
 ONE_PASS_MAX_ROWS = 1_000_000
-"""A lazy result that does not aggregate is read by its snapshot up to this many rows (plus one, to know it goes
-on) into an engine table: one that ends within it is counted exactly and kept for pulls (its query ran once);
-a longer one is probably an intermediate for later queries, not worth holding twice: only its head is kept."""
+"""A lazy result is read by its snapshot up to this many rows (plus one, to know it goes on) into a temporary table:
+one that ends within it is counted exactly and kept for pulls (its query ran once). Past it, an aggregate is
+computed whole and kept (its plan says so); any other longer result is probably an intermediate for later queries,
+not worth holding twice: only its head is kept."""
 _SNAPSHOT_TABLE = "__harness_snapshot__"
 _QUERY_VIEW = "__harness_query__"
 """The snapshot's cursor names the query by this temporary view (the table above and count(*) read it)."""
