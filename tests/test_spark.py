@@ -410,6 +410,52 @@ def test_row_count_falls_back_to_the_estimate_past_the_budget(spark):
     assert snap["rows_estimated"] is True and snap["engine"] == "spark"
 
 
+class _CancelledWhileInterrupting:
+    """A Spark session and frame where our budget's interrupt cancels the count at once and ``interruptTag``
+    returns only afterwards (a loaded machine: the server's reply is late), so the count fails while the timer
+    thread is still inside the interrupt."""
+
+    def __init__(self) -> None:
+        self.cancelled = threading.Event()
+        self.count_failed = threading.Event()
+        self.tags: list[str] = []
+
+    def addTag(self, tag: str) -> None:  # noqa: N802 - pyspark's names
+        self.tags.append(tag)
+
+    def removeTag(self, tag: str) -> None:  # noqa: N802
+        self.tags.remove(tag)
+
+    def interruptTag(self, tag: str) -> list[str]:  # noqa: N802
+        self.cancelled.set()
+        self.count_failed.wait(30)
+        return ["operation-1"]
+
+    def count(self) -> int:
+        self.cancelled.wait(30)
+        self.count_failed.set()
+        raise RuntimeError("[OPERATION_CANCELED] Operation has been canceled. SQLSTATE: HY008")
+
+
+def test_a_count_cancelled_by_its_budget_is_no_error_even_before_the_interrupt_returns():
+    engine = SparkEngine("sc://127.0.0.1:1", count_budget_s=0.05)
+    session = _CancelledWhileInterrupting()
+    assert engine._count(session, session) is None, "the budget cut the count: an estimate follows, not an error"
+    assert session.cancelled.is_set() and session.tags == [], "the count's tag was interrupted, then removed"
+
+
+class _FailingCount(_CancelledWhileInterrupting):
+    def count(self) -> int:
+        raise RuntimeError("[TABLE_OR_VIEW_NOT_FOUND] no such table")
+
+
+def test_a_count_that_fails_within_its_budget_is_an_error():
+    engine = SparkEngine("sc://127.0.0.1:1", count_budget_s=60)
+    with pytest.raises(RuntimeError, match="TABLE_OR_VIEW_NOT_FOUND"):
+        engine._count(_FailingCount(), _FailingCount())
+    assert engine.interrupted == []
+
+
 def test_config_entry_and_bad_configurations(spark_server):
     server, _, _ = spark_server
     registry = connectors_from_config([{"type": "spark", "remote": server.url, "name": "lake"}])

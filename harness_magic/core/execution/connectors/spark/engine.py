@@ -439,14 +439,20 @@ class SparkEngine:
     def _count(self, spark: Any, df: Any) -> int | None:
         """``count(*)`` if Spark answers within ``count_budget_s`` (the job is cancelled otherwise)."""
         tag = f"harness-count-{uuid.uuid4().hex}"
-        timer = threading.Timer(self.count_budget_s, lambda: self._interrupt(spark, tag))
+        spent = threading.Event()
+
+        def budget_spent() -> None:
+            spent.set()  # before the interrupt: the count may fail with OPERATION_CANCELED before interruptTag returns
+            self._interrupt(spark, tag)
+
+        timer = threading.Timer(self.count_budget_s, budget_spent)
         timer.daemon = True
         spark.addTag(tag)
         timer.start()
         try:
             return int(df.count())
         except Exception as exc:  # broad: pyspark raises its own types; re-raised unless our own time budget cut it
-            if timer.is_alive():  # a real failure, not our budget
+            if not spent.is_set():  # a real failure, not our budget
                 raise
             del exc
             return None
