@@ -241,13 +241,7 @@ def test_a_warm_up_gives_the_host_the_runs_idle_time_and_does_not_wait_for_it(tm
 
 
 def test_a_host_that_gets_no_request_exits_after_its_idle_time():
-    from harness_magic.core.providers.host import HostServer
-
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind("")  # an abstract address: nothing on disk
-    listener.listen(1)
-    done = threading.Event()
-    threading.Thread(target=lambda: (HostServer(listener, 0.2).serve(), done.set()), daemon=True).start()
+    _host, listener, done = serve_in_background(idle_s=0.2)
     assert done.wait(GONE_WAIT_S), "a host warmed for a run that never called the model idles out"
     assert listener.fileno() == -1, "its listener closed: a later request starts a new host"
 
@@ -415,6 +409,54 @@ def test_a_deferred_package_index_runs_only_when_a_name_only_it_defines_is_read(
             del sys.modules[loaded]
 
 
+TINY_RANKS = {**{bytes([i]): i for i in range(256)}, b"th": 256, b"the": 257, b" the": 258, b"he": 259}
+
+
+def tiny_encoding(name: str) -> Any:
+    """A small tiktoken encoding (bytes and four merges), built here: no download, no bundled file."""
+    import tiktoken
+
+    return tiktoken.Encoding(name=name, pat_str=r" ?\w+| ?[^\w\s]+|\s+", mergeable_ranks=dict(TINY_RANKS),
+                             special_tokens={"<|end|>": 260})
+
+
+def serve_in_background(idle_s: float) -> tuple[Any, socket.socket, threading.Event]:
+    """A :class:`HostServer` on an abstract Unix socket, serving on a thread; the event is set when it returns."""
+    from harness_magic.core.providers.host import HostServer
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("")  # an abstract address: nothing on disk
+    listener.listen(1)
+    host = HostServer(listener, idle_s)
+    done = threading.Event()
+    threading.Thread(target=lambda: (host.serve(), done.set()), daemon=True).start()
+    return host, listener, done
+
+
+def test_after_a_burst_of_requests_the_host_drops_what_it_no_longer_needs(monkeypatch):
+    import tiktoken.registry
+
+    from harness_magic.core.providers.channel import read_frame, send_frame
+
+    loaded = tiny_encoding("tiny-loaded")
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {"tiny-loaded": loaded})
+    host, listener, done = serve_in_background(idle_s=60)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(listener.getsockname())
+            send_frame(conn, {"op": "route"})  # refused (no model): a request all the same, litellm untouched
+            ack, answer = read_frame(conn), read_frame(conn)
+        assert ack is not None and "ack" in ack and "needs a model" in str(answer)
+        deadline = time.monotonic() + GONE_WAIT_S
+        while loaded._mergeable_ranks and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert loaded._mergeable_ranks == {}, "the tokenizer's Python table went once the burst was over"
+        assert loaded.encode("the theme") == tiny_encoding("fresh").encode("the theme")
+    finally:
+        host.idle_s = 0.1
+        assert done.wait(GONE_WAIT_S)
+
+
 def test_a_tokenizer_without_its_python_merge_table_counts_and_pickles_the_same(monkeypatch):
     import pickle
 
@@ -423,19 +465,12 @@ def test_a_tokenizer_without_its_python_merge_table_counts_and_pickles_the_same(
 
     from harness_magic.core.providers.host import shed_tokenizer_tables
 
-    ranks = {bytes([i]): i for i in range(256)}
-    ranks.update({b"th": 256, b"the": 257, b" the": 258, b"he": 259})
-
-    def tiny(name: str) -> Any:
-        return tiktoken.Encoding(name=name, pat_str=r" ?\w+| ?[^\w\s]+|\s+", mergeable_ranks=dict(ranks),
-                                 special_tokens={"<|end|>": 260})
-
-    registered, loose = tiny("tiny-registered"), tiny("tiny-loose")
+    registered, loose = tiny_encoding("tiny-registered"), tiny_encoding("tiny-loose")
     monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {"tiny-registered": registered})
     text = "the theme of the thesis, then <|end|> again"
     before = registered.encode(text, allowed_special="all")
     assert shed_tokenizer_tables() == 1 and shed_tokenizer_tables() == 0, "each table is dropped once"
-    assert registered._mergeable_ranks == {} and loose._mergeable_ranks == ranks, "only registered encodings"
+    assert registered._mergeable_ranks == {} and loose._mergeable_ranks == TINY_RANKS, "only registered encodings"
     assert registered.encode(text, allowed_special="all") == before and registered.decode(before) == text
     assert pickle.loads(pickle.dumps(registered)).encode(text, allowed_special="all") == before, "pickled by name"
     assert pickle.loads(pickle.dumps(loose)).encode(text, allowed_special="all") == before, "pickled whole"

@@ -21,7 +21,7 @@ Unix socket in a 0700 directory and hands it over as fd ``N``. Contract:
 - it holds as little as it can: openai's resource index is left unexecuted (each resource
   loads on first use), litellm's import is frozen out of the cyclic collector, a loaded tokenizer drops its
   Python copy of the merge table (its native copy counts), and freed heap goes back to the system after
-  startup and after each request;
+  startup and after each burst of requests (once none came for ``POLL_S``);
 - it exits after ``idle_s`` seconds with no request in flight (each request may change ``idle_s``),
   when its stdin reaches end of file (the kernel is gone) or when its parent changes; it ignores SIGINT
   (the stop button interrupts the kernel's process group) and never writes to stdout (its stdout is
@@ -138,6 +138,7 @@ class HostServer:
         self._active = 0
         self._last = time.monotonic()
         self._closing = False
+        self._served = False
         self._defaults = {"LITELLM_LOCAL_MODEL_COST_MAP": os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP", "True")}
 
     def serve(self) -> None:
@@ -150,6 +151,7 @@ class HostServer:
                 except socket.timeout:
                     if self._should_exit():
                         return
+                    self._tidy()
                     continue
                 with self._lock:
                     if self._closing:
@@ -159,6 +161,16 @@ class HostServer:
                 threading.Thread(target=self._serve_one, args=(conn,), daemon=True).start()
         finally:
             self.listener.close()
+
+    def _tidy(self) -> None:
+        """After a burst of requests (none for :data:`POLL_S`), what they loaded or built and no longer need goes
+        back to the system: a tokenizer's Python table, the heap's free pages (a 1 MB prompt left 4 MB)."""
+        with self._lock:
+            if not self._served or self._active:
+                return
+            self._served = False
+        shed_tokenizer_tables()
+        give_back_heap()
 
     def _should_exit(self) -> bool:
         with self._lock:
@@ -186,10 +198,7 @@ class HostServer:
             with self._lock:
                 self._active -= 1
                 self._last = time.monotonic()
-                idle = self._active == 0
-            if idle:  # what the request loaded or built and no longer needs goes back to the system
-                shed_tokenizer_tables()
-                give_back_heap()
+                self._served = True
 
     def _adopt(self, request: dict[str, Any]) -> None:
         """The request's environment becomes the process's (keys set since the host started included)."""
