@@ -24,6 +24,12 @@
   forks cleanly and output buffered before it is printed once.
 * **Derived data, checked on open.** The index is written without fsync; a damaged file (torn
   pages, a header that is not SQLite's) is moved aside and rebuilt, with a note.
+* **Full text from the chunk rows.** Each chunk keeps its full-text title (schema 3; an index of
+  schema 2 is rebuilt); the full-text rows are inserted from the chunk rows by SQL, one statement a
+  batch in the writer's thread when a core is free, else one at the end: the same tables and scores
+  either way, whatever the batch size. An interrupt while a batch's statement runs stops it and keeps
+  the old index; a statement that fails fails the refresh and keeps the old index; no thread is left
+  behind; a planted chunk id at SQLite's last rowid is refused, not numbered at random.
 
 Indexing speed is measured in ``benchmarks/bench_docs.py``, never here.
 """
@@ -517,18 +523,19 @@ def test_a_damaged_index_is_moved_aside_and_rebuilt(tmp_path, damage):
     reopened.close()
 
 
-@pytest.mark.parametrize(("loadavg", "busy"), [(b"0.50 0.40 0.30 1/120 4242\n", 0), (b"5.0 6.0 5.9 4/117 3301\n", 5),
-                                               (b"0.90 2.0 3.0 4/117 3301\n", 3), (b"1.7 0.2 0.1 1/99 7\n", 1),
-                                               (b"0.0 0.0 0.0 0/1 1\n", 0), (b"", 0), (b"1 2 3\n", 0),
-                                               (b"1 2 3 x/y 4\n", 0), (b"\xff\xfe 1 2 -5/1 7", 0),
-                                               (b"nan 1 1 3/9 1", 0), (b"inf 1 1 3/9 1", 0), (b"-4 1 1 1/9 1", 0),
-                                               (b"1 2 3 99999999999999999999/1 5", 10**20 - 2)])
-def test_busy_cores_reads_the_load_and_takes_what_it_cannot_read_for_idle(tmp_path, monkeypatch, loadavg, busy):
+@pytest.mark.parametrize(("loadavg", "busy", "running"), [
+    (b"0.50 0.40 0.30 1/120 4242\n", 0, 0), (b"5.0 6.0 5.9 4/117 3301\n", 5, 3), (b"0.90 2.0 3.0 4/117 3301\n", 3, 3),
+    (b"1.7 0.2 0.1 1/99 7\n", 1, 0), (b"0.0 0.0 0.0 0/1 1\n", 0, 0), (b"", 0, 0), (b"1 2 3\n", 0, 0),
+    (b"1 2 3 x/y 4\n", 0, 0), (b"\xff\xfe 1 2 -5/1 7", 0, 0), (b"nan 1 1 3/9 1", 0, 0), (b"inf 1 1 3/9 1", 0, 0),
+    (b"-4 1 1 1/9 1", 0, 0), (b"1 2 3 99999999999999999999/1 5", 10**20 - 2, 10**20 - 2)])
+def test_busy_cores_reads_the_load_and_takes_what_it_cannot_read_for_idle(tmp_path, monkeypatch, loadavg, busy,
+                                                                            running):
+    """busy_cores: the runnable tasks or the 1-minute average, the higher; running_now: the runnable tasks alone."""
     (tmp_path / "loadavg").write_bytes(loadavg)
     monkeypatch.setattr(prepare_module, "LOADAVG_PATH", str(tmp_path / "loadavg"))
-    assert prepare_module.busy_cores() == busy
+    assert (prepare_module.busy_cores(), prepare_module.running_now()) == (busy, running)
     monkeypatch.setattr(prepare_module, "LOADAVG_PATH", str(tmp_path / "missing"))
-    assert prepare_module.busy_cores() == 0
+    assert (prepare_module.busy_cores(), prepare_module.running_now()) == (0, 0)
 
 
 @pytest.mark.parametrize(("size", "expected", "limit"), [
@@ -588,12 +595,15 @@ def test_an_index_of_schema_2_is_rebuilt_with_each_chunks_full_text_title(tmp_pa
     fresh.close()
 
 
-def test_batches_of_a_few_rows_index_what_one_batch_does(tmp_path, monkeypatch):
+@pytest.mark.parametrize("overlap", [True, False])
+def test_batches_of_a_few_rows_index_what_one_batch_does(tmp_path, monkeypatch, overlap):
     root = tmp_path / "docs"
     write_docs(root, 12)
     one = DocIndex([root], tmp_path / "one.sqlite")
     one.refresh()
-    monkeypatch.setattr(index_module, "FTS_BATCH_ROWS", 3)  # a full-text statement in flight after each file
+    monkeypatch.setattr(index_module, "FTS_BATCH_ROWS", 3)  # a batch after each file
+    # with a core free, a full-text statement in flight after each file; without, one at the end
+    monkeypatch.setattr(index_module, "FTS_OVERLAP_CORES", -10**6 if overlap else 10**6)
     many = DocIndex([root], tmp_path / "many.sqlite")
     many.refresh()
     assert tables(many) == tables(one) and scores(many) == scores(one)
@@ -618,6 +628,7 @@ def test_an_interrupt_while_a_full_text_batch_runs_stops_it_and_keeps_the_old_in
     before, rows = scores(index), tables(index)
     write_docs(root, 12, word="chargeback")  # every file changes
     monkeypatch.setattr(index_module, "FTS_BATCH_ROWS", 4)
+    monkeypatch.setattr(index_module, "FTS_OVERLAP_CORES", -10**6)  # a core free: full text in the writer's thread
     # The first batch's full-text statement never ends by itself, so the refresh waits for it; the user's
     # interrupt (SIGINT, as the notebook's stop button sends) comes then: only the writer stopping the
     # statement (sqlite3_interrupt) lets the refresh roll back and return.
@@ -646,6 +657,7 @@ def test_a_full_text_batch_that_fails_fails_the_refresh_and_keeps_the_old_index(
     index.refresh()
     before, rows = scores(index), tables(index)
     write_docs(root, 6, word="chargeback")
+    monkeypatch.setattr(index_module, "FTS_OVERLAP_CORES", -10**6)  # the error is raised in the writer's thread
     monkeypatch.setattr(index_module, "_FTS_FROM_CHUNKS", "INSERT INTO chunks_fts (rowid, title, body) "
                         "SELECT id, no_such_column, text FROM chunks WHERE id > ?")
     with pytest.raises(sqlite3.OperationalError, match="no_such_column"):

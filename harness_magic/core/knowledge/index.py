@@ -9,10 +9,11 @@ hashed and chunked into rows by :mod:`.prepare` (a pool of forked processes from
 ``POOL_MIN_BYTES`` to read, one core left to the writer); this one connection
 writes in one transaction (chunk rows inserted in batches, FTS5 merging its terms
 once): a refresh cut short by an error or an interrupt leaves the index as it was,
-and the next refresh does its work again. Each batch's full-text rows are taken
-from the chunk rows by one statement run in a thread of its own (:class:`_RowWriter`):
-SQLite runs it without the GIL, so FTS5 tokenises one batch while the kernel reads
-and chunks the next. Vectors are computed only when an embedder is configured.
+and the next refresh does its work again. The full-text rows are taken from the
+chunk rows by SQL (:class:`_RowWriter`): on a host with a core free, one statement
+a batch in a thread of its own (SQLite runs it without the GIL, so FTS5 tokenises
+one batch while the kernel reads and chunks the next), else one statement at the
+end. Vectors are computed only when an embedder is configured.
 
 Keyword search is FTS5's ``bm25()`` over the heading trail (weighted higher)
 and the text, with the Porter stemmer. The user's or model's query is never
@@ -85,7 +86,9 @@ from harness_magic.core.knowledge.prepare import (
     TextPreparer,
     TextTask,
     chunk_row,
+    host_cores,
     prepare_file,
+    running_now,
 )
 from harness_magic.core.knowledge.ranking import Hit, fuse, lead, normalize_doc_id, snippet
 from harness_magic.core.knowledge.tree import FILE_MAX_BYTES, DocRoot, DocTree
@@ -100,8 +103,16 @@ CANDIDATES = 50
 TITLE_WEIGHT = 3.0
 """BM25 weight of the heading trail relative to the body (1.0)."""
 FTS_BATCH_ROWS = 2_000
-"""Chunks per batch of a refresh: one ``executemany`` of chunk rows, then one full-text statement in the
-writer's thread while the next batch is read and chunked."""
+"""Chunks per batch of a refresh: one ``executemany`` of chunk rows and, on a host with a core free
+(``FTS_OVERLAP_CORES``), one full-text statement in the writer's thread while the next batch is read and chunked."""
+FTS_OVERLAP_CORES = 2
+"""Cores free this instant (:func:`~.prepare.host_cores` less :func:`~.prepare.running_now`) from which a refresh
+runs each batch's full-text statement in the writer's thread, overlapped with reading and chunking the next batch;
+below it the full-text rows of every chunk the refresh wrote are inserted by one statement at the end. Batches
+cost FTS5 nothing by themselves (5 statements write 6 segments in the same CPU time as one, measured), but the
+statement running beside the kernel's Python took 60-110 ms more CPU for 10,000 chunks on the loaded 2-core
+machine (two threads sharing busy cores and caches): it pays only where it has a core of its own
+(``bench_docs.py --stages`` times both)."""
 DF_CACHE_TERMS = 100_000
 """Query terms whose chunk counts are memoised (cleared when the index changes)."""
 SCHEMA_VERSION = 3
@@ -150,6 +161,9 @@ class IndexReport:
     chunks_written: int = 0
     workers: int = 0
     """Processes that read and chunked the Markdown and text (0: the kernel itself, below ``POOL_MIN_BYTES``)."""
+    overlapped: bool = False
+    """Whether each batch's full-text rows were inserted in the writer's thread while the next batch was read
+    and chunked (a core was free: ``FTS_OVERLAP_CORES``), rather than by one statement at the end."""
     files: int = 0
     """Files in the index after the refresh."""
     chunks: int = 0
@@ -178,18 +192,23 @@ class IndexReport:
 
 
 class _RowWriter:
-    """The rows of one refresh, ``FTS_BATCH_ROWS`` chunks at a time: chunk and file rows inserted here, each
-    batch's full-text rows then taken from ``chunks`` by one statement in a thread of the writer's own.
+    """The rows of one refresh, ``FTS_BATCH_ROWS`` chunks at a time: chunk and file rows inserted here, their
+    full-text rows then taken from ``chunks`` by SQL: with ``overlap``, one statement a batch in a thread of the
+    writer's own, else one statement for the whole refresh in :meth:`finish`.
 
-    SQLite runs a statement without the GIL: FTS5 tokenises one batch (most of a refresh's cost) while the
-    kernel reads and chunks the next, on another core when one is free. One thread uses the connection at a
-    time: :meth:`settle` waits for the statement in flight (and raises its error) before this thread runs
+    SQLite runs a statement without the GIL: with ``overlap`` FTS5 tokenises one batch (most of a refresh's
+    cost) while the kernel reads and chunks the next, on the core that is free. One thread uses the connection
+    at a time: :meth:`settle` waits for the statement in flight (and raises its error) before this thread runs
     another, and :meth:`close` interrupts it, waits for it and stops the thread (before a rollback; safe to
-    call twice). Chunk ids are SQLite's (one more than the largest); used inside the refresh's transaction.
+    call twice). Chunk ids are SQLite's (one more than the largest, so every row a refresh writes has an id
+    past the largest before its first batch); used inside the refresh's transaction.
     """
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, db: sqlite3.Connection, overlap: bool) -> None:
         self.db = db
+        self.overlap = overlap
+        self._since: int | None = None
+        """Without ``overlap``: the largest chunk id before the refresh's first batch (None: no batch yet)."""
         self._chunks: list[Row] = []
         self._files: list[tuple[str, str, int, int, int, float, str]] = []
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="docs-index-fts")
@@ -224,8 +243,19 @@ class _RowWriter:
                                  "else): delete the index file to rebuild it")
             db.executemany("INSERT INTO chunks (path, slug, trail, start_line, end_line, text, title) "
                            "VALUES (?,?,?,?,?,?,?)", self._chunks)
-            self._pending = self._thread.submit(db.execute, _FTS_FROM_CHUNKS, (before,))
+            if self.overlap:
+                self._pending = self._thread.submit(db.execute, _FTS_FROM_CHUNKS, (before,))
+            elif self._since is None:
+                self._since = before
         self._chunks, self._files = [], []
+
+    def finish(self) -> None:
+        """Insert what is queued and every full-text row still to come; nothing is left running."""
+        self.flush()
+        self.settle()
+        if self._since is not None:
+            self.db.execute(_FTS_FROM_CHUNKS, (self._since,))
+            self._since = None
 
     def close(self) -> None:
         """Stop the statement in flight (``sqlite3_interrupt``), wait for it, stop the thread."""
@@ -370,7 +400,8 @@ class DocIndex:
             roots = {root.prefix: number for number, root in enumerate(self.tree.roots)}
             tasks = [TextTask(doc_path, roots[root.prefix], rel, stat.st_size, previous[0] if previous else None)
                      for doc_path, root, rel, stat, previous, confined in plan if not confined]
-            writer = _RowWriter(db)
+            writer = _RowWriter(db, host_cores() - running_now() >= FTS_OVERLAP_CORES)
+            report.overlapped = writer.overlap
             with TextPreparer(self.tree, tasks, text_chunks, self.limits.text_max_chars) as preparer:
                 prepared = iter(preparer)
                 db.execute("BEGIN")  # one transaction for the whole refresh: FTS5 merges its terms once, at the end
@@ -404,8 +435,7 @@ class DocIndex:
                             finally:
                                 spent += time.monotonic() - clock
                         self._apply(report, writer, doc_path, previous, result, failures, limits_key, seen)
-                    writer.flush()
-                    writer.settle()
+                    writer.finish()
                     for gone in sorted(set(known) - seen):
                         self._delete_file(gone)
                         report.removed.append(gone)

@@ -48,9 +48,9 @@ from harness_magic.core.knowledge.extract import ChunkMaker, ExtractionError, Ex
 from harness_magic.core.knowledge.tree import FILE_MAX_BYTES, HARDLINK_REASON, DocRoot, DocTree
 
 __all__ = ["TextTask", "Prepared", "TextPreparer", "TextChunker", "Row", "chunk_row", "read_checked", "prepare_file",
-           "fts_title", "trail_json", "host_cores", "busy_cores", "pool_workers", "LOADAVG_PATH", "POOL_MIN_BYTES",
-           "POOL_BATCH_BYTES", "POOL_AHEAD", "POOL_MAX_WORKERS", "POOL_MIN_WORKERS", "POOL_WRITER_CORES", "ROWS",
-           "SAME", "SKIP", "FAILED"]
+           "fts_title", "trail_json", "host_cores", "busy_cores", "running_now", "pool_workers", "LOADAVG_PATH",
+           "POOL_MIN_BYTES", "POOL_BATCH_BYTES", "POOL_AHEAD", "POOL_MAX_WORKERS", "POOL_MIN_WORKERS",
+           "POOL_WRITER_CORES", "ROWS", "SAME", "SKIP", "FAILED"]
 
 POOL_MIN_BYTES = 1024 * 1024
 """Bytes of Markdown and text to read in one refresh from which a pool of processes prepares them.
@@ -198,19 +198,33 @@ LOADAVG_PATH = "/proc/loadavg"
 """Linux's load figures: the 1-minute load average first, the fourth field ``runnable/total`` tasks now."""
 
 
-def busy_cores() -> int:
-    """Cores a pool would have to share with other work: the tasks runnable right now besides this one, or the
-    whole 1-minute load average if higher (it counts this kernel's own recent work too: refreshes back to back
-    keep their writer's core busy). 0 where ``LOADAVG_PATH`` cannot be read."""
+def _load() -> tuple[float, int] | None:
+    """(1-minute load average, tasks runnable now) from ``LOADAVG_PATH``, or None where it cannot be read or
+    says nothing (not Linux, not the format it documents, nan, inf)."""
     try:
         with open(LOADAVG_PATH, "rb") as handle:
             fields = handle.read(256).split()
         average, runnable = float(fields[0]), int(fields[3].split(b"/")[0])
     except (OSError, IndexError, ValueError):  # not Linux, or not the format it documents
-        return 0
+        return None
     if not 0 <= average < 1e6:  # nan, inf or nonsense: the figure says nothing
-        return 0
-    return max(0, runnable - 1, int(average))
+        return None
+    return average, runnable
+
+
+def busy_cores() -> int:
+    """Cores a pool would have to share with other work: the tasks runnable right now besides this one, or the
+    whole 1-minute load average if higher (it counts this kernel's own recent work too: refreshes back to back
+    keep their writer's core busy). 0 where ``LOADAVG_PATH`` cannot be read."""
+    load = _load()
+    return 0 if load is None else max(0, load[1] - 1, int(load[0]))
+
+
+def running_now() -> int:
+    """Tasks runnable on the host this instant besides this one (0 where ``LOADAVG_PATH`` cannot be read): what a
+    second thread of this process would share a core with now (the load average's recent past is left out)."""
+    load = _load()
+    return 0 if load is None else max(0, load[1] - 1)
 
 
 def batches(tasks: Sequence[TextTask]) -> list[tuple[int, int]]:
