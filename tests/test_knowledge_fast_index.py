@@ -634,6 +634,7 @@ def test_an_interrupt_while_a_full_text_batch_runs_stops_it_and_keeps_the_old_in
     # statement (sqlite3_interrupt) lets the refresh roll back and return.
     monkeypatch.setattr(index_module, "_FTS_FROM_CHUNKS", index_module._FTS_FROM_CHUNKS + " AND (WITH RECURSIVE "
                         "n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT count(*) FROM n) > 0")
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, whatever the runner set
     stop = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
     stop.start()
     try:
@@ -641,6 +642,7 @@ def test_an_interrupt_while_a_full_text_batch_runs_stops_it_and_keeps_the_old_in
             index.refresh()
     finally:
         stop.cancel()
+        signal.signal(signal.SIGINT, handler)
     assert writer_threads() == []
     assert scores(index) == before and tables(index) == rows and index.keyword("chargeback", 5) == []
     monkeypatch.undo()
