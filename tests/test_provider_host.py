@@ -246,22 +246,13 @@ def test_a_host_that_gets_no_request_exits_after_its_idle_time():
     assert listener.fileno() == -1, "its listener closed: a later request starts a new host"
 
 
-def test_a_run_warms_the_provider_host_up_before_anything_asks_it(tmp_path, server, monkeypatch):
-    from harness_magic import ProviderAdapter
-    from harness_magic.core.config import AgentConfig
-    from harness_magic.core.session import AgentSession
+def test_only_a_model_that_needs_the_host_warms_it_up():
+    from harness_magic.core.providers.adapter import warm_up_provider
 
-    order: list[str] = []
-    warm_up, open_ = HostedTransport.warm_up, HostedTransport._open
-    monkeypatch.setattr(HostedTransport, "warm_up", lambda self: order.append("warm_up") or warm_up(self))
-    monkeypatch.setattr(HostedTransport, "_open", lambda self, frame: order.append("request") or open_(self, frame))
-    server.replies = [{"text": "Done."}]
-    config = AgentConfig(model=MODEL, api_base=server.api_base, sandbox="inprocess", run_dir=str(tmp_path),
-                         extra={"api_key": "sk-test"})
-    assert AgentSession(config).ask("Say done.").text == "Done."
-    assert order[0] == "warm_up" and order.count("warm_up") == 1 and "request" in order, order
-    assert ProviderAdapter("offline/quickstart").warm_up() is False, "an offline model needs no host"
-    assert ProviderAdapter(MODEL, provider_host=False).warm_up() is False, "litellm here: nothing to start"
+    assert warm_up_provider("offline/quickstart") is False, "an offline model needs no host"
+    assert warm_up_provider(MODEL, provider_host=False) is False, "litellm here: nothing to start"
+    shared_host().endpoint()
+    assert warm_up_provider(MODEL) is False, "a running host is not started again"
 
 
 def test_an_idle_host_exits_and_the_next_call_starts_a_new_one(own_host, server):
@@ -599,17 +590,32 @@ def test_a_whole_run_through_the_session_never_imports_litellm_in_the_kernel(tmp
     assert out["litellm"] == [], out
 
 
+CELL_ORDER_SPIES = textwrap.dedent("""\
+    import harness_magic.core.providers.adapter as _adapter, harness_magic.notebook.agent_magics as _magics
+    order = []
+    _warm, _route, _session = _adapter.warm_up_provider, _adapter.route_model, _magics.AgentMagics.session
+    _adapter.warm_up_provider = lambda *a, **k: order.append(f"warm_up started={_warm(*a, **k)}")
+    _adapter.route_model = lambda *a, **k: order.append("route") or _route(*a, **k)
+    _magics.AgentMagics.session = property(lambda self: order.append("session") or _session.fget(self))
+""")
+"""Records, in the kernel, the order in which an ``%%agent`` cell warms the host up, builds its session and
+first asks the host (the route check)."""
+
+
 @pytest.mark.kernel
 def test_an_agent_cell_in_a_real_kernel_leaves_litellm_out_of_it(tmp_path):
     from kernel_helpers import agent_kernel
 
     with ScriptedServer([TOOL_ANSWER, {"text": "The total is 45."}]) as srv:
         with agent_kernel(tmp_path, run_dir="runs", sandbox="inprocess", api_base=srv.api_base) as kernel:
+            assert kernel.run(CELL_ORDER_SPIES).ok
             cell = kernel.run("%%agent -m openai/test-model\nAdd the numbers below ten.")
             assert cell.ok, cell.outputs
             assert kernel.value("_.text") == "The total is 45."
             assert kernel.value("'litellm' in __import__('sys').modules") is False
             assert len(srv.requests) == 2
+            assert kernel.value("order[:3]") == ["warm_up started=True", "session", "route"], \
+                "the cell starts the host, builds its session while litellm imports, then asks the host"
 
 
 def test_the_shared_host_is_one_per_process():

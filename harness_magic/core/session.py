@@ -46,13 +46,6 @@ _HARNESS_FIELDS = ("planner", "reminders", "system_prompt", "max_questions", "qu
 """Settings that shape the tool list or prompt: changing one rebuilds the loop around the same history."""
 
 
-def _warm_up(adapter: SyncModelAdapter) -> None:
-    """Start what the run's first model request needs in the background (the provider host: litellm's import
-    overlaps the run's setup); a run that never calls the model leaves it to exit when idle."""
-    if isinstance(adapter, (ProviderAdapter, AsyncProviderAdapter)):
-        adapter.warm_up()
-
-
 def start_backend(config: AgentConfig) -> InterpreterBackend:
     """:func:`make_backend` with the kernel's data stack imported alongside (both done when it returns)."""
     return with_data_stack(lambda: make_backend(config))
@@ -396,7 +389,6 @@ class AgentSession:
         from harness_magic.core.control.replay import retry_from
 
         harness = self.harness
-        _warm_up(self.adapter_for(model) if model is not None else harness.adapter)
         with self.timeline.running(self, run_key, replace=replace) as run_id:
             log = log or self.timeline.latest_log() or harness.run_file
             if log is None:
@@ -442,7 +434,6 @@ class AgentSession:
         if run_key is not None:
             check_run_key(run_key)
         adapter = self.adapter_for(model) if model is not None else None
-        _warm_up(adapter or harness.adapter)  # the provider host imports litellm while the run sets itself up
         previous_budgets = self.budget_guard.budgets
         if budgets is not None:
             self._set_budgets(budgets)

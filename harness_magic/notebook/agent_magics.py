@@ -345,9 +345,11 @@ class AgentMagics(Magics):
             outputs.append((check_handle(handle, "handle"), check_handle(name, "variable name")))
 
         if not model.startswith(OFFLINE_PREFIXES):  # a model litellm cannot route fails here, before any request
-            from harness_magic.core.providers.adapter import route_model
+            from harness_magic.core.providers.adapter import route_model, warm_up_provider
             from harness_magic.core.providers.errors import ModelRouteError, ProviderError
 
+            warm_up_provider(model, provider_host=self.provider_host, provider_idle_s=self.provider_idle_s)
+            session = self.session  # built (a session's first cell) while the provider host imports litellm
             try:
                 route_model(model, provider_host=self.provider_host)  # asked of the provider host: litellm stays out
             except ModelRouteError as exc:

@@ -87,6 +87,15 @@ def route_model(model: str, *, provider_host: bool = True) -> str:
     return check_model_route(model)
 
 
+def warm_up_provider(model: str, *, provider_host: bool = True, provider_idle_s: float = DEFAULT_IDLE_S) -> bool:
+    """Start the provider host in the background when ``model`` will need it and none runs (it imports litellm
+    while this process goes on, and lives ``provider_idle_s`` if no request comes); whether one was started.
+    Offline ids and ``provider_host`` off: nothing."""
+    if not provider_host or is_offline_model(model):
+        return False
+    return HostedTransport(idle_s=provider_idle_s).warm_up()
+
+
 def _estimate(items: list[dict[str, Any]]) -> int:
     """Token estimate of a message list where no tokenizer is known: characters / 4."""
     return len(json.dumps(items, ensure_ascii=False)) // CHARS_PER_TOKEN_ESTIMATE + 1
@@ -176,12 +185,6 @@ class _AdapterBase:
         clone.last_payload = None
         clone._memo = _RenderMemo()
         return clone
-
-    def warm_up(self) -> bool:
-        """Start what this adapter's first request needs and is slow to start (the provider host, importing
-        litellm), without waiting for it; whether something was started (offline models, litellm here: nothing)."""
-        transport = self.transport
-        return transport.warm_up() if isinstance(transport, HostedTransport) else False
 
     def rewind(self) -> bool:
         """Restart an offline model's script or recording from its first turn; False for real providers."""

@@ -5,8 +5,8 @@ sessions are idle. With ``provider_host`` on (the default) the kernel never impo
 completion and every lookup (route, model information, prompt caching, token counts) goes to one
 provider host per kernel (:mod:`.host`, a child process started on first use, shared by every
 transport and adapter of this process, stopped after ``provider_idle_s`` seconds without a request;
-the next request starts it again; a run starts it in the background as it begins, :meth:`HostedTransport.warm_up`,
-so litellm's import overlaps the run's own setup). Contract of :class:`HostedTransport`, the same as
+the next request starts it again; an ``%%agent`` cell starts it in the background first,
+:meth:`HostedTransport.warm_up`, so litellm's import overlaps the cell's setup). Contract of :class:`HostedTransport`, the same as
 :class:`~harness_magic.core.providers.transport.LiteLLMTransport`'s:
 
 - ``complete`` / ``acomplete`` return the response dict; streamed text reaches ``on_text`` piece by
