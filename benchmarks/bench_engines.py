@@ -61,6 +61,19 @@ page (``READ_SETTINGS`` in the engine), and the snapshot's count is DuckDB's
 answer to its one ``CREATE TABLE AS``. The lazy path's fixed cost (plan, kept
 table, head, pull) is ~15 ms a handle: 1.6-1.8x plain at 1e6 rows, a few
 percent at 5e7.
+
+Then (issue 35 point 4, second pass) the lazy path still ran, beside its one
+execution: two SETs on each of its two cursors, an EXPLAIN (the query planned a
+second time: 2-3 ms of CPU, 10-20 ms of wall at load 6-7, waiting on DuckDB's
+threads) and a read-only transaction around the pull's read of the kept table.
+Now a cursor nobody polls for progress runs no SET, the plan is read only for a
+result longer than ``ONE_PASS_MAX_ROWS`` and the pull is one statement; time
+outside the one execution at 5e7 rows went from 28 ms best / 36 ms median to
+14 / 26 ms (load 6-7). What remains between the two paths is the read-only
+file system: DuckDB's Python file system copies every page it reads while
+holding the GIL, so its two threads queue there (a Python thread sleeping
+0.5 ms woke 140 us later on average during such a scan than during the native
+one); the CPU is the same (0.97-1.05x in every hub_row run).
 """
 
 from __future__ import annotations
