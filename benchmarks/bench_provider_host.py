@@ -16,15 +16,19 @@ completion (a short answer, usage included):
    imported) and once it has served the calls and a token count (a tokenizer loaded): what an idle kernel no
    longer holds once the host exits after ``provider_idle_s``. PSS and USS depend on which other processes
    map the same libraries (another host, a test run); RSS does not;
-4. the restart: an agent run (:class:`AgentSession`, the sandboxed worker, a one-answer model) asked after
-   the host exited idle, ``--restarts`` times with the run's background start of the host
-   (:meth:`ProviderAdapter.warm_up`, as shipped) and as many without it (the warm-up replaced by nothing),
-   interleaved: the run's median wall seconds each way, against a run whose host is alive.
+4. the restart: an ``%%agent`` cell (IPython in this process, the sandboxed worker, a one-answer model) run
+   after the host exited idle, a session's first cell and a later one, ``--restarts`` times each with the
+   cell's background start of the host (``warm_up_provider``, as shipped: the session is built while
+   litellm imports) and as many without it (replaced by nothing), interleaved: median wall seconds each
+   way, against a cell whose host is alive.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import os
 import statistics
 import subprocess
 import sys
@@ -39,8 +43,6 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from scripted_server import ScriptedServer  # noqa: E402
 
-from harness_magic.core import session as session_module  # noqa: E402
-from harness_magic.core.config import AgentConfig  # noqa: E402
 from harness_magic.core.providers.hosted import HostedTransport, ProviderHost, shared_host  # noqa: E402
 from harness_magic.core.providers.transport import LiteLLMTransport  # noqa: E402
 
@@ -88,36 +90,53 @@ def wait_exited(host: ProviderHost) -> None:
 
 
 def restarts(server: ScriptedServer, rounds: int) -> dict[str, list[float]]:
-    """Seconds of an agent run asked after the host exited idle, with and without the run's warm-up, and of a
-    run whose host is alive."""
-    shipped = session_module._warm_up
+    """Seconds of an ``%%agent`` cell (an in-process IPython shell, the sandboxed worker, a one-answer model)
+    asked after the host exited idle: a session's first cell and a later one, each with the cell's warm-up
+    (:func:`warm_up_provider`, as shipped) and without it (replaced by nothing); and a cell whose host is alive."""
+    from IPython.core.interactiveshell import InteractiveShell
 
-    def without(adapter: Any) -> None:
-        return None
+    from harness_magic.core.providers import adapter as adapter_module
 
-    times: dict[str, list[float]] = {"warm-up": [], "no warm-up": [], "host alive": []}
+    shipped = adapter_module.warm_up_provider
+
+    def without(*args: Any, **kwargs: Any) -> bool:
+        return False
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "harness_magic")
+    magics = shell.magics_manager.registry["AgentMagics"]
     host = shared_host()
+    times: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as run_dir:
-        config = AgentConfig(model=MODEL, api_base=server.api_base, run_dir=run_dir, provider_idle_s=RESTART_IDLE_S,
-                             extra={"api_key": "sk-bench"})
-        session = session_module.AgentSession(config)
+        for setting in (f"api_base = {server.api_base!r}", f"run_dir = {run_dir!r}", "live = 'off'",
+                        f"provider_idle_s = {RESTART_IDLE_S}"):
+            shell.run_line_magic("config", f"AgentMagics.{setting}")
+
+        def cell() -> float:
+            with contextlib.redirect_stdout(io.StringIO()):
+                return timed(lambda: shell.run_cell_magic("agent", f"-m {MODEL}", "Say hi.")) / 1000
+
         try:
-            session.ask("Say hi.")  # the sandbox's launcher and worker started, the host running
-            times["host alive"].append(timed(lambda: session.ask("Say hi.")) / 1000)
+            cell()  # the sandbox's launcher and worker started, the host running
+            times["host alive"] = [cell()]
             for _ in range(rounds):
                 for way, hook in (("no warm-up", without), ("warm-up", shipped)):
-                    wait_exited(host)
-                    session_module._warm_up = hook  # type: ignore[assignment]  # the bench's switch, restored below
+                    adapter_module.warm_up_provider = hook  # type: ignore[assignment]  # the bench's switch
                     try:
-                        times[way].append(timed(lambda: session.ask("Say hi.")) / 1000)
+                        magics.close()  # the next cell builds a new session
+                        wait_exited(host)
+                        times.setdefault(f"first cell, {way}", []).append(cell())
+                        wait_exited(host)
+                        times.setdefault(f"later cell, {way}", []).append(cell())
                     finally:
-                        session_module._warm_up = shipped
+                        adapter_module.warm_up_provider = shipped
         finally:
-            session.close()
+            magics.close()
     return times
 
 
 def main() -> None:
+    os.environ.setdefault("OPENAI_API_KEY", "sk-bench")  # the cells' model is the scripted server
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=50, help="calls each way after the first (default 50)")
     parser.add_argument("--restarts", type=int, default=3, help="runs after an idle exit, each way (default 3)")
@@ -159,12 +178,12 @@ def main() -> None:
                                    (f"after {args.calls + 1} calls and a token count", served)):
         print(f"| the host's memory, {label} | | PSS {pss:.0f} MB, USS {uss:.0f} MB, RSS {rss:.0f} MB |")
     print()
-    print(f"| agent run (sandboxed worker, one answer), median of {args.restarts} | seconds |")
+    print(f"| %%agent cell (sandboxed worker, one answer), median of {args.restarts} | seconds |")
     print("|---|---|")
-    for way, label in (("no warm-up", "after the host exited idle, without the run's warm-up"),
-                       ("warm-up", "after the host exited idle, with the run's warm-up (shipped)"),
-                       ("host alive", "with the host alive")):
+    for way in ("first cell, no warm-up", "first cell, warm-up", "later cell, no warm-up", "later cell, warm-up",
+                "host alive"):
         values = restart[way]
+        label = way if way == "host alive" else f"after the host exited idle: {way}"
         print(f"| {label} | {statistics.median(values):.2f} (each: {', '.join(f'{v:.2f}' for v in values)}) |")
 
 
