@@ -223,7 +223,9 @@ def test_a_warmed_host_is_started_once_and_serves_the_first_request(own_host, se
     assert (own_host.pid, own_host.starts) == (warmed, starts + 1), "the request waited for the warmed host"
 
 
-WARM_ARGV = "import sys, time; open(sys.argv[1], 'w').write(' '.join(sys.argv[2:])); time.sleep(60)"
+WARM_ARGV = ("import os, sys, time; open(sys.argv[1] + '.part', 'w').write(' '.join(sys.argv[2:])); "
+             "os.rename(sys.argv[1] + '.part', sys.argv[1]); time.sleep(60)")
+"""A host that never listens: it writes its command line (whole, by a rename) and sleeps."""
 
 
 def test_a_warm_up_gives_the_host_the_runs_idle_time_and_does_not_wait_for_it(tmp_path):
