@@ -31,9 +31,9 @@ thread count:
 * ``agent lazy+pull``: the group-by kept as a lazy handle (its snapshot: the
   query computed once into a temporary table, at most ``ONE_PASS_MAX_ROWS`` + 1
   rows; DuckDB's answer to that ``CREATE TABLE AS`` is the exact count, the
-  head rows are read from it and it is kept for the pulls; no EXPLAIN, no
-  count query, no SET), then materialised into the kernel under the byte cap,
-  as python code naming it does (one statement: the kept table's rows). The
+  head rows are read from it and it is kept for the pulls; one EXPLAIN, as
+  the text groups, no count query, no SET), then materialised into the kernel
+  under the byte cap, as python code naming it does (one statement: the kept table's rows). The
   group-by runs once (``tests/test_duckdb_single_pass.py`` reads DuckDB's
   query log).
 * ``agent lazy+pull, budget 50 ms``: the same with ``COUNT_BUDGET_S`` forced to
@@ -66,8 +66,9 @@ Then (issue 35 point 4, second pass) the lazy path still ran, beside its one
 execution: two SETs on each of its two cursors, an EXPLAIN (the query planned a
 second time: 2-3 ms of CPU, 10-20 ms of wall at load 6-7, waiting on DuckDB's
 threads) and a read-only transaction around the pull's read of the kept table.
-Now a cursor nobody polls for progress runs no SET, the plan is read only for a
-result longer than ``ONE_PASS_MAX_ROWS`` and the pull is one statement; time
+Now a cursor nobody polls for progress runs no SET, the plan is read only when
+the text may group (about 1.5 ms on an idle machine: an aggregate runs whole,
+once, however many groups it has) and the pull is one statement; time
 outside the one execution at 5e7 rows went from 28 ms best / 36 ms median to
 14 / 26 ms (load 6-7). What remains between the two paths is the read-only
 file system: DuckDB's Python file system copies every page it reads while

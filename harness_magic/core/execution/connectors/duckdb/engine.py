@@ -444,13 +444,18 @@ class DuckDBEngine:
         """A :class:`LazyRelation` for one read-only statement; its snapshot facts come from the engine.
 
         One run of the query gives them (see *Snapshot by pushdown* in :mod:`.lazy`),
-        read up to :data:`ONE_PASS_MAX_ROWS` + 1 rows into a temporary table
-        (no EXPLAIN, no count query): a result that ends within it is kept in
-        the engine (counted exactly by that run; pulls and chains read it, so
-        the query runs once). Only a longer result has its plan read: an
-        aggregate (:func:`_aggregates`) is then computed whole and kept (its
-        one second run); any other keeps only its head and gets ``count(*)``
-        within :data:`COUNT_BUDGET_S`, else its count is marked skipped.
+        into a temporary table whose size DuckDB reports (no count query): an
+        aggregate (:func:`_aggregates`) is computed whole; any other query is
+        read up to :data:`ONE_PASS_MAX_ROWS` + 1 rows. The plan is read only
+        when the text may group (:data:`_MAY_GROUP`: about 1.5 ms of planning;
+        an aggregate without groups is one row either way). A result computed
+        whole is kept in the engine (counted exactly by that run; pulls and
+        chains read it, so the query runs once). A longer result whose plan
+        was not read (an aggregate the text does not show, e.g. a view of an
+        aggregating handle) has it read then: an aggregate is computed whole and
+        kept (its second run); any other keeps only its head and gets
+        ``count(*)`` within :data:`COUNT_BUDGET_S`, else its count is marked
+        skipped.
         """
         import duckdb
 
@@ -478,15 +483,18 @@ class DuckDBEngine:
                     "head_limit": HEAD_ROWS, "rows_estimated": False,
                 }
                 # one run: the query (a temporary view of this cursor) into a temporary table of this cursor, made
-                # inside the read-only transaction, at most ONE_PASS_MAX_ROWS + 1 rows; DuckDB answers CREATE TABLE
-                # AS with the rows it wrote (no count(*) query, no EXPLAIN: planning the query once more cost as
-                # much as a small query, and the result's length already says whether a plan matters)
+                # inside the read-only transaction: whole for an aggregate, else at most ONE_PASS_MAX_ROWS + 1 rows;
+                # DuckDB answers CREATE TABLE AS with the rows it wrote (no count(*) query). The plan is read
+                # (under Jupyter explain()'s default displays HTML and returns "": ask for text) only when the text
+                # may group: an aggregate computes all its rows before the first, so it runs whole, once
+                planned = bool(_MAY_GROUP.search(sql))
+                whole = planned and _aggregates(relation.explain(format="text"))
                 con.execute(_create_temporary("VIEW", _QUERY_VIEW, sql))
-                read = snapshot(f" LIMIT {ONE_PASS_MAX_ROWS + 1}")
-                whole = read <= ONE_PASS_MAX_ROWS
-                # under Jupyter explain()'s default displays HTML and returns "": ask for text
-                if not whole and _aggregates(relation.explain(format="text")):
-                    # an aggregate longer than that: computed whole (exact count, kept for pulls), its second run
+                read = snapshot("" if whole else f" LIMIT {ONE_PASS_MAX_ROWS + 1}")
+                whole = whole or read <= ONE_PASS_MAX_ROWS
+                if not whole and not planned and _aggregates(relation.explain(format="text")):
+                    # an aggregate the text did not show, longer than that: computed whole (exact count, kept
+                    # for pulls), its second run
                     con.execute(f'DROP TABLE temp.main."{_SNAPSHOT_TABLE}"')
                     read, whole = snapshot(""), True
                 info["head"] = arrow_to_frame(con.table(_SNAPSHOT_TABLE).limit(HEAD_ROWS).to_arrow_table())
@@ -649,6 +657,10 @@ def _single(sql: str) -> Any:
     return statements[0]
 
 
+_MAY_GROUP = re.compile(r"\bGROUP\s+BY\b|\bDISTINCT\b|\bPIVOT\b", re.IGNORECASE)
+"""Text that may make a query's result an aggregate of many rows: only then is its plan read before it runs (a
+false match costs one plan; a miss, e.g. a view of an aggregating handle, is found once the result outgrows the
+snapshot's first part)."""
 _PLAN_TITLE = re.compile(r"╭─ ([^─╮]+?) ─")
 _AGGREGATING = ("GROUP BY", "AGGREGATE", "DISTINCT")
 
