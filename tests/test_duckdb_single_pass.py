@@ -27,6 +27,7 @@ Timing is measured in ``benchmarks/bench_engines.py`` (``hub_row``), never here.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -112,13 +113,20 @@ def scans(statements: list[str]) -> list[str]:
             and not s.startswith(("CREATE TEMPORARY VIEW", "EXPLAIN"))]
 
 
-def test_a_group_by_and_its_pull_run_one_execution_and_nothing_else(dataset, logged):
-    engine = DuckDBEngine({"events": str(dataset)})
+def lazy_logged(logged, sql: str, tables: dict[str, str] | None = None) -> tuple[DuckDBEngine, SessionCache, Any,
+                                                                                  list[str]]:
+    """(engine, cache, the lazy relation of ``sql``, the statements its creation ran), on an engine whose
+    database was set up (and its setup logged) before we look."""
+    engine = DuckDBEngine(tables or {})
     cache = SessionCache()
-    engine.lazy(cache, "SELECT 1 AS warm")  # the database is set up (and its setup logged) before we look
+    engine.lazy(cache, "SELECT 1 AS warm")
     logged.take()
-    relation = engine.lazy(cache, GROUP_BY)
-    made = logged.take()
+    relation = engine.lazy(cache, sql)
+    return engine, cache, relation, logged.take()
+
+
+def test_a_group_by_and_its_pull_run_one_execution_and_nothing_else(dataset, logged):
+    engine, cache, relation, made = lazy_logged(logged, GROUP_BY, {"events": str(dataset)})
     handle = cache.put("by_k", relation)
     frame = relation.materialize(cache, 10**8, handle=handle)
     pulled = logged.take()
@@ -172,12 +180,7 @@ def test_the_handle_and_its_pull_read_the_files_once(dataset, bytes_read):
     ("FROM events SELECT k, max(id) AS top GROUP BY ALL;", GROUPS),
 ])
 def test_the_count_is_exact_from_the_one_execution(dataset, logged, sql, rows):
-    engine = DuckDBEngine({"events": str(dataset)})
-    cache = SessionCache()
-    engine.lazy(cache, "SELECT 1 AS warm")
-    logged.take()
-    relation = engine.lazy(cache, sql)
-    made = logged.take()
+    engine, cache, relation, made = lazy_logged(logged, sql, {"events": str(dataset)})
     assert (relation.rows, relation.count_skipped, relation.rows_estimated) == (rows, False, False)
     assert relation.result is not None  # computed whole by that one run: kept for pulls
     assert len(scans(made)) == 1 and len([s for s in made if s.startswith("EXPLAIN")]) <= 1, made
@@ -239,12 +242,7 @@ def test_the_model_cannot_switch_the_progress_settings(dataset, sql):
 
 def test_a_query_that_cannot_group_has_its_plan_read_only_once_it_outgrows_the_first_part(logged):
     """A long non-aggregate: first part, then its plan (not an aggregate), then count(*) within the budget."""
-    engine = DuckDBEngine()
-    cache = SessionCache()
-    engine.lazy(cache, "SELECT 1 AS warm")
-    logged.take()
-    relation = engine.lazy(cache, f"SELECT range AS y FROM range({ONE_PASS_MAX_ROWS + 50})")
-    made = logged.take()
+    engine, cache, relation, made = lazy_logged(logged, f"SELECT range AS y FROM range({ONE_PASS_MAX_ROWS + 50})")
     assert (relation.rows, relation.count_skipped, relation.result) == (ONE_PASS_MAX_ROWS + 50, False, None)
     assert [s.split(" ")[0] for s in made if s.startswith(("EXPLAIN", "SELECT count(*)"))] == ["EXPLAIN", "SELECT"]
     engine.close()
@@ -252,13 +250,9 @@ def test_a_query_that_cannot_group_has_its_plan_read_only_once_it_outgrows_the_f
 
 def test_an_aggregate_with_more_groups_than_the_first_part_runs_once_and_is_kept(logged):
     """Many groups: planned first, computed whole by the one run (never a first part, then the whole again)."""
-    engine = DuckDBEngine()
-    cache = SessionCache()
-    engine.lazy(cache, "SELECT 1 AS warm")
-    logged.take()
     groups = ONE_PASS_MAX_ROWS + 50
-    relation = engine.lazy(cache, f"SELECT range AS g, count(*) AS n FROM range({groups}) GROUP BY g")
-    made = logged.take()
+    sql = f"SELECT range AS g, count(*) AS n FROM range({groups}) GROUP BY g"
+    engine, cache, relation, made = lazy_logged(logged, sql)
     assert (relation.rows, relation.count_skipped, relation.rows_estimated) == (groups, False, False)
     assert relation.result is not None  # kept whole for pulls
     runs = [s for s in made if s.startswith("CREATE TEMPORARY TABLE")]
@@ -272,12 +266,7 @@ def test_an_aggregate_with_more_groups_than_the_first_part_runs_once_and_is_kept
     "SELECT range AS y FROM range({n}) -- DISTINCT",
 ])
 def test_text_that_only_looks_grouped_costs_one_plan_and_is_counted_as_any_other(logged, sql):
-    engine = DuckDBEngine()
-    cache = SessionCache()
-    engine.lazy(cache, "SELECT 1 AS warm")
-    logged.take()
-    relation = engine.lazy(cache, sql.format(n=ONE_PASS_MAX_ROWS + 50))
-    made = logged.take()
+    engine, cache, relation, made = lazy_logged(logged, sql.format(n=ONE_PASS_MAX_ROWS + 50))
     assert (relation.rows, relation.count_skipped, relation.result) == (ONE_PASS_MAX_ROWS + 50, False, None)
     assert [s.split(" ")[0] for s in made if s.startswith(("EXPLAIN", "SELECT count(*)"))] == ["EXPLAIN", "SELECT"]
     assert [s for s in made if s.startswith("CREATE TEMPORARY TABLE")] == [

@@ -37,11 +37,11 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from harness_magic.core.agent.result import StopRun
 from harness_magic.core.agent.run import Check, ToolGuard
 from harness_magic.core.agent.state import HarnessState, StateKey
+from harness_magic.core.transcript.events import BudgetsUsed, TurnFinished
+from harness_magic.core.transcript.messages import Usage
 
 if TYPE_CHECKING:
     from harness_magic.core.execution.connectors.estimates import QueryLimits
-from harness_magic.core.transcript.events import BudgetsUsed, TurnFinished
-from harness_magic.core.transcript.messages import Usage
 
 __all__ = [
     "Budgets",
