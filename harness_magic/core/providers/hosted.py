@@ -6,7 +6,8 @@ completion and every lookup (route, model information, prompt caching, token cou
 provider host per kernel (:mod:`.host`, a child process started on first use, shared by every
 transport and adapter of this process, stopped after ``provider_idle_s`` seconds without a request;
 the next request starts it again; an ``%%agent`` cell starts it in the background first,
-:meth:`HostedTransport.warm_up`, so litellm's import overlaps the cell's setup). Contract of :class:`HostedTransport`, the same as
+:meth:`HostedTransport.warm_up`, so litellm's import overlaps the cell's setup). Contract of
+:class:`HostedTransport`, the same as
 :class:`~harness_magic.core.providers.transport.LiteLLMTransport`'s:
 
 - ``complete`` / ``acomplete`` return the response dict; streamed text reaches ``on_text`` piece by
