@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 
@@ -17,6 +18,8 @@ RACE_READS = 400
 """Reads attempted at least while another thread swaps the file for a link."""
 RACE_MAX_ATTEMPTS = 50_000
 """Opens tried at most until the race has shown what the test needs (the control winning, a refusal)."""
+LINK_HOLD_S = 0.0005
+"""How long the swapper leaves the link in place, so a loaded machine's scheduler cannot hide the window."""
 
 
 @pytest.fixture
@@ -79,11 +82,13 @@ def swapper(root, what, stop):
             tmp_link, tmp_file = sub / "tmp_link", sub / "tmp_file"
             yield lambda: os.symlink(outside / "target.csv", tmp_link)
             yield lambda: os.replace(tmp_link, sub / "target.csv")
+            yield lambda: time.sleep(LINK_HOLD_S)
             yield lambda: tmp_file.write_text(SAFE)
             yield lambda: os.replace(tmp_file, sub / "target.csv")
         else:
             yield lambda: os.rename(sub, staging)
             yield lambda: os.symlink(outside, sub)
+            yield lambda: time.sleep(LINK_HOLD_S)
             yield lambda: os.unlink(sub)
             yield lambda: os.rename(staging, sub)
 
