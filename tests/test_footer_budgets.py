@@ -108,3 +108,45 @@ def test_without_query_or_write_budgets_the_footer_shows_neither(tmp_path, budge
     assert record.budgets is None
     footer = render_footer_text(record)
     assert "queries" not in footer and "writes" not in footer and "writes" not in terminal
+
+
+def test_through_a_session_with_masking_and_a_worker_the_footer_counts_the_budgets_and_shows_no_real_value(
+        tmp_path, server):
+    """Every plane on: litellm over HTTP, a glossary that masks, DuckDB views serving pseudonyms, a sandboxed
+    worker, and both budgets. The footer counts the queries the model ran (a hostile one that names the file
+    path is refused and not counted as run), and neither the footer, the exports nor any request body holds a
+    real value."""
+    from test_pseudonyms import call as call_with_id, glossary, leaks, make_session, people, sent
+
+    people().to_parquet(tmp_path / "customers.parquet")
+    lake = {"type": "duckdb", "name": "lake", "files": {"customers": str(tmp_path / "customers.parquet")}}
+    session = make_session(tmp_path, server, [glossary(tmp_path), lake], sandbox="worker")
+    recorder = RunRecorder()
+    session.subscribe(recorder)
+    try:
+        server.replies = [
+            {"tool_calls": [{"id": "c0", **call_with_id("load_connectors", connector_name="lake")}]},
+            {"tool_calls": [{"id": "q0", **call_with_id("lake__query", name="everyone",
+                                                         sql="SELECT id, name, email, amount FROM customers")}]},
+            {"tool_calls": [{"id": "q1", **call_with_id(
+                "lake__query", sql=f"SELECT * FROM read_parquet('{tmp_path / 'customers.parquet'}')")}]},
+            {"tool_calls": [{"id": "p0", **call_with_id("python_interpreter",
+                                                         code="print(everyone.name.tolist(), everyone.amount.sum())")}]},
+            {"text": "Done."}]
+        result = session.ask("Who owes what?", budgets=Budgets(max_query_rows=1_000_000, max_write_operations=2))
+        assert result.status == "completed", result.error
+        record = recorder.current
+        assert record.budgets is not None and record.budgets.writes == 0
+        refused = next(item for item in record.items if getattr(item, "id", None) == "q1")
+        assert refused.is_error and "Permission Error" in refused.result  # the engine's own refusal
+        assert record.budgets.queries == 1 and record.budgets.largest_rows is not None  # the refused one never ran
+        footer = render_footer_text(record)
+        assert "queries 1 (largest " in footer and "/1,000,000 rows) · writes 0/2" in footer
+        shown = [footer, render_answer_html(record)]
+        shown += [export_runs([record], tmp_path / f"run{suffix}").read_text() for suffix in (".html", ".md")]
+        assert [leaks(text) for text in shown] == [[], [], [], []]
+        assert leaks(sent(server)) == []
+        assert session.cache.user_value("everyone", session.cache.get("everyone"))["name"].tolist() == \
+            people()["name"].tolist()  # the pull still restores them
+    finally:
+        session.close()
