@@ -15,6 +15,8 @@ Contracts:
   their line), NUL bytes, nesting too deep for the parser and trailing values read as errors or values, and
   the worker survives each. The pre-check walks the tree in :func:`ast.walk`'s order, without its generators.
 - A worker killed between two quick calls is still found by the next one, which runs once in a new worker.
+- The audit hook refuses only in the thread that armed it and only while armed, each armed thread with its own
+  writable directory (two at once included); disarmed, it lets everything through.
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ import ast
 import json
 import os
 import struct
+import threading
 import warnings
 
 import pytest
 from test_worker_revival import kill_and_wait
 
 from harness_magic.core.execution.interpreter import handles_named, referenced_names
-from harness_magic.core.execution.sandbox import SandboxedInterpreter, checks, probe_confinement
+from harness_magic.core.execution.sandbox import SandboxedInterpreter, checks, probe_confinement, protocol
 from harness_magic.core.execution.sandbox.backend import _may_name_scratch_files
 from harness_magic.core.execution.sandbox.protocol import FrameReader, ProtocolError, send_frame
 
@@ -229,15 +232,15 @@ def test_a_sealed_file_the_reply_does_not_name_is_closed_by_the_call(unfriendly)
 @confined
 def test_an_empty_calls_reply_holds_no_field_at_its_default(interp, monkeypatch) -> None:
     replies = []
-    take = FrameReader.take
+    decode = protocol._decode_frame
 
-    def recording(reader: FrameReader):
-        frame = take(reader)
-        if frame is not None and frame.get("op") == "result":
+    def recording(data: bytes) -> dict:
+        frame = decode(data)
+        if frame.get("op") == "result":
             replies.append(frame)
         return frame
 
-    monkeypatch.setattr(FrameReader, "take", recording)
+    monkeypatch.setattr(protocol, "_decode_frame", recording)  # every frame the kernel reads is decoded here
     for code in ("pass", "x = 1", "def f():\n    return 2\n"):
         assert interp.execute(code, {}, []).error is None
         assert replies[-1] == {"op": "result", "seq": interp._seq}
@@ -333,3 +336,66 @@ def test_the_pre_check_finds_what_it_found_before_however_deep(code: str, refusa
 @pytest.mark.parametrize("handles", [[], ["df"], ["df", "sales", "sales_2023"], ["é", "ｄｆ", "A"]])
 def test_the_handles_a_call_names_are_those_its_parse_finds(code: str, handles: list[str]) -> None:
     assert handles_named(code, handles) == referenced_names(code) & set(handles)
+
+
+# -- the audit hook's arming -----------------------------------------------------------------------------------
+
+
+def test_the_audit_hook_refuses_only_in_the_thread_that_armed_it_and_only_while_armed(tmp_path) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    outside, inside = tmp_path / "outside.txt", scratch / "inside.txt"
+    arm = checks.install_audit_hook(str(scratch))
+    seen: dict[str, object] = {}
+
+    def other_thread() -> None:  # runs while the main thread is armed: not this thread's arming
+        seen["active"] = checks.audit_active()
+        outside.write_text("from another thread")
+
+    with arm:
+        assert checks.audit_active()
+        with pytest.raises(checks.SandboxViolation, match="writing files"):
+            outside.write_text("no")
+        inside.write_text("yes")  # the armed thread's own directory
+        with pytest.raises(checks.SandboxViolation, match="not available"):
+            os.kill(os.getpid(), 0)
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        thread.join()
+        with pytest.raises(checks.SandboxViolation, match="writing files"):  # still armed here after the thread
+            outside.write_text("no")
+    assert seen == {"active": False} and outside.read_text() == "from another thread"
+    assert not checks.audit_active()
+    outside.write_text("after the call")  # disarmed: nothing is refused any more
+    assert inside.read_text() == "yes" and outside.read_text() == "after the call"
+
+
+def test_two_threads_armed_at_once_keep_their_own_directories(tmp_path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    ready, done = threading.Barrier(2), threading.Event()
+    outcome: dict[str, str] = {}
+
+    def armed_in(directory, own, other) -> None:
+        with checks.install_audit_hook(str(directory)):
+            ready.wait(10)  # both armed now
+            (directory / "mine.txt").write_text(own)
+            try:
+                (other / f"from_{own}.txt").write_text(own)
+                outcome[own] = "written"
+            except checks.SandboxViolation:
+                outcome[own] = "refused"
+            ready.wait(10)  # neither disarms before both tried
+        if own == "second":
+            done.set()
+
+    threads = [threading.Thread(target=armed_in, args=(first, "first", second)),
+               threading.Thread(target=armed_in, args=(second, "second", first))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert done.is_set() and outcome == {"first": "refused", "second": "refused"}
+    assert (first / "mine.txt").read_text() == "first" and (second / "mine.txt").read_text() == "second"
+    assert not checks.audit_active()

@@ -102,41 +102,50 @@ def precheck_tree(tree: ast.AST) -> str | None:
     return None
 
 
-_state = threading.local()
+_armed: dict[int, str | None] = {}
+"""The threads running armed code now (ident -> the one directory each may write under, or None). The hook runs
+on every audit event of the process, from every thread; while this is empty (between calls, and in a kernel once
+the in-process interpreter installed it) it returns after one truth test."""
+_ident = threading.get_ident
 _installed: list[Callable[..., None]] = []
 
 _PROGRAM_EVENTS = ("os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
                    "subprocess.Popen", "pty.spawn")
 _NETWORK_PREFIXES = ("socket.", "urllib.Request", "http.client.")
-_FILE_CHANGE_EVENTS = ("os.remove", "os.rmdir", "os.rename", "os.mkdir", "os.chmod", "os.chown",
-                       "os.link", "os.symlink", "os.truncate", "shutil.rmtree", "shutil.copyfile",
-                       "shutil.move", "os.utime")
-_INTROSPECTION_EVENTS = ("sys._current_frames", "gc.get_objects", "gc.get_referrers",
-                         "gc.get_referents", "sys.settrace", "sys.setprofile", "sys.addaudithook",
-                         "builtins.input", "builtins.breakpoint", "pickle.find_class",
-                         "os.kill", "os.killpg", "signal.pthread_kill", "cpython.run_stdin")
+_FILE_CHANGE_EVENTS = frozenset({"os.remove", "os.rmdir", "os.rename", "os.mkdir", "os.chmod", "os.chown",
+                                 "os.link", "os.symlink", "os.truncate", "shutil.rmtree", "shutil.copyfile",
+                                 "shutil.move", "os.utime"})
+_INTROSPECTION_EVENTS = frozenset({"sys._current_frames", "gc.get_objects", "gc.get_referrers",
+                                   "gc.get_referents", "sys.settrace", "sys.setprofile", "sys.addaudithook",
+                                   "builtins.input", "builtins.breakpoint", "pickle.find_class",
+                                   "os.kill", "os.killpg", "signal.pthread_kill", "cpython.run_stdin"})
 _RESTRICTED_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame",
                                "gi_code", "f_globals"})
 
 
 def audit_active() -> bool:
-    return getattr(_state, "active", False)
+    """Whether the calling thread runs armed code now."""
+    return _ident() in _armed
 
 
 class _Active:
+    """Arms the hook for the thread that enters it, until it exits (entering again while armed does not nest)."""
+
     def __init__(self, writable: str | None) -> None:
         self.writable = writable
 
     def __enter__(self) -> None:
-        _state.active = True
-        _state.writable = self.writable
+        _armed[_ident()] = self.writable
 
     def __exit__(self, *exc: object) -> None:
-        _state.active = False
+        _armed.pop(_ident(), None)
 
 
 def _hook(event: str, args: tuple) -> None:
-    if not getattr(_state, "active", False):
+    if not _armed:
+        return
+    thread = _ident()
+    if thread not in _armed:
         return
     message = None
     if event.startswith(_PROGRAM_EVENTS):
@@ -155,7 +164,7 @@ def _hook(event: str, args: tuple) -> None:
         if isinstance(args[-1], int) and args[-1] & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC):
             writing = True
         text = os.fsdecode(path) if isinstance(path, (str, bytes)) else ""
-        writable = getattr(_state, "writable", None)
+        writable = _armed[thread]
         if writing and not (writable and text and os.path.abspath(text).startswith(writable + os.sep)):
             message = "writing files is not available in the sandbox: save(name, value) keeps results"
         elif text.startswith(("/proc", "/sys")) or "/.ssh" in text or "jupyter/runtime" in text:

@@ -104,12 +104,15 @@ _scan_json = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set b
 def send_frame(fd: int, message: dict[str, Any]) -> None:
     """Write ``message`` as one frame (a single write when the pipe has room)."""
     data = _encode_frame(message).encode("utf-8", "surrogatepass")  # a lone surrogate the code printed crosses as is
-    if len(data) > MAX_FRAME_BYTES:
-        raise ProtocolError(f"frame of {len(data)} bytes exceeds {MAX_FRAME_BYTES}")
-    view = memoryview(_HEADER.pack(len(data)) + data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+    size = len(data)
+    if size > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {size} bytes exceeds {MAX_FRAME_BYTES}")
+    data = _HEADER.pack(size) + data
+    written = os.write(fd, data)
+    if written < len(data):  # a frame larger than the pipe's room: the rest as the reader makes room
+        view = memoryview(data)[written:]
+        while view:
+            view = view[os.write(fd, view):]
 
 
 class FrameReader:
@@ -170,17 +173,22 @@ class FrameReader:
 
         EOFError when the peer closed the descriptor ("mid-frame" when it left one
         half sent), ProtocolError on a malformed or oversized frame."""
-        frame = self.take()
-        if frame is not None:
-            return frame
-        short = 0 if self._size is None else 4 + self._size - len(self._buffer)
+        buffer = self._buffer
+        short = 0
+        if buffer:
+            frame = self.take()
+            if frame is not None:
+                return frame
+            short = 0 if self._size is None else 4 + self._size - len(buffer)
         try:
             chunk = os.read(self.fd, min(short, self.CHUNK_BYTES) if short > self.READ_BYTES else self.READ_BYTES)
         except BlockingIOError:
             return None
         if not chunk:
-            raise EOFError("peer closed the pipe" + (" mid-frame" if self._buffer else ""))
-        self._buffer += chunk
+            raise EOFError("peer closed the pipe" + (" mid-frame" if buffer else ""))
+        if not buffer and len(chunk) > 4 and _HEADER.unpack_from(chunk)[0] == len(chunk) - 4 <= self.max_bytes:
+            return _decode_frame(chunk[4:])  # the usual read: exactly one whole frame, decoded without buffering
+        buffer += chunk
         return self.take()
 
     def next_frame(self) -> dict[str, Any]:

@@ -13,7 +13,6 @@ and the bytes in its scratch directory. A worker past a limit is killed here
 
 from __future__ import annotations
 
-import select
 import time
 import warnings
 from collections.abc import Callable
@@ -102,9 +101,9 @@ class ReplyWatch:
             if left <= 0:
                 worker.kill()
                 return WorkerLost(f"the code ran past the {timeout:g}-second time limit and was stopped")
-            # Frames a read brought with the last one first (select does not see them), else at most one read.
+            # Frames a read brought with the last one first (poll does not see them), else at most one read.
             frame = frames.take()
-            if frame is None and select.select([worker.resp_fd], [], [], min(WATCHDOG_INTERVAL_S, left))[0]:
+            if frame is None and worker.reply_readable(min(WATCHDOG_INTERVAL_S, left)):
                 try:
                     frame = frames.feed()
                 except EOFError:

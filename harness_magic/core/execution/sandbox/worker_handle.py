@@ -12,6 +12,7 @@ interpreter's decisions (:mod:`.backend`).
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import signal
@@ -52,10 +53,17 @@ class WorkerHandle:
         """The one reader of the reply pipe, for its whole life: bytes read past a frame wait in it."""
         self._result_poll = select.poll()
         self._result_poll.register(result_sock, select.POLLIN)
+        self._reply_poll = select.poll()
+        self._reply_poll.register(resp_fd, select.POLLIN)
 
     def results_queued(self) -> bool:
         """Whether anything waits on the result socket (one poll that never blocks; true once it is closed)."""
         return bool(self._result_poll.poll(0))
+
+    def reply_readable(self, seconds: float) -> bool:
+        """Whether the reply pipe has bytes to read, or was closed, within ``seconds`` (rounded up to a whole
+        millisecond; a registered poll: no descriptor set built per wait, and no limit on the descriptor's number)."""
+        return bool(self._reply_poll.poll(math.ceil(seconds * 1000)))
 
     def await_hello(self) -> None:
         """Wait for the worker's hello frame; raise :class:`SandboxUnavailableError` (worker killed) if it is
