@@ -3,24 +3,29 @@ and the worker it forks.
 
 - The kernel, after one ``%%agent`` cell over HTTP (the scripted server, the path users take) whose sandboxed
   call prints a number, has imported none of the heavy packages that cell does not use: the data stack, the
-  engines' drivers, charting, the MCP SDK; with a provider host, not litellm and its HTTP stack either.
-- The launcher preloads :data:`~harness_magic.core.execution.sandbox.launcher.PRELOADED` and nothing else
-  (matplotlib is imported by the worker at its first chart, and warmed in the launcher after it for every later
-  worker), and freezes what it holds out of the garbage
-  collector before it forks, so a worker's collections never copy the launcher's pages; a worker can neither
-  unfreeze nor import anything into the launcher that the next worker would inherit.
+  engines' drivers, charting, the MCP SDK; with a provider host, not litellm and its HTTP stack either. Its
+  launcher has loaded none of the data stack's libraries either.
+- The launcher preloads :data:`~harness_magic.core.execution.sandbox.launcher.PRELOADED` (nothing beyond the
+  worker's own modules) and the system libraries wheels link against, so a confined worker imports numpy, pandas,
+  pyarrow and matplotlib itself. The data stack is warmed in the launcher for every later worker once a worker
+  reported importing it, or at once where the kernel holds pandas; matplotlib once a worker drew a chart.
+- The launcher freezes what it holds out of the garbage collector before it forks, so a worker's collections never
+  copy the launcher's pages; a worker can neither unfreeze nor import anything into the launcher that the next
+  worker would inherit, and what it reports asks the launcher for nothing but the data stack.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import time
 
+import psutil
 import pytest
 
 from harness_magic.core.config import AgentConfig
-from harness_magic.core.execution.sandbox import SandboxedInterpreter, probe_confinement
-from harness_magic.core.execution.sandbox.launcher import PRELOADED, WARM_UPS, warm_up
+from harness_magic.core.execution.sandbox import SandboxedInterpreter, backend as sandbox_backend, probe_confinement
+from harness_magic.core.execution.sandbox.launcher import DATA_STACK, PRELOADED, WARM_UPS, warm_up
 from harness_magic.core.execution.sandbox.launcher_client import CHART_PRELOADS, LauncherClient, SandboxUnavailableError
 from kernel_helpers import agent_kernel
 from scripted_server import ScriptedServer
@@ -51,19 +56,43 @@ def _reply(body: dict) -> dict:
     return {"text": "", "tool_calls": [{"name": "python_interpreter", "arguments": {"code": CODE}}]}
 
 
+DATA_LIBRARIES = ("/numpy/", "/pandas/", "/pyarrow/", "/matplotlib/")
+"""Where the data stack's and matplotlib's extension modules and libraries lie: a process that loaded them maps
+files under these."""
+
+LAUNCHER_MODULE = "harness_magic.core.execution.sandbox.launcher"
+
+
+def _mapped_data_libraries(pid: int) -> list[str]:
+    """The data stack's library files process ``pid`` maps."""
+    with open(f"/proc/{pid}/maps", encoding="utf-8") as maps:
+        paths = {line.split()[-1] for line in maps if len(line.split()) >= 6}
+    return sorted(path for path in paths if any(part in path for part in DATA_LIBRARIES))
+
+
+def _launcher_of(kernel) -> psutil.Process:
+    kernel_pid = kernel.km.provisioner.process.pid
+    launchers = [child for child in psutil.Process(kernel_pid).children()
+                 if LAUNCHER_MODULE in " ".join(child.cmdline())]
+    assert len(launchers) == 1, launchers
+    return launchers[0]
+
+
 @pytest.fixture(scope="module")
 def after_one_cell(tmp_path_factory):
-    """The kernel's top-level modules after one cell, the cell, and what the model was sent."""
+    """The kernel's top-level modules after one cell, the cell, what the model was sent, and the data stack's
+    libraries the session's launcher maps."""
     with ScriptedServer(reply_for=_reply) as server, \
             agent_kernel(tmp_path_factory.mktemp("lean"), run_dir="runs", live="off",
                          api_base=server.api_base) as kernel:
         cell = kernel.run("%%agent -m openai/lean\nAdd up the first thousand numbers.")
         modules = set(kernel.value("sorted({m.split('.')[0] for m in __import__('sys').modules})"))
-        yield modules, cell, server.requests
+        launcher_libraries = _mapped_data_libraries(_launcher_of(kernel).pid)
+        yield modules, cell, server.requests, launcher_libraries
 
 
 def test_the_cell_ran_its_call_in_the_sandbox_and_printed_the_number(after_one_cell):
-    _, cell, requests = after_one_cell
+    _, cell, requests, _ = after_one_cell
     assert cell.ok, (cell.errors, cell.stderr)
     tool_results = [m for m in requests[-1]["messages"] if m.get("role") == "tool"]
     assert len(tool_results) == 1 and str(PRINTED) in json.dumps(tool_results[0]["content"]), tool_results
@@ -71,8 +100,16 @@ def test_the_cell_ran_its_call_in_the_sandbox_and_printed_the_number(after_one_c
 
 
 def test_the_kernel_imported_no_heavy_package_the_cell_did_not_use(after_one_cell):
-    modules, _, _ = after_one_cell
+    modules, _, _, _ = after_one_cell
     assert sorted(modules & set(UNUSED_BY_A_PRINTING_CELL)) == []
+
+
+def test_the_sessions_launcher_loaded_none_of_the_data_stack_for_a_cell_that_made_no_frame(after_one_cell):
+    """numpy, pandas and pyarrow preloaded were about 78 MB of a lone session's launcher whether it made a frame
+    or not: a session whose kernel holds no pandas and whose workers imported none starts without them."""
+    _, cell, _, launcher_libraries = after_one_cell
+    assert cell.ok, (cell.errors, cell.stderr)
+    assert launcher_libraries == []
 
 
 def test_with_a_provider_host_the_kernel_never_imports_litellm_or_its_http_stack(after_one_cell):
@@ -80,7 +117,7 @@ def test_with_a_provider_host_the_kernel_never_imports_litellm_or_its_http_stack
         pytest.skip("this checkout runs litellm in the kernel (no provider_host setting yet)")
     if not AgentConfig().provider_host:
         pytest.skip("provider_host is off by default: litellm is the kernel's by design")
-    modules, _, _ = after_one_cell
+    modules, _, _, _ = after_one_cell
     assert sorted(modules & set(LITELLM_STACK)) == []
 
 
@@ -89,9 +126,18 @@ INSPECT = ("import gc, json, sys\n"
            "gc.get_freeze_count(), len(gc.get_objects())]))")
 """What a worker inherited: the preloaded modules, the frozen objects, the objects the collector tracks."""
 
-FROZEN_AT_LEAST = 20_000
-"""The launcher's preloaded modules are some 60,000 objects, every one frozen; a fresh worker has made about a
-hundred of its own by its first call. Unfrozen, the collector would track (visit, and copy) all of them."""
+FROZEN_AT_LEAST = 10_000
+"""A lean launcher holds some 18,000 objects (the standard library the worker uses and its own modules), the data
+stack some 60,000 more, every one frozen; a fresh worker has made about a hundred of its own by its first call.
+Unfrozen, the collector would track (visit, and copy) all of them."""
+
+WARMED_WITHIN_S = 120.0
+"""How long a test waits for the launcher's background warm-up (importing pandas on a loaded machine)."""
+
+FRAME_CODE = ("import pandas as pd\n"
+              "frame = pd.DataFrame({'group': [1, 2, 1, 2], 'amount': [1.0, 2.0, 3.0, 4.0]})\n"
+              "print(frame.groupby('group')['amount'].sum().to_dict())")
+FRAME_PRINTED = "{1: 4.0, 2: 6.0}"
 
 
 def _inherited(backend: SandboxedInterpreter) -> tuple[list[str], int, int]:
@@ -99,6 +145,17 @@ def _inherited(backend: SandboxedInterpreter) -> tuple[list[str], int, int]:
     assert result.error is None, result.error
     preloaded, frozen, tracked = json.loads(result.stdout)
     return preloaded, frozen, tracked
+
+
+def _warm_once_asked(launcher: LauncherClient, expected: set[str]) -> list[str]:
+    """What the launcher has warmed, once it holds ``expected`` (its background warm-ups are asked for by the call
+    that returned, and may not have reached the launcher yet)."""
+    deadline = time.monotonic() + WARMED_WITHIN_S
+    while True:
+        warm = launcher.preload([])
+        if expected <= set(warm) or time.monotonic() > deadline:
+            return sorted(warm)
+        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -110,6 +167,21 @@ def private_launcher():
     yield launcher
     LauncherClient._shared = saved
     launcher.close()
+
+
+@pytest.fixture
+def kernel_without_data(monkeypatch):
+    """This process as a kernel that holds no pandas (whatever other tests imported): its sandbox warms nothing at
+    a worker's start."""
+    monkeypatch.setattr(sandbox_backend, "DATA_STACK_TRIGGER", "harness_magic_test_module_never_imported")
+
+
+@pytest.fixture
+def kernel_with_data():
+    """This process as a kernel that holds pandas (the user works with data)."""
+    import pandas  # noqa: F401
+
+    assert sandbox_backend.DATA_STACK_TRIGGER == "pandas"
 
 
 @pytest.fixture
@@ -128,14 +200,77 @@ def inspectable(private_launcher):
 
 
 @needs_confinement
-def test_a_worker_starts_with_the_preloaded_stack_frozen_and_without_matplotlib(inspectable):
+def test_a_lean_launchers_worker_starts_with_its_own_modules_frozen_and_no_data_stack(inspectable,
+                                                                                    private_launcher,
+                                                                                    kernel_without_data):
     preloaded, frozen, tracked = _inherited(inspectable())
-    assert preloaded == sorted(PRELOADED)
+    assert preloaded == sorted(PRELOADED) == []
     assert frozen >= FROZEN_AT_LEAST and tracked < frozen, (tracked, frozen)
+    assert _mapped_data_libraries(private_launcher.pid) == []
 
 
 @needs_confinement
-def test_a_chart_imports_matplotlib_in_the_worker_at_first_use_and_comes_back(inspectable):
+def test_a_confined_worker_imports_the_data_stack_itself_and_the_launcher_warms_it_for_later_workers(
+        inspectable, private_launcher, kernel_without_data):
+    """The launcher loaded the system libraries the wheels link (a confined worker cannot open them), so the first
+    worker of a session imports pandas itself; it says so in its reply and the launcher warms the data stack in
+    the background: the next cells' fresh workers start with it, frozen, and it is asked for once."""
+    first = inspectable()
+    result = first.execute(FRAME_CODE, {}, [])
+    assert result.error is None and result.stdout.strip() == FRAME_PRINTED, (result.error, result.stdout)
+    assert _warm_once_asked(private_launcher, set(DATA_STACK)) == sorted(DATA_STACK)
+    assert private_launcher.preload_failure is None
+    later = inspectable()
+    preloaded, frozen, tracked = _inherited(later)
+    assert preloaded == sorted(DATA_STACK) and frozen >= FROZEN_AT_LEAST and tracked < frozen, (tracked, frozen)
+    assert later.execute(FRAME_CODE, {}, []).stdout.strip() == FRAME_PRINTED
+    assert private_launcher.preload_soon(DATA_STACK) is None, "asked once per launcher"
+
+
+@needs_confinement
+def test_a_frame_crosses_into_and_out_of_a_worker_that_imports_the_data_stack_itself(private_launcher,
+                                                                                      kernel_without_data):
+    """The input is read (Arrow, mapped from the session's input directory) and the saved frame written back by
+    a worker whose launcher warmed none of the data stack."""
+    import pandas as pd
+
+    sales = pd.DataFrame({"region": ["north", "south", "north"], "amount": [10, 20, 30]})
+    backend = SandboxedInterpreter(timeout=120.0)
+    try:
+        result = backend.execute("totals = sales.groupby('region', as_index=False)['amount'].sum()\n"
+                                 "save('totals', totals)", {"sales": sales}, [])
+    finally:
+        backend.close()
+    assert result.error is None, result.error
+    saved = dict(result.saved)["totals"]
+    assert saved.to_dict("list") == {"region": ["north", "south"], "amount": [40, 20]}
+
+
+@needs_confinement
+def test_where_the_kernel_holds_pandas_the_first_worker_already_inherits_the_data_stack(inspectable,
+                                                                                       private_launcher,
+                                                                                       kernel_with_data):
+    preloaded, frozen, tracked = _inherited(inspectable())
+    assert preloaded == sorted(DATA_STACK) and frozen >= FROZEN_AT_LEAST and tracked < frozen, (tracked, frozen)
+    assert private_launcher.preload([]) == sorted(DATA_STACK)
+
+
+@needs_confinement
+def test_a_worker_that_fakes_modules_gets_the_launcher_to_warm_only_data_stack_modules(inspectable,
+                                                                                     private_launcher,
+                                                                                     kernel_without_data):
+    """Model code can plant entries in ``sys.modules``: the kernel asks the launcher for the data stack's names only
+    (warming pandas is what a session that imports it gets anyway), never a name the code chose."""
+    first = inspectable()
+    planted = first.execute("import sys, types\nfor name in ('pandas', 'os; import socket', 'sklearn', '../x'):\n"
+                            "    sys.modules[name] = types.ModuleType('fake')", {}, [])
+    assert planted.error is None, planted.error
+    assert _warm_once_asked(private_launcher, {"pandas"}) == ["pandas"]
+    assert private_launcher.preload_failure is None and private_launcher.alive()
+
+
+@needs_confinement
+def test_a_chart_imports_matplotlib_in_the_worker_at_first_use_and_comes_back(inspectable, kernel_without_data):
     backend = inspectable()
     result = backend.execute("import matplotlib.pyplot as plt\nplt.plot([1, 2], [3, 4])\nplt.title('first')", {}, [])
     assert result.error is None, result.error
@@ -145,17 +280,20 @@ def test_a_chart_imports_matplotlib_in_the_worker_at_first_use_and_comes_back(in
 
 @needs_confinement
 def test_once_a_worker_drew_a_chart_the_launcher_warms_matplotlib_for_every_later_worker(inspectable,
-                                                                                       private_launcher):
+                                                                                       private_launcher,
+                                                                                       kernel_without_data):
     """The first chart of a session pays matplotlib's import in its worker; the launcher then warms it (in the
-    background: the call that drew does not wait), so the next cells' fresh workers start with it, frozen."""
+    background: the call that drew does not wait), so the next cells' fresh workers start with it, frozen (and
+    with numpy, which matplotlib imported and the worker reported)."""
     first = inspectable()
     assert _inherited(first)[0] == sorted(PRELOADED)
     drew = first.execute("import matplotlib.pyplot as plt\nplt.plot([1, 2], [3, 4])", {}, [])
     assert drew.error is None and len(drew.charts) == 1, drew.error
-    assert sorted(private_launcher.preload([])) == sorted({*PRELOADED, *CHART_PRELOADS})  # after the background one
+    expected = {*PRELOADED, *CHART_PRELOADS, "numpy"}
+    assert _warm_once_asked(private_launcher, expected) == sorted(expected)
     assert private_launcher.preload_failure is None
     preloaded, frozen, tracked = _inherited(inspectable())
-    assert preloaded == sorted({*PRELOADED, *CHART_PRELOADS}) and tracked < frozen, (tracked, frozen)
+    assert preloaded == sorted(expected) and tracked < frozen, (tracked, frozen)
     assert private_launcher.preload_soon(CHART_PRELOADS) is None, "asked once per launcher"
 
 
@@ -173,12 +311,13 @@ def test_a_sessions_first_chart_prints_only_what_the_code_printed(private_launch
 
 
 @needs_confinement
-def test_a_worker_that_imports_matplotlib_without_drawing_warms_nothing(inspectable, private_launcher):
+def test_a_worker_that_imports_matplotlib_without_drawing_warms_no_matplotlib(inspectable, private_launcher,
+                                                                             kernel_without_data):
     first = inspectable()
     quiet = first.execute("import matplotlib.pyplot as plt\nfig = plt.figure()\nplt.close(fig)", {}, [])
     assert quiet.error is None and quiet.charts == [], quiet.error
-    assert sorted(private_launcher.preload([])) == sorted(PRELOADED)
-    assert _inherited(inspectable())[0] == sorted(PRELOADED)
+    assert _warm_once_asked(private_launcher, {"numpy"}) == ["numpy"]  # what it imported of the data stack
+    assert "matplotlib" not in _inherited(inspectable())[0]
 
 
 def test_the_launcher_refuses_a_preload_it_does_not_know_by_name_and_keeps_serving(private_launcher):
@@ -189,18 +328,20 @@ def test_the_launcher_refuses_a_preload_it_does_not_know_by_name_and_keeps_servi
         assert named in str(refused.value)
     assert private_launcher.alive() and private_launcher.broken is None
     assert sorted(private_launcher.preload([])) == sorted(PRELOADED), "nothing was imported"
+    assert _mapped_data_libraries(private_launcher.pid) == []
 
 
 @needs_confinement
-def test_what_one_worker_does_to_its_collector_and_modules_never_reaches_the_next_worker(inspectable):
+def test_what_one_worker_does_to_its_collector_and_modules_never_reaches_the_next_worker(inspectable,
+                                                                                       kernel_without_data):
     """A worker that unfreezes, collects and imports matplotlib changes its own copy only: the next worker forked
-    from the same launcher inherits the same frozen preloads and no matplotlib."""
+    from the same launcher inherits the same frozen objects and no matplotlib."""
     first = inspectable()
     hostile = first.execute("import gc, matplotlib.pyplot\ngc.unfreeze()\ngc.collect()\nprint(gc.get_freeze_count())",
                             {}, [])
     assert hostile.error is None and hostile.stdout.strip() == "0", (hostile.error, hostile.stdout)
     preloaded, frozen, tracked = _inherited(inspectable())
-    assert preloaded == sorted(PRELOADED) and frozen >= FROZEN_AT_LEAST and tracked < frozen, (tracked, frozen)
+    assert "matplotlib" not in preloaded and frozen >= FROZEN_AT_LEAST and tracked < frozen, (tracked, frozen)
 
 
 @needs_confinement
@@ -218,4 +359,4 @@ def test_a_preload_the_launcher_cannot_warm_is_refused_by_name_before_anything_i
     with pytest.raises(ValueError, match=r"cannot preload \['os', '../x'\]: the launcher preloads only \[") as raised:
         warm_up(["numpy", "os", "../x"])
     assert all(name in str(raised.value) for name in WARM_UPS)
-    assert set(PRELOADED) <= set(WARM_UPS)
+    assert set(PRELOADED) <= set(WARM_UPS) and set(DATA_STACK) <= set(WARM_UPS)

@@ -25,6 +25,7 @@ import base64
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -34,8 +35,10 @@ from typing import Any, Literal
 
 from harness_magic.core.cache.names import resolve_handle_name
 from harness_magic.core.confinement import layers as confinement
+from harness_magic.core.execution.backend_start import DATA_STACK_TRIGGER
 from harness_magic.core.execution.interpreter import ExecutionResult
 from harness_magic.core.execution.sandbox.exports import InputExports
+from harness_magic.core.execution.sandbox.launcher import DATA_STACK
 from harness_magic.core.execution.sandbox.launcher_client import CHART_PRELOADS, LauncherClient, SandboxUnavailableError
 from harness_magic.core.execution.sandbox.protocol import ProtocolError, send_frame
 from harness_magic.core.execution.sandbox.scratch import remove_quietly, remove_result_files
@@ -289,6 +292,8 @@ class SandboxedInterpreter:
                     result.replaced = replaced
                     if result.charts:  # a session that draws: its later workers start with the charting stack
                         self._launcher.preload_soon(CHART_PRELOADS)
+                    if "imported" in reply:  # a session that works with data: its later workers start with it
+                        self._launcher.preload_soon(_data_stack_named(reply["imported"]))
                     return result
                 finally:
                     for parts in sealed.values():
@@ -394,10 +399,14 @@ class SandboxedInterpreter:
     def _spawn_worker(self) -> WorkerHandle:
         config = {"session_dir": self.session_dir, "input_dir": self.input_dir, "scratch_dir": self.scratch_dir,
                   "layers": list(self._layers), "limits": self._limits, "ast_precheck": self._ast_precheck,
-                  "audit_hooks": self._audit_hooks}
+                  "audit_hooks": self._audit_hooks, "data_stack": list(DATA_STACK)}
         if not self._launcher.alive():  # ours exited or was retired (maybe by another session)
             self._lost_launcher = self._lost_launcher or (self._launcher.pid, *_launcher_ending(self._launcher))
             self._launcher = LauncherClient.shared()
+        if DATA_STACK_TRIGGER in sys.modules:  # the kernel works with data, so will its workers: warm them with it
+            warming = self._launcher.preload_soon(DATA_STACK)
+            if warming is not None:
+                warming.join()  # once per launcher; a failure leaves the worker to import what it uses
         try:
             worker = fork_worker(self._launcher, config)
         except SandboxUnavailableError as first:
@@ -574,6 +583,12 @@ def _ending(status: Mapping[str, Any]) -> str:
     if status.get("status") is not None:
         return f"exited with status {status['status']}"
     return "ended (its exit status is no longer known)"
+
+
+def _data_stack_named(imported: Any) -> list[str]:
+    """The modules of :data:`~.launcher.DATA_STACK` a worker's reply says it imported (anything else it names, or a
+    reply field that is not a list, asks for nothing: the worker runs the model's code)."""
+    return [name for name in DATA_STACK if isinstance(imported, list) and name in imported]
 
 
 def _launcher_ending(launcher: LauncherClient) -> tuple[str, dict[str, Any]]:

@@ -2,10 +2,13 @@
 
 Started by the kernel as ``python -m harness_magic.core.execution.sandbox.launcher FD``
 (a fresh interpreter with an allowlisted environment and an empty working
-directory, never a fork of the kernel). It imports what every worker uses (numpy,
-pandas, pyarrow: :data:`PRELOADED`) once, freezes those objects out of the garbage
-collector (:func:`gc.freeze`) so the workers forked from it keep the launcher's pages
-shared, then serves requests on the SOCK_SEQPACKET socket ``FD``:
+directory, never a fork of the kernel). It imports what every worker needs (the
+worker's own modules and libseccomp; :data:`PRELOADED` adds nothing else) once,
+freezes those objects out of the garbage collector (:func:`gc.freeze`) so the
+workers forked from it keep the launcher's pages shared, then serves requests on
+the SOCK_SEQPACKET socket ``FD``. The data stack (numpy, pandas, pyarrow:
+:data:`DATA_STACK`) and matplotlib are warmed on request (``preload``), by the
+kernel of a session that uses them:
 
 ``{"op": "spawn", "config": {...}}`` + two or three descriptors (request read
 end, reply write end, result socket) -> forks a worker (:func:`worker.run_worker`),
@@ -13,7 +16,8 @@ replies ``{"pid"}``.
 ``{"op": "reap", "pid": N, "wait": S}`` -> waits up to S s for that worker, replies
 its exit status.
 ``{"op": "preload", "modules": [...]}`` -> warms those of :data:`WARM_UPS` not warmed yet (a
-session that drew once gets matplotlib in every later worker), replies ``{"preloaded": [...]}``:
+session that drew once gets matplotlib in every later worker, one that used pandas the data stack), replies
+``{"preloaded": [...]}``:
 everything now warm. An unknown name is refused by name and nothing is imported.
 
 Every reply echoes the request's ``"id"`` (the kernel matches replies to requests
@@ -37,7 +41,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["main", "warm_up", "share_with_workers", "MAX_CONTROL_BYTES", "PRELOADED", "WARM_UPS"]
+__all__ = ["main", "warm_up", "share_with_workers", "MAX_CONTROL_BYTES", "PRELOADED", "WARM_UPS", "DATA_STACK"]
 
 MAX_CONTROL_BYTES = 1 << 16
 """Control messages carry paths and limits only."""
@@ -104,16 +108,43 @@ WARM_UPS: dict[str, Callable[[], None]] = {"numpy": _numpy, "pandas": _pandas, "
 """How each module a launcher can preload is imported and exercised once (its first calls fill caches and
 import submodules that a worker would otherwise pay for on its first use)."""
 
-PRELOADED = ("numpy", "pandas", "pyarrow")
-"""What the launcher preloads: what a worker's values cross in (Arrow) and what nearly every analysis uses.
-Shared with the worker page for page (copied only when written); a fresh worker is forked for every cell.
+PRELOADED: tuple[str, ...] = ()
+"""What the launcher warms at its start beyond the worker's own modules: nothing. Whatever it holds is shared with
+every worker page for page (copied only when written); a fresh worker is forked for every cell.
 
-Measured by ``benchmarks/bench_memory.py --preloads`` (launcher + worker PSS; the worker's first use):
-matplotlib is not preloaded: preloaded it cost about 30 MB PSS per session whether or not the session ever
-draws; imported by the worker at its first chart it costs about 1.4 s (the worker also builds its font list in
-its fresh scratch directory). So it is warmed once a worker drew a chart (``preload``,
-:data:`~.launcher_client.CHART_PRELOADS`): a session pays that once, not once per cell that draws. pandas preloaded costs about 50 MB per session
-and saves about 0.9 s on each cell's first frame."""
+Measured by ``benchmarks/bench_memory.py`` (a lone session after one sandboxed cell that prints a number, its
+processes' own pages): numpy, pandas and pyarrow preloaded cost about 78 MB of the launcher (pandas 3 imports
+pyarrow, whose libraries alone are about 31 MB of touched pages) whether or not the session ever makes a frame,
+and the launcher's cold start about 1 s. So the data stack is warmed on request (:data:`DATA_STACK`): at once where
+the kernel already holds pandas (the user works with data), else once a worker imported it (that worker pays the
+import, about 0.4-0.55 s, once per session: every later worker inherits it). matplotlib likewise once a worker drew
+a chart (:data:`~.launcher_client.CHART_PRELOADS`; preloaded it cost about 30 MB, imported at a chart about 1.4 s)."""
+
+DATA_STACK = ("numpy", "pandas", "pyarrow")
+"""Warmed by ``preload`` for a session that works with data: the kernel names them in each worker's spawn config
+(``data_stack``), the worker reports which of them it imported that its launcher had not warmed (the ``imported``
+field of its reply), and the kernel asks the launcher for those."""
+
+
+SYSTEM_LIBRARIES = ("libstdc++.so.6", "libgcc_s.so.1", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1",
+                    "libutil.so.1", "libresolv.so.2", "libnsl.so.1", "libz.so.1")
+"""The system libraries a binary wheel may link against outside its own files (the manylinux policy's list, less the
+X11, GL and GLib ones; zlib too), loaded by the launcher before any worker is confined: a confined worker reads
+only the Python install (:func:`~harness_magic.core.confinement.layers.python_read_paths`), so it could not open
+them, while a library already loaded satisfies the loader by its name. So a worker imports numpy, pandas, pyarrow,
+matplotlib (every extension module of a wheel) itself when its launcher did not warm them. About 2 MB of pages
+shared with every worker, where preloading numpy to get them cost about 12 MB."""
+
+
+def _load_system_libraries() -> None:
+    """Load :data:`SYSTEM_LIBRARIES` into this process (one missing here is left to the import that needs it)."""
+    import ctypes
+
+    for name in SYSTEM_LIBRARIES:
+        try:
+            ctypes.CDLL(name)
+        except OSError:
+            pass  # not installed under that name: a module linking it fails its import in the worker, with its name
 
 
 def warm_up(modules: Sequence[str] = PRELOADED) -> None:
@@ -130,6 +161,7 @@ def warm_up(modules: Sequence[str] = PRELOADED) -> None:
     from harness_magic.core.execution.sandbox import worker  # noqa: F401
 
     confinement.probe_seccomp_library()  # loads libseccomp before any worker is confined
+    _load_system_libraries()
     for name in modules:
         WARM_UPS[name]()
 

@@ -39,6 +39,11 @@ from harness_magic.core.execution.sandbox.transfer_worker import (
 
 _thread_count = _thread._count  # taken before model code can replace it
 
+_unreported: list[str] = []
+"""Modules of the data stack (the config's ``data_stack``) this worker neither inherited from its launcher nor
+reported importing yet (set when it starts): the first reply after one is imported names it (``imported``), so the
+kernel has the launcher warm it for the session's later workers."""
+
 __all__ = ["run_worker", "MAX_CHARTS", "CHART_MAX_BYTES", "MAX_SAVES", "STREAM_INTERVAL_S", "STREAM_MAX_CHARS"]
 
 MAX_CHARTS = 20
@@ -200,6 +205,7 @@ def run_worker(req_fd: int, resp_fd: int, config: dict[str, Any], result_fd: int
     try:
         logging.getLogger("matplotlib.font_manager").addFilter(_not_font_cache_notice)
         status = _apply_layers(config, req_fd, resp_fd, result_fd)
+        _unreported[:] = [name for name in config.get("data_stack", ()) if name not in sys.modules]
         if result_fd is not None:
             set_result_channel(result_fd)
         arm = checks.install_audit_hook(config["scratch_dir"]) if config.get("audit_hooks") else None
@@ -266,8 +272,10 @@ def _parse(code: str) -> ast.Module | None:
 
 def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any, resp_fd: int | None = None) -> dict[str, Any]:
     """Run one ``exec`` request; its ``result`` frame, which leaves out every field at its default
-    (``error``, ``value``: None; ``saved``, ``charts``, ``notes``: empty; ``stdout``: ""; ``stdout_dropped``: 0;
-    ``recycle``: false): an empty call's reply is ``{"op": "result", "seq": N}``."""
+    (``error``, ``value``: None; ``saved``, ``charts``, ``notes``, ``imported``: empty; ``stdout``: "";
+    ``stdout_dropped``: 0; ``recycle``: false): an empty call's reply is ``{"op": "result", "seq": N}``.
+    ``imported`` names the modules of the data stack this call imported that the worker's launcher had not warmed
+    (each once per worker)."""
     seq = int(request["seq"])
     reply: dict[str, Any] = {"op": "result", "seq": seq}
     code = request["code"]
@@ -353,8 +361,10 @@ def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any, resp_fd: i
     if threading.active_count() > 1 or _thread_count() > 0:
         reply["recycle"] = True
         notes.append("background threads were still running; the worker was restarted")
+    imported = [name for name in _unreported if name in sys.modules] if _unreported else []
+    _unreported[:] = [name for name in _unreported if name not in imported]
     for key, part in (("error", error), ("charts", charts), ("notes", notes), ("stdout", out.value()),
-                      ("stdout_dropped", out.dropped)):
+                      ("stdout_dropped", out.dropped), ("imported", imported)):
         if part:
             reply[key] = part
     return reply
