@@ -519,6 +519,8 @@ class SandboxedInterpreter:
 
     def _build_result(self, reply: dict[str, Any], taken_names: Collection[str],
                       sealed: dict[int, list[int]] | None = None) -> ExecutionResult:
+        if len(reply) == 2:  # {"op": "result", "seq": N} (checked by the wait): every field left at its default
+            return ExecutionResult()
         result = ExecutionResult()
         stdout = reply.get("stdout", "")
         if not isinstance(stdout, str):

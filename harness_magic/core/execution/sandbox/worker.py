@@ -121,7 +121,8 @@ class _StreamingText(_BoundedText):
         return super().write(text)
 
     def flush(self) -> None:
-        self._send(force=False)
+        if self.pending:  # closing the stream flushes it too, after close_stream sent the rest
+            self._send(force=False)
 
     def _send(self, *, force: bool) -> None:
         now = time.monotonic()
@@ -137,7 +138,8 @@ class _StreamingText(_BoundedText):
 
     def close_stream(self) -> None:
         """Send what is still pending (before the result frame)."""
-        self._send(force=True)
+        if self.pending:
+            self._send(force=True)
 
 
 def _apply_layers(config: dict[str, Any], req_fd: int, resp_fd: int, result_fd: int | None = None) -> dict[str, Any]:
@@ -285,7 +287,7 @@ def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any, resp_fd: i
         if refusal is not None:
             reply["error"] = f"SandboxViolation: {refusal}"
             return reply
-    taken = set(request.get("taken", ()))
+    taken: set[str] = set()
     saved: list[tuple[str, Any]] = []
     notes: list[str] = []
     limit = int(config["limits"]["stdout_chars"])
@@ -294,6 +296,8 @@ def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any, resp_fd: i
     def save(name: str, value: Any) -> str:
         if len(saved) >= MAX_SAVES:
             raise RuntimeError(f"at most {MAX_SAVES} save() calls per run")
+        if not saved:  # the cache's names, read at the first save (a call that saves nothing never reads them)
+            taken.update(request.get("taken", ()))
         handle = resolve_handle_name(str(name), taken)
         taken.add(handle)
         saved.append((handle, value))
