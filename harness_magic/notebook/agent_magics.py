@@ -348,10 +348,12 @@ class AgentMagics(Magics):
             from harness_magic.core.providers.adapter import route_model, warm_up_provider
             from harness_magic.core.providers.errors import ModelRouteError, ProviderError
 
-            warm_up_provider(model, provider_host=self.provider_host, provider_idle_s=self.provider_idle_s)
+            warm_up_provider(model, provider_host=self.provider_host, provider_idle_s=self.provider_idle_s,
+                             api_base=self.api_base)  # nothing started for a model the missing-key record refuses
             session = self.session  # built (a session's first cell) while the provider host imports litellm
             try:
-                route_model(model, provider_host=self.provider_host)  # asked of the provider host: litellm stays out
+                route_model(model, provider_host=self.provider_host, api_base=session.config.api_base,
+                            extra=session.config.extra)  # asked of the provider host: litellm stays out
             except ModelRouteError as exc:
                 raise UsageError(str(exc)) from None
             except ProviderError:

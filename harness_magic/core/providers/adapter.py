@@ -80,25 +80,36 @@ def transport_for_model(model: str, *, provider_host: bool = True, provider_idle
     return LiteLLMTransport(**options)
 
 
-def route_model(model: str, *, provider_host: bool = True) -> str:
-    """:func:`check_model_route`, asked of the provider host unless ``provider_host`` is False (offline ids: here)."""
+def route_model(model: str, *, provider_host: bool = True, api_base: str | None = None,
+                extra: dict[str, Any] | None = None) -> str:
+    """:func:`check_model_route`, asked of the provider host unless ``provider_host`` is False (offline ids: here);
+    answered by the missing-key record when the run's calls (``api_base``, ``extra``) will be refused by it."""
     if provider_host and not is_offline_model(model):
-        return HostedTransport().route(model)
+        transport = HostedTransport(api_base=api_base, extra=extra)
+        refusal = transport.recorded_refusal(model)
+        return refusal.route if refusal is not None else transport.route(model)
     return check_model_route(model)
 
 
-def warm_up_provider(model: str, *, provider_host: bool = True, provider_idle_s: float = DEFAULT_IDLE_S) -> bool:
+def warm_up_provider(model: str, *, provider_host: bool = True, provider_idle_s: float = DEFAULT_IDLE_S,
+                     api_base: str | None = None, extra: dict[str, Any] | None = None) -> bool:
     """Start the provider host in the background when ``model`` will need it and none runs (it imports litellm
     while this process goes on, and lives ``provider_idle_s`` if no request comes); whether one was started.
-    Offline ids and ``provider_host`` off: nothing."""
+    Offline ids, ``provider_host`` off, and a model the missing-key record refuses with this ``api_base`` and
+    ``extra`` (:meth:`HostedTransport.recorded_refusal`): nothing."""
     if not provider_host or is_offline_model(model):
         return False
-    return HostedTransport(idle_s=provider_idle_s).warm_up()
+    return HostedTransport(idle_s=provider_idle_s, api_base=api_base, extra=extra).warm_up(model)
 
 
 def _estimate(items: list[dict[str, Any]]) -> int:
     """Token estimate of a message list where no tokenizer is known: characters / 4."""
     return len(json.dumps(items, ensure_ascii=False)) // CHARS_PER_TOKEN_ESTIMATE + 1
+
+
+def _estimates(batches: list[list[dict[str, Any]]]) -> list[int]:
+    """:func:`_estimate` of each message list."""
+    return [_estimate(items) for items in batches]
 
 
 class _RenderMemo:
@@ -213,6 +224,8 @@ class _AdapterBase:
         if self.prompt_caching != "auto":
             return self.prompt_caching == "on"
         if self._caching_resolved is None:
+            if self._refused():
+                return False  # not kept: asked again once the key is there
             self._caching_resolved = self._model_supports_caching()
         return self._caching_resolved
 
@@ -231,6 +244,13 @@ class _AdapterBase:
         except Exception:  # unknown model or provider: send no markers
             return False
 
+    def _refused(self) -> bool:
+        """Whether this model's calls are refused for want of keys by the missing-key record
+        (:meth:`HostedTransport.recorded_refusal`): the run will send nothing, so litellm's tables are not
+        asked (no provider host starts for it) and the fallbacks stand in, never kept past the refusal."""
+        transport = self.transport
+        return isinstance(transport, HostedTransport) and transport.recorded_refusal(self.model) is not None
+
     def _lookups(self) -> ModelLookups:
         """Who answers questions about the model: the transport when it is litellm's (hosted or here), else the
         provider host or litellm here as :attr:`provider_host` says."""
@@ -245,10 +265,12 @@ class _AdapterBase:
         never above the window a context overflow showed (:meth:`complete` learns it)."""
         if self.context_window is not None:
             known = self.context_window
+        elif self._limit_resolved is False and self._refused():
+            known = None  # not kept: asked again once the key is there
         else:
             if self._limit_resolved is False:
                 self._limit_resolved = self._lookup_limit()
-            known = self._limit_resolved  # type: ignore[assignment]  # resolved above: an int or None, no longer False
+            known = self._limit_resolved
         if self._learned_window is None:
             return known
         return min(known, self._learned_window) if known else self._learned_window
@@ -321,12 +343,19 @@ class _AdapterBase:
             # broad: litellm's tokenizer fails in its own ways for an unknown model; the estimate below is used
             except Exception:
                 pass
-        return lambda batches: [_estimate(items) for items in batches]
+        return _estimates
+
+    def _counting(self) -> Callable[[list[list[dict[str, Any]]]], list[int]]:
+        """The token counter, found once and kept (:meth:`_counter`); while the missing-key record refuses the
+        model (:meth:`_refused`), the estimate, and neither it nor what it counts is kept."""
+        if getattr(self, "_count", None) is None:
+            if self._refused():
+                return _estimates
+            self._count = self._counter()
+        return self._count
 
     def _count_one(self, items: list[dict[str, Any]]) -> int:
-        if getattr(self, "_count", None) is None:
-            self._count = self._counter()
-        return self._count([items])[0]
+        return self._counting()([items])[0]
 
     def _tokens_of(self, pairs: Sequence[tuple[Message, Sequence[dict[str, Any]]]]) -> list[int]:
         """Tokens of each (message, rendering), memoised per message; the ones not known are counted in one batch."""
@@ -342,17 +371,17 @@ class _AdapterBase:
         if not missing:
             return counts
         batches = [thaw(list(pairs[index][1])) for index in missing]
-        if getattr(self, "_count", None) is None:
-            self._count = self._counter()
+        count = self._counting()
+        kept = count is getattr(self, "_count", None)
         try:
-            found = self._count(batches)
+            found = count(batches)
         # broad: a tokenizer failing on one payload falls back to the estimate (a count, never a send)
         except Exception:
             found = [_estimate(items) for items in batches]
         for index, tokens in zip(missing, found):
             counts[index] = tokens
             memo = pairs[index][0].__dict__.get("_wire")
-            if memo is not None:
+            if memo is not None and kept:
                 memo[key] = tokens
         return counts
 
@@ -365,7 +394,8 @@ class _AdapterBase:
             prefix = self._count_one([{"role": "system", "content": system}])
             if tools:
                 prefix += len(json.dumps(thaw(self._tools(tools)))) // CHARS_PER_TOKEN_ESTIMATE + 1
-            self._prefix_tokens = {key: prefix}
+            if getattr(self, "_count", None) is not None:  # not an estimate made while the record refuses the model
+                self._prefix_tokens = {key: prefix}
         return prefix + self._memo.tokens[-1]
 
     def estimate_messages_tokens(self, system: str, messages: Sequence[Message], tools: Sequence[Any]) -> int:

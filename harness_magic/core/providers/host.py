@@ -14,7 +14,8 @@ Unix socket in a 0700 directory and hands it over as fd ``N``. Contract:
 - every call goes through :class:`~harness_magic.core.providers.transport.LiteLLMTransport` and
   :class:`~harness_magic.core.providers.transport.LiteLLMLookups`, exactly as in the kernel when
   ``provider_host`` is off; the kernel's environment (``env``) is the process's for each request, so a key
-  set after the host started is used;
+  set after the host started is used; a call refused for want of keys is written to the missing-key record
+  (:mod:`.key_record`) that later kernels read before starting a host;
 - a peer that closes mid-stream (an interrupt in the kernel) stops the request when the next piece
   arrives from the provider (the host learns of the closed peer by writing to it): the stream is closed
   (litellm's connection goes back to its pool) and the host serves the next request;
@@ -247,7 +248,7 @@ class HostServer:
         payload = request.get("payload")
         if not isinstance(options, dict) or set(options) - set(TRANSPORT_OPTIONS) or not isinstance(payload, dict):
             raise FrameError(f"a complete request needs a payload and options among {', '.join(TRANSPORT_OPTIONS)}")
-        transport = LiteLLMTransport(**options)
+        transport = LiteLLMTransport(record_refusals=True, **options)  # a refusal for want of keys is written down
 
         def on_text(piece: str) -> None:
             try:

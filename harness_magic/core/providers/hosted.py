@@ -22,6 +22,10 @@ the next request starts it again; an ``%%agent`` cell starts it in the backgroun
 - a host found dead (killed, or exited when idle) is started again by the next request, once, unseen:
   a request the host never acknowledged was never sent to a provider; a host that dies during a
   request is one :class:`ProviderUnreachable` naming it (retryable, as a dropped connection is);
+- a model the provider host refused for want of keys, in an environment where that answer must be the same
+  (:mod:`.key_record`: same litellm, each variable its check looked at unchanged; no ``api_base``, key or
+  ``extra`` given), is refused here with the same error, no host started, and :meth:`HostedTransport.warm_up`
+  starts nothing (lookups asked directly still go to the host: they need no key);
 - ``extra`` must be JSON (it crosses a process boundary): Python objects for litellm need
   ``provider_host`` off, as do litellm module globals or custom providers registered in the kernel.
 """
@@ -52,7 +56,8 @@ from harness_magic.core.providers.channel import (
     rebuild_error,
 )
 from harness_magic.core.providers.errors import ProviderError, ProviderUnreachable
-from harness_magic.core.providers.transport import MODELS_LIST_TIMEOUT_S, TextCallback, TransportOptions
+from harness_magic.core.providers.key_record import KeyRefusal, recorded_refusal
+from harness_magic.core.providers.transport import MODELS_LIST_TIMEOUT_S, TextCallback, TransportOptions, no_key_error
 
 __all__ = ["HostedTransport", "ProviderHost", "HostProtocolError", "shared_host", "HOST_MODULE",
            "ACK_TIMEOUT_S", "REPLY_GRACE_S", "LOOKUP_TIMEOUT_S", "STDERR_LINES", "STDERR_LINE_MAX_CHARS",
@@ -242,10 +247,27 @@ class HostedTransport(TransportOptions):
         self.idle_s = check_idle_s(idle_s)
         self.host = host if host is not None else shared_host()
 
-    def warm_up(self) -> bool:
+    def warm_up(self, model: str | None = None) -> bool:
         """Start the provider host in the background when none runs (:meth:`ProviderHost.warm_up`, living
-        ``idle_s`` without a request); whether one was started."""
+        ``idle_s`` without a request); whether one was started. Nothing is started for a ``model`` the
+        missing-key record refuses (:meth:`recorded_refusal`): its calls never reach the host."""
+        if model is not None and self.recorded_refusal(model) is not None:
+            return False
         return self.host.warm_up(self.idle_s)
+
+    def recorded_refusal(self, model: str) -> KeyRefusal | None:
+        """The provider host's recorded refusal of ``model`` for want of keys, when it applies to this transport
+        unchanged (:func:`~.key_record.recorded_refusal`; never when ``api_base``, a key or ``extra`` is given)."""
+        if self.api_base is not None or self._api_key is not None or self.extra:
+            return None
+        return recorded_refusal(model)
+
+    def _refuse_recorded(self, payload: dict[str, Any]) -> None:
+        """Raise the no-key error the host would, when the missing-key record says it would."""
+        model = payload.get("model")
+        refusal = self.recorded_refusal(model) if isinstance(model, str) else None
+        if refusal is not None:
+            raise no_key_error(refusal.model, refusal.missing)
 
     # -- the exchange --------------------------------------------------------------------------------------
 
@@ -362,6 +384,7 @@ class HostedTransport(TransportOptions):
     # -- the transport ---------------------------------------------------------------------------------------
 
     def complete(self, payload: dict[str, Any], on_text: TextCallback | None) -> dict[str, Any]:
+        self._refuse_recorded(payload)
         sock = self._open(self._complete_frame(payload))
         try:  # an interrupt anywhere below closes the connection at once: the host stops the stream
             for frame in self._frames(sock, self._gap_s()):
@@ -372,6 +395,7 @@ class HostedTransport(TransportOptions):
             sock.close()
 
     async def acomplete(self, payload: dict[str, Any], on_text: TextCallback | None) -> dict[str, Any]:
+        self._refuse_recorded(payload)
         frame = self._complete_frame(payload)
         failed: int | None = None
         why = ""

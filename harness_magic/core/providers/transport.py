@@ -48,6 +48,7 @@ from harness_magic.core.providers.errors import (
     ProviderHTTPError,
     ProviderUnreachable,
 )
+from harness_magic.core.providers.key_record import KeyRefusal, environment_reads, record_refusal
 from harness_magic.core.providers.litellm_exit import guard_litellm_finalizers
 from harness_magic.core.providers.offline import OFFLINE_PREFIXES, is_offline_model
 from harness_magic.core.providers.overflow import server_overflow
@@ -63,6 +64,7 @@ __all__ = [
     "TransportOptions",
     "check_model_route",
     "import_litellm",
+    "no_key_error",
     "DEFAULT_TIMEOUT_S",
     "RETRYABLE_STATUS",
     "PLACEHOLDER_API_KEY",
@@ -101,6 +103,17 @@ class Transport(Protocol):
     def complete(self, payload: dict[str, Any], on_text: TextCallback | None) -> dict[str, Any]: ...
 
     async def acomplete(self, payload: dict[str, Any], on_text: TextCallback | None) -> dict[str, Any]: ...
+
+
+def no_key_error(model: str, missing: list[str] | tuple[str, ...]) -> ProviderError:
+    """The error for a model whose provider needs the keys ``missing`` (litellm's names) and got none: nothing
+    was sent. One text whether litellm said so here, in the provider host, or the missing-key record did."""
+    return ProviderError(
+        f"No API key for model {model!r}: set {', '.join(missing)} in the environment "
+        "(never in the notebook), point api_base at a local server, or use the offline model "
+        "(model 'offline/quickstart', or 'scripted/<file.json>' / 'replay/<run.jsonl>').",
+        request_sent=False,
+    )
 
 
 def import_litellm() -> Any:
@@ -397,7 +410,13 @@ class LiteLLMTransport(TransportOptions, LiteLLMLookups):
     """Calls litellm in this process; streams text through ``on_text`` and reassembles tool calls.
 
     Used inside the provider host (:mod:`.host`), and in the kernel itself when ``provider_host`` is off.
+    ``record_refusals`` (the host's): a refusal for want of keys is written to the missing-key record
+    (:mod:`.key_record`), so a later kernel gives it without starting a host.
     """
+
+    def __init__(self, *, record_refusals: bool = False, **options: Any) -> None:
+        super().__init__(**options)
+        self.record_refusals = record_refusals
 
     def _url(self, model: str) -> str:
         """Where requests for ``model`` go: the configured api_base, else litellm's default for the provider."""
@@ -421,7 +440,7 @@ class LiteLLMTransport(TransportOptions, LiteLLMLookups):
         return [name for name in missing if "KEY" in name or "TOKEN" in name]
 
     def _kwargs(self, litellm: Any, payload: dict[str, Any]) -> dict[str, Any]:
-        check_model_route(payload["model"])
+        route = check_model_route(payload["model"])
         placeholder = False
         if self.api_base is not None:
             missing = self._missing_key(litellm, payload["model"])
@@ -433,15 +452,16 @@ class LiteLLMTransport(TransportOptions, LiteLLMLookups):
                                    f"{self.api_base} (local servers ignore it; set {missing[0]} if this "
                                    "server needs a real key)")
         elif self._api_key is None:
-            check = litellm.validate_environment(model=payload["model"])
-            missing = check.get("missing_keys") or []
+            model = payload["model"]
+            if not self.record_refusals or self.extra:
+                missing = litellm.validate_environment(model=model).get("missing_keys") or []
+            else:
+                with environment_reads() as reads:
+                    missing = litellm.validate_environment(model=model).get("missing_keys") or []
+                if missing:
+                    record_refusal(KeyRefusal(model, route, tuple(missing), {}), reads)
             if missing:
-                raise ProviderError(
-                    f"No API key for model {payload['model']!r}: set {', '.join(missing)} in the environment "
-                    "(never in the notebook), point api_base at a local server, or use the offline model "
-                    "(model 'offline/quickstart', or 'scripted/<file.json>' / 'replay/<run.jsonl>').",
-                    request_sent=False,
-                )
+                raise no_key_error(model, missing)
         kwargs = thaw(payload)  # plain containers: some routes mutate messages in place
         kwargs.update(self.extra)
         kwargs.update(timeout=self.timeout_s, num_retries=0, max_retries=0, **LITELLM_CALL_OPTIONS)
