@@ -17,6 +17,8 @@ Contracts:
 - A worker killed between two quick calls is still found by the next one, which runs once in a new worker.
 - The audit hook refuses only in the thread that armed it and only while armed, each armed thread with its own
   writable directory (two at once included); disarmed, it lets everything through.
+- A kernel holding more than 1,024 descriptors still starts workers and waits for their replies (``poll``, not
+  ``select``, whose descriptor sets stop at 1,024).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import resource
 import struct
 import threading
 import warnings
@@ -399,3 +402,33 @@ def test_two_threads_armed_at_once_keep_their_own_directories(tmp_path) -> None:
     assert done.is_set() and outcome == {"first": "refused", "second": "refused"}
     assert (first / "mine.txt").read_text() == "first" and (second / "mine.txt").read_text() == "second"
     assert not checks.audit_active()
+
+
+# -- descriptors numbered past select()'s limit ----------------------------------------------------------------
+
+
+FD_SETSIZE = 1024
+"""The highest descriptor number ``select.select`` can watch, plus one."""
+
+
+@confined
+def test_a_worker_whose_pipes_are_numbered_past_1024_reports_in_and_answers() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = FD_SETSIZE + 200
+    if hard != resource.RLIM_INFINITY and hard < wanted:
+        pytest.skip(f"this process may hold only {hard} descriptors")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), hard))
+    fillers: list[int] = []
+    try:
+        while not fillers or fillers[-1] < FD_SETSIZE + 10:  # a kernel holding many files: the next ones are high
+            fillers.append(os.open(os.devnull, os.O_RDONLY))
+        with SandboxedInterpreter(timeout=30.0) as sandbox:
+            assert sandbox._worker is not None and sandbox._worker.resp_fd >= FD_SETSIZE
+            first = sandbox.execute("print('hi')\n6 * 7", {}, [])
+            assert (first.error, first.value, first.stdout) == (None, 42, "hi\n")
+            sandbox.fresh_worker()  # a new worker reports in on descriptors past the limit too
+            assert sandbox.execute("pass", {}, []).error is None
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

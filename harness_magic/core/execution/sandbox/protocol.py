@@ -122,9 +122,9 @@ class FrameReader:
     of the frame being assembled when it is larger), so a small frame costs one
     read, and returns the first complete frame, else ``None``. On a
     non-blocking descriptor it never waits: the caller owns the deadline and
-    calls it again when ``select`` says the descriptor is readable, after
+    calls it again when ``poll`` says the descriptor is readable, after
     taking what :meth:`take` still holds (a read may bring several frames;
-    ``select`` does not see bytes already read). On a blocking descriptor
+    ``poll`` does not see bytes already read). On a blocking descriptor
     :meth:`next_frame` waits for one. A declared size above ``max_bytes`` is
     refused as soon as its 4-byte header is in, so a peer can never make the
     reader hold more than ``max_bytes`` plus one read. Keep one reader per

@@ -366,7 +366,8 @@ def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any, resp_fd: i
         reply["recycle"] = True
         notes.append("background threads were still running; the worker was restarted")
     imported = [name for name in _unreported if name in sys.modules] if _unreported else []
-    _unreported[:] = [name for name in _unreported if name not in imported]
+    if imported:
+        _unreported[:] = [name for name in _unreported if name not in imported]
     for key, part in (("error", error), ("charts", charts), ("notes", notes), ("stdout", out.value()),
                       ("stdout_dropped", out.dropped), ("imported", imported)):
         if part:

@@ -70,7 +70,7 @@ class WorkerHandle:
         late, malformed, a failure report, or from another pid than the one forked."""
         os.set_blocking(self.resp_fd, False)
         try:
-            hello = _read_hello(self.resp_fd, self.frames)
+            hello = self._read_hello()
         except (EOFError, ProtocolError) as exc:
             self.kill()
             self.close_fds()
@@ -89,6 +89,17 @@ class WorkerHandle:
             raise SandboxUnavailableError(f"the sandbox worker that reported in (pid {hello.get('pid')!r}) is not "
                                           f"the one the launcher forked (pid {self.pid})")
         self.hello = hello
+
+    def _read_hello(self) -> dict[str, Any]:
+        deadline = time.monotonic() + SPAWN_TIMEOUT_S
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ProtocolError("worker did not report in time")
+            if self.reply_readable(left):
+                frame = self.frames.feed()
+                if frame is not None:
+                    return frame
 
     def join_memory_cgroup(self, watchdog_limit: int) -> str:
         """Put the idle, just-confined worker in a memory cgroup of its own; how that went (a layer status)."""
@@ -223,16 +234,3 @@ def fork_worker(launcher: LauncherClient, config: dict[str, Any]) -> WorkerHandl
         os.close(req_r)
         os.close(resp_w)
         result_child.close()
-
-
-def _read_hello(fd: int, reader: FrameReader) -> dict[str, Any]:
-    deadline = time.monotonic() + SPAWN_TIMEOUT_S
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise ProtocolError("worker did not report in time")
-        ready, _, _ = select.select([fd], [], [], left)
-        if ready:
-            frame = reader.feed()
-            if frame is not None:
-                return frame
