@@ -17,12 +17,18 @@ CPU each call costs on both sides (this thread, and the child or worker from
 ``/proc/<pid>/schedstat``): on a busy machine wall time mostly measures the
 other processes, CPU time what the call itself costs.
 
-``--empty-call-steps`` times the steps of one empty call on each side (medians of
-wall time per step): the kernel's steps are wrapped here, the worker's by code
-the call itself runs in the worker (friendly checks off so it may reach the
-worker's module; every OS layer on). A step that wakes the other process
-(a write to its pipe) also holds the time the other side runs before it
-blocks again: two processes taking turns on a busy core.
+``--empty-call-steps`` says where an empty call's CPU goes on each side: each
+step's CPU per call (the thread's CPU clock around it, the clock's own cost
+taken off), the CPU of ``execute()`` and of the worker's ``_serve()`` between
+their steps, and what no step holds, against the CPU per call measured
+unwrapped. The kernel's steps are wrapped here, the worker's by code the call
+itself runs in the worker (friendly checks off so it may reach the worker's
+module; every OS layer on); the pre-check and the armed audit hook are timed
+apart in this process. Steps cost two to three times what they cost in a hot
+loop: the two processes take turns on a core, and each call starts with the
+other's data in the caches. A step that sleeps (the reply's poll, the request's
+read) holds the sleep and the wake-up; one that wakes the other process (a
+write) holds the wake-up.
 
 Reports the sandbox (Arrow IPC files in /dev/shm, mapped read-only by the
 worker) next to a plain pickle round trip and a raw memory copy of the same
@@ -58,6 +64,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Collection
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -445,114 +453,231 @@ def hub_row() -> dict:
 
 
 KERNEL_STEPS = {
-    "backend.SandboxedInterpreter.execute": "whole call (kernel view)",
-    "exports.InputExports.prepare": "inputs exported (none)",
-    "worker_handle.WorkerHandle.results_queued": "result socket polled (before send, after reply)",
-    "backend.send_frame": "request encoded + written (wakes the worker)",
-    "watchdog.ReplyWatch.wait": "reply wait (the worker's turn included)",
-    "protocol.FrameReader.feed": "reply read + decoded",
-    "backend._may_name_scratch_files": "scratch sweep decided",
-    "backend.SandboxedInterpreter._build_result": "result built",
+    "exports.InputExports.prepare": ("inputs exported (none)", "the call's inputs, if any, become files"),
+    "worker_handle.WorkerHandle.results_queued": (
+        "result socket polled, before the send and after the reply (2 polls)",
+        "memory files queued between calls must not pass for this call's; this call's come before its reply"),
+    "backend.send_frame": ("request encoded + written (1 write)", "the code has to reach the worker"),
+    "worker_handle.WorkerHandle.reply_readable": (
+        "reply awaited (1 poll: the sleep and the wake-up)",
+        "the wall-clock limit and the memory watchdog wake this loop every 50 ms"),
+    "protocol.FrameReader.feed": ("reply read + decoded (1 read)", "the answer has to come back"),
+    "backend._may_name_scratch_files": ("scratch sweep decided", "a reply naming result files has them removed"),
+    "backend.SandboxedInterpreter._build_result": ("result built", "the reply is checked, never trusted"),
 }
-"""Kernel-side steps of an empty call (module path under the sandbox package -> what it does)."""
+"""Kernel-side steps of an empty call (module path under the sandbox package -> label, why it stays); all run
+inside ``SandboxedInterpreter.execute``, whose CPU outside them is its own bookkeeping."""
+
+KERNEL_WHOLE = "backend.SandboxedInterpreter.execute"
 
 WORKER_STEPS = {
-    "next_frame": "request read + decoded (wait for it included)",
-    "_serve": "call served (the four below included)",
-    "_parse": "code parsed (for the pre-check and the compile)",
-    "split_trailing_expression": "tree compiled",
-    "keep_input_tables": "mapped inputs kept or dropped",
-    "_capture_charts": "figures looked for",
-    "active_count": "threads counted",
-    "send_frame": "reply encoded + written (wakes the kernel)",
+    "next_frame": ("request read + decoded (1 read: the sleep and the wake-up)", "the code has to arrive"),
+    "_parse": ("code parsed (one tree for the pre-check and the compile)",
+               "the pre-check and the trailing expression need the tree"),
+    "split_trailing_expression": ("tree compiled (a trailing expression apart)", "Python runs code objects"),
+    "exec": ("code run ('pass')", "the call itself"),
+    "_capture_charts": ("figures looked for", "drawn figures come back as PNG"),
+    "active_count": ("threads counted", "a thread the code left running recycles the worker"),
+    "send_frame": ("reply encoded + written (1 write)", "the answer has to go back"),
 }
-"""Worker-side steps of an empty call, wrapped inside the worker (see :func:`empty_call_steps`)."""
+"""Worker-side steps of an empty call (name -> label, why it stays), wrapped inside the worker (see
+:func:`empty_call_steps`); all but the two frames run inside ``_serve``, whose CPU outside them sets up the call's
+module, ``save``, the output capture and the reply."""
 
 _WORKER_WRAP = """
-import sys, time, threading
+import sys, time, threading, builtins
 worker = sys.modules['harness_magic.core.execution.sandbox.worker']
-samples = sys.modules['builtins'].__dict__.setdefault('_bench_steps', {})
-def wrap(owner, name, samples=samples, clock=time.perf_counter_ns):
-    fn = getattr(owner, name)
-    def timed(*args, _fn=fn, _name=name, _clock=clock, _samples=samples, **kwargs):
+samples = builtins.__dict__.setdefault('_bench_steps', {})
+def wrap(owner, name, real, samples=samples, clock=time.thread_time_ns):
+    def timed(*args, _fn=real, _name=name, _clock=clock, _samples=samples, **kwargs):
         start = _clock()
         try:
             return _fn(*args, **kwargs)
         finally:
             _samples.setdefault(_name, []).append(_clock() - start)
     setattr(owner, name, timed)
-for name in STEPS:
-    wrap(worker.FrameReader if name == 'next_frame' else worker.threading if name == 'active_count' else worker,
-         name)
+owners = {'next_frame': worker.FrameReader, 'active_count': worker.threading}
+for name in STEPS + ('_serve',):
+    owner = owners.get(name, worker)
+    wrap(owner, name, builtins.exec if name == 'exec' else getattr(owner, name))
+wrap(builtins, '_bench_nothing', lambda: None)
 """
+"""Model code that wraps the worker's steps in the worker (the friendly checks off: it reaches the worker's
+modules), timing each in CPU nanoseconds of the worker's thread; ``exec`` is shadowed in the worker's module only
+(the model's own ``exec`` stays the builtin)."""
+
+_WORKER_CALIBRATE = """
+import builtins, time
+builtins._bench_steps.clear()
+started = time.thread_time_ns()
+for _ in range(20000):
+    builtins._bench_nothing()
+builtins._bench_wrapper = (time.thread_time_ns() - started) / 20000
+"""
+"""Model code timing 20,000 calls of a wrapped no-op in the worker: what one wrapper adds around a step."""
 
 
-def empty_call_steps(calls: int = EMPTY_CALLS) -> dict[str, dict[str, float]]:
-    """Median wall seconds of each step of ``execute("pass", {}, [])``: ``{"kernel": {step: s}, "worker": ...,
-    "call": {"wall": s}}``. Wraps the package's functions in this process and, through model code, in the worker
-    (an interpreter with the friendly checks off; the OS layers all on). For reading, not for a ratio."""
-    import importlib
-    import warnings
+class _StepClock:
+    """Wraps functions to time each call in CPU nanoseconds of the calling thread, and knows what it adds.
 
-    package = "harness_magic.core.execution.sandbox."
-    kernel: dict[str, list[int]] = {}
-    undo = []
-    for path in KERNEL_STEPS:
-        module_name, _, attribute = path.rpartition(".")
-        owner: object = importlib.import_module(package + module_name.split(".")[0])
-        for part in module_name.split(".")[1:]:
-            owner = getattr(owner, part)
-        raw = vars(owner)[attribute]
-        fn = getattr(owner, attribute)
+    ``inner``: what a wrapped no-op records (subtracted from every sample); ``outer``: the CPU one wrapped
+    call costs its caller (subtracted from the step that encloses it)."""
 
-        def timed(*args, _fn=fn, _path=path, **kwargs):
-            start = time.perf_counter_ns()
+    def __init__(self) -> None:
+        self.clock = time.thread_time_ns
+        self.samples: dict[str, list[int]] = {}
+        nothing = self.wrap(lambda: None, "_nothing")
+        started = self.clock()
+        for _ in range(20_000):
+            nothing()
+        self.outer = (self.clock() - started) / 20_000
+        self.inner = statistics.median(self.samples.pop("_nothing"))
+
+    def wrap(self, fn, name: str):
+        def timed(*args, _fn=fn, _name=name, _clock=self.clock, _samples=self.samples, **kwargs):
+            start = _clock()
             try:
                 return _fn(*args, **kwargs)
             finally:
-                kernel.setdefault(_path, []).append(time.perf_counter_ns() - start)
+                _samples.setdefault(_name, []).append(_clock() - start)
 
-        setattr(owner, attribute, staticmethod(timed) if isinstance(raw, staticmethod) else timed)
-        undo.append((owner, attribute, raw))
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            sandbox = SandboxedInterpreter(ast_precheck=False, audit_hooks=False, allow_unconfined=True)
-        with sandbox:
+        return timed
+
+
+def _net_per_call(samples: dict[str, list[int]], inner: float, outer: float, calls: int, whole: str,
+                  nested: Collection[str]) -> tuple[dict[str, float], float]:
+    """CPU seconds per call of each step (median minus ``inner``, times the calls per call) and of ``whole``
+    outside its ``nested`` steps (their CPU and their wrappers' ``outer`` cost taken off)."""
+    steps = {name: max(0.0, statistics.median(v) - inner) * len(v) / calls / 1e9
+             for name, v in samples.items() if name != whole}
+    inside = sum(steps[name] + outer * len(samples[name]) / calls / 1e9 for name in nested if name in steps)
+    own = max(0.0, statistics.median(samples[whole]) - inner) / 1e9 - inside
+    return steps, own
+
+
+def empty_call_steps(calls: int = EMPTY_CALLS) -> dict[str, Any]:
+    """Where the CPU of ``execute("pass", {}, [])`` goes on each side.
+
+    Returns ``{"cpu": {"kernel": s, "worker": s}`` (CPU per call, unwrapped: this thread, and the worker's main
+    thread from ``/proc/<pid>/schedstat``), ``"kernel"`` and ``"worker"`` (step -> median CPU seconds per call,
+    the clock's own cost taken off; a step run k times per call counts k times), ``"own"`` (the CPU of
+    ``execute`` and of ``_serve`` outside their steps), ``"friendly"`` (the pre-check and the armed audit hook,
+    timed in this process on the same code) and ``"hot"`` (the worker's steps that touch no pipe, in a hot loop in
+    this process)}. Steps are wrapped in this process and, through model code, in the
+    worker: an interpreter with the friendly checks off so that code may reach the worker's modules (the OS
+    layers all on). What no step holds is the cost of two processes taking turns. For reading, not a ratio."""
+    import importlib
+    import warnings
+
+    from harness_magic.core.execution.interpreter import split_trailing_expression
+    from harness_magic.core.execution.sandbox import checks
+    from harness_magic.core.execution.sandbox.worker import _capture_charts, _parse
+
+    package = "harness_magic.core.execution.sandbox."
+    clock = _StepClock()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sandbox = SandboxedInterpreter(ast_precheck=False, audit_hooks=False, allow_unconfined=True)
+    with sandbox:
+        for _ in range(200):
+            sandbox.execute("pass", {}, [])
+        unwrapped = _Path("sandbox", lambda: sandbox.execute("pass", {}, []), lambda: sandbox.worker_pid)
+        for _ in range(EMPTY_CALL_ROUNDS):
+            unwrapped.run(max(1, calls // EMPTY_CALL_ROUNDS))
+        cpu = unwrapped.figure()
+        undo = []
+        for path in (*KERNEL_STEPS, KERNEL_WHOLE):
+            module_name, _, attribute = path.rpartition(".")
+            owner: object = importlib.import_module(package + module_name.split(".")[0])
+            for part in module_name.split(".")[1:]:
+                owner = getattr(owner, part)
+            raw = vars(owner)[attribute]
+            timed = clock.wrap(getattr(owner, attribute), path)
+            setattr(owner, attribute, staticmethod(timed) if isinstance(raw, staticmethod) else timed)
+            undo.append((owner, attribute, raw))
+        try:
             wrapped = sandbox.execute(f"STEPS = {tuple(WORKER_STEPS)!r}\n" + _WORKER_WRAP, {}, [])
             if wrapped.error is not None:
                 raise RuntimeError(f"the worker's steps could not be wrapped: {wrapped.error}")
             for _ in range(200):
                 sandbox.execute("pass", {}, [])
-            kernel.clear()
-            sandbox.execute("import builtins\nbuiltins._bench_steps.clear()", {}, [])
-            walls = []
+            clock.samples.clear()
+            sandbox.execute(_WORKER_CALIBRATE, {}, [])
+            clock.samples.clear()
             for _ in range(calls):
-                start = time.perf_counter_ns()
                 sandbox.execute("pass", {}, [])
-                walls.append(time.perf_counter_ns() - start)
-            inside = sandbox.execute("import builtins\n{k: list(v) for k, v in builtins._bench_steps.items()}", {}, [])
-    finally:
-        for owner, attribute, raw in undo:
-            setattr(owner, attribute, raw)
+            inside = sandbox.execute(
+                "import builtins\n({k: list(v) for k, v in builtins._bench_steps.items()}, builtins._bench_wrapper)",
+                {}, [])
+        finally:
+            for owner, attribute, raw in undo:
+                setattr(owner, attribute, raw)
+    if inside.error is not None:
+        raise RuntimeError(f"the worker's steps could not be read: {inside.error}")
+    worker_samples, worker_outer = inside.value
+    worker_inner = statistics.median(worker_samples.pop("_bench_nothing"))
+    worker_samples["_serve"] = worker_samples["_serve"][:-1]  # the call that read the samples
+    kernel, kernel_own = _net_per_call(clock.samples, clock.inner, clock.outer, calls, KERNEL_WHOLE, KERNEL_STEPS)
+    worker, worker_own = _net_per_call(worker_samples, worker_inner, worker_outer, calls, "_serve",
+                                       [name for name in WORKER_STEPS if name not in ("next_frame", "send_frame")])
+    worker.pop("_bench_nothing", None)
+    # The worker's steps that touch no pipe, in a hot loop here (warm caches), before any audit hook is installed.
+    tree = _parse("pass")
+    body = compile(tree, "<agent>", "exec")
+    namespace = {"__builtins__": __builtins__}
+    parse = _cpu_per_call(lambda: _parse("pass"))
+    hot = {"_parse": parse,
+           "split_trailing_expression": _cpu_per_call(lambda: split_trailing_expression(_parse("pass"))) - parse,
+           "exec": _cpu_per_call(lambda: exec(body, namespace)),
+           "_capture_charts": _cpu_per_call(lambda: _capture_charts([])),
+           "active_count": _cpu_per_call(threading.active_count)}
+    # The friendly checks, off in the interpreter above, timed apart in this process on the same code.
+    arm = checks.install_audit_hook(tempfile.gettempdir())
 
-    def per_call(samples: dict[str, list[int]]) -> dict[str, float]:
-        # a step run k times per call counts k times its median
-        return {name: statistics.median(v) * len(v) / calls / 1e9 for name, v in samples.items()}
+    def armed_exec() -> None:
+        with arm:
+            exec(body, namespace)
 
-    return {"call": {"wall": statistics.median(walls) / 1e9}, "kernel": per_call(kernel),
-            "worker": per_call(inside.value)}
+    friendly = {"pre-check walked the tree (ast_precheck)": _cpu_per_call(lambda: checks.precheck_tree(tree)),
+                "audit hook armed around the code run (audit_hooks)": _cpu_per_call(armed_exec)
+                - _cpu_per_call(lambda: exec(body, namespace))}
+    return {"cpu": {"kernel": cpu["cpu_here"], "worker": cpu["cpu_there"]}, "kernel": kernel, "worker": worker,
+            "own": {"kernel": kernel_own, "worker": worker_own}, "friendly": friendly, "hot": hot}
 
 
-def print_empty_call_steps(steps: dict[str, dict[str, float]]) -> None:
-    print(f"\nempty call, step by step (median wall per step, {_us(steps['call']['wall']).strip()} per call with "
-          "the steps wrapped; load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + "):")
-    for path, label in KERNEL_STEPS.items():
-        if path in steps["kernel"]:
-            print(f"  kernel  {label:<48s} {_us(steps['kernel'][path])}")
-    for name, label in WORKER_STEPS.items():
-        if name in steps["worker"]:
-            print(f"  worker  {label:<48s} {_us(steps['worker'][name])}")
+def _cpu_per_call(fn, calls: int = 20_000, rounds: int = 5) -> float:
+    """Least CPU seconds per call of ``fn`` over ``rounds`` runs of ``calls`` calls (this thread)."""
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.thread_time_ns()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.thread_time_ns() - start) / calls / 1e9)
+    return best
+
+
+def print_empty_call_steps(steps: dict[str, Any]) -> None:
+    print("\nempty call, step by step: CPU per call, medians (load average "
+          + " ".join(f"{x:.2f}" for x in os.getloadavg()) + "):")
+    print(f"  {'side':<7s} {'step':<68s} {'CPU':>10s} {'hot loop':>10s}  why it stays")
+    blank = " " * 10
+    for side, table in (("kernel", KERNEL_STEPS), ("worker", WORKER_STEPS)):
+        measured, own, cpu = steps[side], steps["own"][side], steps["cpu"][side]
+        for key, (name, why) in table.items():
+            if key in measured:
+                hot = _us(steps["hot"][key]) if side == "worker" and key in steps["hot"] else blank
+                print(f"  {side:<7s} {name:<68s} {_us(measured[key])} {hot}  {why}")
+        where, what = (("execute()", "the lock, the request, the reply wait's loop and result") if side == "kernel"
+                       else ("_serve()", "the call's module, save(), the output capture, the reply"))
+        print(f"  {side:<7s} {where + ' between those steps':<68s} {_us(own)} {blank}  {what}")
+        accounted = sum(measured.values()) + own
+        rest = cpu - accounted if cpu is not None else None
+        print(f"  {side:<7s} {'in no step (the calling loop, and what the wrapped run added or lost)':<68s} "
+              f"{_us(rest)} {blank}  the wrapped run set against the unwrapped one")
+        print(f"  {side:<7s} {'= CPU per call (unwrapped)':<68s} {_us(cpu)}")
+    for name, seconds in steps["friendly"].items():
+        print(f"  worker  {'+ ' + name:<68s} {blank} {_us(seconds)}  friendly refusals (on by default), timed "
+              "apart")
 
 
 def sealed_trip(frame: pd.DataFrame, parts: int) -> dict[str, float]:

@@ -19,6 +19,7 @@ Contracts:
   writable directory (two at once included); disarmed, it lets everything through.
 - A kernel holding more than 1,024 descriptors still starts workers and waits for their replies (``poll``, not
   ``select``, whose descriptor sets stop at 1,024).
+- A call whose code disarms the audit hook disarms only itself: the next call is armed again.
 """
 
 from __future__ import annotations
@@ -163,6 +164,16 @@ def test_a_peer_closing_mid_frame_is_an_eof(pipe) -> None:
     with pytest.raises(EOFError, match="mid-frame"):
         while True:
             reader.feed()
+
+
+def test_a_whole_frame_in_one_read_over_the_readers_limit_is_refused(pipe) -> None:
+    read, write = pipe
+    body = b'{"op":"result","seq":1,"pad":"' + b"x" * 40 + b'"}'
+    os.write(write, _frame(body))  # header and body arrive in one read: the reader's quick path
+    with pytest.raises(ProtocolError, match="exceeds"):
+        FrameReader(read, max_bytes=len(body) - 1).feed()
+    os.write(write, _frame(body))
+    assert FrameReader(read, max_bytes=len(body)).feed() == json.loads(body)  # at the limit: taken
 
 
 # -- which replies may leave result files in scratch -----------------------------------------------------------
@@ -432,3 +443,15 @@ def test_a_worker_whose_pipes_are_numbered_past_1024_reports_in_and_answers() ->
         for fd in fillers:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@confined
+def test_a_call_that_disarms_the_audit_hook_disarms_only_itself() -> None:
+    with SandboxedInterpreter(timeout=30.0, ast_precheck=False) as sandbox:  # the hook on, the AST refusals off
+        disarmed = sandbox.execute(
+            "import sys\nsys.modules['harness_magic.core.execution.sandbox.checks']._armed.clear()\n"
+            "import os\nos.kill(os.getpid(), 0)\n'not refused'", {}, [])
+        assert (disarmed.error, disarmed.value) == (None, "not refused")  # this call got past its own hook...
+        again = sandbox.execute("import os\nos.kill(os.getpid(), 0)", {}, [])
+        assert again.error is not None and "SandboxViolation" in again.error  # ...the next call is armed again
+        assert "os.kill is not available" in again.error
