@@ -132,7 +132,7 @@ SYSTEM_LIBRARIES = ("libstdc++.so.6", "libgcc_s.so.1", "libm.so.6", "libpthread.
 X11, GL and GLib ones; zlib too), loaded by the launcher before any worker is confined: a confined worker reads
 only the Python install (:func:`~harness_magic.core.confinement.layers.python_read_paths`), so it could not open
 them, while a library already loaded satisfies the loader by its name. So a worker imports numpy, pandas, pyarrow,
-matplotlib (every extension module of a wheel) itself when its launcher did not warm them. About 2 MB of pages
+matplotlib (every extension module of a wheel) itself when its launcher did not warm them. About 1 MB of pages
 shared with every worker, where preloading numpy to get them cost about 12 MB."""
 
 
