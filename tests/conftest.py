@@ -15,8 +15,10 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from scripted_server import ScriptedServer  # noqa: E402
+from spark_servers import QUICK_JVM_CELL, starts_local_spark  # noqa: E402
 
-PACKAGE = Path(__file__).resolve().parent.parent / "harness_magic"
+TESTS = Path(__file__).resolve().parent
+PACKAGE = TESTS.parent / "harness_magic"
 FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
 """Seconds each test file took in a recorded run (``pytest --record-file-seconds ...`` rewrites it): under
 pytest-xdist the files are handed out longest first, so the long ones overlap from the start and the run ends
@@ -45,13 +47,38 @@ def _compile_package() -> None:
     compileall.compile_dir(str(PACKAGE), quiet=1)
 
 
+def _compile_tests(config: pytest.Config) -> None:
+    """Write the bytecode of this folder's modules once, in the process that starts the run, before any worker
+    imports them: the test files and conftest as pytest's assertion rewriting caches them (a checked hash of the
+    source), the helpers as Python does. With ``PYTHONDONTWRITEBYTECODE`` nobody else writes them, so every worker
+    rewrote and compiled all 160 test files at collection, each run (about 5 s of a 12 s collection's CPU per
+    worker). Where that rewriting is off (``--assert=plain``), only the helpers are compiled."""
+    import compileall
+    from fnmatch import fnmatch
+
+    from _pytest.assertion import rewrite
+
+    state = config.stash.get(rewrite.assertstate_key, None)
+    patterns = [*config.getini("python_files"), "conftest.py"]
+    for path in sorted(TESTS.glob("*.py")):
+        if not any(fnmatch(path.name, pattern) for pattern in patterns):
+            compileall.compile_file(str(path), quiet=1)
+            continue
+        pyc = rewrite.get_cache_dir(path) / (path.name[:-3] + rewrite.PYC_TAIL)
+        if state is not None and rewrite._read_pyc(path, pyc) is None:
+            source_key, code = rewrite._rewrite_test(path, config)
+            rewrite._write_pyc(state, code, source_key, pyc)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):
         _compile_package()
+        _compile_tests(config)
     # xdist's own order (files with the most tests first) ran a 4-test file of 20 kernels last; the suite orders
     # its files itself (pytest_collection_modifyitems) and xdist keeps that order.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+    config.pluginmanager.register(_QuickJvmForNotebooks(), "quick_jvm_for_notebooks")
     if config.getoption("--record-file-seconds") and not hasattr(config, "workerinput"):
         config.pluginmanager.register(_FileSecondsRecorder(), "file_seconds_recorder")
 
@@ -69,6 +96,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return recorded.get(path, tests[path] * UNRECORDED_SECONDS_PER_TEST)
 
     items.sort(key=lambda item: -seconds(_file_of(item.nodeid)))
+
+
+QUICK_JVM_CELL_TIMEOUT_S = 60
+"""The quick-JVM cell only imports a module and sets a tuple: past this the kernel is stuck."""
+
+
+class _QuickJvmForNotebooks:
+    """Registered as a plugin (not a hook of this file, which pytest calls only for items under ``tests/``), so
+    that it sees nbval's notebook cells too when a run collects ``tests`` and ``notebooks`` together (``make test``)."""
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Any:
+        """A shipped notebook that nbval runs and that starts a local Spark server (:func:`starts_local_spark`)
+        gets :data:`spark_servers.QUICK_JVM_CELL` in its kernel once that kernel has started, before its first
+        cell runs (nbval starts a notebook's kernel in its first cell's setup); the notebook runs unchanged."""
+        yield
+        notebook = item.parent
+        kernel = getattr(notebook, "kernel", None)
+        if kernel is None or getattr(notebook, "quick_jvm_sent", False) or not hasattr(notebook, "nb"):
+            return
+        notebook.quick_jvm_sent = True  # type: ignore[attr-defined]  # nbval's notebook node: marked once
+        if not starts_local_spark("".join(cell.source for cell in notebook.nb.cells if cell.cell_type == "code")):
+            return
+        reply = kernel.kc.execute_interactive(QUICK_JVM_CELL, store_history=False, output_hook=lambda message: None,
+                                              timeout=QUICK_JVM_CELL_TIMEOUT_S)
+        assert reply["content"]["status"] == "ok", f"the quick-JVM cell failed in {item.nodeid}: {reply['content']}"
 
 
 class _FileSecondsRecorder:

@@ -10,6 +10,7 @@
           with agent_kernel(tmp_path_factory.mktemp("asking"), run_dir="runs", sandbox="inprocess") as k:
               yield k
 
+- :func:`run_unsaved_cell` runs a cell in an nbclient notebook's kernel without keeping it in the notebook.
 - :func:`script`, :func:`code_turn` and :func:`answer` write a scripted model for ``-m scripted/<file>``;
   :func:`usage_error` reads the one-line ``UsageError`` of a refused cell.
 """
@@ -177,6 +178,20 @@ def agent_kernel(cwd: Path, setup: str = "", **settings: Any) -> Iterator[Kernel
         yield kernel
     finally:
         kernel.close()
+
+
+def run_unsaved_cell(client: Any, nb: Any, source: str) -> Any:
+    """Run ``source`` in the kernel of ``client`` (an ``nbclient.NotebookClient`` of ``nb``) as a cell that is
+    not kept in ``nb``; the executed cell (its outputs). A failing cell raises ``CellExecutionError``."""
+    import nbformat
+
+    cell = nbformat.v4.new_code_cell(source)
+    nb.cells.append(cell)
+    try:
+        client.execute_cell(cell, len(nb.cells) - 1)
+    finally:
+        nb.cells.pop()
+    return cell
 
 
 _counter = iter(range(10_000))

@@ -14,7 +14,8 @@ import pytest
 pytest.importorskip("jupyter_client")
 
 from test_first_hour_magics import next_input, script  # noqa: E402
-from kernel_helpers import Kernel, agent_kernel, answer, code_turn, usage_error  # noqa: E402
+from kernel_helpers import Kernel, agent_kernel, answer, code_turn, run_unsaved_cell, usage_error  # noqa: E402
+from spark_servers import QUICK_JVM_CELL, starts_local_spark  # noqa: E402
 
 pytestmark = pytest.mark.kernel
 
@@ -222,6 +223,8 @@ def test_a_shipped_notebooks_add_connector_cells_run_twice_in_one_kernel(noteboo
     client = nbclient.NotebookClient(nb, timeout=300, kernel_name=nb.metadata.kernelspec.name,
                                      resources={"metadata": {"path": str(NOTEBOOKS)}})
     with client.setup_kernel():
+        if starts_local_spark("".join(cell.source for cell in nb.cells)):
+            run_unsaved_cell(client, nb, QUICK_JVM_CELL)
         outputs = []
         for _round in range(2):
             for index, cell in enumerate(nb.cells):

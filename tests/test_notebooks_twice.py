@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kernel_helpers import run_unsaved_cell
+from spark_servers import QUICK_JVM_CELL, starts_local_spark
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -41,12 +43,7 @@ print({STATE_MARK!r} + _json.dumps({{
 
 
 def _state(client: Any, nb: Any) -> dict[str, Any]:
-    cell = nbformat.v4.new_code_cell(_STATE)
-    nb.cells.append(cell)
-    try:
-        client.execute_cell(cell, len(nb.cells) - 1)
-    finally:
-        nb.cells.pop()
+    cell = run_unsaved_cell(client, nb, _STATE)
     text = "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
     return json.loads(text[text.index(STATE_MARK) + len(STATE_MARK):])
 
@@ -59,6 +56,8 @@ def test_run_all_twice_ends_as_run_all_once(path: Path) -> None:
                                      resources={"metadata": {"path": str(NOTEBOOKS)}}, store_widget_state=False)
     states = []
     with client.setup_kernel():
+        if starts_local_spark("".join(cell.source for cell in cells)):
+            run_unsaved_cell(client, nb, QUICK_JVM_CELL)
         for _pass in range(2):
             for index, cell in enumerate(cells):
                 client.execute_cell(cell, index)  # CellExecutionError (with the cell and its error) on any error
