@@ -39,6 +39,9 @@ from harness_magic.core.execution.sandbox.transfer_worker import (
 
 _thread_count = _thread._count  # taken before model code can replace it
 
+_taken: list[str] = []
+"""The cache's handle names as the kernel last sent them: a request names them only when they changed."""
+
 _unreported: list[str] = []
 """Modules of the data stack (the config's ``data_stack``) this worker neither inherited from its launcher nor
 reported importing yet (set when it starts): the first reply after one is imported names it (``imported``), so the
@@ -277,9 +280,13 @@ def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any, resp_fd: i
     (``error``, ``value``: None; ``saved``, ``charts``, ``notes``, ``imported``: empty; ``stdout``: "";
     ``stdout_dropped``: 0; ``recycle``: false): an empty call's reply is ``{"op": "result", "seq": N}``.
     ``imported`` names the modules of the data stack this call imported that the worker's launcher had not warmed
-    (each once per worker)."""
+    (each once per worker). A request names the cache's handles (``taken``, which ``save()`` avoids) only when
+    they changed since the request before: the worker keeps the last ones it was sent."""
+    global _taken
     seq = int(request["seq"])
     reply: dict[str, Any] = {"op": "result", "seq": seq}
+    if "taken" in request:
+        _taken = request["taken"]
     code = request["code"]
     tree = _parse(code)
     if config.get("ast_precheck") and tree is not None:
@@ -297,7 +304,7 @@ def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any, resp_fd: i
         if len(saved) >= MAX_SAVES:
             raise RuntimeError(f"at most {MAX_SAVES} save() calls per run")
         if not saved:  # the cache's names, read at the first save (a call that saves nothing never reads them)
-            taken.update(request.get("taken", ()))
+            taken.update(_taken)
         handle = resolve_handle_name(str(name), taken)
         taken.add(handle)
         saved.append((handle, value))

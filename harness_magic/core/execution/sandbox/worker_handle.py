@@ -51,6 +51,8 @@ class WorkerHandle:
         """Kernel end of the socketpair the worker passes sealed result memfds over."""
         self.frames = FrameReader(resp_fd)
         """The one reader of the reply pipe, for its whole life: bytes read past a frame wait in it."""
+        self.taken_sent: list[str] | None = None
+        """The cache's handle names as last sent to it (a request leaves them out while they are the same)."""
         self._result_poll = select.poll()
         self._result_poll.register(result_sock, select.POLLIN)
         self._reply_poll = select.poll()
