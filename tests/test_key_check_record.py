@@ -140,13 +140,17 @@ def test_an_async_call_is_refused_from_the_record_too(cache, recorded, no_litell
     assert str(info.value) == recorded["texts"][OPENAI_MODEL] and no_litellm_host.starts == 0
 
 
-def test_the_cells_warm_up_and_route_check_start_nothing_for_a_recorded_refusal(cache, monkeypatch):
-    starts: list[Any] = []
-    monkeypatch.setattr(ProviderHost, "_start", lambda self, idle_s=None: starts.append(idle_s))
+def test_the_cells_warm_up_and_route_check_ask_no_host_for_a_recorded_refusal(cache, monkeypatch):
+    asked: list[str] = []
+    monkeypatch.setattr(ProviderHost, "warm_up", lambda self, idle_s=None: asked.append("warm_up") is None)
+    monkeypatch.setattr(HostedTransport, "route", lambda self, model: asked.append("route") or "asked")
     assert warm_up_provider(OPENAI_MODEL) is False
-    assert route_model(OPENAI_MODEL) == "openai"
-    assert warm_up_provider(OPENAI_MODEL, api_base="http://127.0.0.1:9/v1") is True, "a local server: normal way"
-    assert len(starts) == 1
+    assert route_model(OPENAI_MODEL) == "openai" and asked == [], "the route litellm gave, from the record"
+    local = "http://127.0.0.1:9/v1"
+    assert warm_up_provider(OPENAI_MODEL, api_base=local) is True, "a local server: the normal way"
+    assert route_model(OPENAI_MODEL, api_base=local) == "asked"
+    assert route_model(OPENAI_MODEL, extra={"api_key": "sk-in-extra"}) == "asked"
+    assert asked == ["warm_up", "route", "route"]
 
 
 # -- every other case goes the normal way ---------------------------------------------------------------------

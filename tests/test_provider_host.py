@@ -402,6 +402,130 @@ def test_a_deferred_package_index_runs_only_when_a_name_only_it_defines_is_read(
             del sys.modules[loaded]
 
 
+LAZY_INDEX = """\
+\"\"\"An index: names re-exported from its own submodules.\"\"\"
+from __future__ import annotations
+
+from .light import VALUE as VALUE
+from .heavy import Thing as Thing, Other as Renamed
+from . import sub as sub
+"""
+
+
+def lazy_package(root: Path, name: str, index: str = LAZY_INDEX) -> Path:
+    """A package ``name`` under ``root`` whose submodules note in ``ran`` that they ran."""
+    package = root / name
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text(index)
+    note = "from pathlib import Path\nPath(__file__).parent.joinpath('ran').open('a').write(__name__ + '\\n')\n"
+    (package / "light.py").write_text(note + "VALUE = 1\n")
+    (package / "heavy.py").write_text(note + "class Thing:\n    pass\nclass Other:\n    pass\n")
+    (package / "sub" / "__init__.py").write_text("from .deep import DEEP as DEEP\n")
+    (package / "sub" / "deep.py").write_text("DEEP = 'deep'\n")
+    return package
+
+
+def ran(package: Path) -> list[str]:
+    path = package / "ran"
+    return path.read_text().split() if path.exists() else []
+
+
+def test_an_index_is_read_as_a_map_of_names_and_anything_else_is_not():
+    from harness_magic.core.providers.host import index_names
+
+    assert index_names(LAZY_INDEX) == {"VALUE": ("light", "VALUE"), "Thing": ("heavy", "Thing"),
+                                       "Renamed": ("heavy", "Other"), "sub": ("sub", None)}
+    for source in ("from .light import *\n", "import os\n", "from .light import VALUE\nX = 1\n",
+                   "from ..up import Y\n", "from os import path\n", "if True:\n    from .a import B\n",
+                   "from .light import (\n"):
+        assert index_names(source) is None, source
+
+
+@pytest.mark.parametrize("how", ["from-import", "attribute", "star"])
+def test_a_lazy_index_loads_only_the_submodule_that_defines_the_name_asked(tmp_path, monkeypatch, how):
+    from harness_magic.core.providers.host import LazyIndexes
+
+    name = f"lazy_index_{os.getpid()}_{how.replace('-', '_')}"
+    package = lazy_package(tmp_path, name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    finder = LazyIndexes([name])
+    sys.meta_path.insert(0, finder)
+    try:
+        module = __import__(name)
+        assert ran(package) == [] and module.__all__ == ["VALUE", "Thing", "Renamed", "sub"]
+        if how == "from-import":
+            assert __import__(name, fromlist=["Thing"]).Thing.__name__ == "Thing"
+            assert ran(package) == [f"{name}.heavy"], "one submodule, not the index"
+        elif how == "attribute":
+            assert module.VALUE == 1 and module.sub.DEEP == "deep" and module.Renamed.__name__ == "Other"
+            assert ran(package) == [f"{name}.light", f"{name}.heavy"]
+            with pytest.raises(AttributeError, match=f"module '{name}' has no attribute 'nothing_here'"):
+                module.nothing_here
+            assert "Thing" in dir(module)
+        else:
+            namespace: dict[str, Any] = {}
+            exec(f"from {name} import *", namespace)  # every name, as the index would give
+            assert namespace["VALUE"] == 1 and namespace["sub"].DEEP == "deep"
+        if how == "from-import":
+            assert f"{name}.sub" not in sys.modules and f"{name}.light" not in sys.modules
+        else:
+            assert type(sys.modules[f"{name}.sub"].__spec__.loader).__name__ == "_LazyIndexLoader", \
+                "a package below is an index too: lazy as well"
+    finally:
+        sys.meta_path.remove(finder)
+        for loaded in [m for m in sys.modules if m == name or m.startswith(f"{name}.")]:
+            del sys.modules[loaded]
+
+
+def test_a_package_under_a_lazy_prefix_that_is_not_an_index_runs_as_written(tmp_path, monkeypatch):
+    from harness_magic.core.providers.host import LazyIndexes
+
+    name = f"not_an_index_{os.getpid()}"
+    package = lazy_package(tmp_path, name, index="from .light import VALUE\nDOUBLE = VALUE * 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    finder = LazyIndexes([name])
+    sys.meta_path.insert(0, finder)
+    try:
+        assert __import__(name).DOUBLE == 2 and ran(package) == [f"{name}.light"]
+    finally:
+        sys.meta_path.remove(finder)
+        for loaded in [m for m in sys.modules if m == name or m.startswith(f"{name}.")]:
+            del sys.modules[loaded]
+
+
+HOST_AS_PREPARED = textwrap.dedent("""\
+    import json, sys
+    from harness_magic.core.providers.host import prepare
+    litellm = prepare()
+    import litellm.utils
+    types = sum(1 for m in sys.modules if m.startswith("openai.types."))
+    from openai.types.chat import ChatCompletion
+    from openai.types import Batch
+    import openai.types.beta.realtime as realtime
+    print(json.dumps({"types_loaded": types, "leftover": hasattr(litellm.utils, "json_data"),
+                      "claude_tokens": litellm.token_counter(model="claude-2.1", text="hello there, Claude"),
+                      "gpt_tokens": litellm.token_counter(model="gpt-4o-mini", text="hello there"),
+                      "names": [ChatCompletion.__name__, Batch.__name__, realtime.__name__]}))
+""")
+
+
+def test_the_host_as_prepared_imports_part_of_openais_types_and_still_finds_every_one(tmp_path):
+    from harness_magic.core.providers.transport import import_litellm
+
+    litellm = import_litellm()  # here as litellm is everywhere else: every type, the tokenizer file kept
+    done = subprocess.run([sys.executable, "-c", HOST_AS_PREPARED], capture_output=True, text=True, timeout=240,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    openai_types = Path(sys.modules["openai"].__file__).parent / "types"
+    assert out["types_loaded"] < len(list(openai_types.rglob("*.py"))) / 2, out
+    assert out["leftover"] is False
+    assert out["claude_tokens"] == litellm.token_counter(model="claude-2.1", text="hello there, Claude"), \
+        "the Anthropic tokenizer still reads its text"
+    assert out["gpt_tokens"] == litellm.token_counter(model="gpt-4o-mini", text="hello there")
+    assert out["names"] == ["ChatCompletion", "Batch", "openai.types.beta.realtime"]
+
+
 TINY_RANKS = {**{bytes([i]): i for i in range(256)}, b"th": 256, b"the": 257, b" the": 258, b"he": 259}
 
 
