@@ -488,33 +488,43 @@ _WORKER_WRAP = """
 import sys, time, threading, builtins
 worker = sys.modules['harness_magic.core.execution.sandbox.worker']
 samples = builtins.__dict__.setdefault('_bench_steps', {})
-def wrap(owner, name, real, samples=samples, clock=time.thread_time_ns):
+def timer(name, real, samples=samples, clock=time.thread_time_ns):
     def timed(*args, _fn=real, _name=name, _clock=clock, _samples=samples, **kwargs):
         start = _clock()
         try:
             return _fn(*args, **kwargs)
         finally:
             _samples.setdefault(_name, []).append(_clock() - start)
-    setattr(owner, name, timed)
+    return timed
 owners = {'next_frame': worker.FrameReader, 'active_count': worker.threading}
+swaps = []
 for name in STEPS + ('_serve',):
     owner = owners.get(name, worker)
-    wrap(owner, name, builtins.exec if name == 'exec' else getattr(owner, name))
-wrap(builtins, '_bench_nothing', lambda: None)
+    real = builtins.exec if name == 'exec' else getattr(owner, name)
+    swaps.append((owner, name, real, timer(name, real)))
+def switch(on, swaps=swaps):
+    for owner, name, real, timed in swaps:
+        setattr(owner, name, timed if on else real)
+builtins._bench_switch = switch
+builtins._bench_nothing = timer('_bench_nothing', lambda: None)
 """
-"""Model code that wraps the worker's steps in the worker (the friendly checks off: it reaches the worker's
-modules), timing each in CPU nanoseconds of the worker's thread; ``exec`` is shadowed in the worker's module only
-(the model's own ``exec`` stays the builtin)."""
+"""Model code that makes timed stand-ins for the worker's steps in the worker (the friendly checks off: it
+reaches the worker's modules), each timing its step in CPU nanoseconds of the worker's thread, and
+``builtins._bench_switch(on)`` to put them in place or take them out; ``exec`` is shadowed in the worker's
+module only (the model's own ``exec`` stays the builtin)."""
 
 _WORKER_CALIBRATE = """
 import builtins, time
-builtins._bench_steps.clear()
 started = time.thread_time_ns()
 for _ in range(20000):
     builtins._bench_nothing()
 builtins._bench_wrapper = (time.thread_time_ns() - started) / 20000
+inner = sorted(builtins._bench_steps.pop('_bench_nothing'))
+builtins._bench_inner = inner[len(inner) // 2]
+builtins._bench_steps.clear()
 """
-"""Model code timing 20,000 calls of a wrapped no-op in the worker: what one wrapper adds around a step."""
+"""Model code timing 20,000 calls of a wrapped no-op in the worker: what one wrapper adds around a step
+(``_bench_wrapper``), and what it records itself (``_bench_inner``, the median)."""
 
 
 class _StepClock:
@@ -546,11 +556,12 @@ class _StepClock:
 
 def _net_per_call(samples: dict[str, list[int]], inner: float, outer: float, calls: int, whole: str,
                   nested: Collection[str]) -> tuple[dict[str, float], float]:
-    """CPU seconds per call of each step (median minus ``inner``, times the calls per call) and of ``whole``
-    outside its ``nested`` steps (their CPU and their wrappers' ``outer`` cost taken off)."""
-    steps = {name: max(0.0, statistics.median(v) - inner) * len(v) / calls / 1e9
+    """CPU seconds per call of each step (median minus ``inner``, times the times it runs per call) and of
+    ``whole`` outside its ``nested`` steps (their CPU and their wrappers' ``outer`` cost taken off)."""
+    per_call = {name: max(1, round(len(v) / calls)) for name, v in samples.items()}
+    steps = {name: max(0.0, statistics.median(v) - inner) * per_call[name] / 1e9
              for name, v in samples.items() if name != whole}
-    inside = sum(steps[name] + outer * len(samples[name]) / calls / 1e9 for name in nested if name in steps)
+    inside = sum(steps[name] + outer * per_call[name] / 1e9 for name in nested if name in steps)
     own = max(0.0, statistics.median(samples[whole]) - inner) / 1e9 - inside
     return steps, own
 
@@ -563,9 +574,10 @@ def empty_call_steps(calls: int = EMPTY_CALLS) -> dict[str, Any]:
     the clock's own cost taken off; a step run k times per call counts k times), ``"own"`` (the CPU of
     ``execute`` and of ``_serve`` outside their steps), ``"friendly"`` (the pre-check and the armed audit hook,
     timed in this process on the same code) and ``"hot"`` (the worker's steps that touch no pipe, in a hot loop in
-    this process)}. Steps are wrapped in this process and, through model code, in the
-    worker: an interpreter with the friendly checks off so that code may reach the worker's modules (the OS
-    layers all on). What no step holds is the cost of two processes taking turns. For reading, not a ratio."""
+    this process)}. Steps are wrapped in this process and, through model code, in the worker: an interpreter
+    with the friendly checks off so that code may reach the worker's modules (the OS layers all on). Wrapped and
+    unwrapped calls take turns (:data:`EMPTY_CALL_ROUNDS`), so a neighbour's burst hits both. For reading, not a
+    ratio."""
     import importlib
     import warnings
 
@@ -575,52 +587,55 @@ def empty_call_steps(calls: int = EMPTY_CALLS) -> dict[str, Any]:
 
     package = "harness_magic.core.execution.sandbox."
     clock = _StepClock()
+    swaps = []
+    for path in (*KERNEL_STEPS, KERNEL_WHOLE):
+        module_name, _, attribute = path.rpartition(".")
+        owner: object = importlib.import_module(package + module_name.split(".")[0])
+        for part in module_name.split(".")[1:]:
+            owner = getattr(owner, part)
+        raw = vars(owner)[attribute]
+        timed = clock.wrap(getattr(owner, attribute), path)
+        swaps.append((owner, attribute, raw, staticmethod(timed) if isinstance(raw, staticmethod) else timed))
+
+    def switch(on: bool) -> None:
+        for owner, attribute, raw, timed in swaps:
+            setattr(owner, attribute, timed if on else raw)
+
+    def run(code: str) -> Any:
+        outcome = sandbox.execute(code, {}, [])
+        if outcome.error is not None:
+            raise RuntimeError(f"the worker's steps could not be timed: {outcome.error}")
+        return outcome.value
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sandbox = SandboxedInterpreter(ast_precheck=False, audit_hooks=False, allow_unconfined=True)
     with sandbox:
         for _ in range(200):
-            sandbox.execute("pass", {}, [])
-        unwrapped = _Path("sandbox", lambda: sandbox.execute("pass", {}, []), lambda: sandbox.worker_pid)
-        for _ in range(EMPTY_CALL_ROUNDS):
-            unwrapped.run(max(1, calls // EMPTY_CALL_ROUNDS))
-        cpu = unwrapped.figure()
-        undo = []
-        for path in (*KERNEL_STEPS, KERNEL_WHOLE):
-            module_name, _, attribute = path.rpartition(".")
-            owner: object = importlib.import_module(package + module_name.split(".")[0])
-            for part in module_name.split(".")[1:]:
-                owner = getattr(owner, part)
-            raw = vars(owner)[attribute]
-            timed = clock.wrap(getattr(owner, attribute), path)
-            setattr(owner, attribute, staticmethod(timed) if isinstance(raw, staticmethod) else timed)
-            undo.append((owner, attribute, raw))
+            run("pass")
+        run(f"STEPS = {tuple(WORKER_STEPS)!r}\n" + _WORKER_WRAP)
+        run(_WORKER_CALIBRATE)
+        unwrapped = _Path("sandbox", lambda: run("pass"), lambda: sandbox.worker_pid)
+        per_round = max(1, calls // EMPTY_CALL_ROUNDS)
         try:
-            wrapped = sandbox.execute(f"STEPS = {tuple(WORKER_STEPS)!r}\n" + _WORKER_WRAP, {}, [])
-            if wrapped.error is not None:
-                raise RuntimeError(f"the worker's steps could not be wrapped: {wrapped.error}")
-            for _ in range(200):
-                sandbox.execute("pass", {}, [])
-            clock.samples.clear()
-            sandbox.execute(_WORKER_CALIBRATE, {}, [])
-            clock.samples.clear()
-            for _ in range(calls):
-                sandbox.execute("pass", {}, [])
-            inside = sandbox.execute(
-                "import builtins\n({k: list(v) for k, v in builtins._bench_steps.items()}, builtins._bench_wrapper)",
-                {}, [])
+            for _ in range(EMPTY_CALL_ROUNDS):
+                unwrapped.run(per_round)
+                run("import builtins\nbuiltins._bench_switch(True)")
+                switch(True)
+                for _ in range(per_round):
+                    run("pass")
+                switch(False)
+                run("import builtins\nbuiltins._bench_switch(False)")
         finally:
-            for owner, attribute, raw in undo:
-                setattr(owner, attribute, raw)
-    if inside.error is not None:
-        raise RuntimeError(f"the worker's steps could not be read: {inside.error}")
-    worker_samples, worker_outer = inside.value
-    worker_inner = statistics.median(worker_samples.pop("_bench_nothing"))
-    worker_samples["_serve"] = worker_samples["_serve"][:-1]  # the call that read the samples
-    kernel, kernel_own = _net_per_call(clock.samples, clock.inner, clock.outer, calls, KERNEL_WHOLE, KERNEL_STEPS)
-    worker, worker_own = _net_per_call(worker_samples, worker_inner, worker_outer, calls, "_serve",
+            switch(False)
+        worker_samples, worker_outer, worker_inner = run(
+            "import builtins\n({k: list(v) for k, v in builtins._bench_steps.items()}, builtins._bench_wrapper, "
+            "builtins._bench_inner)")
+    cpu = unwrapped.figure()
+    measured = per_round * EMPTY_CALL_ROUNDS
+    kernel, kernel_own = _net_per_call(clock.samples, clock.inner, clock.outer, measured, KERNEL_WHOLE, KERNEL_STEPS)
+    worker, worker_own = _net_per_call(worker_samples, worker_inner, worker_outer, measured, "_serve",
                                        [name for name in WORKER_STEPS if name not in ("next_frame", "send_frame")])
-    worker.pop("_bench_nothing", None)
     # The worker's steps that touch no pipe, in a hot loop here (warm caches), before any audit hook is installed.
     tree = _parse("pass")
     body = compile(tree, "<agent>", "exec")
