@@ -375,8 +375,17 @@ def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any, resp_fd: i
     imported = [name for name in _unreported if name in sys.modules] if _unreported else []
     if imported:
         _unreported[:] = [name for name in _unreported if name not in imported]
-    for key, part in (("error", error), ("charts", charts), ("notes", notes), ("stdout", out.value()),
-                      ("stdout_dropped", out.dropped), ("imported", imported)):
-        if part:
-            reply[key] = part
+    if error:
+        reply["error"] = error
+    if charts:
+        reply["charts"] = charts
+    if notes:
+        reply["notes"] = notes
+    stdout = out.value() if out.parts else ""
+    if stdout:
+        reply["stdout"] = stdout
+    if out.dropped:
+        reply["stdout_dropped"] = out.dropped
+    if imported:
+        reply["imported"] = imported
     return reply
