@@ -122,9 +122,12 @@ def test_with_a_provider_host_the_kernel_never_imports_litellm_or_its_http_stack
 
 
 INSPECT = ("import gc, json, sys\n"
-           "print(json.dumps([sorted(m for m in ('numpy', 'pandas', 'pyarrow', 'matplotlib') if m in sys.modules), "
+           "names = [part[::-1] for part in ('ypmun', 'sadnap', 'worrayp', 'biltolptam')]\n"
+           "print(json.dumps([sorted(m for m in names if m in sys.modules), "
            "gc.get_freeze_count(), len(gc.get_objects())]))")
-"""What a worker inherited: the preloaded modules, the frozen objects, the objects the collector tracks."""
+"""What a worker inherited: the preloaded modules, the frozen objects, the objects the collector tracks. The names
+are spelled backwards: code that names the data stack would have the launcher warm it before a worker's first
+call (see ``test_a_cells_first_call_that_names_pandas_...``)."""
 
 FROZEN_AT_LEAST = 10_000
 """A lean launcher holds some 18,000 objects (the standard library the worker uses and its own modules), the data
@@ -209,14 +212,21 @@ def test_a_lean_launchers_worker_starts_with_its_own_modules_frozen_and_no_data_
     assert _mapped_data_libraries(private_launcher.pid) == []
 
 
+LIGHT = "print(6 * 7)"
+
+
 @needs_confinement
 def test_a_confined_worker_imports_the_data_stack_itself_and_the_launcher_warms_it_for_later_workers(
         inspectable, private_launcher, kernel_without_data):
-    """The launcher loaded the system libraries the wheels link (a confined worker cannot open them), so the first
-    worker of a session imports pandas itself; it says so in its reply and the launcher warms the data stack in
-    the background: the next cells' fresh workers start with it, frozen, and it is asked for once."""
+    """The launcher loaded the system libraries the wheels link (a confined worker cannot open them), so a worker
+    that already ran a call imports pandas itself (it is never replaced mid-cell); it says so in its reply and the
+    launcher warms the data stack in the background: the next cells' fresh workers start with it, frozen, and it
+    is asked for once."""
     first = inspectable()
+    assert first.execute(LIGHT, {}, []).stdout == "42\n"
+    pid = first.worker_pid
     result = first.execute(FRAME_CODE, {}, [])
+    assert first.worker_pid == pid
     assert result.error is None and result.stdout.strip() == FRAME_PRINTED, (result.error, result.stdout)
     assert _warm_once_asked(private_launcher, set(DATA_STACK)) == sorted(DATA_STACK)
     assert private_launcher.preload_failure is None
@@ -225,6 +235,33 @@ def test_a_confined_worker_imports_the_data_stack_itself_and_the_launcher_warms_
     assert preloaded == sorted(DATA_STACK) and frozen >= FROZEN_AT_LEAST and tracked < frozen, (tracked, frozen)
     assert later.execute(FRAME_CODE, {}, []).stdout.strip() == FRAME_PRINTED
     assert private_launcher.preload_soon(DATA_STACK) is None, "asked once per launcher"
+
+
+@needs_confinement
+def test_a_cells_first_call_that_names_pandas_runs_in_a_worker_forked_once_the_launcher_warmed_it(
+        inspectable, private_launcher, kernel_without_data):
+    """A worker that has run nothing is replaced, at no loss, by one forked from the launcher once it warmed the
+    data stack: the session's first pandas cell holds one copy of it (the launcher's, shared), not a second one
+    of the worker's own until the next cell."""
+    lean_frozen = _inherited(inspectable())[1]
+    fresh = inspectable()
+    pid = fresh.worker_pid
+    result = fresh.execute(FRAME_CODE, {}, [])
+    assert result.error is None and result.stdout.strip() == FRAME_PRINTED, (result.error, result.stdout)
+    assert fresh.worker_pid != pid and fresh.restarts == 0
+    assert private_launcher.preload([]) == sorted(DATA_STACK)  # warmed before the call ran, not after
+    preloaded, frozen, tracked = _inherited(fresh)  # the same worker: it inherited the data stack, frozen
+    assert preloaded == sorted(DATA_STACK) and frozen > lean_frozen + FROZEN_AT_LEAST, (frozen, lean_frozen)
+
+
+@needs_confinement
+def test_a_cells_first_call_that_names_no_data_module_keeps_its_worker_and_warms_nothing(inspectable,
+                                                                                      private_launcher,
+                                                                                      kernel_without_data):
+    fresh = inspectable()
+    pid = fresh.worker_pid
+    assert fresh.execute("import json\nprint(json.dumps({'pandas_like': 1}))", {}, []).error is None
+    assert fresh.worker_pid == pid and private_launcher.preload([]) == []
 
 
 @needs_confinement
@@ -262,6 +299,7 @@ def test_a_worker_that_fakes_modules_gets_the_launcher_to_warm_only_data_stack_m
     """Model code can plant entries in ``sys.modules``: the kernel asks the launcher for the data stack's names only
     (warming pandas is what a session that imports it gets anyway), never a name the code chose."""
     first = inspectable()
+    assert first.execute(LIGHT, {}, []).error is None  # a worker that ran a call is kept whatever the code names
     planted = first.execute("import sys, types\nfor name in ('pandas', 'os; import socket', 'sklearn', '../x'):\n"
                             "    sys.modules[name] = types.ModuleType('fake')", {}, [])
     assert planted.error is None, planted.error

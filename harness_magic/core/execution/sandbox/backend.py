@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import shutil
 import signal
 import sys
@@ -181,6 +182,8 @@ class SandboxedInterpreter:
         os.mkdir(self.input_dir, 0o755)
         os.mkdir(self.scratch_dir, 0o700)
         self._worker: WorkerHandle | None = None
+        self._unused: WorkerHandle | None = None
+        """The worker while it has run no call (see :meth:`_with_data_stack`)."""
         self._lost_launcher: tuple[int, str, dict[str, Any]] | None = None
         """A launcher found dead by a worker start and replaced (pid, how it ended, its status), until a call's
         result reports it."""
@@ -265,6 +268,7 @@ class SandboxedInterpreter:
                 worker = self._ensure_worker()
                 if self._lost_launcher is not None:  # found dead when this worker was forked (after a retire)
                     replaced = self._launcher_replaced(worker)
+                worker = self._with_data_stack(worker, code)
                 try:
                     descs, written = self._exports.prepare(inputs, versions, seq)
                 except TransferRefused as exc:  # the model's input, not a broken worker: state stays
@@ -280,6 +284,7 @@ class SandboxedInterpreter:
                         raise  # the worker just started is gone too: not our plumbing to hide any more
                     worker, replaced = self._replace_found_dead(worker)
                     self._send_request(worker, request)
+                self._unused = None  # the worker has a call now
                 reply = self._wait(worker, seq, on_output, taken_names)
                 if isinstance(reply, ExecutionResult):
                     reply.replaced = replaced
@@ -392,9 +397,26 @@ class SandboxedInterpreter:
     def _start_worker(self) -> WorkerHandle:
         started = time.monotonic()
         try:
-            return self._spawn_worker()
+            self._unused = self._spawn_worker()
+            return self._unused
         finally:
             self.last_start_s = time.monotonic() - started
+
+    def _with_data_stack(self, worker: WorkerHandle, code: str) -> WorkerHandle:
+        """``worker``; or, when it has run nothing yet, ``code`` names a module of the data stack and its launcher
+        was never asked to warm it: a worker forked once the launcher has (nothing is lost: the one replaced had
+        run nothing). The session's first use of pandas then waits for the launcher's warm-up instead of an import
+        of the worker's own, which it would hold beside the launcher's until the next cell's fresh worker."""
+        if worker is not self._unused or _NAMES_DATA_STACK.search(code) is None:
+            return worker
+        warming = self._launcher.preload_soon(DATA_STACK)
+        if warming is None:
+            return worker  # asked before: warm, or warming for a worker that will report what it imports
+        warming.join()
+        if self._launcher.preload_failure is not None:
+            return worker  # the launcher could not warm it: the worker imports what it uses itself
+        self._stop_worker()
+        return self._start_worker()
 
     def _spawn_worker(self) -> WorkerHandle:
         config = {"session_dir": self.session_dir, "input_dir": self.input_dir, "scratch_dir": self.scratch_dir,
@@ -585,6 +607,11 @@ def _ending(status: Mapping[str, Any]) -> str:
     if status.get("status") is not None:
         return f"exited with status {status['status']}"
     return "ended (its exit status is no longer known)"
+
+
+_NAMES_DATA_STACK = re.compile(r"\b(?:" + "|".join(DATA_STACK) + r")\b")
+"""Code that names a module of the data stack (an import, ``pd = __import__('pandas')``, a string): a cell's first
+call in a worker of a launcher that never warmed it has the launcher warm it first (``_with_data_stack``)."""
 
 
 def _data_stack_named(imported: Any) -> list[str]:
