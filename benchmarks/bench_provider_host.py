@@ -20,7 +20,12 @@ completion (a short answer, usage included):
    after the host exited idle, a session's first cell and a later one, ``--restarts`` times each with the
    cell's background start of the host (``warm_up_provider``, as shipped: the session is built while
    litellm imports) and as many without it (replaced by nothing), interleaved: median wall seconds each
-   way, against a cell whose host is alive.
+   way, against a cell whose host is alive;
+5. a kernel whose model lacks its key (``openai/gpt-4o-mini``, no ``OPENAI_API_KEY``, no ``api_base``): started,
+   its first ``%%agent`` cell refused, shut down, ``--no-key-kernels`` times each way, interleaved, with a
+   fresh cache folder (the host starts, imports litellm and says "No API key") and with the missing-key record
+   the first one wrote (no host): median CPU seconds of the kernel and everything it started (the kernel is
+   reaped, so its children's time is in ours) and median wall seconds of the cell.
 """
 
 from __future__ import annotations
@@ -135,11 +140,60 @@ def restarts(server: ScriptedServer, rounds: int) -> dict[str, list[float]]:
     return times
 
 
+NO_KEY_MODEL = "openai/gpt-4o-mini"
+NO_KEY_CELL = f"%%agent -m {NO_KEY_MODEL}\nWhat is 1 + 1?"
+
+
+def no_key_kernel(home: Path) -> tuple[float, float]:
+    """(CPU seconds of a kernel and its children, wall seconds of its cell) for one missing-key first cell."""
+    import resource
+
+    from jupyter_client import KernelManager
+
+    env = {name: value for name, value in os.environ.items() if not name.endswith("_API_KEY")}
+    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / "cache"), LITELLM_LOCAL_MODEL_COST_MAP="True")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    manager = KernelManager(kernel_name="harness-agent")
+    manager.start_kernel(cwd=str(home), env=env)
+    client = manager.client()
+    client.start_channels()
+    said: list[str] = []
+    try:
+        client.wait_for_ready(timeout=120)
+        cell_s = timed(lambda: client.execute_interactive(
+            NO_KEY_CELL, timeout=120, output_hook=lambda message: said.append(str(message["content"])))) / 1000
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel()
+        manager.cleanup_resources()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if not any("No API key for model" in text for text in said):
+        raise RuntimeError(f"the cell did not say 'No API key for model': {said[-3:]}")
+    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), cell_s
+
+
+def no_key_kernels(rounds: int) -> dict[str, list[tuple[float, float]]]:
+    """:func:`no_key_kernel` ``rounds`` times with no record (the host answers) and with the record, interleaved."""
+    import shutil
+
+    ways: dict[str, list[tuple[float, float]]] = {"no record: the host imports litellm": [],
+                                                  "the missing-key record": []}
+    with tempfile.TemporaryDirectory() as folder:
+        home = Path(folder)
+        for _ in range(rounds):
+            shutil.rmtree(home / "cache", ignore_errors=True)
+            ways["no record: the host imports litellm"].append(no_key_kernel(home))
+            ways["the missing-key record"].append(no_key_kernel(home))
+    return ways
+
+
 def main() -> None:
     os.environ.setdefault("OPENAI_API_KEY", "sk-bench")  # the cells' model is the scripted server
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=50, help="calls each way after the first (default 50)")
     parser.add_argument("--restarts", type=int, default=3, help="runs after an idle exit, each way (default 3)")
+    parser.add_argument("--no-key-kernels", type=int, default=3,
+                        help="missing-key kernels each way (default 3; 0 skips them)")
     args = parser.parse_args()
     with ScriptedServer(reply_for=lambda body: REPLY) as server:
         host = ProviderHost()
@@ -185,6 +239,14 @@ def main() -> None:
         values = restart[way]
         label = way if way == "host alive" else f"after the host exited idle: {way}"
         print(f"| {label} | {statistics.median(values):.2f} (each: {', '.join(f'{v:.2f}' for v in values)}) |")
+    if args.no_key_kernels > 0:
+        print()
+        print(f"| a kernel whose model lacks its key, median of {args.no_key_kernels} | CPU s (kernel + children) "
+              "| cell wall s |")
+        print("|---|---|---|")
+        for way, rows in no_key_kernels(args.no_key_kernels).items():
+            print(f"| {way} | {statistics.median(r[0] for r in rows):.2f} "
+                  f"(each: {', '.join(f'{r[0]:.2f}' for r in rows)}) | {statistics.median(r[1] for r in rows):.2f} |")
 
 
 if __name__ == "__main__":
