@@ -20,6 +20,9 @@ Contracts:
 - A kernel holding more than 1,024 descriptors still starts workers and waits for their replies (``poll``, not
   ``select``, whose descriptor sets stop at 1,024).
 - A call whose code disarms the audit hook disarms only itself: the next call is armed again.
+- A worker is sent the cache's handle names (for ``save()``) only when they changed since its last request, and
+  a new worker always; a call that wipes the worker's copy misnames only inside the worker: the kernel names
+  saved values itself.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import pytest
 from test_worker_revival import kill_and_wait
 
 from harness_magic.core.execution.interpreter import handles_named, referenced_names
-from harness_magic.core.execution.sandbox import SandboxedInterpreter, checks, probe_confinement, protocol
+from harness_magic.core.execution.sandbox import SandboxedInterpreter, backend, checks, probe_confinement, protocol
 from harness_magic.core.execution.sandbox.backend import _may_name_scratch_files
 from harness_magic.core.execution.sandbox.protocol import FrameReader, ProtocolError, send_frame
 
@@ -455,3 +458,50 @@ def test_a_call_that_disarms_the_audit_hook_disarms_only_itself() -> None:
         again = sandbox.execute("import os\nos.kill(os.getpid(), 0)", {}, [])
         assert again.error is not None and "SandboxViolation" in again.error  # ...the next call is armed again
         assert "os.kill is not available" in again.error
+
+
+# -- the cache's handle names a worker keeps -------------------------------------------------------------------
+
+
+@pytest.fixture
+def requests_sent(monkeypatch) -> list[dict]:
+    """Every request frame the kernel sends to a worker, in order."""
+    sent: list[dict] = []
+    send = backend.send_frame
+
+    def recording(fd: int, message: dict) -> None:
+        sent.append(message)
+        send(fd, message)
+
+    monkeypatch.setattr(backend, "send_frame", recording)
+    return sent
+
+
+@confined
+def test_a_worker_is_sent_the_caches_names_only_when_they_changed_and_a_new_worker_always(interp, requests_sent):
+    def saved_as(taken: list[str]) -> tuple[str, bool]:
+        result = interp.execute("save('a', 1)", {}, taken)
+        assert result.error is None and [h for h, _ in result.saved] == [result.value]
+        return result.value, "taken" in requests_sent[-1]
+
+    assert saved_as(["a"]) == ("a_2", True)  # the first request names them
+    assert saved_as(["a"]) == ("a_2", False)  # unchanged: the worker kept them
+    assert saved_as(["a", "a_2"]) == ("a_3", True)  # one more handle
+    assert saved_as([]) == ("a", True)  # dropped handles are free again
+    assert saved_as([]) == ("a", False)
+    interp.fresh_worker()
+    assert saved_as([]) == ("a", True)  # a new worker knows nothing: it is sent them, the same or not
+    kill_and_wait(interp.worker_pid)
+    replaced = interp.execute("save('a', 1)", {}, ["a"])  # found dead: the request goes again, to the new worker
+    assert (replaced.error, replaced.value, replaced.replaced is not None) == (None, "a_2", True)
+    assert [r.get("taken") for r in requests_sent[-2:]] == [["a"], ["a"]]
+
+
+def test_a_call_that_wipes_the_workers_names_misnames_only_inside_the_worker(unfriendly, requests_sent) -> None:
+    wipe = ("import sys\nsys.modules['harness_magic.core.execution.sandbox.worker']._taken = []\nsave('a', 1)")
+    wiped = unfriendly.execute(wipe, {}, ["a"])
+    assert (wiped.error, wiped.value) == (None, "a")  # the worker's own answer, after the model's code wiped it
+    assert [h for h, _ in wiped.saved] == ["a_2"]  # the kernel names saved values itself: "a" stays the cache's
+    later = unfriendly.execute("save('a', 2)", {}, ["a"])
+    assert "taken" not in requests_sent[-1] and later.value == "a"  # unchanged names are not sent again...
+    assert [h for h, _ in later.saved] == ["a_2"]  # ...and still cannot take a handle that exists

@@ -273,9 +273,10 @@ class SandboxedInterpreter:
                     descs, written = self._exports.prepare(inputs, versions, seq)
                 except TransferRefused as exc:  # the model's input, not a broken worker: state stays
                     return ExecutionResult(error=f"TransferRefused: {exc}", replaced=replaced)
-                request = {"op": "exec", "seq": seq, "code": code, "inputs": descs, "taken": sorted(taken_names)}
+                request = {"op": "exec", "seq": seq, "code": code, "inputs": descs}
+                taken = sorted(taken_names)
                 try:
-                    self._send_request(worker, request)
+                    self._send_request(worker, request, taken)
                 except BrokenPipeError:
                     # No reader: the worker died before this call (killed between calls, or with its launcher
                     # through PR_SET_PDEATHSIG) and the code never reached it. Found at no cost to a live worker's
@@ -283,7 +284,7 @@ class SandboxedInterpreter:
                     if replaced is not None:
                         raise  # the worker just started is gone too: not our plumbing to hide any more
                     worker, replaced = self._replace_found_dead(worker)
-                    self._send_request(worker, request)
+                    self._send_request(worker, request, taken)
                 self._unused = None  # the worker has a call now
                 reply = self._wait(worker, seq, on_output, taken_names)
                 if isinstance(reply, ExecutionResult):
@@ -467,12 +468,19 @@ class SandboxedInterpreter:
         return self._worker
 
     @staticmethod
-    def _send_request(worker: WorkerHandle, request: dict[str, Any]) -> None:
+    def _send_request(worker: WorkerHandle, request: dict[str, Any], taken: list[str]) -> None:
+        """Send ``request`` to ``worker``, with the cache's handle names (``taken``) when they are not the ones it
+        was last sent: a worker keeps them for its ``save()`` (the kernel resolves saved names again, whatever the
+        worker answers)."""
         if worker.results_queued():
             for parts in receive_sealed(worker.result_sock, _MAX_SAVES + 1).values():
                 for fd in parts:
                     os.close(fd)  # anything a previous call left queued is stale
-        send_frame(worker.req_fd, request)
+        if taken == worker.taken_sent:
+            send_frame(worker.req_fd, request)
+        else:
+            send_frame(worker.req_fd, {**request, "taken": taken})
+            worker.taken_sent = taken
 
     def _replace_found_dead(self, worker: WorkerHandle) -> tuple[WorkerHandle, WorkerReplaced]:
         """Replace ``worker``, found dead (or its launcher gone) before a call ran: the new worker and what died.
