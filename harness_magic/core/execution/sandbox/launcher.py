@@ -116,9 +116,10 @@ Measured by ``benchmarks/bench_memory.py`` (a lone session after one sandboxed c
 processes' own pages): numpy, pandas and pyarrow preloaded cost about 78 MB of the launcher (pandas 3 imports
 pyarrow, whose libraries alone are about 31 MB of touched pages) whether or not the session ever makes a frame,
 and the launcher's cold start about 1 s. So the data stack is warmed on request (:data:`DATA_STACK`): at once where
-the kernel already holds pandas (the user works with data), else once a worker imported it (that worker pays the
-import, about 0.4-0.55 s, once per session: every later worker inherits it). matplotlib likewise once a worker drew
-a chart (:data:`~.launcher_client.CHART_PRELOADS`; preloaded it cost about 30 MB, imported at a chart about 1.4 s)."""
+the kernel already holds pandas (the user works with data), before a cell's first call whose code names it (that
+call waits for the warm-up, about 0.5-1 s, once per session), and once a worker imported it otherwise (it says so in
+its reply); every later worker inherits it. matplotlib likewise once a worker drew a chart
+(:data:`~.launcher_client.CHART_PRELOADS`; preloaded it cost about 30 MB, imported at a chart about 1.4 s)."""
 
 DATA_STACK = ("numpy", "pandas", "pyarrow")
 """Warmed by ``preload`` for a session that works with data: the kernel names them in each worker's spawn config
