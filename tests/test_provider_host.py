@@ -493,6 +493,40 @@ def test_a_package_under_a_lazy_prefix_that_is_not_an_index_runs_as_written(tmp_
             del sys.modules[loaded]
 
 
+CLI_PACKAGE = {
+    "__init__.py": "from ._cli import main\n",
+    "_cli.py": "from pathlib import Path\nPath(__file__).with_name('ran').open('a').write('cli\\n')\n"
+               "OTHER = 'other'\ndef main(*args):\n    return ('real main', args)\n",
+}
+
+
+@pytest.mark.parametrize("first", ["call", "other name"])
+def test_a_deferred_callable_loads_its_module_only_when_called_or_read(tmp_path, monkeypatch, first):
+    from harness_magic.core.providers.host import defer_callable
+
+    name = f"deferred_cli_{os.getpid()}_{first.replace(' ', '_')}"
+    package = tmp_path / name
+    package.mkdir()
+    for file, text in CLI_PACKAGE.items():
+        (package / file).write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert defer_callable(f"{name}._cli", "main") is True
+        assert defer_callable(f"{name}._cli", "main") is False, "registered once"
+        module = __import__(name)
+        assert not (package / "ran").exists(), "the package imported, its command line not"
+        if first == "call":
+            assert module.main(1, 2) == ("real main", (1, 2)) and module.main() == ("real main", ())
+        else:
+            assert sys.modules[f"{name}._cli"].OTHER == "other"
+        assert (package / "ran").read_text() == "cli\n", "loaded once"
+        real = sys.modules[f"{name}._cli"]
+        assert real.main.__module__ == f"{name}._cli" and real.OTHER == "other"
+    finally:
+        for loaded in [m for m in sys.modules if m == name or m.startswith(f"{name}.")]:
+            del sys.modules[loaded]
+
+
 HOST_AS_PREPARED = textwrap.dedent("""\
     import json, sys
     from harness_magic.core.providers.host import prepare
@@ -502,7 +536,12 @@ HOST_AS_PREPARED = textwrap.dedent("""\
     from openai.types.chat import ChatCompletion
     from openai.types import Batch
     import openai.types.beta.realtime as realtime
+    cli_left_out = not any(name in sys.modules for name in ("click", "rich", "pygments"))
+    import httpx._main
+    from httpx._main import get_lexer_for_response
     print(json.dumps({"types_loaded": types, "leftover": hasattr(litellm.utils, "json_data"),
+                      "cli_left_out": cli_left_out, "cli_loads": "click" in sys.modules
+                      and get_lexer_for_response.__module__ == "httpx._main" and callable(httpx._main.main),
                       "claude_tokens": litellm.token_counter(model="claude-2.1", text="hello there, Claude"),
                       "gpt_tokens": litellm.token_counter(model="gpt-4o-mini", text="hello there"),
                       "names": [ChatCompletion.__name__, Batch.__name__, realtime.__name__]}))
@@ -520,6 +559,7 @@ def test_the_host_as_prepared_imports_part_of_openais_types_and_still_finds_ever
     openai_types = Path(sys.modules["openai"].__file__).parent / "types"
     assert out["types_loaded"] < len(list(openai_types.rglob("*.py"))) / 2, out
     assert out["leftover"] is False
+    assert out["cli_left_out"] is True and out["cli_loads"] is True, "httpx's command line: there when asked for"
     assert out["claude_tokens"] == litellm.token_counter(model="claude-2.1", text="hello there, Claude"), \
         "the Anthropic tokenizer still reads its text"
     assert out["gpt_tokens"] == litellm.token_counter(model="gpt-4o-mini", text="hello there")

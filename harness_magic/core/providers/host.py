@@ -21,7 +21,8 @@ Unix socket in a 0700 directory and hands it over as fd ``N``. Contract:
   (litellm's connection goes back to its pool) and the host serves the next request;
 - it holds as little as it can: openai's resource index is left unexecuted (each resource
   loads on first use), openai's type indexes resolve each name on first use (:class:`LazyIndexes`: the type
-  modules litellm never reads are never loaded), what litellm's import leaves behind unread is dropped
+  modules litellm never reads are never loaded), httpx's command-line client is left unloaded
+  (:data:`DEFERRED_CALLABLES`), what litellm's import leaves behind unread is dropped
   (:data:`IMPORT_LEFTOVERS`), litellm's import is frozen out of the cyclic collector, a loaded tokenizer drops
   its Python copy of the merge table (its native copy counts), and freed heap goes back to the system after
   startup and after each burst of requests (once none came for ``POLL_S``);
@@ -55,8 +56,10 @@ from harness_magic.core.providers.errors import ProviderError
 from harness_magic.core.providers.transport import LiteLLMLookups, LiteLLMTransport, check_model_route, import_litellm
 
 __all__ = ["HostServer", "PeerClosed", "main", "prepare", "defer_package_index", "shed_tokenizer_tables",
-           "give_back_heap", "index_names", "LazyIndexes", "drop_import_leftovers", "POLL_S",
-           "MISSING_TEXT_MAX_CHARS", "TRANSPORT_OPTIONS", "DEFERRED_INDEXES", "LAZY_INDEXES", "IMPORT_LEFTOVERS"]
+           "give_back_heap", "index_names", "LazyIndexes", "drop_import_leftovers", "defer_callable",
+           "bind_stand_ins", "POLL_S",
+           "MISSING_TEXT_MAX_CHARS", "TRANSPORT_OPTIONS", "DEFERRED_INDEXES", "LAZY_INDEXES", "IMPORT_LEFTOVERS",
+           "DEFERRED_CALLABLES"]
 
 POLL_S = 0.5
 """How often the accept loop wakes to check idleness and its parent."""
@@ -78,6 +81,11 @@ IMPORT_LEFTOVERS = (("litellm.utils", "json_data"),)
 """Module globals litellm leaves behind at import and never reads again, dropped once it is imported
 (:func:`drop_import_leftovers`): the parsed Anthropic tokenizer file (8 MB), kept beside the text made from it
 (``claude_json_str``, which its tokenizer reads)."""
+DEFERRED_CALLABLES = (("httpx._main", "main"),)
+"""Modules imported only so that one callable of theirs can be offered, which the host never calls: httpx
+binds ``httpx.main``, its command-line client, and so imports click, rich and pygments (5 MB, 96 modules)
+at its own import. Each is registered as a stand-in (:func:`defer_callable`) that loads the real module when
+the callable is called or any other name of it is read."""
 _LOOKUPS = LiteLLMLookups()
 
 
@@ -158,6 +166,49 @@ class LazyIndexes(importlib.abc.MetaPathFinder):
         lazy.submodule_search_locations = spec.submodule_search_locations
         lazy.has_location = True
         return lazy
+
+
+def defer_callable(module_name: str, attribute: str) -> bool:
+    """Register a stand-in for module ``module_name`` (not imported yet) whose ``attribute`` is a function that
+    loads the real module (replacing the stand-in in ``sys.modules``) and calls the real ``attribute``; reading
+    any other name loads it too. False (nothing done) when the module is already imported. Its package, once
+    imported, is given the stand-in as an attribute by :func:`bind_stand_ins` (the import system does that
+    only for a module it loads)."""
+    if module_name in sys.modules:
+        return False
+    parent, _, _child = module_name.rpartition(".")
+    stand_in = ModuleType(module_name, f"Stand-in for {module_name}: loaded when used (the provider host).")
+    lock = threading.Lock()
+
+    def real() -> ModuleType:
+        with lock:
+            if sys.modules.get(module_name) is stand_in:
+                del sys.modules[module_name]
+            module = importlib.import_module(module_name)
+            stand_in.__dict__.pop("__getattr__", None)
+            return module
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(real(), attribute)(*args, **kwargs)
+
+    def other(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+        return getattr(real(), name)
+
+    call.__name__ = call.__qualname__ = attribute
+    stand_in.__dict__.update({attribute: call, "__getattr__": other, "__package__": parent})
+    sys.modules[module_name] = stand_in
+    return True
+
+
+def bind_stand_ins() -> None:
+    """Each stand-in of :data:`DEFERRED_CALLABLES` made an attribute of its package, when both are imported
+    (``import httpx._main`` then ``httpx._main.main`` works as with the real module)."""
+    for module_name, _attribute in DEFERRED_CALLABLES:
+        parent, _, child = module_name.rpartition(".")
+        if parent in sys.modules and module_name in sys.modules and child not in sys.modules[parent].__dict__:
+            setattr(sys.modules[parent], child, sys.modules[module_name])
 
 
 def drop_import_leftovers() -> int:
@@ -378,17 +429,21 @@ class HostServer:
 
 
 def prepare() -> Any:
-    """litellm imported as the host holds it: openai's resource index deferred and its type indexes lazy
-    (:data:`DEFERRED_INDEXES`, :data:`LAZY_INDEXES`), no cyclic collection during the import (each one walked
+    """litellm imported as the host holds it: openai's resource index deferred, its type indexes lazy and
+    httpx's command-line client left out (:data:`DEFERRED_INDEXES`, :data:`LAZY_INDEXES`,
+    :data:`DEFERRED_CALLABLES`), no cyclic collection during the import (each one walked
     the ~300,000 long-lived objects made so far: a fifth of the import's CPU time), its leftovers dropped
     (:data:`IMPORT_LEFTOVERS`), then one collection, the heap given back, and the import frozen out of the
     collector for good."""
     gc.disable()
     try:
         sys.meta_path.insert(0, LazyIndexes(LAZY_INDEXES))
+        for module_name, attribute in DEFERRED_CALLABLES:
+            defer_callable(module_name, attribute)
         for name in DEFERRED_INDEXES:
             defer_package_index(name)
         litellm = import_litellm()
+        bind_stand_ins()
         drop_import_leftovers()
     finally:
         give_back_heap()
