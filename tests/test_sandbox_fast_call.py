@@ -41,6 +41,7 @@ from test_worker_revival import kill_and_wait
 from harness_magic.core.execution.interpreter import handles_named, referenced_names
 from harness_magic.core.execution.sandbox import SandboxedInterpreter, backend, checks, probe_confinement, protocol
 from harness_magic.core.execution.sandbox.backend import _may_name_scratch_files
+from harness_magic.core.execution.sandbox.launcher_client import LauncherClient
 from harness_magic.core.execution.sandbox.protocol import FrameReader, ProtocolError, send_frame
 
 confined = pytest.mark.skipif(not probe_confinement()["confined"], reason="no OS confinement here")
@@ -431,6 +432,7 @@ def test_a_worker_whose_pipes_are_numbered_past_1024_reports_in_and_answers() ->
     wanted = FD_SETSIZE + 200
     if hard != resource.RLIM_INFINITY and hard < wanted:
         pytest.skip(f"this process may hold only {hard} descriptors")
+    LauncherClient.shared()  # started before the descriptors fill up: the launcher outlives this test, its ends low
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), hard))
     fillers: list[int] = []
     try:
