@@ -65,7 +65,7 @@ def _compile_tests(config: pytest.Config) -> None:
             compileall.compile_file(str(path), quiet=1)
             continue
         pyc = rewrite.get_cache_dir(path) / (path.name[:-3] + rewrite.PYC_TAIL)
-        if state is not None and rewrite._read_pyc(path, pyc) is None:
+        if state is not None and rewrite._read_pyc(path, pyc) is None and rewrite.try_makedirs(pyc.parent):
             source_key, code = rewrite._rewrite_test(path, config)
             rewrite._write_pyc(state, code, source_key, pyc)
 
