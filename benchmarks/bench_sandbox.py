@@ -484,11 +484,8 @@ WORKER_STEPS = {
 :func:`empty_call_steps`); all but the two frames run inside ``_serve``, whose CPU outside them sets up the call's
 module, ``save``, the output capture and the reply."""
 
-_WORKER_WRAP = """
-import sys, time, threading, builtins
-worker = sys.modules['harness_magic.core.execution.sandbox.worker']
-samples = builtins.__dict__.setdefault('_bench_steps', {})
-def timer(name, real, samples=samples, clock=time.thread_time_ns):
+_TIMER_SOURCE = """
+def timer(name, real, samples, clock):
     def timed(*args, _fn=real, _name=name, _clock=clock, _samples=samples, **kwargs):
         start = _clock()
         try:
@@ -496,17 +493,32 @@ def timer(name, real, samples=samples, clock=time.thread_time_ns):
         finally:
             _samples.setdefault(_name, []).append(_clock() - start)
     return timed
+"""
+"""A stand-in for ``real`` that adds each call's ``clock()`` difference to ``samples[name]``: made from this text
+here and sent as this text into the worker, so both sides time their steps with the same code."""
+
+
+def _timer():
+    space: dict[str, Any] = {}
+    exec(_TIMER_SOURCE, space)
+    return space["timer"]
+
+
+_WORKER_WRAP = _TIMER_SOURCE + """
+import sys, time, threading, builtins
+worker = sys.modules['harness_magic.core.execution.sandbox.worker']
+samples = builtins.__dict__.setdefault('_bench_steps', {})
 owners = {'next_frame': worker.FrameReader, 'active_count': worker.threading}
 swaps = []
 for name in STEPS + ('_serve',):
     owner = owners.get(name, worker)
     real = builtins.exec if name == 'exec' else getattr(owner, name)
-    swaps.append((owner, name, real, timer(name, real)))
+    swaps.append((owner, name, real, timer(name, real, samples, time.thread_time_ns)))
 def switch(on, swaps=swaps):
     for owner, name, real, timed in swaps:
         setattr(owner, name, timed if on else real)
 builtins._bench_switch = switch
-builtins._bench_nothing = timer('_bench_nothing', lambda: None)
+builtins._bench_nothing = timer('_bench_nothing', lambda: None, samples, time.thread_time_ns)
 """
 """Model code that makes timed stand-ins for the worker's steps in the worker (the friendly checks off: it
 reaches the worker's modules), each timing its step in CPU nanoseconds of the worker's thread, and
@@ -536,6 +548,7 @@ class _StepClock:
     def __init__(self) -> None:
         self.clock = time.thread_time_ns
         self.samples: dict[str, list[int]] = {}
+        self._timer = _timer()
         nothing = self.wrap(lambda: None, "_nothing")
         started = self.clock()
         for _ in range(20_000):
@@ -544,14 +557,7 @@ class _StepClock:
         self.inner = statistics.median(self.samples.pop("_nothing"))
 
     def wrap(self, fn, name: str):
-        def timed(*args, _fn=fn, _name=name, _clock=self.clock, _samples=self.samples, **kwargs):
-            start = _clock()
-            try:
-                return _fn(*args, **kwargs)
-            finally:
-                _samples.setdefault(_name, []).append(_clock() - start)
-
-        return timed
+        return self._timer(name, fn, self.samples, self.clock)
 
 
 def _net_per_call(samples: dict[str, list[int]], inner: float, outer: float, calls: int, whole: str,
