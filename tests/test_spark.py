@@ -45,6 +45,9 @@ budget) burn one core until the cancel lands instead of both (the suite runs on 
 and the progress test's join took 1-2 s instead of 4-5 (measured on the loaded 2-core machine); this file's CPU
 fell from 100 to 69 s. A job never queues behind a cancelled one (the interrupt test checks it), and what a query
 returns does not depend on the task slots."""
+PROGRESS_REPORT_INTERVAL = "100ms"
+"""How often the tests' server sends a running query's progress (Spark's default is every 2 s): the progress test's
+join lasts 1-2 s, so with the default its percentages arrived only when the machine was slow enough."""
 
 
 @pytest.fixture(scope="session")
@@ -52,7 +55,8 @@ def spark_server(tmp_path_factory):
     """One local Spark Connect server (loopback, token) for every Spark test; stopped at the end."""
     warehouse = tmp_path_factory.mktemp("warehouse")
     server = LocalSparkConnect(SERVER_MASTER, {"spark.sql.warehouse.dir": str(warehouse),
-                                               "spark.sql.shuffle.partitions": "4"},
+                                               "spark.sql.shuffle.partitions": "4",
+                                               "spark.connect.progress.reportInterval": PROGRESS_REPORT_INTERVAL},
                                read_paths=[str(tmp_path_factory.getbasetemp())])  # tests' file views live there
     from pyspark.sql.connect.session import SparkSession
 
