@@ -12,6 +12,10 @@ from typing import Any
 import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# As the Spark engine sets it (GRPC_FORK_SUPPORT), before any test imports gRPC: with gRPC's fork handlers on, a
+# fork after a Spark Connect session in the same worker (a terminal test's pseudo-terminal) sometimes died before
+# its exec.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from scripted_server import ScriptedServer  # noqa: E402

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import threading
 import uuid
 import warnings
@@ -47,8 +48,23 @@ from harness_magic.core.execution.connectors.spark.pseudonyms import PseudonymCo
 from harness_magic.core.execution.connectors.spark.query import estimate_rows, first_line, parse_query, wrap_query
 from harness_magic.core.execution.tools import ToolError
 
-__all__ = ["SparkEngine", "SparkRelation", "COUNT_BUDGET_S", "HEAD_ROWS", "ONE_PASS_ROWS", "ONE_PASS_BYTES",
-           "KEPT_BATCH_ROWS", "EXECUTE_RESULT_ROWS", "LIST_MAX"]
+__all__ = ["SparkEngine", "SparkRelation", "GRPC_FORK_SUPPORT", "without_grpc_fork_handlers", "COUNT_BUDGET_S",
+           "HEAD_ROWS", "ONE_PASS_ROWS", "ONE_PASS_BYTES", "KEPT_BATCH_ROWS", "EXECUTE_RESULT_ROWS", "LIST_MAX"]
+
+GRPC_FORK_SUPPORT = ("GRPC_ENABLE_FORK_SUPPORT", "false")
+"""Set in the environment before gRPC is first imported (Spark Connect's client is gRPC), unless it is set
+already. With gRPC's fork handlers on, a process forked after a Spark Connect session ran (the next local
+server's JVM start, the docs index's worker pool, a pseudo-terminal) sometimes died before its ``exec``,
+printing ``Epoll1Poller ... encountered epoll_wait error: Bad file descriptor``: 1-2 forks in 200, none in 400
+with them off. gRPC reads the setting when it is imported; nothing of ours uses gRPC in a forked child."""
+
+
+def without_grpc_fork_handlers() -> None:
+    """Turn gRPC's fork handlers off (:data:`GRPC_FORK_SUPPORT`) when gRPC is not imported yet and the user set
+    nothing (a gRPC imported earlier, or the user's own setting, is left as it is)."""
+    if "grpc" not in sys.modules:
+        os.environ.setdefault(*GRPC_FORK_SUPPORT)
+
 
 COUNT_BUDGET_S = 5.0
 """An exact ``count(*)`` for a snapshot may take this long (a Spark job alone costs ~0.1-1 s); past it the
@@ -152,6 +168,7 @@ class SparkEngine:
                     url = self.server.url
                 assert url is not None  # __init__ requires exactly one of remote and master
                 try:
+                    without_grpc_fork_handlers()
                     with warnings.catch_warnings():  # "pandas >= 3 not fully supported": frames cross as Arrow here
                         warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas",
                                                 category=FutureWarning)
