@@ -28,13 +28,14 @@ import functools
 import json
 import os
 import re
-import stat
 import tempfile
 import threading
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
+
+from harness_magic.core.confinement.safe_open import read_regular
 
 __all__ = ["KeyRefusal", "EnvironmentReads", "environment_reads", "record_path", "recorded_refusal",
            "record_refusal", "litellm_version", "variable_state", "RECORD_MAX_BYTES", "RECORD_MAX_MODELS",
@@ -167,19 +168,8 @@ def record_path(environ: Mapping[str, str] | None = None) -> Path:
 def _read(path: Path) -> dict[str, Any] | None:
     """The record's JSON object, or None when it is missing, not a regular file of ours, too large or not JSON."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_size > RECORD_MAX_BYTES:
-            return None
-        raw = os.read(fd, RECORD_MAX_BYTES + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    if len(raw) > RECORD_MAX_BYTES:
+        raw = read_regular(path, RECORD_MAX_BYTES, owned=True)
+    except OSError:  # missing, a link, a FIFO or device, another user's, too large: not a record of ours
         return None
     try:
         data = json.loads(raw)
