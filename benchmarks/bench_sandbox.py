@@ -7,6 +7,7 @@ and moving a large frame each way.
     .venv/bin/python benchmarks/bench_sandbox.py --first-call    # the first tool call's wait for the sandbox
     .venv/bin/python benchmarks/bench_sandbox.py --empty-call    # a call doing nothing vs a pipe round trip
     .venv/bin/python benchmarks/bench_sandbox.py --empty-call-steps  # where an empty call's time goes, per step
+    .venv/bin/python benchmarks/bench_sandbox.py --empty-call-floor  # the floor: a child doing its steps one by one
 
 ``--empty-call`` (also the first table of every run, and :func:`hub_row`, issue 35's
 row) times, interleaved in one run: a line written to a running Python child
@@ -29,6 +30,15 @@ loop: the two processes take turns on a core, and each call starts with the
 other's data in the caches. A step that sleeps (the reply's poll, the request's
 read) holds the sleep and the wake-up; one that wakes the other process (a
 write) holds the wake-up.
+
+``--empty-call-floor`` builds the floor a step at a time: running Python children, each doing one more of an
+empty call's steps than the one above (a length-prefixed frame echoed; its fixed fields in a binary header, or
+as the sandbox's JSON instead; the code compiled; run in a fresh module; the kernel waiting in ``poll()`` as the
+sandbox's watchdog loop does; the code parsed once, pre-checked and compiled from the tree, as the worker does),
+interleaved with the line echo and ``execute("pass")``: what each step adds, and what is left that only the
+sandbox does (confinement, limits, the output capture, the reply's checks). Children placed on the other core
+pay two cross-core wake-ups a call (tens of microseconds on this VM): a rung that jumps while its CPU does not
+was placed there.
 
 Reports the sandbox (Arrow IPC files in /dev/shm, mapped read-only by the
 worker) next to a plain pickle round trip and a raw memory copy of the same
@@ -59,6 +69,7 @@ import gc
 import os
 import pickle
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -116,7 +127,12 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=EMPTY_CALLS, help="calls per --empty-call figure")
     parser.add_argument("--empty-call-steps", action="store_true",
                         help="only the per-step breakdown of an empty call, on both sides")
+    parser.add_argument("--empty-call-floor", action="store_true",
+                        help="only the floor ladder: a running child doing an empty call's steps one at a time")
     args = parser.parse_args()
+    if args.empty_call_floor:
+        print_floor_ladder(floor_ladder(args.calls))
+        return
     if args.empty_call_steps:
         print_empty_call_steps(empty_call_steps(args.calls))
         return
@@ -433,6 +449,154 @@ def print_empty_call(figures: dict[str, dict[str, float | None]]) -> None:
             + (f" (goal <= {EMPTY_CALL_GOAL:g}x)" if label == "sandbox" else ""))
         print(f"  {labels[label]:<46s} {_us(figure['wall'])} wall, CPU {_us(figure['cpu_here'])} / "
               f"{_us(figure['cpu_there'])}{ratio}")
+
+FLOOR_CHILD = """
+import ast, builtins, os, struct, sys, types
+sys.path.insert(0, sys.argv[3])
+from harness_magic.core.execution.interpreter import split_trailing_expression
+from harness_magic.core.execution.sandbox import checks
+from harness_magic.core.execution.sandbox.protocol import _decode_frame, _encode_frame
+work, framing = sys.argv[1], sys.argv[2]
+head = struct.Struct('>I')
+binary = struct.Struct('>BQ')
+while True:
+    data = os.read(0, 1 << 16)
+    if not data:
+        break
+    body = data[4:]  # one read holds one small frame: the bench sends one at a time
+    if work == 'echo':
+        os.write(1, data)
+        continue
+    if framing == 'binary':
+        op, seq = binary.unpack_from(body)
+        code = body[binary.size:].decode('utf-8', 'surrogatepass')
+    else:
+        request = _decode_frame(body)
+        seq, code = request['seq'], request['code']
+    if work in ('compile', 'exec'):
+        code_object = compile(code, '<agent>', 'exec')
+    elif work == 'checked':
+        tree = ast.parse(code, filename='<agent>', mode='exec')
+        if checks.precheck_tree(tree) is not None:
+            raise SystemExit('refused')
+        code_object, trailing = split_trailing_expression(tree)
+    if work in ('exec', 'checked'):
+        module = types.ModuleType('__agent__')
+        module.__dict__['__builtins__'] = builtins
+        exec(code_object, module.__dict__)
+    if framing == 'binary':
+        reply = binary.pack(2, seq)
+    else:
+        reply = _encode_frame({'op': 'result', 'seq': seq}).encode('utf-8', 'surrogatepass')
+    os.write(1, head.pack(len(reply)) + reply)
+"""
+"""The floor ladder's worker (:func:`floor_ladder`): a running Python child doing, per framed request, the work
+named by ``sys.argv[1]`` (``echo`` the frame; ``decode`` it and answer; also ``compile`` the code; also run it
+in a fresh module: ``exec``; or parse, pre-check and compile it from the tree first: ``checked``) with the fixed
+fields framed as ``sys.argv[2]`` says (``binary``: op and seq packed, the code's UTF-8 as is; ``json``)."""
+
+FLOOR_RUNGS = {
+    "frame": ("length-prefixed frame echoed (os.read + os.write)", "echo", "binary", False),
+    "binary": ("+ binary header (op, seq) + raw code decoded, reply packed", "decode", "binary", False),
+    "compile": ("+ compile(code)", "compile", "binary", False),
+    "exec": ("+ run in a fresh module namespace", "exec", "binary", False),
+    "poll": ("+ the kernel waits in poll() before its read", "exec", "binary", True),
+    "checked": ("+ parsed once, pre-checked, compiled from the tree", "checked", "binary", True),
+    "json": ("the same with JSON request and reply frames instead", "checked", "json", True),
+}
+"""The floor ladder's rungs: label, the child's work, its framing, whether the kernel polls before reading. Each
+adds one step of an empty call to the rung above it (``json`` replaces ``checked``'s framing)."""
+
+
+@contextlib.contextmanager
+def _floor_child(rung: str):
+    """A running child for ``rung`` of the floor ladder; yields (round trip function, pid)."""
+    import select
+
+    from harness_magic.core.execution.sandbox.protocol import _decode_frame, _encode_frame
+
+    _, work, framing, polls = FLOOR_RUNGS[rung]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    child = subprocess.Popen([sys.executable, "-c", FLOOR_CHILD, work, framing, root],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+    write_fd, read_fd = child.stdin.fileno(), child.stdout.fileno()
+    waits = select.poll()
+    waits.register(read_fd, select.POLLIN)
+    header = struct.Struct(">I")
+    binary = struct.Struct(">BQ")
+    seq = iter(range(1, 1 << 62))
+
+    def round_trip() -> None:
+        number = next(seq)
+        if framing == "binary":
+            body = binary.pack(1, number) + "pass".encode("utf-8", "surrogatepass")
+        else:
+            body = _encode_frame({"op": "exec", "seq": number, "code": "pass"}).encode("utf-8", "surrogatepass")
+        os.write(write_fd, header.pack(len(body)) + body)
+        if polls:
+            while not waits.poll(50):
+                pass  # the sandbox's loop checks the time and memory limits here
+        data = os.read(read_fd, 1 << 16)
+        if work == "echo":
+            answer = number if data[4:] == body else None
+        elif framing == "binary":
+            answer = binary.unpack_from(data, 4)[1]
+        else:
+            answer = _decode_frame(data[4:])["seq"]
+        if answer != number:
+            raise RuntimeError(f"the {rung} child answered {answer!r}, not {number}")
+
+    try:
+        yield round_trip, child.pid
+    finally:
+        child.stdin.close()
+        child.wait(10)
+        child.stdout.close()
+
+
+def floor_ladder(calls: int = EMPTY_CALLS) -> dict[str, dict[str, float | None]]:
+    """Per rung of :data:`FLOOR_RUNGS`, and ``pipe`` (the line echo) and ``sandbox`` (``execute("pass")``):
+    median wall and CPU per call on both sides, the paths taking turns as in :func:`empty_call_figures`."""
+    with contextlib.ExitStack() as stack:
+        echo, echo_pid = stack.enter_context(_pipe_child(PIPE_ECHO_CHILD, b"x\n"))
+        paths = [_Path("pipe", echo, lambda: echo_pid)]
+        for rung in FLOOR_RUNGS:
+            call, pid = stack.enter_context(_floor_child(rung))
+            paths.append(_Path(rung, call, lambda pid=pid: pid))
+        sandbox = stack.enter_context(SandboxedInterpreter())
+
+        def sandbox_call() -> None:
+            outcome = sandbox.execute("pass", {}, [])
+            if outcome.error is not None or outcome.replaced is not None:
+                raise RuntimeError(f"the empty call failed: {outcome.error or outcome.replaced}")
+
+        paths.append(_Path("sandbox", sandbox_call, lambda: sandbox.worker_pid))
+        for path in paths:
+            for _ in range(50):
+                path.call()
+        per_round = max(1, calls // EMPTY_CALL_ROUNDS)
+        for _ in range(EMPTY_CALL_ROUNDS):
+            for path in paths:
+                path.run(per_round)
+        return {path.label: path.figure() for path in paths}
+
+
+def print_floor_ladder(figures: dict[str, dict[str, float | None]]) -> None:
+    pipe = figures["pipe"]["wall"]
+    labels = {"pipe": "line through a pipe to a running Python child (the floor)",
+              **{rung: label for rung, (label, *_) in FLOOR_RUNGS.items()},
+              "sandbox": "SandboxedInterpreter.execute('pass', {}, [])"}
+    print(f"\nthe floor, a step at a time (interleaved, median of {EMPTY_CALLS} each; CPU per call: here / the "
+          "child or worker; load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + "):")
+    print(f"  {'rung':<60s} {'wall':>10s} {'step':>9s} {'x pipe':>7s}  {'CPU here':>10s} {'CPU there':>10s}")
+    before = None
+    for label, figure in figures.items():
+        wall = figure["wall"]
+        step = "" if before is None else f"{(wall - before) * 1e6:+7.1f} us"
+        print(f"  {labels[label]:<60s} {_us(wall)} {step:>10s} {wall / pipe:6.1f}x  {_us(figure['cpu_here'])} "
+              f"{_us(figure['cpu_there'])}")
+        if label != "json":  # an alternative to the rung above it, not a step on from it
+            before = wall
 
 
 def hub_row() -> dict:
