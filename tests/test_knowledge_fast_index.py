@@ -507,10 +507,11 @@ def test_a_damaged_index_is_moved_aside_and_rebuilt(tmp_path, damage):
     index.refresh()
     expected = scores(index)
     assert index._db.execute("PRAGMA synchronous").fetchone()[0] == 0  # derived data: written without fsync
+    page = index._db.execute("PRAGMA page_size").fetchone()[0]
     index.close()
     data = bytearray(path.read_bytes())
-    if damage == "torn-pages":  # what a power loss can leave of pages written without fsync
-        data[4096:4096 * 3] = random.Random(35).randbytes(4096 * 2)
+    if damage == "torn-pages":  # what a power loss can leave of pages written without fsync: the 2nd and 3rd
+        data[page:page * 3] = random.Random(35).randbytes(page * 2)
     else:
         data[:100] = b"not sqlite " * 9 + b"x"
     path.write_bytes(bytes(data))

@@ -105,6 +105,10 @@ TITLE_WEIGHT = 3.0
 FTS_BATCH_ROWS = 2_000
 """Chunks per batch of a refresh: one ``executemany`` of chunk rows and, on a host with a core free
 (``FTS_OVERLAP_CORES``), one full-text statement in the writer's thread while the next batch is read and chunked."""
+FTS_IDLE_BATCH_ROWS = 250
+"""With ``overlap``: chunks from which a batch is sent as soon as the writer's thread is idle (the first batch, and
+whenever reading and chunking fell behind FTS5): the writer's one connection, which inserts every row, is what
+a refresh waits on, so it is kept busy rather than left waiting for a full ``FTS_BATCH_ROWS``."""
 FTS_OVERLAP_CORES = 2
 """Cores free this instant (:func:`~.prepare.host_cores` less :func:`~.prepare.running_now`) from which a refresh
 runs each batch's full-text statement in the writer's thread, overlapped with reading and chunking the next batch;
@@ -113,6 +117,12 @@ cost FTS5 nothing by themselves (5 statements write 6 segments in the same CPU t
 statement running beside the kernel's Python took 60-110 ms more CPU for 10,000 chunks on the loaded 2-core
 machine (two threads sharing busy cores and caches): it pays only where it has a core of its own
 (``bench_docs.py --stages`` times both)."""
+FTS_AUTOMERGE = 4
+"""FTS5's ``automerge`` (its default): segments of one level merged once this many are written. Each full-text
+statement writes its rows as one segment; a first build whose batches run in the writer's thread turns it off
+while it runs (merging its first segments into one as the next are written cost 20-30 ms of 130 for 10,000
+chunks, measured) and back on before it commits: searches score the same over any number of segments (a few
+more lookups a term: 0.24 -> 0.3 ms at the median), and the next refreshes merge them, a little each write."""
 DF_CACHE_TERMS = 100_000
 """Query terms whose chunk counts are memoised (cleared when the index changes)."""
 SCHEMA_VERSION = 3
@@ -124,6 +134,13 @@ full-text title (:func:`~.prepare.fts_title`), so full-text rows are inserted, d
 FTS_HASH_BYTES = 8 * 1024 * 1024
 """FTS5's ``hashsize``: terms gathered in memory before they are written as one segment. The default
 (1 MiB) writes a 7 MB corpus as ~50 segments that FTS5 then merges; 8 MiB writes it once."""
+BULK_JOURNAL = "delete"
+"""The journal of a first build (an index with no file yet): SQLite's rollback journal keeps the old content of
+the pages a transaction changes, and an empty index has almost none, so the ~14 MB of a 10,000-chunk build are
+written once, into the file, and the commit deletes a journal of a few pages. In WAL every page goes to the
+``-wal`` file first and is copied into the index by a checkpoint (32 ms of a 290 ms build, measured). A crash
+leaves the journal, which the next open rolls back: the index is as before (empty), never half built. The file
+is switched back to WAL after the build (readers of other processes then never wait for a refresh)."""
 ROWID_MAX = 2**63 - 1
 """SQLite's largest rowid: past it new chunk ids would be drawn at random, not counted on."""
 _TABLES = ("meta", "files", "chunks", "chunks_fts", "vectors", "failures")
@@ -161,6 +178,8 @@ class IndexReport:
     chunks_written: int = 0
     workers: int = 0
     """Processes that read and chunked the Markdown and text (0: the kernel itself, below ``POOL_MIN_BYTES``)."""
+    bulk: bool = False
+    """Whether this refresh was a first build written through a rollback journal (``BULK_JOURNAL``), not WAL."""
     overlapped: bool = False
     """Whether each batch's full-text rows were inserted in the writer's thread while the next batch was read
     and chunked (a core was free: ``FTS_OVERLAP_CORES``), rather than by one statement at the end."""
@@ -219,7 +238,9 @@ class _RowWriter:
         self._chunks += prepared.rows
         self._files.append((doc_path, prepared.sha256, prepared.size, prepared.mtime_ns, len(prepared.rows),
                             time.time(), prepared.reason))
-        if len(self._chunks) >= FTS_BATCH_ROWS:
+        queued = len(self._chunks)
+        if queued >= FTS_BATCH_ROWS or (self.overlap and queued >= FTS_IDLE_BATCH_ROWS
+                                        and (self._pending is None or self._pending.done())):
             self.flush()
 
     def settle(self) -> None:
@@ -287,6 +308,8 @@ class DocIndex:
         self.embedder = embedder
         self._lock = threading.RLock()
         self._db, notes = open_owned(self.db_path)
+        self._journal_mode = "wal"
+        """The index file's journal: WAL, or ``BULK_JOURNAL`` during a first build (:meth:`_journal`)."""
         self.notes: list[str] = notes
         """Said once, in the first refresh's report: e.g. an index file that was not ours, moved aside."""
         self._create()
@@ -368,6 +391,29 @@ class DocIndex:
         with self._lock:
             self._db.close()
 
+    def _journal(self, mode: str) -> bool:
+        """Switch the index file's journal to ``mode`` (``BULK_JOURNAL`` or ``"wal"``); whether it switched.
+
+        Outside a transaction only. SQLite switches only when no other connection has the file open
+        ("database is locked" otherwise): into ``BULK_JOURNAL`` it is tried once, without waiting (the
+        refresh then stays in WAL, as fast as before); back into WAL it waits as any write does, and a
+        reader that keeps it busy longer leaves the rollback journal on until the next refresh or open
+        (every transaction stays atomic either way, readers of other processes wait for a refresh).
+        """
+        db = self._db
+        waits = mode != "wal"
+        if waits:
+            saved = db.execute("PRAGMA busy_timeout").fetchone()[0]
+            db.execute("PRAGMA busy_timeout=0")
+        try:
+            self._journal_mode = db.execute(f"PRAGMA journal_mode={mode}").fetchone()[0]
+        except sqlite3.OperationalError:  # another connection has the file open ("database is locked")
+            pass
+        finally:
+            if waits:
+                db.execute(f"PRAGMA busy_timeout={int(saved)}")
+        return self._journal_mode == mode
+
     # -- indexing -------------------------------------------------------------------------
 
     def servable(self, doc_path: str) -> bool:
@@ -402,10 +448,17 @@ class DocIndex:
                      for doc_path, root, rel, stat, previous, confined in plan if not confined]
             writer = _RowWriter(db, host_cores() - running_now() >= FTS_OVERLAP_CORES)
             report.overlapped = writer.overlap
+            # a first build writes every page new: a rollback journal keeps none of them (WAL writes each twice)
+            report.bulk = not known and bool(plan) and self._journal(BULK_JOURNAL)
+            if not report.bulk and self._journal_mode != "wal":  # a first build could not switch back (a reader)
+                self._journal("wal")
             with TextPreparer(self.tree, tasks, text_chunks, self.limits.text_max_chars) as preparer:
                 prepared = iter(preparer)
                 db.execute("BEGIN")  # one transaction for the whole refresh: FTS5 merges its terms once, at the end
                 try:
+                    unmerged = report.bulk and writer.overlap
+                    if unmerged:  # a first build's batches are left as segments (see FTS_AUTOMERGE)
+                        db.execute("INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('automerge', 0)")
                     spent = 0.0
                     for doc_path, root, rel, stat, previous, confined in plan:
                         if not confined:
@@ -436,6 +489,9 @@ class DocIndex:
                                 spent += time.monotonic() - clock
                         self._apply(report, writer, doc_path, previous, result, failures, limits_key, seen)
                     writer.finish()
+                    if unmerged:
+                        db.execute("INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('automerge', ?)",
+                                   (FTS_AUTOMERGE,))
                     for gone in sorted(set(known) - seen):
                         self._delete_file(gone)
                         report.removed.append(gone)
@@ -446,9 +502,13 @@ class DocIndex:
                     writer.close()  # the full-text statement in flight is stopped before this thread rolls back
                     if db.in_transaction:  # (a statement SQLite interrupted has rolled the transaction back itself)
                         db.execute("ROLLBACK")  # nothing of a refresh cut short is kept: the next one does it again
+                    if report.bulk:
+                        self._journal("wal")
                     raise
                 writer.close()
                 db.execute("COMMIT")
+                if report.bulk:
+                    self._journal("wal")
             report.workers = preparer.workers
             report.notes.extend(preparer.notes)
             if self.embedder is not None:

@@ -21,10 +21,15 @@ import stat as stat_module
 import time
 from pathlib import Path
 
-__all__ = ["open_owned", "not_ours", "damage", "INDEX_FILE_SUFFIXES"]
+__all__ = ["open_owned", "not_ours", "damage", "INDEX_FILE_SUFFIXES", "PAGE_BYTES"]
 
 INDEX_FILE_SUFFIXES = ("", "-wal", "-shm", "-journal")
 """The SQLite files of one index: each must be ours before the index is opened."""
+PAGE_BYTES = 16 * 1024
+"""SQLite's page size for a new index file (an existing one keeps its own): a full index of 6.7 MB in
+10,000 chunks writes ~14 MB, which 4 KiB pages (SQLite's default) write in four times the page writes
+and B-tree splits (chunk rows, full-text rows and commit 8-10% less CPU at 16 KiB; searches unchanged:
+``bench_docs.py``)."""
 
 
 def not_ours(path: str) -> str | None:
@@ -66,6 +71,7 @@ def _connect(path: str) -> sqlite3.Connection:
         pass
     db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
     try:
+        db.execute(f"PRAGMA page_size={PAGE_BYTES}")  # a new (empty) file only: it must come before WAL
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=OFF")  # derived data: a power loss may damage it; damage() finds it on open
     except BaseException:

@@ -110,7 +110,7 @@ class DocTree:
                     rel = f"{rel_dir}{entry.name}"
                     if entry.is_dir(follow_symlinks=False):
                         stack.append((Path(entry.path), rel + "/"))
-                    elif Path(entry.name).suffix.lower() in SUFFIXES:
+                    elif os.path.splitext(entry.name)[1].lower() in SUFFIXES:  # (a name with no dot: "")
                         files.append((rel, entry))
                 for rel, entry in sorted(files):
                     doc_path = f"{root.prefix}/{rel}"
