@@ -198,9 +198,10 @@ def read_checked(path: Path, digest: str, algorithm: str = DIGEST_ALGORITHM) -> 
 
     Striped digests: each thread reads its stripes straight into the buffer and
     hashes each while it is still in cache. The buffer comes from Arrow's pool,
-    which the caller empties afterwards (:func:`.spill.release_freed_memory`): a glibc allocation
-    this large would raise glibc's mmap threshold and leave later frames'
-    columns resident on its heap. A file that changes size meanwhile is refused.
+    which the caller empties afterwards
+    (:func:`~harness_magic.core.confinement.heap.release_freed_memory`): a glibc
+    allocation this large would raise glibc's mmap threshold and leave later
+    frames' columns resident on its heap. A file that changes size meanwhile is refused.
     """
     import pyarrow as pa
 

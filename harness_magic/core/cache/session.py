@@ -77,9 +77,10 @@ from harness_magic.core.cache.names import resolve_handle_name
 from harness_magic.core.cache.sizing import estimate_nbytes
 from harness_magic.core.cache.snapshot import make_snapshot
 from harness_magic.core.cache.digest import SpillIntegrityError
-from harness_magic.core.cache.spill import SpillRecord, read_value, release_freed_memory, write_value
+from harness_magic.core.cache.spill import SpillRecord, read_value, write_value
 from harness_magic.core.cache.frames import SpillUnsupported
 from harness_magic.core.cache.spill_dir import SpillDir, check_private_directory
+from harness_magic.core.confinement.heap import release_freed_memory
 
 __all__ = [
     "SessionCache",

@@ -45,7 +45,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -72,7 +71,6 @@ __all__ = [
     "write_value",
     "read_value",
     "choose_format",
-    "release_freed_memory",
     "SPILL_FORMATS",
     "SPILL_PROBE_ROWS",
     "SPILL_PARQUET_COMPRESSION",
@@ -127,37 +125,6 @@ def _release_arrow_memory(fmt: str) -> None:
         import pyarrow as pa
 
         pa.default_memory_pool().release_unused()
-
-
-_LIBC_TRIM: list[Any] = []
-"""glibc's ``malloc_trim``, looked up once (empty list: not looked up yet; ``[None]``: not glibc)."""
-
-
-def release_freed_memory() -> None:
-    """Return memory freed by dropping a spilled value to the OS (Arrow's pool and glibc's heap).
-
-    glibc raises its mmap threshold after freeing large blocks, so the
-    columns of later frames live on the heap and stay resident after the cache
-    drops them; ``malloc_trim(0)`` gives back the free pages (only free memory
-    is touched; a no-op elsewhere than glibc). Costs well under a millisecond
-    per spill next to the write itself.
-    """
-    if "pyarrow" in sys.modules:  # never imported just for this
-        _release_arrow_memory("arrow")
-    if not _LIBC_TRIM:
-        import ctypes
-
-        trim = None
-        try:
-            libc = ctypes.CDLL(None)  # the symbols already loaded in this process: libc's, no lookup
-            if hasattr(libc, "gnu_get_libc_version"):
-                trim = libc.malloc_trim
-                trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-        except (OSError, AttributeError):
-            trim = None
-        _LIBC_TRIM.append(trim)
-    if _LIBC_TRIM[0] is not None:
-        _LIBC_TRIM[0](0)
 
 
 # --------------------------------------------------------------------------- public

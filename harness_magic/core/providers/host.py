@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import ctypes
 import gc
 import importlib
 import importlib.abc
@@ -51,6 +50,7 @@ import time
 from types import ModuleType
 from typing import Any, Callable, Sequence
 
+from harness_magic.core.confinement.heap import trim_c_heap
 from harness_magic.core.providers.channel import FrameError, read_frame, send_frame, tag_error
 from harness_magic.core.providers.errors import ProviderError
 from harness_magic.core.providers.transport import LiteLLMLookups, LiteLLMTransport, check_model_route, import_litellm
@@ -272,13 +272,11 @@ def shed_tokenizer_tables() -> int:
 
 
 def give_back_heap() -> None:
-    """Collect, then hand the C heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere
-    only the collection)."""
+    """Collect, then hand the C heap's free pages back to the system
+    (:func:`~harness_magic.core.confinement.heap.trim_c_heap`: glibc's ``malloc_trim``; elsewhere only the
+    collection)."""
     gc.collect()
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):
-        pass  # not glibc: its allocator returns memory in its own way
+    trim_c_heap()
 
 
 class PeerClosed(BaseException):

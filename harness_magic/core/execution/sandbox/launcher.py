@@ -85,7 +85,10 @@ def _pyarrow() -> None:
     import pyarrow as pa
     import pyarrow.ipc  # noqa: F401
 
+    from harness_magic.core.confinement.heap import keep_arrow_pool
+
     pa.Table.from_pandas(pd.DataFrame({"a": [1, 2], "b": ["x", "y"]})).to_pandas()  # the frame <-> Arrow bridge
+    keep_arrow_pool(pa.default_memory_pool())  # taken here, before any model code: what workers' GrowthWatch empties
 
 
 def _matplotlib() -> None:

@@ -26,6 +26,7 @@ from typing import Any
 
 from harness_magic.core.cache.names import resolve_handle_name
 from harness_magic.core.confinement import layers as confinement
+from harness_magic.core.confinement.heap import GrowthWatch
 from harness_magic.core.execution.interpreter import split_trailing_expression
 from harness_magic.core.execution.sandbox import checks
 from harness_magic.core.execution.sandbox.protocol import FrameReader, send_frame
@@ -217,6 +218,7 @@ def run_worker(req_fd: int, resp_fd: int, config: dict[str, Any], result_fd: int
         send_frame(resp_fd, {"op": "hello", "layers": status, "pid": os.getpid(),
                              "uid": os.getuid()})
         requests = FrameReader(req_fd)
+        heap = GrowthWatch()  # after a call that built something large, its freed memory goes back to the system
         while True:
             try:
                 request = requests.next_frame()
@@ -226,6 +228,7 @@ def run_worker(req_fd: int, resp_fd: int, config: dict[str, Any], result_fd: int
             send_frame(resp_fd, reply)
             if reply.get("recycle"):
                 break
+            heap.after_request()  # once the reply is out: the kernel never waits for it
     except BaseException:  # noqa: BLE001 - report and die; the parent restarts us
         code = 1
         try:
