@@ -18,6 +18,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import leftovers  # noqa: E402
 from scripted_server import ScriptedServer  # noqa: E402
 from spark_servers import QUICK_JVM_CELL, starts_local_spark  # noqa: E402
 
@@ -83,6 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
     config.pluginmanager.register(_QuickJvmForNotebooks(), "quick_jvm_for_notebooks")
+    leftovers.register(config)  # the run's own TMPDIR, checked at its end (tests/leftovers.py)
     if config.getoption("--record-file-seconds") and not hasattr(config, "workerinput"):
         config.pluginmanager.register(_FileSecondsRecorder(), "file_seconds_recorder")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -136,7 +138,7 @@ def test_default_spill_directory_is_private_and_removed_on_close(tmp_path, monke
     cache.put("a", _frame(0))
     cache.put("b", 1)
     [private] = list(tmp_path.iterdir())
-    assert private.name.startswith("harness_magic_cache_") and list(private.iterdir())
+    assert private.name.startswith(f"harness-cache-{os.getpid()}-") and list(private.iterdir())
     cache.close()
     assert list(tmp_path.iterdir()) == []
 

@@ -188,7 +188,7 @@ def test_memory_limit_and_private_temp_directory_are_in_force(dataset):
     root, _ = dataset
     engine = DuckDBEngine({"events": str(root)}, memory_limit="64MB", threads=1)
     mode = stat.S_IMODE(os.stat(engine.temp_dir).st_mode)
-    assert mode == 0o700 and engine.temp_dir.name.startswith("harness_magic_duckdb_")
+    assert mode == 0o700 and engine.temp_dir.name.startswith(f"harness-duckdb-{os.getpid()}-")
     settings, _ = engine.query(SessionCache(), "SELECT current_setting('memory_limit') AS m, "
                                                "current_setting('temp_directory') AS t, "
                                                "current_setting('threads') AS n")

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import warnings
@@ -215,10 +216,10 @@ def test_views_joins_windows_and_tables_still_work(open_server, views):
 
 def test_refuses_to_start_when_a_required_layer_is_missing(monkeypatch):
     monkeypatch.setattr(spark_server, "REQUIRED_LAYERS", ("landlock", "no_such_layer"))
-    before = set(Path("/tmp").glob("harness_magic_spark_*"))
+    before = set(Path(tempfile.gettempdir()).glob(f"harness-spark-{os.getpid()}-*"))
     with pytest.raises(SparkStartError, match="unconfined: no_such_layer"):
         LocalSparkConnect("local[1]")
-    assert set(Path("/tmp").glob("harness_magic_spark_*")) <= before
+    assert set(Path(tempfile.gettempdir()).glob(f"harness-spark-{os.getpid()}-*")) <= before
 
 
 def test_restricted_mode_is_on_by_default_and_stop_removes_everything():

@@ -20,8 +20,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "harness_magic"
 MYPY_TIMEOUT_S = 600
 """A cold run (no cache) takes about 40 s on this machine; a warm one about 10 s."""
-CACHE_DIR = Path(tempfile.gettempdir()) / "harness_magic-mypy-cache"
-"""mypy's incremental cache, outside the tree so a run leaves nothing in it."""
+CACHE_DIR = Path(os.environ.get("PYTEST_DEBUG_TEMPROOT") or tempfile.gettempdir()) / "harness_magic-mypy-cache"
+"""mypy's incremental cache, outside the tree so a run leaves nothing in it; kept from run to run beside pytest's
+own folders (the suite's ``TMPDIR`` is a folder of the run, removed at its end: tests/leftovers.py)."""
 
 PROTOCOLS = {
     "harness_magic.core.cache.protocol": "HandleCache",

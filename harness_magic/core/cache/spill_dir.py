@@ -14,8 +14,9 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import tempfile
 from pathlib import Path
+
+from harness_magic.core.confinement.owned_dirs import owned_tempdir
 
 __all__ = ["SpillDir", "check_private_directory"]
 
@@ -33,7 +34,7 @@ class SpillDir:
         """The directory, created (private) on first use."""
         if self.path is None:
             if self.requested is None:
-                self.path, self.created = Path(tempfile.mkdtemp(prefix="harness_magic_cache_")), True
+                self.path, self.created = Path(owned_tempdir("cache")), True
             else:
                 check_private_directory(self.requested)
                 self.path = self.requested

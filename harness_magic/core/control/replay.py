@@ -37,13 +37,13 @@ from __future__ import annotations
 
 import copy
 import os
-import tempfile
 from collections import defaultdict, deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from harness_magic.core.agent.result import StopRun
+from harness_magic.core.confinement.owned_dirs import owned_tempdir
 from harness_magic.core.control.recorded import RecordedRun, checkpoint_messages, first_difference, load_run
 from harness_magic.core.execution.tools import ToolOutput, ToolSpec
 from harness_magic.core.transcript.messages import Message, ToolResultBlock, ToolUseBlock
@@ -235,7 +235,7 @@ def replay_run(
         run.start.get("system", ""),
         specs,
         max_turns=int(run.start.get("max_turns") or 25),
-        run_dir=str(run_dir) if run_dir is not None else tempfile.mkdtemp(prefix="harness-replay-"),
+        run_dir=str(run_dir) if run_dir is not None else owned_tempdir("replay"),
         cache=cache,
     )
     if recorded_tools is not None:

@@ -27,7 +27,8 @@ Unix socket in a 0700 directory and hands it over as fd ``N``. Contract:
   its Python copy of the merge table (its native copy counts), and freed heap goes back to the system after
   startup and after each burst of requests (once none came for ``POLL_S``);
 - it exits after ``idle_s`` seconds with no request in flight (each request may change ``idle_s``),
-  when its stdin reaches end of file (the kernel is gone) or when its parent changes; it ignores SIGINT
+  when its stdin reaches end of file (the kernel is gone) or when its parent changes (then it first removes the
+  kernel's private folder holding its socket, :func:`remove_orphaned_folder`: a killed kernel cannot); it ignores SIGINT
   (the stop button interrupts the kernel's process group) and never writes to stdout (its stdout is
   /dev/null; its stderr is read by the kernel into a bounded buffer).
 """
@@ -42,6 +43,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -50,12 +52,13 @@ import time
 from types import ModuleType
 from typing import Any, Callable, Sequence
 
+from harness_magic.core.confinement.owned_dirs import owner_pid
 from harness_magic.core.confinement.heap import trim_c_heap
 from harness_magic.core.providers.channel import FrameError, read_frame, send_frame, tag_error
 from harness_magic.core.providers.errors import ProviderError
 from harness_magic.core.providers.transport import LiteLLMLookups, LiteLLMTransport, check_model_route, import_litellm
 
-__all__ = ["HostServer", "PeerClosed", "main", "prepare", "defer_package_index", "shed_tokenizer_tables",
+__all__ = ["HostServer", "PeerClosed", "main", "prepare", "remove_orphaned_folder", "defer_package_index", "shed_tokenizer_tables",
            "give_back_heap", "index_names", "LazyIndexes", "drop_import_leftovers", "defer_callable",
            "bind_stand_ins", "POLL_S",
            "MISSING_TEXT_MAX_CHARS", "TRANSPORT_OPTIONS", "DEFERRED_INDEXES", "LAZY_INDEXES", "IMPORT_LEFTOVERS",
@@ -450,12 +453,24 @@ def prepare() -> Any:
     return litellm
 
 
-def _exit_when_stdin_closes() -> None:
-    """End the process when the kernel is gone (its end of our stdin closed)."""
+def remove_orphaned_folder(socket_path: str, kernel_pid: int) -> bool:
+    """Remove the folder holding ``socket_path`` when it is the private folder ``kernel_pid`` made for its hosts
+    (:func:`~harness_magic.core.confinement.owned_dirs.owned_tempdir`, named after that pid); whether it was.
+    Called once the kernel is gone: a kernel that exits removes it itself, a killed one leaves it to us."""
+    folder = os.path.dirname(socket_path)
+    if not folder or owner_pid(os.path.basename(folder)) != kernel_pid:
+        return False
+    shutil.rmtree(folder, ignore_errors=True)
+    return True
+
+
+def _exit_when_stdin_closes(socket_path: str, kernel_pid: int) -> None:
+    """End the process when the kernel is gone (its end of our stdin closed), removing its folder first."""
     try:
         while sys.stdin.buffer.read(4096):
             pass
     finally:
+        remove_orphaned_folder(socket_path, kernel_pid)
         os._exit(0)
 
 
@@ -467,9 +482,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     listener = socket.socket(fileno=args.fd)
-    threading.Thread(target=_exit_when_stdin_closes, daemon=True).start()
+    kernel_pid, socket_path = os.getppid(), listener.getsockname()
+    threading.Thread(target=_exit_when_stdin_closes, args=(socket_path, kernel_pid), daemon=True).start()
     prepare()
     HostServer(listener, args.idle_s).serve()
+    if os.getppid() != kernel_pid:  # orphaned, not idle
+        remove_orphaned_folder(socket_path, kernel_pid)
     sys.stderr.flush()
     os._exit(0)  # no interpreter teardown: litellm's clients need none, and nothing waits for it
 

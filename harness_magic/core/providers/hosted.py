@@ -40,11 +40,11 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 from collections import deque
 from typing import IO, Any, Iterator
 
+from harness_magic.core.confinement.owned_dirs import owned_tempdir
 from harness_magic.core.providers.channel import (
     DEFAULT_IDLE_S,
     FrameError,
@@ -145,7 +145,7 @@ class ProviderHost:
 
     def _start(self, idle_s: float | None = None) -> None:
         if self._dir is None:
-            self._dir = tempfile.mkdtemp(prefix="harness-provider-")  # mode 0700
+            self._dir = owned_tempdir("provider")  # mode 0700
         self._generation += 1
         old, self._path = self._path, os.path.join(self._dir, f"host-{self._generation}.sock")
         if old:

@@ -46,6 +46,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from harness_magic.core.confinement import layers as confinement
+from harness_magic.core.confinement.owned_dirs import OWNED_PREFIX, sweep_abandoned
 
 LAUNCHER_MODULE = f"{__package__}.launcher"
 """The launcher's module, named from this package (they move together), run with ``python -m``."""
@@ -104,25 +105,7 @@ def sweep_stale_roots(base: str) -> list[str]:
 
     Only directories this user owns whose creating process is gone; returns their paths.
     """
-    removed: list[str] = []
-    try:
-        entries = list(os.scandir(base))
-    except OSError:
-        return removed
-    for entry in entries:
-        if not entry.name.startswith(_ROOT_PREFIX):
-            continue
-        owner = entry.name[len(_ROOT_PREFIX):].split("-", 1)[0]
-        try:
-            info = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        if (not owner.isdigit() or os.path.exists(f"/proc/{owner}") or info.st_uid != os.geteuid()
-                or not entry.is_dir(follow_symlinks=False)):
-            continue
-        shutil.rmtree(entry.path, ignore_errors=True)
-        removed.append(entry.path)
-    return removed
+    return sweep_abandoned(base, kinds={_ROOT_PREFIX[len(OWNED_PREFIX):-1]})
 
 
 class _Fault(Exception):

@@ -43,7 +43,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tempfile
 import threading
 import uuid
 import weakref
@@ -51,6 +50,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from harness_magic.core.cache.protocol import HandleCache
+from harness_magic.core.confinement.owned_dirs import owned_tempdir
 from harness_magic.core.execution.connectors._results import (
     DEFAULT_BATCH_ROWS,
     DEFAULT_MAX_ROWS,
@@ -201,7 +201,7 @@ class DuckDBEngine:
         self.connector_name = "duckdb"
         """The connector this engine serves (set by :func:`.connector.connector`); lazy handles'
         checkpoints name it."""
-        self.temp_dir = Path(tempfile.mkdtemp(prefix="harness_magic_duckdb_"))  # mode 0700: spills are private
+        self.temp_dir = Path(owned_tempdir("duckdb"))  # mode 0700: spills are private
         self._db: list[Any] = []
         """The engine's private in-memory database (created on first use), shared by every query's cursor."""
         self._views = PseudonymViews(self.sources)

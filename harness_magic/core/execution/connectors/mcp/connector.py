@@ -35,11 +35,11 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import weakref
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Mapping
 
+from harness_magic.core.confinement.owned_dirs import owned_tempdir
 from harness_magic.core.execution.connectors.mcp.client import McpClient, McpUnavailable
 from harness_magic.core.execution.connectors.registry import TOOL_SEPARATOR, Connector, ToolContext
 from harness_magic.core.execution.connectors.sameness import records_configuration
@@ -256,7 +256,7 @@ class McpConnector(Connector):
         self._errlog: list[Any] = []
         """The local server's stderr file, once opened (closed with the connector)."""
         if config.command is not None:
-            self.directory = tempfile.mkdtemp(prefix=f"harness-mcp-{name}-")
+            self.directory = owned_tempdir("mcp", name)
             transport, describe = self._local_transport, f"local MCP server {name!r}"
         else:
             transport, describe = self._remote_transport, f"remote MCP server {name!r}"

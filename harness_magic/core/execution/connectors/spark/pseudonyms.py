@@ -37,11 +37,11 @@ import hashlib
 import os
 import shutil
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from harness_magic.core.cache.guard import EntryGuard, ServedColumn
+from harness_magic.core.confinement.owned_dirs import owned_tempdir
 from harness_magic.core.execution.connectors.served import ServedPlan, served_plan
 from harness_magic.core.text.masking import denied_text
 from harness_magic.core.text.sensitivity import DETECT_SAMPLE_VALUES
@@ -147,7 +147,7 @@ class PseudonymCopies:
                 raise ValueError(f"pseudonym copy directory {directory!r} is readable by others; it must be 0700")
             return directory
         if self._owned is None:
-            self._owned = tempfile.mkdtemp(prefix="harness_magic_spark_copies_")  # 0700
+            self._owned = owned_tempdir("sparkcopies")  # 0700
         return self._owned
 
     def reset(self) -> None:

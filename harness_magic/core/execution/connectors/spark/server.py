@@ -58,11 +58,12 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import weakref
 from pathlib import Path
 from typing import Any, Iterable, NoReturn
+
+from harness_magic.core.confinement.owned_dirs import owned_tempdir
 
 __all__ = ["LocalSparkConnect", "SparkStartError", "START_TIMEOUT_S", "SPARK_LAYERS", "spark_home",
            "probe_spark_confinement", "spark_confinement_report"]
@@ -316,7 +317,7 @@ class LocalSparkConnect:
         """The JVM's pid once it started."""
         self.confinement: dict[str, Any] = {}
         """Each layer the JVM got: ``True``, ``"ABI 7"``, ``"41 rules"`` or ``"unavailable: why"``."""
-        self.directory = tempfile.mkdtemp(prefix="harness_magic_spark_")  # 0700
+        self.directory = owned_tempdir("spark")  # 0700
         for sub in _WRITABLE:
             os.mkdir(os.path.join(self.directory, sub), 0o700)
         self._log = os.path.join(self.directory, "logs", "server.out")

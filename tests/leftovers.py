@@ -1,0 +1,144 @@
+"""The suite's guard on temporary files: each run gets its own temporary directory, checked and removed at its end.
+
+:class:`LeftoverGuard` (registered by ``conftest.pytest_configure``):
+
+- The process that starts the run makes a fresh folder (``suite-tmp-*`` in the system's temporary directory)
+  and points ``TMPDIR`` and :data:`tempfile.tempdir` at it; pytest's own ``tmp_path`` folders stay where they
+  were (``PYTEST_DEBUG_TEMPROOT``), with pytest's retention. Each pytest-xdist worker works in a subfolder of
+  its own, ``<worker id>-<pid>``. Kernels, launchers, servers and tools started by tests inherit ``TMPDIR``.
+- At the end of the run, after every fixture is torn down and (under xdist) every worker has exited, what is
+  left in the folder is sorted. A product folder (``harness-<kind>-<pid>-...``,
+  :mod:`harness_magic.core.confinement.owned_dirs`) whose owner was one of the run's pytest processes fails
+  the run: those processes exit normally, so what they owned must be gone (a plain run's own process is still
+  alive here: its folders go at its exit and are not judged). A product folder of another process (a kernel
+  the tests killed with ``SIGKILL``, which runs no clean-up) is removed by the product's own sweep, as a
+  node's next kernel would, and counted. Anything else (made by test code, an example notebook, a tool) is
+  listed as a warning. Then the folder is removed.
+- Folders are given :data:`SETTLE_S` to disappear before they are judged (a child that removes its parent's
+  folder when it finds the parent gone, a server still exiting).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from harness_magic.core.confinement.owned_dirs import owner_pid, sweep_abandoned
+
+SUITE_TMP_ENV = "HARNESS_SUITE_TMP"
+"""The run's temporary folder, for the workers pytest-xdist starts (set by the process that starts the run)."""
+SETTLE_S = 10.0
+"""How long leftovers are given to disappear before they are judged."""
+SHOWN = 20
+"""How many leftovers of each kind the report names (the rest are counted)."""
+
+
+class LeftoverGuard:
+    """See the module docstring."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.worker = os.environ.get("PYTEST_XDIST_WORKER")
+        if self.worker is None:
+            os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+            self.root = Path(tempfile.mkdtemp(prefix="suite-tmp-"))
+            os.environ[SUITE_TMP_ENV] = str(self.root)
+            here = self.root
+        else:
+            self.root = Path(os.environ[SUITE_TMP_ENV])
+            here = self.root / f"{self.worker}-{os.getpid()}"
+            here.mkdir()
+        os.environ["TMPDIR"] = str(here)
+        tempfile.tempdir = str(here)
+        self.failed: list[str] = []
+        self.swept: list[str] = []
+        self.other: list[str] = []
+        self.running: list[str] = []
+
+    def _pytest_pids(self) -> set[int]:
+        """The run's pytest processes: this one and each worker (named in its folder)."""
+        pids = {os.getpid()}
+        for entry in self.root.iterdir():
+            if entry.is_dir() and entry.name.startswith("gw"):
+                pids.add(int(entry.name.rsplit("-", 1)[1]))
+        return pids
+
+    def _left(self) -> list[Path]:
+        """What is left: the entries of the run's folder, and of each worker's (not the worker folders)."""
+        left = []
+        for entry in sorted(self.root.iterdir()):
+            if entry.is_dir() and entry.name.startswith("gw"):
+                left.extend(sorted(entry.iterdir()))
+            else:
+                left.append(entry)
+        return left
+
+    @pytest.hookimpl(trylast=True)  # after pytest-xdist's own, which ends the workers
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.worker is not None:
+            return
+        pids = self._pytest_pids()
+        deadline = time.monotonic() + SETTLE_S
+        while True:
+            left = self._left()
+            owned = [(path, owner_pid(path.name)) for path in left]
+            judged = [path for path, pid in owned if pid in pids and pid != os.getpid()]
+            if not judged or time.monotonic() >= deadline:
+                break
+            time.sleep(0.2)
+        self.failed = [f"{path}: {_contents(path)}" for path in judged]
+        for folder in {path.parent for path, pid in owned if pid is not None and pid not in pids}:
+            self.swept += sweep_abandoned(str(folder), owners={pid for _, pid in owned if pid not in pids})
+        self.running = [str(path) for path, pid in owned if pid is not None and pid not in pids and path.exists()]
+        self.other = [f"{path}: {_contents(path)}" for path, pid in owned if pid is None]
+        shutil.rmtree(self.root, ignore_errors=True)
+        if self.failed and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if self.worker is not None or not (self.failed or self.swept or self.running or self.other):
+            return
+        write = terminalreporter.write_line
+        terminalreporter.section("temporary files left behind", sep="-", red=bool(self.failed))
+        if self.failed:
+            write(f"FAILED: {len(self.failed)} product folder(s) outlived the pytest process that owned them:",
+                  red=True)
+            for line in self.failed[:SHOWN]:
+                write(f"  {line}")
+        if self.swept:
+            write(f"{len(self.swept)} product folder(s) of ended processes (kernels the tests killed) removed by the "
+                  "product's sweep, as the node's next kernel would (a process killed outright cleans nothing)")
+        if self.running:
+            write(f"warning: {len(self.running)} product folder(s) of processes still running (a process left "
+                  f"behind): {', '.join(self.running[:SHOWN])}")
+        if self.other:
+            write(f"warning: {len(self.other)} other entries left by test code, notebooks or tools:")
+            for line in self.other[:SHOWN]:
+                write(f"  {line}")
+        extra = max(len(self.failed), len(self.other)) - SHOWN
+        if extra > 0:
+            write(f"  ... and up to {extra} more")
+
+
+def _contents(path: Path) -> str:
+    """A few names inside ``path``, to say what made it."""
+    if not path.is_dir() or path.is_symlink():
+        return "(a file)"
+    try:
+        names = sorted(os.listdir(path))
+    except OSError as exc:
+        return f"(unreadable: {exc.strerror})"
+    return ", ".join(names[:6]) + (f" (+{len(names) - 6})" if len(names) > 6 else "") if names else "(empty)"
+
+
+def register(config: pytest.Config) -> None:
+    """Register the guard once per process (a run's controller and each of its workers)."""
+    if not config.pluginmanager.has_plugin("leftover_guard"):
+        config.pluginmanager.register(LeftoverGuard(config), "leftover_guard")
+
+
+__all__ = ["LeftoverGuard", "register", "SUITE_TMP_ENV", "SETTLE_S"]
