@@ -8,8 +8,8 @@
   its own, ``<worker id>-<pid>``. Kernels, launchers, servers and tools started by tests inherit ``TMPDIR``.
 - At the end of the run, after every fixture is torn down and (under xdist) every worker has exited, what is
   left in the folder is sorted. A product folder (``harness-<kind>-<pid>-...``,
-  :mod:`harness_magic.core.confinement.owned_dirs`) whose owner was one of the run's pytest processes fails
-  the run: those processes exit normally, so what they owned must be gone (a plain run's own process is still
+  :mod:`harness_magic.core.confinement.owned_dirs`) whose owner was one of the run's pytest processes, and that process exited
+  normally (:data:`EXITED`), fails the run: its exit handlers ran, so what it owned must be gone (a plain run's own process is still
   alive here: its folders go at its exit and are not judged). A product folder of another process (a kernel
   the tests killed with ``SIGKILL``, which runs no clean-up) is removed by the product's own sweep, as a
   node's next kernel would, and counted. Anything else (made by test code, an example notebook, a tool) is
@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -35,6 +36,9 @@ SUITE_TMP_ENV = "HARNESS_SUITE_TMP"
 SETTLE_S = 10.0
 """How long leftovers are given to disappear before they are judged."""
 SHOWN = 20
+EXITED = ".exited"
+"""Written in a worker's folder when it exits normally: a worker that pytest-xdist had to kill ran none of its
+exit handlers, so its folders are listed as a warning, not judged."""
 """How many leftovers of each kind the report names (the rest are counted)."""
 
 
@@ -52,6 +56,7 @@ class LeftoverGuard:
             self.root = Path(os.environ[SUITE_TMP_ENV])
             here = self.root / f"{self.worker}-{os.getpid()}"
             here.mkdir()
+            atexit.register((here / EXITED).touch)  # runs before the exit handlers registered later (LIFO)
         os.environ["TMPDIR"] = str(here)
         tempfile.tempdir = str(here)
         self.failed: list[str] = []
@@ -60,10 +65,11 @@ class LeftoverGuard:
         self.running: list[str] = []
 
     def _pytest_pids(self) -> set[int]:
-        """The run's pytest processes: this one and each worker (named in its folder)."""
+        """The run's pytest processes that exited normally: each worker (named in its folder, which holds
+        :data:`EXITED`), and this one."""
         pids = {os.getpid()}
         for entry in self.root.iterdir():
-            if entry.is_dir() and entry.name.startswith("gw"):
+            if entry.is_dir() and entry.name.startswith("gw") and (entry / EXITED).exists():
                 pids.add(int(entry.name.rsplit("-", 1)[1]))
         return pids
 
@@ -72,7 +78,7 @@ class LeftoverGuard:
         left = []
         for entry in sorted(self.root.iterdir()):
             if entry.is_dir() and entry.name.startswith("gw"):
-                left.extend(sorted(entry.iterdir()))
+                left.extend(sorted(path for path in entry.iterdir() if path.name != EXITED))
             else:
                 left.append(entry)
         return left
