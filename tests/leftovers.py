@@ -8,12 +8,12 @@
   its own, ``<worker id>-<pid>``. Kernels, launchers, servers and tools started by tests inherit ``TMPDIR``.
 - At the end of the run, after every fixture is torn down and (under xdist) every worker has exited, what is
   left in the folder is sorted. A product folder (``harness-<kind>-<pid>-...``,
-  :mod:`harness_magic.core.confinement.owned_dirs`) whose owner was one of the run's pytest processes, and
-  that process exited normally (:data:`EXITED`), fails the run: its exit handlers ran, so what it owned must
-  be gone (a plain run's own process is still alive here: its folders go at its exit and are not judged). A product folder of another process (a kernel
-  the tests killed with ``SIGKILL``, which runs no clean-up) is removed by the product's own sweep, as a
-  node's next kernel would, and counted. Anything else (made by test code, an example notebook, a tool) is
-  listed as a warning. Then the folder is removed.
+  :mod:`harness_magic.core.confinement.owned_dirs`) whose owner was one of the run's pytest processes, and that
+  process exited normally (:data:`EXITED`), fails the run: its exit handlers ran, so what it owned must be gone
+  (a plain run's own process is still alive here: its folders go at its exit and are not judged). A product
+  folder of another process (a kernel the tests killed with ``SIGKILL``, which runs no clean-up) is removed by
+  the product's own sweep, as a node's next kernel would, and counted. Anything else (made by test code, an
+  example notebook, a tool) is listed as a warning. Then the folder is removed.
 - Folders are given :data:`SETTLE_S` to disappear before they are judged (a child that removes its parent's
   folder when it finds the parent gone, a server still exiting).
 """

@@ -66,7 +66,8 @@ def test_a_label_that_could_leave_the_folder_name_is_refused(label):
         owned_tempdir("mcp", label)
 
 
-@pytest.mark.parametrize("name", ["harness-sandbox-12-x", "harness-duckdb-0-x", "harness-duckdb-x-y", "harness-duckdb-12",
+@pytest.mark.parametrize("name", ["harness-sandbox-12-x", "harness-duckdb-0-x", "harness-duckdb-x-y",
+                                  "harness-duckdb-12",
                                   "harness_magic_duckdb_abc", "tmp1234", "harness-duckdb--12-x"])
 def test_names_that_are_not_owned_folders_have_no_owner(name):
     assert owner_pid(name) is None

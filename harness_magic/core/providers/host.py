@@ -58,7 +58,8 @@ from harness_magic.core.providers.channel import FrameError, read_frame, send_fr
 from harness_magic.core.providers.errors import ProviderError
 from harness_magic.core.providers.transport import LiteLLMLookups, LiteLLMTransport, check_model_route, import_litellm
 
-__all__ = ["HostServer", "PeerClosed", "main", "prepare", "remove_orphaned_folder", "defer_package_index", "shed_tokenizer_tables",
+__all__ = ["HostServer", "PeerClosed", "main", "prepare", "remove_orphaned_folder", "defer_package_index",
+           "shed_tokenizer_tables",
            "give_back_heap", "index_names", "LazyIndexes", "drop_import_leftovers", "defer_callable",
            "bind_stand_ins", "POLL_S",
            "MISSING_TEXT_MAX_CHARS", "TRANSPORT_OPTIONS", "DEFERRED_INDEXES", "LAZY_INDEXES", "IMPORT_LEFTOVERS",
