@@ -378,13 +378,14 @@ def _pipe_child(program: str, line: bytes):
 
 
 def empty_call_figures(calls: int = EMPTY_CALLS, *, session: bool = True) -> dict[str, dict[str, float | None]]:
-    """Per path (``pipe``, ``exec``, ``sandbox``, and ``session`` when asked): median wall and CPU per call on
-    both sides.
+    """Per path (``pipe``, ``exec``, ``floor``, ``sandbox``, and ``session`` when asked): median wall and CPU per
+    call on both sides.
 
     The paths take turns (:data:`EMPTY_CALL_ROUNDS`) after a warm-up, so a
     neighbour's burst on this shared machine lands on all of them alike.
     ``pipe`` is the floor (:data:`PIPE_ECHO_CHILD`), ``exec`` the least a
-    Python worker does with a call (:data:`PIPE_EXEC_CHILD`), ``sandbox``
+    Python worker does with a call (:data:`PIPE_EXEC_CHILD`), ``floor`` the least one does that pre-checks the
+    code as the sandbox must (the floor ladder's ``checked`` rung: packed frames), ``sandbox``
     ``SandboxedInterpreter.execute("pass", {}, [])`` with the default layers,
     ``session`` the same code through ``AgentSession``'s ``python_interpreter``
     tool (an empty cache).
@@ -405,8 +406,9 @@ def empty_call_figures(calls: int = EMPTY_CALLS, *, session: bool = True) -> dic
             if outcome.error is not None or outcome.replaced is not None:
                 raise RuntimeError(f"the empty call failed: {outcome.error or outcome.replaced}")
 
+        floor, floor_pid = stack.enter_context(_floor_child("checked"))
         paths = [_Path("pipe", echo, lambda: echo_pid), _Path("exec", run, lambda: run_pid),
-                 _Path("sandbox", sandbox_call, lambda: sandbox.worker_pid)]
+                 _Path("floor", floor, lambda: floor_pid), _Path("sandbox", sandbox_call, lambda: sandbox.worker_pid)]
         if session:
             runs = stack.enter_context(tempfile.TemporaryDirectory())
             agent = AgentSession(AgentConfig(sandbox="worker", run_dir=runs))
@@ -437,6 +439,7 @@ def print_empty_call(figures: dict[str, dict[str, float | None]]) -> None:
     pipe = figures["pipe"]
     labels = {"pipe": "line through a pipe to a running Python child",
               "exec": "JSON line in, compile + exec 'pass', line out",
+              "floor": "packed frame in, parse + pre-check + compile + exec",
               "sandbox": "SandboxedInterpreter.execute('pass', {}, [])",
               "session": "AgentSession python_interpreter(code='pass')"}
     print(f"\nempty call against a pipe round trip (interleaved, median of {EMPTY_CALLS} each; CPU per call: "
@@ -603,7 +606,7 @@ def hub_row() -> dict:
     """Issue 35's table row "sandbox call that does nothing, against a line through a pipe to a running worker":
     measured now, in this interpreter, in well under two minutes."""
     figures = empty_call_figures(session=False)
-    pipe, run, call = figures["pipe"], figures["exec"], figures["sandbox"]
+    pipe, run, floor, call = figures["pipe"], figures["exec"], figures["floor"], figures["sandbox"]
     ratio = call["wall"] / pipe["wall"]
     cpu = (f"; CPU per call {_us(call['cpu_here']).strip()} kernel + {_us(call['cpu_there']).strip()} worker "
            f"vs {_us(pipe['cpu_here']).strip()} + {_us(pipe['cpu_there']).strip()}")
@@ -613,7 +616,8 @@ def hub_row() -> dict:
                       f"trip, interleaved medians of {EMPTY_CALLS}{cpu}; a bare JSON + compile + exec worker: "
                       f"{_us(run['wall']).strip()}, {run['wall'] / pipe['wall']:.1f}x the pipe by itself (the "
                       f"least a Python worker that compiles the code costs), this call {call['wall'] / run['wall']:.1f}x "
-                      "of it"}
+                      f"of it; one that also parses and pre-checks the code as the sandbox must, on packed frames: "
+                      f"{_us(floor['wall']).strip()}, {floor['wall'] / pipe['wall']:.1f}x the pipe"}
 
 
 KERNEL_STEPS = {
@@ -621,7 +625,7 @@ KERNEL_STEPS = {
     "worker_handle.WorkerHandle.results_queued": (
         "result socket polled, before the send and after the reply (2 polls)",
         "memory files queued between calls must not pass for this call's; this call's come before its reply"),
-    "backend.send_frame": ("request encoded + written (1 write)", "the code has to reach the worker"),
+    "backend.send_exec": ("request packed + written (1 write)", "the code has to reach the worker"),
     "worker_handle.WorkerHandle.reply_readable": (
         "reply awaited (1 poll: the sleep and the wake-up)",
         "the wall-clock limit and the memory watchdog wake this loop every 50 ms"),
@@ -642,7 +646,7 @@ WORKER_STEPS = {
     "exec": ("code run ('pass')", "the call itself"),
     "_capture_charts": ("figures looked for", "drawn figures come back as PNG"),
     "active_count": ("threads counted", "a thread the code left running recycles the worker"),
-    "send_frame": ("reply encoded + written (1 write)", "the answer has to go back"),
+    "send_reply": ("reply packed + written (1 write)", "the answer has to go back"),
 }
 """Worker-side steps of an empty call (name -> label, why it stays), wrapped inside the worker (see
 :func:`empty_call_steps`); all but the two frames run inside ``_serve``, whose CPU outside them sets up the call's
@@ -805,7 +809,7 @@ def empty_call_steps(calls: int = EMPTY_CALLS) -> dict[str, Any]:
     measured = per_round * EMPTY_CALL_ROUNDS
     kernel, kernel_own = _net_per_call(clock.samples, clock.inner, clock.outer, measured, KERNEL_WHOLE, KERNEL_STEPS)
     worker, worker_own = _net_per_call(worker_samples, worker_inner, worker_outer, measured, "_serve",
-                                       [name for name in WORKER_STEPS if name not in ("next_frame", "send_frame")])
+                                       [name for name in WORKER_STEPS if name not in ("next_frame", "send_reply")])
     # The worker's steps that touch no pipe, in a hot loop here (warm caches), before any audit hook is installed.
     tree = _parse("pass")
     body = compile(tree, "<agent>", "exec")

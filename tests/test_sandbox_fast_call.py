@@ -23,6 +23,14 @@ Contracts:
 - A worker is sent the cache's handle names (for ``save()``) only when they changed since its last request, and
   a new worker always; a call that wipes the worker's copy misnames only inside the worker: the kernel names
   saved values itself.
+- An ``exec`` request travels packed (its seq in a binary head, its code's UTF-8 as is, JSON only for inputs and
+  names when there are any) and an empty call's reply as 9 bytes; both read back as their JSON forms did, exactly
+  (surrogates, NUL, code past one read). A packed frame cut short, padded, with fields past its end, fields that
+  are not a JSON object, fields naming ``op``, ``seq`` or ``code`` again, or code that is not UTF-8 is refused.
+  A packed reply the code forges for another call is dropped as any stale reply is: it never answers a later call.
+- The worker keeps one output capture and empties it for each call: a call's output, its count of dropped
+  characters and its stream of output frames are its own, and a call that closes the capture or sets anything on
+  it leaves the next call a new one.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import ast
 import json
 import os
 import resource
+import select
 import struct
 import threading
 import warnings
@@ -467,15 +476,21 @@ def test_a_call_that_disarms_the_audit_hook_disarms_only_itself() -> None:
 
 @pytest.fixture
 def requests_sent(monkeypatch) -> list[dict]:
-    """Every request frame the kernel sends to a worker, in order."""
+    """Every request the kernel sends to a worker, in order, as the worker reads it."""
     sent: list[dict] = []
-    send = backend.send_frame
+    send = backend.send_exec
 
-    def recording(fd: int, message: dict) -> None:
-        sent.append(message)
-        send(fd, message)
+    def recording(fd: int, seq: int, code: str, fields: dict | None = None) -> None:
+        read, write = os.pipe()
+        try:
+            send(write, seq, code, fields)
+            sent.append(FrameReader(read).feed())
+        finally:
+            os.close(read)
+            os.close(write)
+        send(fd, seq, code, fields)
 
-    monkeypatch.setattr(backend, "send_frame", recording)
+    monkeypatch.setattr(backend, "send_exec", recording)
     return sent
 
 
@@ -507,3 +522,117 @@ def test_a_call_that_wipes_the_workers_names_misnames_only_inside_the_worker(unf
     later = unfriendly.execute("save('a', 2)", {}, ["a"])
     assert "taken" not in requests_sent[-1] and later.value == "a"  # unchanged names are not sent again...
     assert [h for h, _ in later.saved] == ["a_2"]  # ...and still cannot take a handle that exists
+
+
+# -- packed frames: the exec request and the empty reply -------------------------------------------------------
+
+
+@pytest.mark.parametrize("code, fields", [
+    ("pass", {}),
+    ("", None),
+    ("print('a\\ud800b\\udc80 \\x00 é 漢字 \\U0001f600')\n'\"q\"'", {"taken": ["a", "é"]}),
+    ("x = 1\n" * 30_000, {"inputs": {"df": {"kind": "arrow", "file": "in_1.arrow"}}, "taken": []}),  # past one read
+])
+def test_a_packed_exec_request_reads_back_as_its_json_form(pipe, code: str, fields: dict | None) -> None:
+    read, write = pipe
+    sender = threading.Thread(target=protocol.send_exec, args=(write, 2**40 + 3, code, fields))  # may fill the pipe
+    sender.start()
+    reader, request = FrameReader(read), None
+    while request is None:
+        assert select.select([read], [], [], 10)[0] or reader.pending, "the request did not arrive"
+        request = reader.feed()
+    sender.join(10)
+    assert repr(request) == repr({"op": "exec", "seq": 2**40 + 3, "code": code, **(fields or {})})
+
+
+def test_an_empty_reply_is_nine_bytes_and_any_other_reply_json(pipe) -> None:
+    read, write = pipe
+    protocol.send_reply(write, {"op": "result", "seq": 7})
+    assert os.read(read, 100) == struct.pack(">IBQ", 9, protocol.RESULT_FRAME, 7)
+    for reply in ({"op": "result", "seq": 7, "stdout": "a"}, {"op": "result", "seq": 2**64},
+                  {"op": "result", "seq": True}, {"op": "fatal", "seq": 7}):
+        protocol.send_reply(write, reply)
+        data = os.read(read, 100)
+        assert data[4:5] == b"{" and repr(FrameReader(read).take() or protocol._decode_frame(data[4:])) == repr(reply)
+
+
+def _packed(seq: int, fields: bytes, code: bytes, extra: int | None = None) -> bytes:
+    body = struct.pack(">BQI", protocol.EXEC_FRAME, seq, len(fields) if extra is None else extra) + fields + code
+    return struct.pack(">I", len(body)) + body
+
+
+@pytest.mark.parametrize("frame, error", [
+    (struct.pack(">IB", 1, protocol.EXEC_FRAME), "shorter than its 13-byte head"),
+    (struct.pack(">IBQ", 9, protocol.EXEC_FRAME, 1), "shorter than its 13-byte head"),
+    (_packed(1, b"", b"pass", extra=5), "names 5 bytes of fields"),
+    (_packed(1, b"[1]", b"pass"), "not a JSON object"),
+    (_packed(1, b'{"a":', b"pass"), "not JSON"),
+    (_packed(1, b'{"seq":9}', b"pass"), "repeat its head or code: \\['seq'\\]"),
+    (_packed(1, b'{"code":"import os","op":"exec"}', b"pass"), "repeat its head or code: \\['code', 'op'\\]"),
+    (_packed(1, b"", b"\xff pass"), "not UTF-8"),
+    (struct.pack(">IBI", 5, protocol.RESULT_FRAME, 1), "packed reply of 5 bytes, not 9"),
+    (struct.pack(">IBQB", 10, protocol.RESULT_FRAME, 1, 0), "packed reply of 10 bytes, not 9"),
+    (struct.pack(">IB", 1, 3), "not JSON"),  # no other kind of packed frame
+])
+def test_hostile_packed_frames_are_refused(pipe, frame: bytes, error: str) -> None:
+    read, write = pipe
+    with pytest.raises(ProtocolError, match=error):
+        _deliver(write, frame, FrameReader(read), 1)
+
+
+@confined
+def test_an_empty_calls_reply_crosses_packed(interp, monkeypatch) -> None:
+    bodies: list[bytes] = []
+    decode = protocol._decode_frame
+
+    def recording(data: bytes) -> dict:
+        bodies.append(bytes(data))
+        return decode(data)
+
+    monkeypatch.setattr(protocol, "_decode_frame", recording)
+    assert interp.execute("pass", {}, []).error is None
+    assert bodies[-1] == struct.pack(">BQ", protocol.RESULT_FRAME, interp._seq)
+    assert interp.execute("1", {}, []).value == 1 and bodies[-1][:1] == b"{"
+
+
+def test_a_packed_reply_forged_for_a_later_call_never_answers_it(unfriendly) -> None:
+    forge = ("import os, struct, sys\n"
+             "out = sys.modules['harness_magic.core.execution.sandbox.worker']._stream[0]\n"
+             "for later in range(out.seq + 1, out.seq + 4):\n"
+             "    os.write(out.fd, struct.pack('>IBQ', 9, 2, later))\n"
+             "'forged'")
+    forged = unfriendly.execute(forge, {}, [])
+    assert (forged.error, forged.value) == (None, "forged")  # the forged frames were stale for this call: dropped
+    for value in (1, 2, 3):  # the calls they named run and answer for themselves
+        result = unfriendly.execute(f"print('ran')\n{value}", {}, [])
+        assert (result.error, result.value, result.stdout) == (None, value, "ran\n")
+
+
+# -- the worker's one output capture ---------------------------------------------------------------------------
+
+
+@confined
+def test_each_call_has_its_own_output_and_its_own_count_of_dropped_characters() -> None:
+    with SandboxedInterpreter(timeout=30.0, stdout_max_chars=10) as sandbox:
+        first = sandbox.execute("print('a' * 25)", {}, [])
+        assert first.stdout.startswith("a" * 10 + "\n... [16 more characters")
+        streamed: list[str] = []
+        second = sandbox.execute("print('b')", {}, [], on_output=streamed.append)
+        assert (second.stdout, "".join(streamed)) == ("b\n", "b\n")
+        assert sandbox.execute("pass", {}, []).stdout == ""
+
+
+@pytest.mark.parametrize("tamper", [
+    "sys.stdout.close()",
+    "sys.stdout.write = lambda text: len(text)",  # output swallowed...
+    "sys.stdout.limit = 10**12",  # ...or past the cap: for this call only
+    "sys.stdout.value = lambda: 'forged'",
+])
+def test_a_call_that_tampers_with_its_output_capture_leaves_the_next_call_a_working_one(unfriendly, tamper) -> None:
+    assert unfriendly.execute(f"import sys\n{tamper}", {}, []).error is None
+    pid = unfriendly.worker_pid
+    big = unfriendly._limits["stdout_chars"] + 5
+    after = unfriendly.execute(f"print('after')\nprint('x' * {big})", {}, [])
+    assert after.error is None and after.stdout.startswith("after\nxxx")
+    assert "[12 more characters of output dropped]" in after.stdout  # the cap holds again: 'after\n' + big + '\n'
+    assert unfriendly.worker_pid == pid

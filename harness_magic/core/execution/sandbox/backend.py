@@ -41,7 +41,7 @@ from harness_magic.core.execution.interpreter import ExecutionResult
 from harness_magic.core.execution.sandbox.exports import InputExports
 from harness_magic.core.execution.sandbox.launcher import DATA_STACK
 from harness_magic.core.execution.sandbox.launcher_client import CHART_PRELOADS, LauncherClient, SandboxUnavailableError
-from harness_magic.core.execution.sandbox.protocol import ProtocolError, send_frame
+from harness_magic.core.execution.sandbox.protocol import ProtocolError, send_exec
 from harness_magic.core.execution.sandbox.scratch import remove_quietly, remove_result_files
 from harness_magic.core.execution.sandbox.transfer_codec import RESULT_MAX_BYTES, TransferRefused
 from harness_magic.core.execution.sandbox.transfer_kernel import read_result, receive_sealed
@@ -273,10 +273,9 @@ class SandboxedInterpreter:
                     descs, written = self._exports.prepare(inputs, versions, seq)
                 except TransferRefused as exc:  # the model's input, not a broken worker: state stays
                     return ExecutionResult(error=f"TransferRefused: {exc}", replaced=replaced)
-                request = {"op": "exec", "seq": seq, "code": code, "inputs": descs}
                 taken = sorted(taken_names)
                 try:
-                    self._send_request(worker, request, taken)
+                    self._send_request(worker, seq, code, descs, taken)
                 except BrokenPipeError:
                     # No reader: the worker died before this call (killed between calls, or with its launcher
                     # through PR_SET_PDEATHSIG) and the code never reached it. Found at no cost to a live worker's
@@ -284,7 +283,7 @@ class SandboxedInterpreter:
                     if replaced is not None:
                         raise  # the worker just started is gone too: not our plumbing to hide any more
                     worker, replaced = self._replace_found_dead(worker)
-                    self._send_request(worker, request, taken)
+                    self._send_request(worker, seq, code, descs, taken)
                 self._unused = None  # the worker has a call now
                 reply = self._wait(worker, seq, on_output, taken_names)
                 if isinstance(reply, ExecutionResult):
@@ -468,18 +467,19 @@ class SandboxedInterpreter:
         return self._worker
 
     @staticmethod
-    def _send_request(worker: WorkerHandle, request: dict[str, Any], taken: list[str]) -> None:
-        """Send ``request`` to ``worker``, with the cache's handle names (``taken``) when they are not the ones it
-        was last sent: a worker keeps them for its ``save()`` (the kernel resolves saved names again, whatever the
-        worker answers)."""
+    def _send_request(worker: WorkerHandle, seq: int, code: str, inputs: dict[str, Any], taken: list[str]) -> None:
+        """Send call ``seq``'s request to ``worker``: its code, the descriptors of its ``inputs`` when it has any,
+        and the cache's handle names (``taken``) when they are not the ones it was last sent: a worker keeps them
+        for its ``save()`` (the kernel resolves saved names again, whatever the worker answers)."""
         if worker.results_queued():
             for parts in receive_sealed(worker.result_sock, _MAX_SAVES + 1).values():
                 for fd in parts:
                     os.close(fd)  # anything a previous call left queued is stale
+        fields: dict[str, Any] = {"inputs": inputs} if inputs else {}
         if taken == worker.taken_sent:
-            send_frame(worker.req_fd, request)
+            send_exec(worker.req_fd, seq, code, fields)
         else:
-            send_frame(worker.req_fd, {**request, "taken": taken})
+            send_exec(worker.req_fd, seq, code, {**fields, "taken": taken})
             worker.taken_sent = taken
 
     def _replace_found_dead(self, worker: WorkerHandle) -> tuple[WorkerHandle, WorkerReplaced]:

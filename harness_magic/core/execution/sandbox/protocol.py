@@ -1,7 +1,11 @@
 """Wire format between the kernel and the sandbox worker.
 
 Frames are a 4-byte big-endian length and a JSON object in UTF-8 (a lone surrogate, which a
-Python string may hold, crosses in its 3-byte form and comes back as it was). Values that are
+Python string may hold, crosses in its 3-byte form and comes back as it was), except the two frames
+every call sends, whose fixed fields are packed (:func:`send_exec`, :func:`send_reply`): an ``exec``
+request (its seq in a binary header, its code's UTF-8 as is, JSON only for the fields that vary) and
+an empty call's reply (``{"op": "result", "seq": N}`` as 9 bytes). A body's first byte tells them
+apart (a JSON object starts with ``{``); both decode to the dict their JSON form would. Values that are
 not tables or arrays travel as *tagged JSON*: every value is ``{"t": tag, ...}``
 with a closed set of tags, so decoding in the kernel is plain data construction
 — nothing the worker wrote is ever unpickled or evaluated. Anything outside the
@@ -27,6 +31,8 @@ __all__ = [
     "ProtocolError",
     "RemoteObject",
     "send_frame",
+    "send_exec",
+    "send_reply",
     "FrameReader",
     "encode_value",
     "decode_value",
@@ -101,9 +107,52 @@ _scan_json = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set b
 """The C scanner ``json.loads`` ends in, without its two whitespace matches and three Python calls per frame."""
 
 
+EXEC_FRAME = 1
+"""First byte of a packed ``exec`` request (:func:`send_exec`)."""
+
+RESULT_FRAME = 2
+"""First byte of a packed empty reply (:func:`send_reply`)."""
+
+_EXEC_HEAD = struct.Struct(">BQI")
+"""A packed ``exec`` request's head: :data:`EXEC_FRAME`, its seq, the bytes of the JSON object of its other
+fields that follows (0: none); the rest of the frame is the code's UTF-8."""
+
+_EXEC_HEAD_FIELDS = frozenset({"op", "seq", "code"})
+"""What a packed request's head and code give: its JSON fields may not name them again."""
+
+_EMPTY_RESULT = struct.Struct(">BQ")
+"""A packed empty reply: :data:`RESULT_FRAME` and its seq (the whole frame)."""
+
+_SEQ_LIMIT = 1 << 64
+"""Seqs a packed frame holds (a larger one, never sent by the kernel, goes as JSON)."""
+
+
 def send_frame(fd: int, message: dict[str, Any]) -> None:
-    """Write ``message`` as one frame (a single write when the pipe has room)."""
-    data = _encode_frame(message).encode("utf-8", "surrogatepass")  # a lone surrogate the code printed crosses as is
+    """Write ``message`` as one frame of JSON (a single write when the pipe has room)."""
+    _write_frame(fd, _encode_frame(message).encode("utf-8", "surrogatepass"))  # a lone surrogate crosses as is
+
+
+def send_exec(fd: int, seq: int, code: str, fields: dict[str, Any] | None = None) -> None:
+    """Write an ``exec`` request for ``code`` as one packed frame: ``seq`` in its head, the code's UTF-8 as is
+    (never escaped into JSON), and JSON only for ``fields`` (``inputs``, ``taken``), left out when there are
+    none. It reads back as ``{"op": "exec", "seq": seq, "code": code, **fields}``."""
+    extra = _encode_frame(fields).encode("utf-8", "surrogatepass") if fields else b""
+    _write_frame(fd, b"".join((_EXEC_HEAD.pack(EXEC_FRAME, seq, len(extra)), extra,
+                               code.encode("utf-8", "surrogatepass"))))
+
+
+def send_reply(fd: int, reply: dict[str, Any]) -> None:
+    """Write a worker's ``reply``: ``{"op": "result", "seq": N}`` alone (an empty call's) as 9 packed bytes,
+    anything else as JSON (:func:`send_frame`)."""
+    seq = reply.get("seq")
+    if len(reply) == 2 and reply.get("op") == "result" and type(seq) is int and 0 <= seq < _SEQ_LIMIT:
+        _write_frame(fd, _EMPTY_RESULT.pack(RESULT_FRAME, seq))
+    else:
+        send_frame(fd, reply)
+
+
+def _write_frame(fd: int, data: bytes) -> None:
+    """Write ``data`` as one frame's body (a single write when the pipe has room)."""
     size = len(data)
     if size > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame of {size} bytes exceeds {MAX_FRAME_BYTES}")
@@ -200,6 +249,38 @@ class FrameReader:
 
 
 def _decode_frame(data: bytes) -> dict[str, Any]:
+    """A frame's body as the dict it stands for: a packed request or empty reply (see :func:`send_exec`,
+    :func:`send_reply`), else the JSON object it must be (one object, nothing around it); or ProtocolError."""
+    kind = data[0] if data else None
+    if kind == RESULT_FRAME:
+        if len(data) != _EMPTY_RESULT.size:
+            raise ProtocolError(f"packed reply of {len(data)} bytes, not {_EMPTY_RESULT.size}")
+        return {"op": "result", "seq": _EMPTY_RESULT.unpack(data)[1]}
+    if kind == EXEC_FRAME:
+        return _decode_exec(data)
+    return _decode_json(data)
+
+
+def _decode_exec(data: bytes) -> dict[str, Any]:
+    """A packed ``exec`` request (see :func:`send_exec`) as its dict, or ProtocolError."""
+    head = _EXEC_HEAD.size
+    if len(data) < head:
+        raise ProtocolError(f"packed request of {len(data)} bytes, shorter than its {head}-byte head")
+    _, seq, extra = _EXEC_HEAD.unpack_from(data)
+    if extra > len(data) - head:
+        raise ProtocolError(f"packed request names {extra} bytes of fields, more than its {len(data) - head}")
+    fields = _decode_json(data[head:head + extra]) if extra else {}
+    repeated = fields.keys() & _EXEC_HEAD_FIELDS
+    if repeated:
+        raise ProtocolError(f"packed request's fields repeat its head or code: {sorted(repeated)}")
+    try:
+        code = data[head + extra:].decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"packed request's code is not UTF-8: {exc}") from None
+    return {"op": "exec", "seq": seq, "code": code, **fields}
+
+
+def _decode_json(data: bytes) -> dict[str, Any]:
     """A frame's body as the JSON object it must be (one object, nothing around it), or ProtocolError."""
     try:
         text = data.decode("utf-8", "surrogatepass")

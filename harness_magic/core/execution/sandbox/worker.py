@@ -29,7 +29,7 @@ from harness_magic.core.confinement import layers as confinement
 from harness_magic.core.confinement.heap import GrowthWatch
 from harness_magic.core.execution.interpreter import split_trailing_expression
 from harness_magic.core.execution.sandbox import checks
-from harness_magic.core.execution.sandbox.protocol import FrameReader, send_frame
+from harness_magic.core.execution.sandbox.protocol import FrameReader, send_frame, send_reply
 from harness_magic.core.execution.sandbox.transfer_codec import TransferRefused
 from harness_magic.core.execution.sandbox.transfer_worker import (
     keep_input_tables,
@@ -107,10 +107,16 @@ class _StreamingText(_BoundedText):
 
     def __init__(self, limit: int, fd: int, seq: int) -> None:
         super().__init__(limit)
-        self.fd, self.seq = fd, seq
+        self.fd = fd
+        self.reset(limit, seq)
+
+    def reset(self, limit: int, seq: int) -> None:
+        """Empty it for call ``seq``: every field set again, as a new one would have it."""
+        self.limit, self.seq = limit, seq
+        self.parts = []
+        self.kept = self.dropped = 0
         self.pending: list[str] = []
-        self.pending_chars = 0
-        self.streamed = 0
+        self.pending_chars = self.streamed = 0
         self.last = 0.0
 
     def write(self, text: str) -> int:
@@ -144,6 +150,30 @@ class _StreamingText(_BoundedText):
         """Send what is still pending (before the result frame)."""
         if self.pending:
             self._send(force=True)
+
+
+_STREAM_FIELDS = frozenset(vars(_StreamingText(0, -1, 0)))
+"""What a :class:`_StreamingText` holds in its ``__dict__``: one holding more (a method the code replaced on it)
+is not used again."""
+
+_stream: list[_StreamingText] = []
+"""The worker's output capture, kept between calls (building one costs more than the rest of an empty call's
+bookkeeping) and emptied for each (see :func:`_output`)."""
+
+
+def _output(limit: int, fd: int | None, seq: int) -> _BoundedText:
+    """Call ``seq``'s output capture: the worker's :class:`_StreamingText` on ``fd``, emptied; a new one when
+    there is none yet, or the code before closed it or set anything on it but its fields (which ``reset`` sets
+    again); a :class:`_BoundedText` without a reply descriptor."""
+    if fd is None:
+        return _BoundedText(limit)
+    if _stream:
+        kept = _stream[0]
+        if kept.fd == fd and not kept.closed and vars(kept).keys() == _STREAM_FIELDS:
+            kept.reset(limit, seq)
+            return kept
+    _stream[:] = [_StreamingText(limit, fd, seq)]
+    return _stream[0]
 
 
 def _apply_layers(config: dict[str, Any], req_fd: int, resp_fd: int, result_fd: int | None = None) -> dict[str, Any]:
@@ -225,7 +255,7 @@ def run_worker(req_fd: int, resp_fd: int, config: dict[str, Any], result_fd: int
             except EOFError:
                 break
             reply = _serve(request, config, arm, resp_fd)
-            send_frame(resp_fd, reply)
+            send_reply(resp_fd, reply)
             if reply.get("recycle"):
                 break
             heap.after_request()  # once the reply is out: the kernel never waits for it
@@ -301,7 +331,7 @@ def _serve(request: dict[str, Any], config: dict[str, Any], arm: Any, resp_fd: i
     saved: list[tuple[str, Any]] = []
     notes: list[str] = []
     limit = int(config["limits"]["stdout_chars"])
-    out = _StreamingText(limit, resp_fd, seq) if resp_fd is not None else _BoundedText(limit)
+    out = _output(limit, resp_fd, seq)
 
     def save(name: str, value: Any) -> str:
         if len(saved) >= MAX_SAVES:
