@@ -5,6 +5,9 @@
   once, into the file, not to the WAL and then copied), and the file is back in WAL when the
   build ends, however it ends (committed, interrupted, failed). A new index file has
   ``index_file.PAGE_BYTES`` pages. Another connection open on the file keeps the build in WAL.
+* **Quick handoffs while batches run.** The interpreter's switch interval is lowered to
+  ``index.FTS_SWITCH_INTERVAL_S`` while full-text batches run in the writer's thread and put back
+  when the refresh ends, however it ends, unless something else changed it meanwhile.
 * **Killed mid-way, the index is as before.** A process killed (SIGKILL) in the middle of a first
   build leaves the journal behind; the next open rolls it back: an empty index, not a half one,
   no damage found, and the next refresh builds it whole. Killed in the middle of a re-index (in
@@ -141,6 +144,39 @@ def test_a_first_build_cut_short_keeps_nothing_and_returns_to_wal(tmp_path, monk
     assert index_module.text_chunks is real
     index.close()
     fresh.close()
+
+
+@pytest.mark.parametrize("ending", ["committed", "interrupted", "changed by someone else"])
+def test_the_switch_interval_is_lowered_while_batches_run_and_put_back_when_the_refresh_ends(tmp_path, monkeypatch,
+                                                                                              ending):
+    root = tmp_path / "docs"
+    write_docs(root, 12)
+    index = DocIndex([root], tmp_path / "index.sqlite")
+    in_batches(monkeypatch)
+    before, during = sys.getswitchinterval(), []
+    real = index_module._RowWriter.flush
+
+    def flush(writer):
+        real(writer)
+        during.append(sys.getswitchinterval())
+        if ending == "changed by someone else":
+            sys.setswitchinterval(0.01)
+
+    monkeypatch.setattr(index_module._RowWriter, "flush", flush)
+    try:
+        if ending == "interrupted":
+            cut_short_at(monkeypatch, "doc7.md")
+            with pytest.raises(KeyboardInterrupt):
+                index.refresh()
+        else:
+            assert len(index.refresh().added) == 12
+        assert index_module.FTS_SWITCH_INTERVAL_S < before
+        assert during and during[0] == pytest.approx(index_module.FTS_SWITCH_INTERVAL_S)
+        assert sys.getswitchinterval() == pytest.approx(0.01 if ending == "changed by someone else" else before)
+        assert writer_threads() == []
+    finally:
+        sys.setswitchinterval(before)
+        index.close()
 
 
 KILLED_BUILD = textwrap.dedent("""
