@@ -33,6 +33,9 @@ from harness_magic.core.confinement.owned_dirs import owner_pid, sweep_abandoned
 
 SUITE_TMP_ENV = "HARNESS_SUITE_TMP"
 """The run's temporary folder, for the workers pytest-xdist starts (set by the process that starts the run)."""
+TMP_MODE = 0o1777
+"""The run's folders are as open as ``/tmp``: processes of other users (PostgreSQL's server, a worker that dropped
+root) enter and write in them as they would in ``/tmp``."""
 SETTLE_S = 10.0
 """How long leftovers are given to disappear before they are judged."""
 SHOWN = 20
@@ -57,6 +60,7 @@ class LeftoverGuard:
             here = self.root / f"{self.worker}-{os.getpid()}"
             here.mkdir()
             atexit.register((here / EXITED).touch)  # runs before the exit handlers registered later (LIFO)
+        here.chmod(TMP_MODE)
         os.environ["TMPDIR"] = str(here)
         tempfile.tempdir = str(here)
         self.failed: list[str] = []
