@@ -14,6 +14,8 @@
   folder of another process (a kernel the tests killed with ``SIGKILL``, which runs no clean-up) is removed by
   the product's own sweep, as a node's next kernel would, and counted. Anything else (made by test code, an
   example notebook, a tool) is listed as a warning. Then the folder is removed.
+- :class:`NotebookKernelsShutDown`: an nbval notebook's kernel is shut down as JupyterLab does it, not killed,
+  so its exit handlers remove what it made.
 - Folders are given :data:`SETTLE_S` to disappear before they are judged (a child that removes its parent's
   folder when it finds the parent gone, a server still exiting).
 """
@@ -26,6 +28,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,6 +42,9 @@ root) enter and write in them as they would in ``/tmp``."""
 SETTLE_S = 10.0
 """How long leftovers are given to disappear before they are judged."""
 SHOWN = 20
+NOTEBOOK_SHUTDOWN_WAIT_S = 10.0
+"""How long an nbval notebook's kernel is given to end after its shutdown request (a local Spark server stops
+with it) before it is signalled."""
 EXITED = ".exited"
 """Written in a worker's folder when it exits normally: a worker that pytest-xdist had to kill ran none of its
 exit handlers, so its folders are listed as a warning, not judged."""
@@ -145,10 +151,29 @@ def _contents(path: Path) -> str:
     return ", ".join(names[:6]) + (f" (+{len(names) - 6})" if len(names) > 6 else "") if names else "(empty)"
 
 
+class NotebookKernelsShutDown:
+    """nbval ends a notebook's kernel with ``SIGKILL`` (``shutdown_kernel(now=True)``), which runs none of the
+    kernel's exit handlers: its product folders and the work folder the notebook registered for removal would stay.
+    Before nbval's teardown of a notebook, its kernel is asked to shut down as JupyterLab asks (a shutdown
+    request; jupyter_client signals it after :data:`NOTEBOOK_SHUTDOWN_WAIT_S` if it has not ended); nbval's own
+    stop then finds it gone."""
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+        notebook = item.parent
+        kernel = getattr(notebook, "kernel", None)
+        if (kernel is not None and hasattr(notebook, "nb") and (nextitem is None or nextitem.parent is not notebook)
+                and kernel.km.has_kernel):
+            kernel.km.shutdown_wait_time = NOTEBOOK_SHUTDOWN_WAIT_S
+            kernel.km.shutdown_kernel(now=False)
+        yield
+
+
 def register(config: pytest.Config) -> None:
     """Register the guard once per process (a run's controller and each of its workers)."""
     if not config.pluginmanager.has_plugin("leftover_guard"):
         config.pluginmanager.register(LeftoverGuard(config), "leftover_guard")
+        config.pluginmanager.register(NotebookKernelsShutDown(), "notebook_kernels_shut_down")
 
 
-__all__ = ["LeftoverGuard", "register", "SUITE_TMP_ENV", "SETTLE_S"]
+__all__ = ["LeftoverGuard", "NotebookKernelsShutDown", "register", "SUITE_TMP_ENV", "SETTLE_S"]
