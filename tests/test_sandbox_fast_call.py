@@ -622,14 +622,20 @@ def test_each_call_has_its_own_output_and_its_own_count_of_dropped_characters() 
         assert sandbox.execute("pass", {}, []).stdout == ""
 
 
-@pytest.mark.parametrize("tamper", [
-    "sys.stdout.close()",
-    "sys.stdout.write = lambda text: len(text)",  # output swallowed...
-    "sys.stdout.limit = 10**12",  # ...or past the cap: for this call only
-    "sys.stdout.value = lambda: 'forged'",
+@pytest.mark.parametrize("tamper, replaced", [
+    ("sys.stdout.close()", True),
+    ("sys.stdout.write = lambda text: len(text)", True),  # output swallowed: for this call only
+    ("sys.stdout.value = lambda: 'forged'", True),
+    ("sys.stdout.limit = 10**12", False),  # past the cap for this call only: the next call's reset sets it again
 ])
-def test_a_call_that_tampers_with_its_output_capture_leaves_the_next_call_a_working_one(unfriendly, tamper) -> None:
-    assert unfriendly.execute(f"import sys\n{tamper}", {}, []).error is None
+def test_a_call_that_tampers_with_its_output_capture_leaves_the_next_call_a_working_one(
+        unfriendly, tamper: str, replaced: bool) -> None:
+    keep = "import builtins, sys\nbuiltins._capture = sys.stdout\n"  # held: a new capture cannot take its address
+    same = "import builtins, sys\nsys.stdout is builtins._capture"
+    assert unfriendly.execute(keep, {}, []).error is None
+    assert unfriendly.execute(same, {}, []).value is True  # one capture, kept between calls
+    assert unfriendly.execute(f"{keep}{tamper}", {}, []).error is None
+    assert unfriendly.execute(same, {}, []).value is not replaced
     pid = unfriendly.worker_pid
     big = unfriendly._limits["stdout_chars"] + 5
     after = unfriendly.execute(f"print('after')\nprint('x' * {big})", {}, [])

@@ -152,9 +152,14 @@ class _StreamingText(_BoundedText):
             self._send(force=True)
 
 
-_STREAM_FIELDS = frozenset(vars(_StreamingText(0, -1, 0)))
-"""What a :class:`_StreamingText` holds in its ``__dict__``: one holding more (a method the code replaced on it)
-is not used again."""
+def _stream_fields() -> frozenset[str]:
+    sample = _StreamingText(0, -1, 0)  # held while read: freeing it closes it, which adds IOBase's own names
+    return frozenset(vars(sample))
+
+
+_STREAM_FIELDS = _stream_fields()
+"""What a :class:`_StreamingText` holds in its ``__dict__``: one holding more (a method the code replaced on it,
+or IOBase's mark of a closed stream) is not used again."""
 
 _stream: list[_StreamingText] = []
 """The worker's output capture, kept between calls (building one costs more than the rest of an empty call's
