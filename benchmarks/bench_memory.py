@@ -15,7 +15,10 @@ A real kernel (``jupyter_client``) is measured at these points:
 * **data cell**: right after one more cell whose call builds a 1e5-row pandas frame and prints a
   number from it (what an analyst's cells do): a session's first use of pandas, imported by its
   worker, which the launcher then warms for every later worker;
-* **data cells**: after a second such cell (its worker forked from the warmed launcher), idle.
+* **data cells**: after a second such cell (its worker forked from the warmed launcher), idle;
+* **large cell**: right after a cell whose call builds a 1e6-row frame with a text column, groups and sorts it
+  (:data:`LARGE_CODE`): what its worker keeps once the call's frames are dropped (it gives freed memory back once
+  its reply is out, :class:`~harness_magic.core.confinement.heap.GrowthWatch`).
 
 Each figure is the process tree under the kernel, read from ``/proc/<pid>/smaps_rollup`` through
 psutil: PSS (shared pages split between the processes that map them: what adding a session costs
@@ -29,7 +32,8 @@ session has on an otherwise idle node). Each cell's wall time is printed too (th
 the launcher; the first data cell of a session imports the data stack in its worker, which the
 launcher then warms for every later worker). Then ``--kernels N`` (default 5) kernels at once, each after one cell
 and idle: their total PSS over the node's whole tree, divided by N, is the marginal cost of one more
-analyst.
+analyst; and N kernels at once each after one light and one data cell, idle (the libraries' pages of the data
+stack are then split between the N launchers, as on a node of many analysts who use pandas).
 
 ``--preloads`` measures what each module the sandbox launcher could preload costs and saves: a
 model of the launcher (a fresh interpreter that runs the launcher's own ``warm_up`` for a set of
@@ -80,12 +84,20 @@ HOST_MODULE = "harness_magic.core.providers.host"
 LAUNCHER_MODULE = "harness_magic.core.execution.sandbox.launcher"
 LIGHT_CELL = "%%agent -m openai/bench\nCount to one."
 DATA_CELL = "%%agent -m openai/bench\nSummarise a frame."
+LARGE_CELL = "%%agent -m openai/bench\nSummarise a large table."
 LIGHT_CODE = "x = sum(range(1000)); print(x)"
 DATA_CODE = ("import numpy as np, pandas as pd\n"
              "frame = pd.DataFrame({'id': np.arange(100_000), 'group': np.arange(100_000) % 7,\n"
              "                      'amount': np.random.default_rng(0).random(100_000)})\n"
              "print(round(float(frame.groupby('group')['amount'].mean().max()), 3))")
 """The data cell's call: a 1e5-row frame, kept in the worker's namespace as an analyst's would be."""
+LARGE_CODE = ("import numpy as np, pandas as pd\n"
+              "n = 1_000_000\n"
+              "frame = pd.DataFrame({'id': np.arange(n), 'name': [f'n{i % 1000}' for i in range(n)],\n"
+              "                      'amount': np.random.default_rng(0).random(n)})\n"
+              "ordered = frame.sort_values('name')\n"
+              "print(round(float(frame.groupby('name')['amount'].mean().max()), 3))")
+"""The large cell's call: a 1e6-row frame with a text column (about 60 MB), grouped and sorted."""
 
 
 def _role(proc: psutil.Process, kernel_pid: int, launchers: set[int]) -> str:
@@ -186,7 +198,7 @@ def _reply(body: dict[str, Any]) -> dict[str, Any]:
     if messages and messages[-1].get("role") == "tool":
         return {"text": "Done: the call printed its number."}
     prompt = json.dumps([m for m in messages if m.get("role") == "user"][-1:])
-    code = DATA_CODE if "frame" in prompt else LIGHT_CODE
+    code = LARGE_CODE if "large table" in prompt else DATA_CODE if "frame" in prompt else LIGHT_CODE
     return {"text": "", "tool_calls": [{"name": "python_interpreter", "arguments": {"code": code}}]}
 
 
@@ -262,26 +274,31 @@ def one_session(work: Path, *, ten: bool = True) -> dict[str, Any]:
             out["data cell"] = _read(kernel)
             times["next data cell"] = _cell(kernel, DATA_CELL)
             out["data cells"] = _read_idle(kernel)
+            times["large cell"] = _cell(kernel, LARGE_CELL)
+            out["large cell"] = _read(kernel)
             out["cell_s"] = times
             return out
         finally:
             kernel.close()
 
 
-def many_sessions(work: Path, n: int) -> dict[str, Any]:
-    """``n`` kernels at once, each after one light cell, read once every provider host has gone idle."""
+def many_sessions(work: Path, n: int, *, data: bool = False) -> dict[str, Any]:
+    """``n`` kernels at once, each after one light cell (``data``: then one data cell), read once every provider
+    host has gone idle."""
     with ScriptedServer(reply_for=_reply) as server:
         kernels: list[Kernel] = []
         try:
             for i in range(n):
-                cwd = work / f"k{i}"
+                cwd = work / f"{'d' if data else 'k'}{i}"
                 cwd.mkdir()
                 kernel = Kernel(cwd)
                 kernels.append(kernel)
                 _setup(kernel, server.api_base)
                 _cell(kernel)
+                if data:
+                    _cell(kernel, DATA_CELL)
             totals = [_read_idle(k)["total"] for k in kernels]
-            return {"kernels": n, "pss_total": sum(t["pss"] for t in totals),
+            return {"kernels": n, "data": data, "pss_total": sum(t["pss"] for t in totals),
                     "pss_per_kernel": sum(t["pss"] for t in totals) / n}
         finally:
             for kernel in kernels:
@@ -399,6 +416,7 @@ def hub_row() -> dict[str, Any]:
         (work / "one").mkdir()
         single = one_session(work / "one", ten=False)
         many = many_sessions(work, 5)
+        many_data = many_sessions(work, 5, data=True)
     rows = single["1 cell"]
     value = rows["session"]["pss"]
 
@@ -415,10 +433,13 @@ def hub_row() -> dict[str, Any]:
                       f"; right after a session's first 1e5-row pandas cell {single['data cell']['session']['pss']:.0f}"
                       f"{alone(single['data cell'])}, after a second one, idle "
                       f"{single['data cells']['session']['pss']:.0f}{alone(single['data cells'])} "
-                      f"({parts(single['data cells'])}); 5 sessions at once {many['pss_per_kernel']:.0f} per session "
-                      f"(idle, all processes); bare kernel {single['bare']['total']['pss']:.0f}; cells: first "
+                      f"({parts(single['data cells'])}); right after a 1e6-row cell "
+                      f"{single['large cell']['session']['pss']:.0f}{alone(single['large cell'])}; 5 sessions at "
+                      f"once {many['pss_per_kernel']:.0f} per session (idle, all processes), 5 after a data cell "
+                      f"{many_data['pss_per_kernel']:.0f}; bare kernel {single['bare']['total']['pss']:.0f}; "
+                      f"cells: first "
                       f"{times['first cell']:.2f} s, first data {times['first data cell']:.2f} s, next data "
-                      f"{times['next data cell']:.2f} s"}
+                      f"{times['next data cell']:.2f} s, 1e6-row {times['large cell']:.2f} s"}
 
 
 def _drop_api_keys() -> None:
@@ -447,6 +468,9 @@ def main() -> None:
         many = many_sessions(work, args.kernels)
         print(f"{many['kernels']} sessions at once, idle: PSS {many['pss_total']:.0f} MB in all, "
               f"{many['pss_per_kernel']:.1f} MB per session")
+        many_data = many_sessions(work, args.kernels, data=True)
+        print(f"{many_data['kernels']} sessions at once after a data cell, idle: PSS {many_data['pss_total']:.0f} MB "
+              f"in all, {many_data['pss_per_kernel']:.1f} MB per session")
         for label, cost in import_costs().items():
             print(f"  import {label}: USS +{cost:.0f} MB")
         preloads = preload_costs(args.kernels) if args.preloads else {}
@@ -461,7 +485,7 @@ def main() -> None:
               f"{single['idle']['session']['pss']:.0f} MB)")
         single["cell_s"] = times
         if args.json:
-            print(json.dumps({"single": single, "many": many, "preloads": preloads}))
+            print(json.dumps({"single": single, "many": many, "many_data": many_data, "preloads": preloads}))
 
 
 if __name__ == "__main__":
