@@ -15,6 +15,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -205,3 +206,28 @@ def test_a_killed_kernel_leaves_nothing_after_the_next_process_starts(server, tm
     made = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TMPDIR": str(temp)},
                           capture_output=True, text=True, check=True).stdout.strip()
     assert os.listdir(temp) == [Path(made).name]
+
+
+def test_a_replay_without_a_run_dir_keeps_its_log_until_the_process_exits_then_removes_it(tmp_path):
+    code = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from harness_magic.core.agent.loop import Harness
+        from harness_magic.core.control.replay import replay_run
+        from harness_magic.core.providers.adapter import ProviderAdapter
+        from harness_magic.core.providers.offline import ScriptedModel
+        harness = Harness(ProviderAdapter("scripted/x", transport=ScriptedModel([{{"text": "hi"}}])), "sys", [],
+                          run_dir={str(tmp_path / "runs")!r})
+        harness.run_result("hello")
+        replay = replay_run(harness.run_file)
+        assert os.path.exists(replay.result.run_file) and replay.identical
+        print(os.path.dirname(replay.result.run_file))
+    """)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TMPDIR": str(temp)},
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    folder = Path(done.stdout.strip().splitlines()[-1])
+    assert folder.parent == temp and folder.name.startswith("harness-replay-")
+    assert os.listdir(temp) == []

@@ -35,8 +35,10 @@ Turns are counted from the question (the run's prompt): turn *N* is the
 
 from __future__ import annotations
 
+import atexit
 import copy
 import os
+import shutil
 from collections import defaultdict, deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -219,7 +221,8 @@ def replay_run(
     needed); otherwise the given tools run for real against ``cache``,
     each call first passing ``tool_guards`` (approval, budgets), and
     ``checks`` run before every model step (see :func:`live_tools_of`).
-    ``run_dir`` receives the replay's own log (a temporary folder by default).
+    ``run_dir`` receives the replay's own log (by default a private temporary folder, removed when the
+    process exits: the result's ``run_file`` is read after this returns).
     ``on_event`` receives the replay's events (live display).
     """
     from harness_magic.core.agent.loop import Harness
@@ -227,6 +230,9 @@ def replay_run(
     from harness_magic.core.providers.adapter import ProviderAdapter
 
     run = load_run(log_path)
+    if run_dir is None:
+        run_dir = owned_tempdir("replay")
+        atexit.register(shutil.rmtree, run_dir, True)
     adapter = ProviderAdapter(f"replay/{Path(log_path).name}", transport=ReplayModel(Path(log_path)))
     recorded_tools = _RecordedTools(run) if tools is None else None
     specs = recorded_tools.specs(run) if recorded_tools else list(tools or [])
@@ -235,7 +241,7 @@ def replay_run(
         run.start.get("system", ""),
         specs,
         max_turns=int(run.start.get("max_turns") or 25),
-        run_dir=str(run_dir) if run_dir is not None else owned_tempdir("replay"),
+        run_dir=str(run_dir),
         cache=cache,
     )
     if recorded_tools is not None:
