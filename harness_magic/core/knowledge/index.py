@@ -122,17 +122,18 @@ switch interval each time, up to 10 ms a batch with FTS5 idle. Put back when the
 FTS_OVERLAP_CORES = 2
 """Cores free this instant (:func:`~.prepare.host_cores` less :func:`~.prepare.running_now`) from which a refresh
 runs each batch's full-text statement in the writer's thread, overlapped with reading and chunking the next batch;
-below it the full-text rows of every chunk the refresh wrote are inserted by one statement at the end. Batches
-cost FTS5 nothing by themselves (5 statements write 6 segments in the same CPU time as one, measured), but the
-statement running beside the kernel's Python took 60-110 ms more CPU for 10,000 chunks on the loaded 2-core
-machine (two threads sharing busy cores and caches): it pays only where it has a core of its own
+below it the full-text rows of every chunk the refresh wrote are inserted by one statement at the end. With a core
+of its own a first build of 10,000 chunks took 187-193 ms wall against 258-266 ms in one statement at the end; on
+the loaded 2-core machine (load 2-3) it took the same wall at the median (293 against 291 ms) for 8% more CPU
+(295 against 274 ms: more segments, two threads sharing busy cores and caches), so it runs only with a core free
 (``bench_docs.py --stages`` times both)."""
 FTS_AUTOMERGE = 4
 """FTS5's ``automerge`` (its default): segments of one level merged once this many are written. Each full-text
 statement writes its rows as one segment; a first build whose batches run in the writer's thread turns it off
 while it runs (merging its first segments into one as the next are written cost 20-30 ms of 130 for 10,000
 chunks, measured) and back on before it commits: searches score the same over any number of segments (a few
-more lookups a term: 0.24 -> 0.3 ms at the median), and the next refreshes merge them, a little each write."""
+more lookups a term: a keyword search with its hits fetched 0.65 -> 0.72 ms at the median over 300 queries on
+10,000 chunks), and the next refreshes merge them, a little each write."""
 DF_CACHE_TERMS = 100_000
 """Query terms whose chunk counts are memoised (cleared when the index changes)."""
 SCHEMA_VERSION = 3
@@ -148,7 +149,8 @@ BULK_JOURNAL = "delete"
 """The journal of a first build (an index with no file yet): SQLite's rollback journal keeps the old content of
 the pages a transaction changes, and an empty index has almost none, so the ~14 MB of a 10,000-chunk build are
 written once, into the file, and the commit deletes a journal of a few pages. In WAL every page goes to the
-``-wal`` file first and is copied into the index by a checkpoint (32 ms of a 290 ms build, measured). A crash
+``-wal`` file first and is copied into the index by a checkpoint (the commit alone took 32 ms of a 290 ms build;
+through the journal, with ``index_file.PAGE_BYTES`` pages, the build takes 36 ms less CPU, measured). A crash
 leaves the journal, which the next open rolls back: the index is as before (empty), never half built. The file
 is switched back to WAL after the build (readers of other processes then never wait for a refresh)."""
 ROWID_MAX = 2**63 - 1
