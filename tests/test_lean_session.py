@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import mmap
 import time
 
 import psutil
@@ -435,13 +436,24 @@ def _private_dirty_mb(pid: int) -> float:
     raise AssertionError(f"no Private_Dirty in /proc/{pid}/smaps_rollup")
 
 
+def _fault_in(pages: int) -> mmap.mmap:
+    """``pages`` fresh pages, each written once: as many faults whatever transparent huge pages are set to."""
+    size = pages * mmap.PAGESIZE
+    region = mmap.mmap(-1, size)
+    region.madvise(mmap.MADV_NOHUGEPAGE)
+    for offset in range(0, size, mmap.PAGESIZE):
+        region[offset] = 1
+    return region
+
+
 def test_a_growth_watch_gives_back_only_once_the_process_grew_by_its_pages():
     watch = GrowthWatch()
     small = [str(i) for i in range(1000)]
     assert watch.after_request() is False and watch.given_back == 0, "a request that allocated little pays nothing"
-    grown = b"x" * (2 * GIVE_BACK_AFTER_PAGES * 4096)  # every page written: faulted in
+    grown = _fault_in(2 * GIVE_BACK_AFTER_PAGES)
     assert watch.after_request() is True and watch.given_back == 1
-    del grown, small
+    grown.close()
+    del small
     assert watch.after_request() is False, "counted again from the last give-back"
 
 
