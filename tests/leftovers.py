@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -39,6 +40,8 @@ SUITE_TMP_ENV = "HARNESS_SUITE_TMP"
 TMP_MODE = 0o1777
 """The run's folders are as open as ``/tmp``: processes of other users (PostgreSQL's server, a worker that dropped
 root) enter and write in them as they would in ``/tmp``."""
+_WORKER_FOLDER = re.compile(r"gw[0-9]+-([0-9]+)")
+"""A worker's folder in the run's: ``<worker id>-<pid>``."""
 SETTLE_S = 10.0
 """How long leftovers are given to disappear before they are judged."""
 SHOWN = 20
@@ -55,7 +58,8 @@ class LeftoverGuard:
     """See the module docstring."""
 
     def __init__(self, config: pytest.Config) -> None:
-        self.worker = os.environ.get("PYTEST_XDIST_WORKER")
+        # the worker's own input, not PYTEST_XDIST_WORKER: a pytest run started by a test inherits that variable
+        self.worker: str | None = config.workerinput["workerid"] if hasattr(config, "workerinput") else None
         if self.worker is None:
             os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
             self.root = Path(tempfile.mkdtemp(prefix="suite-tmp-"))
@@ -79,15 +83,16 @@ class LeftoverGuard:
         :data:`EXITED`), and this one."""
         pids = {os.getpid()}
         for entry in self.root.iterdir():
-            if entry.is_dir() and entry.name.startswith("gw") and (entry / EXITED).exists():
-                pids.add(int(entry.name.rsplit("-", 1)[1]))
+            worker = _WORKER_FOLDER.fullmatch(entry.name)
+            if worker is not None and entry.is_dir() and (entry / EXITED).exists():
+                pids.add(int(worker[1]))
         return pids
 
     def _left(self) -> list[Path]:
         """What is left: the entries of the run's folder, and of each worker's (not the worker folders)."""
         left = []
         for entry in sorted(self.root.iterdir()):
-            if entry.is_dir() and entry.name.startswith("gw"):
+            if _WORKER_FOLDER.fullmatch(entry.name) and entry.is_dir():
                 left.extend(sorted(path for path in entry.iterdir() if path.name != EXITED))
             else:
                 left.append(entry)
