@@ -13,7 +13,9 @@ Contracts:
   not inline or sealed); the model's own scratch files stay either way.
 - The worker parses each call's code once for the pre-check and the compile: refusals, syntax errors (with
   their line), NUL bytes, nesting too deep for the parser and trailing values read as errors or values, and
-  the worker survives each. The pre-check walks the tree in :func:`ast.walk`'s order, without its generators.
+  the worker survives each. The pre-check walks the tree in :func:`ast.walk`'s order, leaving out only the leaf
+  singletons (``Load``, ``Add``...) and reading only the fields each node class's ASDL signature says hold nodes
+  (every field of a class without one); every class the parser makes has its signature read.
 - A worker killed between two quick calls is still found by the next one, which runs once in a new worker.
 - The audit hook refuses only in the thread that armed it and only while armed, each armed thread with its own
   writable directory (two at once included); disarmed, it lets everything through.
@@ -43,6 +45,7 @@ import select
 import struct
 import threading
 import warnings
+from pathlib import Path
 
 import pytest
 from test_worker_revival import kill_and_wait
@@ -328,15 +331,51 @@ def test_a_worker_killed_between_quick_calls_is_replaced_and_the_next_call_runs_
 # -- the pre-check's walk --------------------------------------------------------------------------------------
 
 
+_LEAVES = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
+"""The singletons the pre-check's walk leaves out (``Load``, ``Add``, ``Eq``...): no fields, no check."""
+
+
 @pytest.mark.parametrize("code", [
     "pass",
     "import pandas as pd\nx = df.groupby('a')['b'].sum()\nfor i in range(3):\n    z = {'k': [1, i], 'v': f'{i!r:>3}'}\n",
     "class A:\n    def f(self, *a, k=1, **kw):\n        return lambda y: [q async for q in y] if a else (yield from kw)\n",
     "match p:\n    case {'x': [1, *rest]} if rest:\n        pass\n    case _:\n        del p[0:2:1]\n",
+    "x = {**a, 'b': -c, None: not d}\nif a < b <= c and d or e:\n    x @= y ** 2 // 3\n",
+    "try:\n    pass\nexcept* (ValueError, TypeError) as group:\n    raise\nfinally:\n    global g\n",
+    "async def f(x: 'int' = 1, /, *, y: list[int]) -> None:\n    async with a as (b, c):\n        await d\n",
 ])
 def test_the_pre_checks_walk_visits_what_ast_walk_visits_in_the_same_order(code: str) -> None:
     tree = ast.parse(code)
-    assert [ast.dump(node) for node in checks._nodes(tree)] == [ast.dump(node) for node in ast.walk(tree)]
+    walked = [ast.dump(node) for node in ast.walk(tree) if not isinstance(node, _LEAVES)]
+    assert [ast.dump(node) for node in checks._nodes(tree)] == walked
+
+
+def test_the_pre_checks_walk_visits_what_ast_walk_visits_in_every_module_of_the_sandbox() -> None:
+    for path in sorted(Path(checks.__file__).parent.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        assert list(checks._nodes(tree)) == [node for node in ast.walk(tree) if not isinstance(node, _LEAVES)], path
+
+
+def test_every_node_class_the_parser_makes_has_its_signature_read() -> None:
+    classes = [kind for kind in vars(ast).values() if isinstance(kind, type) and issubclass(kind, ast.AST)
+               and kind._fields and not (kind.__doc__ or "").startswith("Deprecated")]
+    assert len(classes) > 60
+    for kind in classes:
+        branches = checks._branches_of(kind)
+        assert branches is not None, kind
+        assert [name for name, _ in branches] == [name for name in kind._fields if name in dict(branches)], kind
+    assert checks._branches_of(ast.Name) == ()  # its id is text, its ctx a leaf
+    assert checks._branches_of(ast.Dict) == (("keys", True), ("values", True))
+
+
+def test_a_node_class_without_its_signature_has_every_field_read() -> None:
+    class Odd(ast.expr):  # no ASDL signature in its docstring: read field by field, as ast.walk does
+        _fields = ("inner", "items", "text")
+
+    odd = Odd(inner=ast.Name(id="eval", ctx=ast.Load()), items=[ast.Constant(value="__globals__"), 3], text="x")
+    assert checks._branches_of(Odd) is None
+    assert [type(node).__name__ for node in checks._nodes(ast.Expr(value=odd))] == ["Expr", "Odd", "Name", "Constant"]
+    assert "'eval'" in (checks.precheck_tree(ast.Expr(value=odd)) or "")
 
 
 @pytest.mark.parametrize("code, refusal", [

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import sys
 import threading
 from collections import deque
@@ -64,41 +65,88 @@ def precheck(code: str) -> str | None:
     return precheck_tree(tree)
 
 
+_LEAF_TYPES = frozenset({"identifier", "string", "constant", "int",
+                         "expr_context", "boolop", "operator", "unaryop", "cmpop"})
+"""ASDL field types that hold no node worth visiting: text and numbers, and the singletons with no fields of
+their own (``Load``, ``Add``, ``Eq``...) that no check looks at."""
+
+_SIGNATURE = re.compile(r"(\w+)\((.*)\)")
+"""A node class's first docstring line: its ASDL signature, ``Name(identifier id, expr_context ctx)``."""
+
+_BRANCHES: dict[type[ast.AST], tuple[tuple[str, bool], ...] | None] = {}
+"""Node class -> its fields that hold nodes, each with whether it holds a list (``None``: read every field)."""
+
+
+def _branches_of(kind: type[ast.AST]) -> tuple[tuple[str, bool], ...] | None:
+    """The fields of node class ``kind`` that hold nodes to visit, from its ASDL signature; None when the
+    signature is not there or does not name exactly its ``_fields`` (every field is then read)."""
+    match = _SIGNATURE.fullmatch((kind.__doc__ or "").split("\n", 1)[0])
+    if match is None or match.group(1) != kind.__name__:
+        return None
+    declared = [part.split(" ") for part in match.group(2).split(", ")] if match.group(2) else []
+    if any(len(part) != 2 for part in declared) or [name for _, name in declared] != list(kind._fields):
+        return None
+    return tuple((name, of.endswith("*")) for of, name in declared if of.rstrip("*?") not in _LEAF_TYPES)
+
+
 def _nodes(tree: ast.AST) -> Iterator[ast.AST]:
-    """Every node of ``tree`` in :func:`ast.walk`'s order (breadth first), without its two generators per node."""
+    """The nodes of ``tree`` (one :func:`ast.parse` made) in :func:`ast.walk`'s order (breadth first), without
+    the leaf singletons (``Load``, ``Add``...) and without reading the fields that hold text or numbers: each
+    node class's fields that hold nodes are read once from its ASDL signature (:func:`_branches_of`)."""
     todo = deque([tree])
     take, add = todo.popleft, todo.append
+    known = _BRANCHES
     while todo:
         node = take()
         yield node
-        for name in node._fields:
+        kind = type(node)
+        try:
+            branches = known[kind]
+        except KeyError:
+            branches = known[kind] = _branches_of(kind)
+        if branches is None:  # a class without its signature: every field read, as ast.walk does
+            for name in node._fields:
+                value = getattr(node, name, None)
+                if isinstance(value, list):
+                    for item in value:
+                        if isinstance(item, ast.AST):
+                            add(item)
+                elif isinstance(value, ast.AST):
+                    add(value)
+            continue
+        for name, many in branches:
             value = getattr(node, name, None)
-            if isinstance(value, list):
-                for item in value:
-                    if isinstance(item, ast.AST):
+            if many:
+                for item in value or ():
+                    if isinstance(item, ast.AST):  # a dict's ``**`` has no key (None)
                         add(item)
             elif isinstance(value, ast.AST):
                 add(value)
 
 
+_DUNDER_ATTRIBUTES = tuple(name for name in _FORBIDDEN_ATTRIBUTES if name.startswith("__"))
+
+
 def precheck_tree(tree: ast.AST) -> str | None:
     """:func:`precheck` of code already parsed (the worker parses each call's code once)."""
     for node in _nodes(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
+        if isinstance(node, ast.Name):
+            if node.id in _FORBIDDEN_CALLS:
+                return f"{node.id!r} is not available in the sandbox: work with the cached handles instead."
+        elif isinstance(node, ast.Attribute):
+            if node.attr in _FORBIDDEN_ATTRIBUTES:
+                return f"attribute {node.attr!r} is not available in the sandbox."
+        elif isinstance(node, ast.Constant):
+            value = node.value
+            if isinstance(value, str) and "__" in value and any(a in value for a in _DUNDER_ATTRIBUTES):
+                return "strings naming interpreter internals are not available in the sandbox."
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             for name in names:
                 top = name.split(".")[0]
                 if top not in ALLOWED_IMPORTS or (isinstance(node, ast.ImportFrom) and node.level):
                     return (f"import of {name!r} is not available in the sandbox. Imports other than "
                             f"{', '.join(sorted(ALLOWED_IMPORTS))} are not available.")
-        elif isinstance(node, ast.Name) and node.id in _FORBIDDEN_CALLS:
-            return f"{node.id!r} is not available in the sandbox: work with the cached handles instead."
-        elif isinstance(node, ast.Attribute) and node.attr in _FORBIDDEN_ATTRIBUTES:
-            return f"attribute {node.attr!r} is not available in the sandbox."
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (
-            "__" in node.value and any(a in node.value for a in _FORBIDDEN_ATTRIBUTES if a.startswith("__"))
-        ):
-            return "strings naming interpreter internals are not available in the sandbox."
     return None
 
 
