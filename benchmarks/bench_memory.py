@@ -1,6 +1,6 @@
 """Memory of one analyst's session on a shared node: PSS and USS of every process a kernel owns.
 
-    .venv/bin/python benchmarks/bench_memory.py [--kernels N] [--preloads]
+    .venv/bin/python benchmarks/bench_memory.py [--kernels N] [--preloads] [--mappings]
 
 A real kernel (``jupyter_client``) is measured at these points:
 
@@ -34,6 +34,11 @@ launcher then warms for every later worker). Then ``--kernels N`` (default 5) ke
 and idle: their total PSS over the node's whole tree, divided by N, is the marginal cost of one more
 analyst; and N kernels at once each after one light and one data cell, idle (the libraries' pages of the data
 stack are then split between the N launchers, as on a node of many analysts who use pandas).
+
+``--mappings`` prints where the launcher's and the worker's pages are right after the first data cell (their
+``/proc/<pid>/smaps`` summed by kind of mapping: heap and anonymous memory, the data stack's libraries, the other
+libraries) and which of them each holds alone (private dirty) or shares (shared dirty: the launcher's pages the
+worker inherited and has not written; shared clean: library pages).
 
 ``--preloads`` measures what each module the sandbox launcher could preload costs and saves: a
 model of the launcher (a fresh interpreter that runs the launcher's own ``warm_up`` for a set of
@@ -244,6 +249,49 @@ def _read_idle(kernel: Kernel) -> dict[str, Any]:
             return rows
 
 
+DATA_LIBRARY_DIRS = ("/numpy/", "/numpy.libs/", "/pandas/", "/pandas.libs/", "/pyarrow/", "/pyarrow.libs/")
+"""Where the data stack's extension modules and libraries lie."""
+MAPPING_FIELDS = ("Rss", "Private_Dirty", "Shared_Dirty", "Shared_Clean")
+
+
+def _mapping_kind(path: str) -> str:
+    """The kind of memory a mapping of ``path`` (the last field of its smaps header, "" when anonymous) holds."""
+    if path in ("", "[heap]"):
+        return "heap and anonymous (Python objects, C allocations)"
+    if any(part in path for part in DATA_LIBRARY_DIRS):
+        return "data stack's libraries"
+    if path.startswith("/") and (".so" in path or "/python" in path):
+        return "Python and other libraries"
+    return "other (stacks, vdso, locale)"
+
+
+def mappings(pid: int) -> dict[str, dict[str, float]]:
+    """Process ``pid``'s memory by kind of mapping (:func:`_mapping_kind`), MB of each of :data:`MAPPING_FIELDS`
+    (from ``/proc/<pid>/smaps``): where a launcher's or a worker's pages are, and which it shares."""
+    out: dict[str, dict[str, float]] = {}
+    kind = ""
+    with open(f"/proc/{pid}/smaps", encoding="utf-8", errors="replace") as smaps:
+        for line in smaps:
+            head = line.split(None, 5)
+            if "-" in head[0] and ":" not in head[0]:
+                kind = _mapping_kind(head[5].strip() if len(head) > 5 else "")
+                out.setdefault(kind, dict.fromkeys(MAPPING_FIELDS, 0.0))
+            elif head[0].rstrip(":") in MAPPING_FIELDS:
+                out[kind][head[0].rstrip(":")] += int(head[1]) / 1024
+    return out
+
+
+def _session_mappings(kernel_pid: int) -> dict[str, dict[str, dict[str, float]]]:
+    """:func:`mappings` of the launcher and the worker under ``kernel_pid``."""
+    launchers: set[int] = set()
+    out = {}
+    for proc in psutil.Process(kernel_pid).children(recursive=True):
+        role = _role(proc, kernel_pid, launchers)
+        if role in ("launcher", "worker"):
+            out[role if role not in out else f"{role}:{proc.pid}"] = mappings(proc.pid)
+    return out
+
+
 def _print(label: str, rows: dict[str, Any]) -> None:
     parts = ", ".join(f"{k} {v['pss']:.0f}/{v['uss']:.0f}" for k, v in rows.items() if k not in SUMMARIES)
     alone = rows.get("alone")
@@ -253,8 +301,9 @@ def _print(label: str, rows: dict[str, Any]) -> None:
              if alone else ""))
 
 
-def one_session(work: Path, *, ten: bool = True) -> dict[str, Any]:
-    """One kernel through the stages of the module docstring (``ten=False`` skips the ten cells)."""
+def one_session(work: Path, *, ten: bool = True, by_mapping: bool = False) -> dict[str, Any]:
+    """One kernel through the stages of the module docstring (``ten=False`` skips the ten cells; ``by_mapping``
+    adds the launcher's and the worker's :func:`mappings` right after the first data cell, as ``"mappings"``)."""
     with ScriptedServer(reply_for=_reply) as server:
         kernel = Kernel(work)
         try:
@@ -272,6 +321,8 @@ def one_session(work: Path, *, ten: bool = True) -> dict[str, Any]:
             _cell(kernel)  # the provider host back, so the data cells' times are the sandbox's
             times["first data cell"] = _cell(kernel, DATA_CELL)
             out["data cell"] = _read(kernel)
+            if by_mapping:
+                out["mappings"] = _session_mappings(_pid(kernel))
             times["next data cell"] = _cell(kernel, DATA_CELL)
             out["data cells"] = _read_idle(kernel)
             times["large cell"] = _cell(kernel, LARGE_CELL)
@@ -453,18 +504,26 @@ def main() -> None:
     parser.add_argument("--kernels", type=int, default=5, help="kernels at once for the marginal figure")
     parser.add_argument("--preloads", action="store_true", help="also measure each launcher preload's cost")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON line too")
+    parser.add_argument("--mappings", action="store_true",
+                        help="also print the launcher's and the worker's memory by kind of mapping after a data cell")
     args = parser.parse_args()
     _drop_api_keys()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "one").mkdir()
-        single = one_session(work / "one")
+        single = one_session(work / "one", by_mapping=args.mappings)
+        by_mapping = single.pop("mappings", {})
         print(f"one session (MB; per process PSS/USS; provider_idle_s "
               f"{IDLE_S if provider_host_setting() else 'not in this checkout'}):")
         times = single.pop("cell_s")
         for label, rows in single.items():
             _print(label, rows)
         print("  cell wall times: " + ", ".join(f"{label} {took:.2f} s" for label, took in times.items()))
+        for role, kinds in by_mapping.items():
+            print(f"  {role} right after the first data cell, by mapping (MB: resident, private dirty, shared dirty, "
+                  "shared clean):")
+            for kind, fig in kinds.items():
+                print(f"    {kind:<52} " + "  ".join(f"{fig[field]:6.1f}" for field in MAPPING_FIELDS))
         many = many_sessions(work, args.kernels)
         print(f"{many['kernels']} sessions at once, idle: PSS {many['pss_total']:.0f} MB in all, "
               f"{many['pss_per_kernel']:.1f} MB per session")
@@ -485,7 +544,8 @@ def main() -> None:
               f"{single['idle']['session']['pss']:.0f} MB)")
         single["cell_s"] = times
         if args.json:
-            print(json.dumps({"single": single, "many": many, "many_data": many_data, "preloads": preloads}))
+            print(json.dumps({"single": single, "many": many, "many_data": many_data, "preloads": preloads,
+                              "mappings": by_mapping}))
 
 
 if __name__ == "__main__":
