@@ -71,9 +71,6 @@ def test_a_worker_killed_in_the_middle_of_a_call_leaves_nothing_once_the_session
     assert not session.exists()
 
 
-@pytest.mark.xfail(strict=True, reason="known leak, reported to the sandbox's owners: a session keeps its folder in "
-                   "the replaced launcher's root, and SandboxedInterpreter.close removes the session folder but not "
-                   "that retired root (launcher.log, empty/), which stays in /dev/shm until the kernel exits")
 def test_a_launcher_killed_between_calls_leaves_no_folder_of_the_session_once_it_closes(interp):
     fill_scratch(interp)
     first_session, old = Path(interp.session_dir), interp._launcher
@@ -83,3 +80,33 @@ def test_a_launcher_killed_between_calls_leaves_no_folder_of_the_session_once_it
     interp.close()
     assert not [path for path in sessions if path.exists()], sessions
     assert not os.path.exists(old.root), "the killed launcher's root was kept after its last session closed"
+
+
+def test_a_launcher_killed_while_no_session_uses_it_leaves_no_root_once_replaced():
+    first = sandbox()
+    old = first._launcher
+    first.close()
+    kill_launcher(old, None)
+    second = sandbox()
+    try:
+        assert second._launcher is not old
+        assert second.execute("6 * 7", {}, []).value == 42
+        assert not os.path.exists(old.root), "a replaced launcher's root outlived it though no session used it"
+    finally:
+        second.close()
+
+
+def test_a_session_on_a_replaced_launcher_keeps_its_folder_until_it_closes(interp):
+    fill_scratch(interp)
+    old, session = interp._launcher, Path(interp.session_dir)
+    other = sandbox()  # a second session of the same kernel, on the same launcher
+    try:
+        kill_launcher(old, interp.worker_pid)
+        assert interp.execute("6 * 7", {}, []).value == 42
+        assert session.is_dir() and any(session.rglob("*.txt")), "the scratch was removed while its session lives"
+        interp.close()
+        assert not session.exists()
+        assert os.path.exists(old.root), "the root was removed while another session's folder was in it"
+    finally:
+        other.close()
+    assert not os.path.exists(old.root)

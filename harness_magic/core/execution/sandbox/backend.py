@@ -24,10 +24,8 @@ from __future__ import annotations
 import base64
 import os
 import re
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -173,7 +171,9 @@ class SandboxedInterpreter:
         }
         self._ast_precheck, self._audit_hooks = ast_precheck, audit_hooks
         self._launcher = LauncherClient.shared()
-        self.session_dir = tempfile.mkdtemp(prefix="session-", dir=self._launcher.root)
+        self._session_launcher = self._launcher
+        """The launcher whose root holds :attr:`session_dir` (it stays there when the launcher is replaced)."""
+        self.session_dir = self._launcher.open_session()
         self.input_dir = os.path.join(self.session_dir, "inputs")
         self.scratch_dir = os.path.join(self.session_dir, "scratch")
         self._memory = MemoryLimits(rss, int(scratch_max_bytes) if scratch_max_bytes is not None else rss,
@@ -384,7 +384,7 @@ class SandboxedInterpreter:
             self._closed = True
             self._exports.close()
             self._stop_worker()
-            shutil.rmtree(self.session_dir, ignore_errors=True)
+            self._session_launcher.close_session(self.session_dir)
 
     def __enter__(self) -> SandboxedInterpreter:
         return self

@@ -141,6 +141,8 @@ class LauncherClient:
         os.mkdir(empty, 0o555)
         self.broken: str | None = None
         """Why this launcher was taken out of service (None while it serves)."""
+        self._sessions: set[str] = set()
+        """Session folders made in :attr:`root` and not closed yet (see :meth:`open_session`)."""
         self.reply_timeout = REPLY_TIMEOUT_S
         """Seconds one request may take (send, stale replies, its reply) before the launcher is retired."""
         self.discarded = 0
@@ -229,9 +231,29 @@ class LauncherClient:
             if current is None or not current.alive():
                 if current is not None and current.broken is None:
                     current.retire(f"the sandbox launcher (pid {current.pid}) {current._exit_detail()}")
+                if current is not None and not current._sessions:  # nobody's folder is in its root
+                    shutil.rmtree(current.root, ignore_errors=True)
                 current = cls._shared = cls()
                 atexit.register(current.close)
             return current
+
+    def open_session(self) -> str:
+        """A new session folder in :attr:`root`, kept until :meth:`close_session` (a session keeps its folder when
+        this launcher is replaced: its inputs and scratch are where its code left them)."""
+        with self.lock:
+            path = tempfile.mkdtemp(prefix="session-", dir=self.root)
+            self._sessions.add(path)
+            return path
+
+    def close_session(self, path: str) -> None:
+        """Remove a session folder of :meth:`open_session`; once this launcher is retired, its last session's
+        close removes its root too (its log and ``empty/``), which would otherwise stay until the kernel exits."""
+        shutil.rmtree(path, ignore_errors=True)
+        with self.lock:
+            self._sessions.discard(path)
+            drained = self.broken is not None and not self._sessions
+        if drained:
+            shutil.rmtree(self.root, ignore_errors=True)
 
     @classmethod
     def warm(cls) -> None:
