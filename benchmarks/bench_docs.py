@@ -7,6 +7,7 @@ Run::
     .venv/bin/python benchmarks/bench_docs.py --bomb           # also time a PDF bomb (bounded by the timeout)
     .venv/bin/python benchmarks/bench_docs.py --stages         # only table 1b: where a full index spends its time
     .venv/bin/python benchmarks/bench_docs.py --fts-options    # only table 1c: FTS5's options on the same rows
+    .venv/bin/python benchmarks/bench_docs.py --profile        # only cProfile of one full index (kernel alone)
 
 ``hub_row()`` returns issue 35's row (a full index of the 10,000-chunk corpus against reading and
 hashing the same bytes; goal at most 10x) for ``benchmarks/bench_hub.py``.
@@ -450,6 +451,27 @@ def print_stages(corpus: Path, work: Path) -> None:
     print(f"| sum of the refresh's steps | - | {steps:.3f} | {steps / floor_cpu:.1f}x | - |")
 
 
+PROFILE_TOP = 20
+"""Functions shown by ``--profile``."""
+
+
+def print_profile(corpus: Path, work: Path) -> None:
+    """cProfile of one full index of ``corpus`` in the kernel alone, its full text in one statement at the end
+    (every step in this thread, so the profile sees it), after one unprofiled index warms the caches: the
+    ``PROFILE_TOP`` functions by own time (SQLite's statements are ``execute``/``executemany``)."""
+    import cProfile
+    import pstats
+
+    full_index(corpus, work / "warm.sqlite").close()
+    with kernel_only(), full_text_overlap(False):
+        profile = cProfile.Profile()
+        index = profile.runcall(full_index, corpus, work / "profiled.sqlite")
+    index.close()
+    print(f"\n## cProfile of one full index ({index.last_report.chunks:,} chunks; profiling slows Python, "
+          "not SQLite)\n")
+    pstats.Stats(profile, stream=sys.stdout).sort_stats("tottime").print_stats(PROFILE_TOP)
+
+
 def hub_row() -> dict:
     """Issue 35's table row "docs indexing of 6.7 MB in 10k chunks, against reading and hashing the same bytes".
 
@@ -525,6 +547,8 @@ def main() -> int:
     parser.add_argument("--bomb", action="store_true", help="Also index one PDF bomb (table 4).")
     parser.add_argument("--stages", action="store_true", help="Only the stages of a full index (table 1b).")
     parser.add_argument("--fts-options", action="store_true", help="Only FTS5's options on the same rows (table 1c).")
+    parser.add_argument("--profile", action="store_true",
+                        help="Only cProfile of one full index in the kernel alone (the functions by own time).")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench_docs_") as tmp:  # corpora and index files, removed at the end
         return run(args, Path(tmp))
@@ -532,6 +556,10 @@ def main() -> int:
 
 def run(args: argparse.Namespace, work: Path) -> int:
     """The tables ``args`` ask for, with the corpora and index files in ``work``."""
+    if args.profile:
+        write_corpus(work / "corpus", args.files)
+        print_profile(work / "corpus", work)
+        return 0
     if args.fts_options:
         write_corpus(work / "corpus", args.files)
         print_fts_options(work / "corpus", work)
