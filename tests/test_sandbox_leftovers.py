@@ -15,6 +15,7 @@ import pytest
 from test_worker_revival import kill_and_wait, kill_launcher
 
 from harness_magic.core.execution.sandbox import SandboxedInterpreter
+from harness_magic.core.execution.sandbox.launcher_client import LauncherClient
 
 FRIENDLY_OFF = {"ast_precheck": False, "audit_hooks": False}
 """The friendly refusals are off, so model code reaches the OS layers and its scratch folder directly."""
@@ -24,6 +25,13 @@ def sandbox() -> SandboxedInterpreter:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return SandboxedInterpreter(**FRIENDLY_OFF, allow_unconfined=True, timeout=10.0)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def launcher_of_its_own():
+    """These tests watch a launcher's root: they start on a launcher no other module's session uses (a session an
+    earlier test left open on this process's launcher rightly keeps that root), the current one being retired."""
+    LauncherClient.shared().retire("retired for tests/test_sandbox_leftovers.py: a launcher of its own")
 
 
 @pytest.fixture
