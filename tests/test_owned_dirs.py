@@ -205,7 +205,7 @@ def test_a_killed_kernel_leaves_nothing_after_the_next_process_starts(server, tm
     deadline = time.monotonic() + GONE_WAIT_S
     while os.path.exists(f"/proc/{pid}") or any(name.startswith(f"harness-provider-{pid}-")
                                                 for name in os.listdir(temp)):
-        assert time.monotonic() < deadline, f"the killed kernel or its provider host's folder stayed: {os.listdir(temp)}"
+        assert time.monotonic() < deadline, f"the killed kernel or its host's folder stayed: {os.listdir(temp)}"
         time.sleep(0.1)
     code = "from harness_magic.core.confinement.owned_dirs import owned_tempdir; print(owned_tempdir('cache'))"
     made = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TMPDIR": str(temp)},
