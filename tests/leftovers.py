@@ -160,8 +160,8 @@ class NotebookKernelsShutDown:
     """nbval ends a notebook's kernel with ``SIGKILL`` (``shutdown_kernel(now=True)``), which runs none of the
     kernel's exit handlers: its product folders and the work folder the notebook registered for removal would stay.
     Before nbval's teardown of a notebook, its kernel is asked to shut down as JupyterLab asks (a shutdown
-    request; jupyter_client signals it after :data:`NOTEBOOK_SHUTDOWN_WAIT_S` if it has not ended); nbval's own
-    stop then finds it gone."""
+    request; jupyter_client signals it after :data:`NOTEBOOK_SHUTDOWN_WAIT_S` if it has not ended), its client's
+    channels stopped first; nbval's own stop then finds it gone."""
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
@@ -169,6 +169,9 @@ class NotebookKernelsShutDown:
         kernel = getattr(notebook, "kernel", None)
         if (kernel is not None and hasattr(notebook, "nb") and (nextitem is None or nextitem.parent is not notebook)
                 and kernel.km.has_kernel):
+            # the client's channels first, as nbval's own stop does: the shutdown destroys the zmq context they
+            # share, which must not happen while their threads poll its sockets (libzmq aborts the process)
+            kernel.kc.stop_channels()
             kernel.km.shutdown_wait_time = NOTEBOOK_SHUTDOWN_WAIT_S
             kernel.km.shutdown_kernel(now=False)
         yield
