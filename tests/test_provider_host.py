@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -35,7 +36,13 @@ from harness_magic.core.providers.errors import (
     ProviderHTTPError,
     ProviderUnreachable,
 )
-from harness_magic.core.providers.hosted import HostedTransport, HostProtocolError, ProviderHost, shared_host
+from harness_magic.core.providers.hosted import (
+    SOCKET_PATH_MAX_BYTES,
+    HostedTransport,
+    HostProtocolError,
+    ProviderHost,
+    shared_host,
+)
 from harness_magic.core.providers.response import normalise_response
 from harness_magic.core.providers.transport import LiteLLMTransport
 from scripted_server import ScriptedServer
@@ -811,3 +818,19 @@ def test_the_settings_choose_the_host_or_litellm_here_and_refuse_a_bad_idle_time
     with pytest.raises(TraitError, match="provider_idle_s must be a number of seconds above 0.*got 0"):
         magics.provider_idle_s = 0
     assert magics.provider_idle_s == 120.0 and magics.provider_host is True
+
+
+def test_a_host_whose_folder_is_too_deep_for_a_socket_path_still_serves_and_leaves_nothing(tmp_path, monkeypatch):
+    deep = tmp_path / ("d" * 100)  # with the owned folder's name, far past AF_UNIX's 107 bytes
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    host = ProviderHost()
+    try:
+        transport = HostedTransport(host=host)
+        assert transport.route(MODEL) == "openai"
+        folder = host._dir
+        assert folder is not None and len(os.fsencode(os.path.join(folder, "host-1.sock"))) > SOCKET_PATH_MAX_BYTES
+        assert os.listdir(folder) == ["host-1.sock"]
+    finally:
+        host.close()
+    assert not os.listdir(deep), "the deep folder kept what the host made"

@@ -76,6 +76,9 @@ STDERR_LINES = 40
 STDERR_LINE_MAX_CHARS = 500
 """Each kept stderr line is cut to this many characters."""
 LISTEN_BACKLOG = 64
+SOCKET_PATH_MAX_BYTES = 107
+"""The longest path an AF_UNIX socket may be bound to or reached at on Linux (``sun_path``'s 108 bytes with its
+NUL). A socket path in a deeper temporary directory is reached through ``/proc/self/fd/<folder's descriptor>``."""
 """Requests that may wait for the host to accept them (a fresh host accepts after importing litellm)."""
 LAST_WORDS_WAIT_S = 1.0
 """When a host is found dead, how long its exit and the rest of its stderr are waited for, to name why."""
@@ -107,6 +110,8 @@ class ProviderHost:
         """How many host processes this handle started."""
         self._lock = threading.Lock()
         self._dir: str | None = None
+        self._dir_fd: int | None = None
+        """The private folder held open when its path is too long for a socket (see :meth:`_socket_path`)."""
         self._proc: subprocess.Popen[bytes] | None = None
         self._path = ""
         self._generation = 0
@@ -147,7 +152,7 @@ class ProviderHost:
         if self._dir is None:
             self._dir = owned_tempdir("provider")  # mode 0700
         self._generation += 1
-        old, self._path = self._path, os.path.join(self._dir, f"host-{self._generation}.sock")
+        old, self._path = self._path, self._socket_path(f"host-{self._generation}.sock")
         if old:
             _unlink(old)
         env = dict(os.environ)
@@ -195,6 +200,18 @@ class ProviderHost:
         lines = [line for line in list(self._stderr)[-3:] if line.strip()]
         return f"; its stderr ended: {' | '.join(lines)}" if lines else ""
 
+    def _socket_path(self, name: str) -> str:
+        """Where the socket ``name`` in the private folder is bound and reached: its path, or, when that is longer
+        than :data:`SOCKET_PATH_MAX_BYTES` (a deep ``TMPDIR``), the same file through this process's descriptor
+        of the folder (only this process connects; the host is handed the bound socket itself)."""
+        assert self._dir is not None
+        path = os.path.join(self._dir, name)
+        if len(os.fsencode(path)) <= SOCKET_PATH_MAX_BYTES:
+            return path
+        if self._dir_fd is None:
+            self._dir_fd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        return f"/proc/self/fd/{self._dir_fd}/{name}"
+
     def stop(self) -> None:
         """End the running host now (a later request starts a new one)."""
         with self._lock:
@@ -206,6 +223,9 @@ class ProviderHost:
     def close(self) -> None:
         """:meth:`stop`, and remove the private folder."""
         self.stop()
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = None
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
