@@ -421,14 +421,24 @@ def empty_call_figures(calls: int = EMPTY_CALLS, *, session: bool = True) -> dic
                     raise RuntimeError(f"the empty tool call failed: {output.text}")
 
             paths.append(_Path("session", session_call, lambda: agent.backend.worker_pid))
-        for path in paths:  # warm: imports, first exports, caches
-            for _ in range(50):
-                path.call()
-        per_round = max(1, calls // EMPTY_CALL_ROUNDS)
-        for _ in range(EMPTY_CALL_ROUNDS):
-            for path in paths:
-                path.run(per_round)
-        return {path.label: path.figure() for path in paths}
+        return _interleaved(paths, calls)
+
+
+WARM_CALLS = 50
+"""Calls each path makes before it is measured (imports, first exports, caches)."""
+
+
+def _interleaved(paths: list[_Path], calls: int) -> dict[str, dict[str, float | None]]:
+    """Each path warmed, then ``calls`` calls each, in :data:`EMPTY_CALL_ROUNDS` turns taken in order (a load change
+    falls on every path alike); each path's figure by label."""
+    for path in paths:
+        for _ in range(WARM_CALLS):
+            path.call()
+    per_round = max(1, calls // EMPTY_CALL_ROUNDS)
+    for _ in range(EMPTY_CALL_ROUNDS):
+        for path in paths:
+            path.run(per_round)
+    return {path.label: path.figure() for path in paths}
 
 
 def _us(seconds: float | None) -> str:
@@ -574,14 +584,7 @@ def floor_ladder(calls: int = EMPTY_CALLS) -> dict[str, dict[str, float | None]]
                 raise RuntimeError(f"the empty call failed: {outcome.error or outcome.replaced}")
 
         paths.append(_Path("sandbox", sandbox_call, lambda: sandbox.worker_pid))
-        for path in paths:
-            for _ in range(50):
-                path.call()
-        per_round = max(1, calls // EMPTY_CALL_ROUNDS)
-        for _ in range(EMPTY_CALL_ROUNDS):
-            for path in paths:
-                path.run(per_round)
-        return {path.label: path.figure() for path in paths}
+        return _interleaved(paths, calls)
 
 
 def print_floor_ladder(figures: dict[str, dict[str, float | None]]) -> None:

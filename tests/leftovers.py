@@ -45,13 +45,13 @@ _WORKER_FOLDER = re.compile(r"gw[0-9]+-([0-9]+)")
 SETTLE_S = 10.0
 """How long leftovers are given to disappear before they are judged."""
 SHOWN = 20
+"""How many leftovers of each kind the report names (the rest are counted)."""
 NOTEBOOK_SHUTDOWN_WAIT_S = 10.0
 """How long an nbval notebook's kernel is given to end after its shutdown request (a local Spark server stops
 with it) before it is signalled."""
 EXITED = ".exited"
 """Written in a worker's folder when it exits normally: a worker that pytest-xdist had to kill ran none of its
 exit handlers, so its folders are listed as a warning, not judged."""
-"""How many leftovers of each kind the report names (the rest are counted)."""
 
 
 class LeftoverGuard:
