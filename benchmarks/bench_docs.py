@@ -71,7 +71,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness_magic.core.execution.connectors.docs.connector import docs_connector  # noqa: E402
 from harness_magic.core.knowledge.extract import text_chunks  # noqa: E402
-from harness_magic.core.knowledge.index import _TOKEN_RE, BULK_JOURNAL, FTS_HASH_BYTES, DocIndex  # noqa: E402
+from harness_magic.core.knowledge.index import _TOKEN_RE, BULK_JOURNAL, DocIndex, fts_settings  # noqa: E402
 from harness_magic.core.knowledge.index_file import PAGE_BYTES  # noqa: E402
 from harness_magic.core.knowledge import index as index_module  # noqa: E402
 from harness_magic.core.knowledge import prepare  # noqa: E402
@@ -291,7 +291,7 @@ def stage_costs(corpus: Path, work: Path) -> list[tuple[str, float, float]]:
     ``chunk_row``: what the pool's workers do), insert the chunk rows (SQLite gives the ids),
     insert the full-text rows from them (the statement the refresh runs in its writer's thread,
     here in one go), commit. ``bare FTS5`` fills a table of the same
-    definition (contentless, Porter over unicode61, the same hashsize) with the same full-text
+    definition (contentless, Porter over unicode61, the same hashsize and leaf size) with the same full-text
     rows in one transaction: no chunk table, no Python between rows. Then the whole refresh in
     the kernel alone (the full text in one statement at the end, then overlapped batch by batch in
     the writer's thread) and with the pool (wall; CPU of the kernel + the workers).
@@ -351,7 +351,8 @@ def bare_fts(fts_rows: list[tuple[int, str, str]], work: Path) -> None:
     db.execute(f"PRAGMA journal_mode={BULK_JOURNAL}")
     db.execute("PRAGMA synchronous=OFF")  # as the index writes (derived data, no fsync)
     db.execute("CREATE VIRTUAL TABLE t USING fts5(title, body, content='', tokenize='porter unicode61')")
-    db.execute("INSERT INTO t (t, rank) VALUES ('hashsize', ?)", (FTS_HASH_BYTES,))
+    for name, value in fts_settings(PAGE_BYTES).items():  # the index's own hashsize and leaf size
+        db.execute("INSERT INTO t (t, rank) VALUES (?, ?)", (name, value))
     db.execute("BEGIN")
     db.executemany("INSERT INTO t (rowid, title, body) VALUES (?,?,?)", fts_rows)
     db.execute("COMMIT")
@@ -359,7 +360,8 @@ def bare_fts(fts_rows: list[tuple[int, str, str]], work: Path) -> None:
 
 
 FTS_OPTIONS: list[tuple[str, str, dict, str]] = [
-    ("the index's table: porter unicode61, detail=full, hashsize 8 MiB, a first build's journal and pages", "", {},
+    ("the index's table: porter unicode61, detail=full, hashsize 8 MiB, page-sized leaves, a first build's journal "
+     "and pages", "", {},
      "kept"),
     ("unicode61 without porter", "tokenize='unicode61'", {}, "loses stemming: 'refunds' no longer finds 'refund'"),
     ("porter ascii", "tokenize='porter ascii'", {},
@@ -375,7 +377,8 @@ FTS_OPTIONS: list[tuple[str, str, dict, str]] = [
     ("prefix='2 3' indexes", "prefix='2 3'", {}, "nothing used: queries are whole words"),
     ("hashsize 1 MiB (FTS5's default)", "", {"hashsize": 1024 * 1024}, "nothing"),
     ("hashsize 32 MiB", "", {"hashsize": 32 * 1024 * 1024}, "nothing"),
-    ("pgsz 4050", "", {"pgsz": 4050}, "nothing"),
+    ("pgsz 4050 (FTS5's default leaf size; the index fills a page: index.FTS_LEAF_SLACK)", "", {"pgsz": 4050},
+     "nothing"),
     ("automerge 0 (segments left unmerged)", "", {"automerge": 0}, "nothing"),
     ("one 'optimize' after the inserts", "", {"optimize": True}, "nothing"),
     ("journal_mode=OFF (needs a fresh file renamed into place)", "", {"journal": "OFF"}, "nothing"),
@@ -404,8 +407,8 @@ def fts_option(fts_rows: list[tuple[int, str, str]], work: Path, argument: str, 
     elif argument:
         parts[key] = argument
     db.execute(f"CREATE VIRTUAL TABLE t USING fts5({', '.join(['title', 'body', *filter(None, parts.values())])})")
-    config = {"hashsize": FTS_HASH_BYTES, **{name: value for name, value in settings.items()
-                                              if name in ("hashsize", "pgsz", "automerge")}}
+    config = {**fts_settings(settings.get("page", PAGE_BYTES)),
+              **{name: value for name, value in settings.items() if name in ("hashsize", "pgsz", "automerge")}}
     for name, value in config.items():
         db.execute("INSERT INTO t (t, rank) VALUES (?, ?)", (name, value))
     db.execute("BEGIN")

@@ -407,10 +407,11 @@ def test_our_own_index_is_reused_and_created_private(tmp_path):
 
 def plant(path: Path, doc_path: str, text: str, *, file_row: bool) -> None:
     db = sqlite3.connect(path)
-    if file_row:
-        db.execute("INSERT INTO files VALUES (?, 'x', 1, 1, 1, 0, '')", (doc_path,))
     cursor = db.execute("INSERT INTO chunks (path, slug, trail, start_line, end_line, text) VALUES (?,?,?,?,?,?)",
                         (doc_path, "refunds", '["Refunds"]', 1, 2, text))
+    if file_row:  # naming the planted chunk's id as its range, as the index's own rows do
+        db.execute("INSERT INTO files (path, sha256, size, mtime_ns, chunks, indexed_at, note, first_id) "
+                   "VALUES (?, 'x', 1, 1, 1, 0, '', ?)", (doc_path, cursor.lastrowid))
     db.execute("INSERT INTO chunks_fts (rowid, title, body) VALUES (?,?,?)", (cursor.lastrowid, "Refunds", text))
     db.commit()
     db.close()

@@ -13,7 +13,8 @@
   no damage found, and the next refresh builds it whole. Killed in the middle of a re-index (in
   WAL), the previous index answers as it did.
 * **Same answers.** However an index is built (a first build through the journal with its batches
-  left as FTS5 segments, or the build as before: 4 KiB pages, WAL, one full-text statement), every
+  left as FTS5 segments and its FTS5 leaves filling its 16 KiB pages, or the build as before: 4 KiB
+  pages, FTS5's default leaf size, WAL, one full-text statement), every
   labelled question and test query gets the same hits with the same scores, on the test corpus and
   on hostile files (a line over the text limit, a file over the size limit, NUL bytes, a hundred
   nested directories, headings six deep repeated, a file swapped for a symbolic link mid-build):
@@ -61,6 +62,11 @@ def in_batches(monkeypatch, rows: int = 4) -> None:
 
 def answers(index: DocIndex, queries: list[str]) -> dict[str, list[tuple[str, float]]]:
     return {q: [(h.source_id, round(h.score, 9)) for h in index.keyword(q, 10)] for q in queries}
+
+
+def leaf_bytes(index: DocIndex) -> int:
+    """FTS5's ``pgsz`` (its leaf size) in the index's full-text table."""
+    return index._db.execute("SELECT v FROM chunks_fts_config WHERE k='pgsz'").fetchone()[0]
 
 
 def segments(index: DocIndex) -> int:
@@ -259,6 +265,8 @@ def test_the_labelled_questions_get_the_same_hits_and_scores_however_the_index_w
     now = DocIndex(roots, tmp_path / "now.sqlite")
     report = now.refresh()
     assert report.bulk and report.overlapped and segments(now) > 1 and segments(before) == 1
+    assert leaf_bytes(before) == index_module.FTS_MIN_LEAF_BYTES  # FTS5's default, with 4 KiB pages
+    assert leaf_bytes(now) == index_file.PAGE_BYTES - index_module.FTS_LEAF_SLACK
     expected = answers(before, LABELLED + QUERIES)
     assert sum(map(bool, expected.values())) == len(expected)  # every question finds something
     assert answers(now, LABELLED + QUERIES) == expected

@@ -13,8 +13,9 @@
   previous index searchable as it was; the next refresh brings it up to date.
 * **Incremental.** A refresh after one edit re-indexes that file only; other chunks keep their ids.
 * **Older and planted indexes.** An index of schema 1 is rebuilt (a note says so), one of a
-  newer schema is refused naming the file; full-text rows planted without a chunk are
-  found when the index is opened and the table is rebuilt from the chunks.
+  newer schema is refused naming the file; full-text rows planted without a chunk, and chunks
+  planted outside their file's id range (schema 4), are found when the index is opened: the
+  chunks are dropped and the full-text table is rebuilt from the others.
 * **The pool reads what the kernel would.** A corpus over ``POOL_MIN_BYTES`` is read, hashed and
   chunked by forked workers: the same chunk, file and failure rows, report and scores as the
   kernel alone. A file a worker cannot read, or whose chunking refuses it, fails alone with its
@@ -25,7 +26,9 @@
 * **Derived data, checked on open.** The index is written without fsync; a damaged file (torn
   pages, a header that is not SQLite's) is moved aside and rebuilt, with a note.
 * **Full text from the chunk rows.** Each chunk keeps its full-text title (schema 3; an index of
-  schema 2 is rebuilt); the full-text rows are inserted from the chunk rows by SQL, one statement a
+  schema 2 is rebuilt); a file's chunks are the id range its row names, with no other index on
+  ``chunks`` (schema 4; an index of schema 3 is rebuilt, and answers ``get`` and ``file_chunks``
+  as a fresh one), through deletes, edits and additions in batches of any size; the full-text rows are inserted from the chunk rows by SQL, one statement a
   batch in the writer's thread when a core is free, else one at the end: the same tables and scores
   either way, whatever the batch size. An interrupt while a batch's statement runs stops it and keeps
   the old index; a statement that fails fails the refresh and keeps the old index; no thread is left
@@ -274,8 +277,7 @@ def test_planted_full_text_rows_are_found_on_open_and_the_table_rebuilt(tmp_path
     rows = reopened._db.execute("SELECT (SELECT group_concat(id) FROM (SELECT id FROM chunks_fts_docsize ORDER BY id)),"
                                 " (SELECT group_concat(id) FROM (SELECT id FROM chunks ORDER BY id))").fetchone()
     assert rows[0] == rows[1]
-    if planted != "chunk-without-row":
-        assert scores(reopened) == expected
+    assert scores(reopened) == expected  # a chunk outside its file's id range is dropped too
     reopened._db.execute("INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('integrity-check', 0)")
     reopened.close()
 
@@ -584,7 +586,7 @@ def test_an_index_of_schema_2_is_rebuilt_with_each_chunks_full_text_title(tmp_pa
     old.close()
     path.chmod(0o600)
     index = DocIndex([root], path)
-    assert any("had schema 2: rebuilt for schema 3" in note for note in index.notes)
+    assert any(f"had schema 2: rebuilt for schema {SCHEMA_VERSION}" in note for note in index.notes)
     report = index.refresh()
     assert len(report.added) == 4 and index.keyword("stale", 5) == []
     rows = index._db.execute("SELECT path, trail, title FROM chunks").fetchall()
@@ -594,6 +596,53 @@ def test_an_index_of_schema_2_is_rebuilt_with_each_chunks_full_text_title(tmp_pa
     assert scores(index) == scores(fresh) and tables(index) == tables(fresh)
     index.close()
     fresh.close()
+
+
+def test_an_index_of_schema_3_is_rebuilt_without_its_path_and_slug_index(tmp_path):
+    root = tmp_path / "docs"
+    write_docs(root, 4)
+    path = tmp_path / "index.sqlite"
+    old = sqlite3.connect(path)
+    old.executescript("""
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
+        INSERT INTO meta VALUES ('schema', '3');
+        CREATE TABLE files (path TEXT PRIMARY KEY, sha256 TEXT, size INTEGER, mtime_ns INTEGER,
+                            chunks INTEGER, indexed_at REAL, note TEXT);
+        CREATE TABLE chunks (id INTEGER PRIMARY KEY, path TEXT, slug TEXT, trail TEXT, start_line INTEGER,
+                             end_line INTEGER, text TEXT, title TEXT, UNIQUE(path, slug));
+        CREATE VIRTUAL TABLE chunks_fts USING fts5(title, body, content='', tokenize='porter unicode61');
+        CREATE TABLE vectors (chunk_id INTEGER PRIMARY KEY, model TEXT, vec BLOB);
+        CREATE TABLE failures (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, limits TEXT, reason TEXT);
+        INSERT INTO files VALUES ('docs/doc0.md', 'x', 1, 1, 1, 0, '');
+        INSERT INTO chunks VALUES (1, 'docs/doc0.md', 'old', '["Old"]', 1, 2, 'stale text', 'Old docs/doc0.md');
+        INSERT INTO chunks_fts (rowid, title, body) VALUES (1, 'Old docs/doc0.md', 'stale text');
+    """)
+    old.commit()
+    old.close()
+    path.chmod(0o600)
+    index = DocIndex([root], path)
+    assert any(f"had schema 3: rebuilt for schema {SCHEMA_VERSION}" in note for note in index.notes)
+    report = index.refresh()
+    assert len(report.added) == 4 and index.keyword("stale", 5) == []
+    assert index._db.execute("SELECT name FROM sqlite_master WHERE type='index' AND tbl_name='chunks'").fetchall() == []
+    assert_id_ranges(index)
+    fresh = DocIndex([root], tmp_path / "fresh.sqlite")
+    fresh.refresh()
+    assert scores(index) == scores(fresh) and tables(index) == tables(fresh)
+    assert index.get("doc:docs/doc2.md#owner") == fresh.get("doc:docs/doc2.md#owner") is not None
+    assert index.file_chunks("docs/doc2.md") == fresh.file_chunks("docs/doc2.md") != []
+    index.close()
+    fresh.close()
+
+
+def assert_id_ranges(index: DocIndex) -> None:
+    """Each file's chunks are exactly the id range its row names (schema 4), and no chunk is outside one."""
+    db = index._db
+    files = db.execute("SELECT path, first_id, chunks FROM files").fetchall()
+    for path, first, count in files:
+        ids = [row[0] for row in db.execute("SELECT id FROM chunks WHERE path=? ORDER BY id", (path,))]
+        assert ids == list(range(first, first + count)), path
+    assert db.execute("SELECT count(*) FROM chunks").fetchone()[0] == sum(count for _, _, count in files)
 
 
 @pytest.mark.parametrize("overlap", [True, False])
@@ -613,6 +662,7 @@ def test_batches_of_a_few_rows_index_what_one_batch_does(tmp_path, monkeypatch, 
     write_docs(root / "more", 5, word="chargeback")
     for index in (one, many):
         index.refresh()
+        assert_id_ranges(index)
     assert tables(many) == tables(one) and scores(many) == scores(one)
     many._db.execute("INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('integrity-check', 0)")
     assert writer_threads() == []
@@ -678,7 +728,10 @@ def test_a_planted_chunk_id_at_sqlites_last_rowid_is_refused_not_numbered_at_ran
     index.refresh()
     index.close()
     db = sqlite3.connect(path)  # past the last rowid SQLite draws new ids at random: a batch could not be found
-    db.execute("UPDATE chunks SET id = ? WHERE id = (SELECT max(id) FROM chunks)", (index_module.ROWID_MAX,))
+    first, count, last = db.execute("SELECT first_id, chunks, path FROM files ORDER BY first_id DESC").fetchone()
+    moved = index_module.ROWID_MAX - count + 1  # the last file's chunks end at the last rowid, its row naming them
+    db.execute("UPDATE chunks SET id = id - ? + ? WHERE path = ?", (first, moved, last))
+    db.execute("UPDATE files SET first_id = ? WHERE path = ?", (moved, last))
     db.commit()
     db.close()
     reopened = DocIndex([root], path)  # its full-text rows no longer match: rebuilt from the chunks on open

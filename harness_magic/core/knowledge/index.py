@@ -97,7 +97,7 @@ from harness_magic.core.knowledge.ranking import Hit, fuse, lead, normalize_doc_
 from harness_magic.core.knowledge.tree import FILE_MAX_BYTES, DocRoot, DocTree
 from harness_magic.core.text.counts import count
 
-__all__ = ["DocIndex", "IndexReport", "QUERY_MAX_TOKENS", "fts_query"]
+__all__ = ["DocIndex", "IndexReport", "QUERY_MAX_TOKENS", "fts_query", "fts_settings"]
 
 QUERY_MAX_TOKENS = 64
 """Query words kept; the rest are dropped (a pasted page is not a query)."""
@@ -136,15 +136,27 @@ more lookups a term: a keyword search with its hits fetched 0.65 -> 0.72 ms at t
 10,000 chunks), and the next refreshes merge them, a little each write."""
 DF_CACHE_TERMS = 100_000
 """Query terms whose chunk counts are memoised (cleared when the index changes)."""
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Bumped when the tables change: an index of an older version is rebuilt (it is a cache of the files), one of
 a newer version is refused (a newer harness_magic wrote it; delete the file to rebuild). 2: the full-text
 table is contentless (the text is stored once, in ``chunks``). 3: ``chunks.title`` keeps each chunk's
 full-text title (:func:`~.prepare.fts_title`), so full-text rows are inserted, deleted and rebuilt from
-``chunks`` by SQL alone."""
+``chunks`` by SQL alone. 4: a file's chunks are the id range ``files.first_id`` to ``first_id + chunks - 1``
+(written together, in order), found by that range: ``chunks`` has no ``UNIQUE(path, slug)`` index to keep up
+(inserting 10,000 chunk rows took 18-19 ms of CPU without it, 25-27 ms with it, on the writer's one connection)."""
 FTS_HASH_BYTES = 8 * 1024 * 1024
 """FTS5's ``hashsize``: terms gathered in memory before they are written as one segment. The default
 (1 MiB) writes a 7 MB corpus as ~50 segments that FTS5 then merges; 8 MiB writes it once."""
+FTS_LEAF_SLACK = 384
+"""Bytes of a database page left to SQLite's own headers when FTS5's ``pgsz`` (its leaf size; 4,050 bytes by
+default) is set to fill one page of the index file (:func:`fts_settings`): the 16 KiB pages of a new file
+(``index_file.PAGE_BYTES``) then hold one 16,000-byte leaf each rather than four small ones, and a full index
+writes a quarter of the leaf rows and their ``%_idx`` entries (FTS5 alone on 10,000 chunks: 154-158 ms of CPU
+against 168-181 ms at the default, fastest of 15 interleaved rounds, ``bench_docs.py --fts-options``). The
+largest leaf of that index was 16,003 bytes: within one page, no overflow page. What a search returns and how it
+ranks do not depend on the leaf size (``tests/test_knowledge_bulk_build.py`` compares the answers)."""
+FTS_MIN_LEAF_BYTES = 4050
+"""FTS5's own default ``pgsz``, kept for a file whose pages are too small to gain from a page-sized leaf."""
 BULK_JOURNAL = "delete"
 """The journal of a first build (an index with no file yet): SQLite's rollback journal keeps the old content of
 the pages a transaction changes, and an empty index has almost none, so the ~14 MB of a 10,000-chunk build are
@@ -159,8 +171,19 @@ _TABLES = ("meta", "files", "chunks", "chunks_fts", "vectors", "failures")
 """The index's tables, dropped together when an older schema is rebuilt."""
 
 _TOKEN_RE = re.compile(r"\w+", re.UNICODE)
+_IN_RANGE = "BETWEEN f.first_id AND f.first_id + f.chunks - 1"
+"""A chunk id within the id range of the file row ``f`` (schema 4: a file's chunks are written together)."""
+_FILE_CHUNKS = ("SELECT c.path, c.slug, c.trail, c.start_line, c.end_line, c.text FROM files f "
+                f"JOIN chunks c ON c.id {_IN_RANGE} WHERE f.path=? AND c.path = f.path")
+"""The chunks of the file ``?``, found by its id range (a range scan of ``chunks``)."""
 _FTS_FROM_CHUNKS = "INSERT INTO chunks_fts (rowid, title, body) SELECT id, title, text FROM chunks WHERE id > ?"
 """The full-text rows of the chunks with ids past ``?`` (the batch just inserted)."""
+
+
+def fts_settings(page_bytes: int) -> dict[str, int]:
+    """FTS5's configuration for a full-text table in a file of ``page_bytes`` pages: ``hashsize``
+    (``FTS_HASH_BYTES``) and ``pgsz``, a leaf filling one page (``FTS_LEAF_SLACK``), never below FTS5's default."""
+    return {"hashsize": FTS_HASH_BYTES, "pgsz": max(FTS_MIN_LEAF_BYTES, page_bytes - FTS_LEAF_SLACK)}
 
 
 def fts_query(text: str) -> str:
@@ -241,7 +264,9 @@ class _RowWriter:
         self._since: int | None = None
         """Without ``overlap``: the largest chunk id before the refresh's first batch (None: no batch yet)."""
         self._chunks: list[Row] = []
-        self._files: list[tuple[str, str, int, int, int, float, str]] = []
+        self._files: list[tuple[str, str, int, int, int, float, str, int]] = []
+        """``files`` rows but the last column: (path, sha256, size, mtime_ns, chunks, indexed_at, note, the
+        offset of the file's first row in ``_chunks``), made ``first_id`` by :meth:`flush`."""
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="docs-index-fts")
         self._pending: Future[Any] | None = None
         self._switch: tuple[float, float] | None = None
@@ -249,9 +274,9 @@ class _RowWriter:
 
     def add(self, doc_path: str, prepared: Prepared) -> None:
         """Queue one file's rows (its old rows already deleted) and its ``files`` row."""
-        self._chunks += prepared.rows
         self._files.append((doc_path, prepared.sha256, prepared.size, prepared.mtime_ns, len(prepared.rows),
-                            time.time(), prepared.reason))
+                            time.time(), prepared.reason, len(self._chunks)))
+        self._chunks += prepared.rows
         queued = len(self._chunks)
         if queued >= FTS_BATCH_ROWS or (self.overlap and queued >= FTS_IDLE_BATCH_ROWS
                                         and (self._pending is None or self._pending.done())):
@@ -266,18 +291,28 @@ class _RowWriter:
             self._pending = None
 
     def flush(self) -> None:
-        """Insert what is queued; the batch's full-text rows are left running in the writer's thread."""
+        """Insert what is queued; the batch's full-text rows are left running in the writer's thread.
+
+        The chunk rows are inserted in order, each given one more than the largest id (SQLite's rowid below
+        ``ROWID_MAX``), so each file's rows are the id range its ``files`` row names (``first_id``, ``chunks``);
+        ``ValueError`` (the refresh rolled back) when the ids are spent or did not come out that way."""
         self.settle()
         db = self.db
+        before = db.execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0]
+        if before > ROWID_MAX - len(self._chunks):
+            raise ValueError(f"the index's chunk ids are spent (a chunk has id {before}, written by something "
+                             "else): delete the index file to rebuild it")
         if self._files:
-            db.executemany("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?,?)", self._files)
+            db.executemany("INSERT OR REPLACE INTO files (path, sha256, size, mtime_ns, chunks, indexed_at, note, "
+                           "first_id) VALUES (?,?,?,?,?,?,?,?)",
+                           [(*row[:7], before + 1 + row[7]) for row in self._files])
         if self._chunks:
-            before = db.execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0]
-            if before > ROWID_MAX - len(self._chunks):
-                raise ValueError(f"the index's chunk ids are spent (a chunk has id {before}, written by something "
-                                 "else): delete the index file to rebuild it")
             db.executemany("INSERT INTO chunks (path, slug, trail, start_line, end_line, text, title) "
                            "VALUES (?,?,?,?,?,?,?)", self._chunks)
+            after = db.execute("SELECT max(id) FROM chunks").fetchone()[0]
+            if after != before + len(self._chunks):
+                raise ValueError(f"{len(self._chunks)} chunk rows inserted after id {before} end at id {after}: "
+                                 "the index file was changed by something else; delete it to rebuild it")
             if self.overlap:
                 self._quick_handoffs()
                 self._pending = self._thread.submit(db.execute, _FTS_FROM_CHUNKS, (before,))
@@ -367,10 +402,10 @@ class DocIndex:
             CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
             CREATE TABLE IF NOT EXISTS files (
                 path TEXT PRIMARY KEY, sha256 TEXT, size INTEGER, mtime_ns INTEGER,
-                chunks INTEGER, indexed_at REAL, note TEXT);
+                chunks INTEGER, indexed_at REAL, note TEXT, first_id INTEGER);
             CREATE TABLE IF NOT EXISTS chunks (
                 id INTEGER PRIMARY KEY, path TEXT, slug TEXT, trail TEXT, start_line INTEGER,
-                end_line INTEGER, text TEXT, title TEXT, UNIQUE(path, slug));
+                end_line INTEGER, text TEXT, title TEXT);
             CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
                 title, body, content='', tokenize='porter unicode61');
             CREATE TABLE IF NOT EXISTS vectors (chunk_id INTEGER PRIMARY KEY, model TEXT, vec BLOB);
@@ -378,12 +413,15 @@ class DocIndex:
                 path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, limits TEXT, reason TEXT);
             INSERT OR IGNORE INTO meta VALUES ('schema', '{SCHEMA_VERSION}');
         """)
-        if db.execute("SELECT v FROM chunks_fts_config WHERE k='hashsize'").fetchone() is None:
-            db.execute("INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('hashsize', ?)", (FTS_HASH_BYTES,))
+        page_bytes = db.execute("PRAGMA page_size").fetchone()[0]
+        configured = {row[0] for row in db.execute("SELECT k FROM chunks_fts_config")}
+        for key, value in fts_settings(page_bytes).items():
+            if key not in configured:  # a new table (or one an older version made: its later segments)
+                db.execute("INSERT INTO chunks_fts (chunks_fts, rank) VALUES (?, ?)", (key, value))
 
 
     def _prune(self) -> None:
-        """Drop chunks, full-text rows and vectors whose file row is gone.
+        """Drop chunks, full-text rows and vectors whose file row is gone, and chunks outside their file's id range.
 
         A refresh writes chunks, full-text rows and file rows together, so a difference means the file
         was written by something else. The full-text table keeps no text (contentless): a row is taken
@@ -394,7 +432,8 @@ class DocIndex:
             db = self._db
             db.execute("BEGIN")
             try:
-                orphans = db.execute("DELETE FROM chunks WHERE path NOT IN (SELECT path FROM files)").rowcount
+                orphans = db.execute(f"DELETE FROM chunks WHERE NOT EXISTS (SELECT 1 FROM files f "
+                                     f"WHERE f.path = chunks.path AND chunks.id {_IN_RANGE})").rowcount
                 stray = db.execute("SELECT EXISTS (SELECT 1 FROM chunks_fts_docsize d WHERE d.id NOT IN "
                                    "(SELECT id FROM chunks))").fetchone()[0]
                 missing = db.execute("SELECT EXISTS (SELECT 1 FROM chunks c WHERE c.id NOT IN "
@@ -625,12 +664,17 @@ class DocIndex:
             report.removed.append(doc_path)
 
     def _delete_file(self, doc_path: str) -> None:
-        """Drop one file's rows; its full-text rows are taken out with the words they were indexed with."""
+        """Drop one file's rows (its chunks: the id range of its ``files`` row); its full-text rows are taken out
+        with the words they were indexed with."""
         db = self._db
-        db.execute("INSERT INTO chunks_fts (chunks_fts, rowid, title, body) "
-                   "SELECT 'delete', id, title, text FROM chunks WHERE path=?", (doc_path,))
-        db.execute("DELETE FROM vectors WHERE chunk_id IN (SELECT id FROM chunks WHERE path=?)", (doc_path,))
-        db.execute("DELETE FROM chunks WHERE path=?", (doc_path,))
+        row = db.execute("SELECT first_id, first_id + chunks - 1 FROM files WHERE path=?", (doc_path,)).fetchone()
+        if row is not None and row[0] is not None:
+            ids = (*row, doc_path)
+            db.execute("INSERT INTO chunks_fts (chunks_fts, rowid, title, body) "
+                       "SELECT 'delete', id, title, text FROM chunks WHERE id BETWEEN ? AND ? AND path=?", ids)
+            db.execute("DELETE FROM vectors WHERE chunk_id IN (SELECT id FROM chunks WHERE id BETWEEN ? AND ? "
+                       "AND path=?)", ids)
+            db.execute("DELETE FROM chunks WHERE id BETWEEN ? AND ? AND path=?", ids)
         db.execute("DELETE FROM files WHERE path=?", (doc_path,))
 
     def _embed_missing(self, embedder: Any) -> None:
@@ -664,17 +708,13 @@ class DocIndex:
         """
         path, _, slug = normalize_doc_id(source_id).partition("#")
         with self._lock:
-            row = self._db.execute("SELECT c.path, c.slug, c.trail, c.start_line, c.end_line, c.text FROM chunks c "
-                                   "JOIN files f ON f.path = c.path WHERE c.path=? AND c.slug=?",
-                                   (path, slug)).fetchone()
+            row = self._db.execute(f"{_FILE_CHUNKS} AND c.slug=?", (path, slug)).fetchone()
         return self._chunk(row) if row and self.servable(row[0]) else None
 
     def file_chunks(self, path: str) -> list[Chunk]:
         """The chunks of one file in order ([] when the file no longer opens safely beneath its root)."""
         with self._lock:
-            rows = self._db.execute("SELECT c.path, c.slug, c.trail, c.start_line, c.end_line, c.text FROM chunks c "
-                                    "JOIN files f ON f.path = c.path WHERE c.path=? ORDER BY c.start_line",
-                                    (path,)).fetchall()
+            rows = self._db.execute(f"{_FILE_CHUNKS} ORDER BY c.start_line", (path,)).fetchall()
         return [self._chunk(r) for r in rows] if rows and self.servable(path) else []
 
     def files(self) -> list[dict[str, Any]]:
