@@ -5,6 +5,11 @@
   once, into the file, not to the WAL and then copied), and the file is back in WAL when the
   build ends, however it ends (committed, interrupted, failed). A new index file has
   ``index_file.PAGE_BYTES`` pages. Another connection open on the file keeps the build in WAL.
+* **The walk goes on while files are written.** Where no pool of processes can run (fewer than
+  ``POOL_MIN_WORKERS`` cores free besides the writer's), each file is read, hashed and chunked as the
+  walk finds it, and the first batch is written before the walk ends; where a pool can run, the walk
+  ends first (the pool's size depends on the files'). The index is the same either way, and a file
+  the walk listed that becomes a link before its read is refused.
 * **Quick handoffs while batches run.** The interpreter's switch interval is lowered to
   ``index.FTS_SWITCH_INTERVAL_S`` while full-text batches run in the writer's thread and put back
   when the refresh ends, however it ends, unless something else changed it meanwhile.
@@ -242,6 +247,40 @@ def test_a_build_killed_mid_way_leaves_the_previous_index_whole(tmp_path, build)
     fresh.close()
 
 
+def test_where_no_pool_can_run_files_are_read_as_the_walk_finds_them_with_the_same_index(tmp_path, monkeypatch):
+    root = tmp_path / "docs"
+    write_docs(root, 12)
+    in_batches(monkeypatch)
+    monkeypatch.setattr(prepare_module, "busy_cores", lambda: 0)
+    events: list[str] = []
+    walk, flush = DocTree.walk, index_module._RowWriter.flush
+
+    def walking(tree, skipped):
+        for found in walk(tree, skipped):
+            events.append(f"walked {found[0]}")
+            yield found
+
+    def flushing(writer):
+        events.append("batch")
+        flush(writer)
+
+    monkeypatch.setattr(DocTree, "walk", walking)
+    monkeypatch.setattr(index_module._RowWriter, "flush", flushing)
+    built = {}
+    for cores in (2, 3):  # two cores: no pool possible, whatever the files; three: the walk ends first
+        monkeypatch.setattr(prepare_module, "host_cores", lambda: cores)
+        events.clear()
+        index = DocIndex([root], tmp_path / f"cores{cores}.sqlite")
+        report = index.refresh()
+        assert len(report.added) == 12 and report.workers == 0 and report.bulk
+        last_walked = max(n for n, event in enumerate(events) if event.startswith("walked"))
+        assert (events.index("batch") < last_walked) == (cores == 2), events
+        built[cores] = index
+    assert tables(built[2]) == tables(built[3]) and scores(built[2]) == scores(built[3])
+    for index in built.values():
+        index.close()
+
+
 def build_as_before(monkeypatch, roots: list[Path], path: Path) -> DocIndex:
     """An index built the way it was before first builds went through a journal: 4 KiB pages, WAL throughout
     (another connection holds the file open), one full-text statement at the end."""
@@ -298,8 +337,8 @@ def test_hostile_files_give_the_same_rows_skips_and_answers_however_the_index_wa
     monkeypatch.setattr(prepare_module, "POOL_MIN_BYTES", 1 << 62)  # read in this order, here, whatever the cores
     read = DocTree.read
 
-    def swap_mid_build(tree, where, rel):  # once nul.md is read (batches written): a file not read yet becomes a
-        if rel == "nul.md":                # link out of the root
+    def swap_mid_build(tree, where, rel):  # the last file, walked as a plain file (batches written before it),
+        if rel == "zz_swapped.md":         # becomes a link out of the root just before it is read
             (root / "zz_swapped.md").unlink()
             (root / "zz_swapped.md").symlink_to(outside)
         return read(tree, where, rel)

@@ -28,8 +28,9 @@
 * **Full text from the chunk rows.** Each chunk keeps its full-text title (schema 3; an index of
   schema 2 is rebuilt); a file's chunks are the id range its row names, with no other index on
   ``chunks`` (schema 4; an index of schema 3 is rebuilt, and answers ``get`` and ``file_chunks``
-  as a fresh one), through deletes, edits and additions in batches of any size; the full-text rows are inserted from the chunk rows by SQL, one statement a
-  batch in the writer's thread when a core is free, else one at the end: the same tables and scores
+  as a fresh one), through deletes, edits and additions in batches of any size; the full-text rows
+  are inserted from the chunk rows by SQL, one statement a batch in the writer's thread when a core
+  is free, else one at the end: the same tables and scores
   either way, whatever the batch size. An interrupt while a batch's statement runs stops it and keeps
   the old index; a statement that fails fails the refresh and keeps the old index; no thread is left
   behind; a planted chunk id at SQLite's last rowid is refused, not numbered at random.

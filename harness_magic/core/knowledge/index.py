@@ -67,7 +67,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from itertools import chain
+from typing import Any, Iterable, Iterator, Sequence
 
 from harness_magic.core.knowledge.extract import (
     CONFINED_SUFFIXES,
@@ -89,8 +90,11 @@ from harness_magic.core.knowledge.prepare import (
     TextPreparer,
     TextTask,
     chunk_row,
+    cores_free_now,
     host_cores,
+    may_pool,
     prepare_file,
+    prepare_text,
     running_now,
 )
 from harness_magic.core.knowledge.ranking import Hit, fuse, lead, normalize_doc_id, snippet
@@ -507,17 +511,29 @@ class DocIndex:
             limits_key = self.limits.key()
             seen: set[str] = set()
             walked: set[str] = set()
-            plan = self._plan(report, known, failures, limits_key, seen, walked)
+            planned = self._plan(report, known, failures, limits_key, seen, walked)
             roots = {root.prefix: number for number, root in enumerate(self.tree.roots)}
-            tasks = [TextTask(doc_path, roots[root.prefix], rel, stat.st_size, previous[0] if previous else None)
-                     for doc_path, root, rel, stat, previous, confined in plan if not confined]
+
+            def task(doc_path: str, root: DocRoot, rel: str, stat: os.stat_result, previous: Any) -> TextTask:
+                return TextTask(doc_path, roots[root.prefix], rel, stat.st_size, previous[0] if previous else None)
+
+            cores = cores_free_now()
+            streamed = not may_pool(cores)
+            plan: Iterable[tuple[str, DocRoot, str, os.stat_result, Any, bool]]
+            if streamed:  # read, hashed and chunked here as the walk finds them: it goes on while the first are written
+                first = next(planned, None)
+                plan, tasks, anything = (chain([first], planned) if first else ()), [], first is not None
+            else:  # a pool's size depends on the files' sizes: the walk ends before any file is read
+                plan = listed = list(planned)
+                tasks = [task(*item[:5]) for item in listed if not item[5]]
+                anything = bool(listed)
             writer = _RowWriter(db, host_cores() - running_now() >= FTS_OVERLAP_CORES)
             report.overlapped = writer.overlap
             # a first build writes every page new: a rollback journal keeps none of them (WAL writes each twice)
-            report.bulk = not known and bool(plan) and self._journal(BULK_JOURNAL)
+            report.bulk = not known and anything and self._journal(BULK_JOURNAL)
             if not report.bulk and self._journal_mode != "wal":  # a first build could not switch back (a reader)
                 self._journal("wal")
-            with TextPreparer(self.tree, tasks, text_chunks, self.limits.text_max_chars) as preparer:
+            with TextPreparer(self.tree, tasks, text_chunks, self.limits.text_max_chars, cores=cores) as preparer:
                 prepared = iter(preparer)
                 db.execute("BEGIN")  # one transaction for the whole refresh: FTS5 merges its terms once, at the end
                 try:
@@ -527,7 +543,8 @@ class DocIndex:
                     spent = 0.0
                     for doc_path, root, rel, stat, previous, confined in plan:
                         if not confined:
-                            result = next(prepared)
+                            result = (prepare_text(self.tree, task(doc_path, root, rel, stat, previous), text_chunks,
+                                                   self.limits.text_max_chars) if streamed else next(prepared))
                         elif spent >= self.limits.refresh_budget_s:
                             report.deferred.append(doc_path)
                             if previous is not None:
@@ -589,11 +606,10 @@ class DocIndex:
         return report
 
     def _plan(self, report: IndexReport, known: dict[str, Any], failures: dict[str, Any], limits_key: str,
-              seen: set[str], walked: set[str]) -> list[tuple[str, DocRoot, str, os.stat_result, Any, bool]]:
-        """The files a refresh must read, in walk order, as (doc path, root, path under it, lstat, indexed
-        (sha256, size, mtime_ns) or None, HTML/PDF); files too large, unchanged by size and mtime, or
-        failed before with the same size, mtime and limits are reported here and left out."""
-        plan = []
+              seen: set[str], walked: set[str]) -> Iterator[tuple[str, DocRoot, str, os.stat_result, Any, bool]]:
+        """The files a refresh must read, in walk order, as the walk finds them: (doc path, root, path under it,
+        lstat, indexed (sha256, size, mtime_ns) or None, HTML/PDF); files too large, unchanged by size and
+        mtime, or failed before with the same size, mtime and limits are reported here and left out."""
         for doc_path, root, rel, stat in self.tree.walk(report.skipped):
             walked.add(doc_path)
             if stat.st_size > FILE_MAX_BYTES:
@@ -608,8 +624,7 @@ class DocIndex:
             if failed is not None and failed[:3] == (stat.st_size, stat.st_mtime_ns, limits_key):
                 report.skipped.append(f"{doc_path}: {failed[3]} (not tried again until the file changes)")
                 continue
-            plan.append((doc_path, root, rel, stat, previous, os.path.splitext(rel)[1].lower() in CONFINED_SUFFIXES))
-        return plan
+            yield doc_path, root, rel, stat, previous, os.path.splitext(rel)[1].lower() in CONFINED_SUFFIXES
 
     def _prepare_confined(self, worker: ExtractionWorker, doc_path: str, root: DocRoot, rel: str, previous: Any,
                           budget_left: float) -> Prepared:

@@ -49,6 +49,7 @@ from harness_magic.core.knowledge.tree import FILE_MAX_BYTES, HARDLINK_REASON, D
 
 __all__ = ["TextTask", "Prepared", "TextPreparer", "TextChunker", "Row", "chunk_row", "read_checked", "prepare_file",
            "fts_title", "trail_json", "host_cores", "busy_cores", "running_now", "pool_workers", "LOADAVG_PATH",
+           "cores_free_now", "may_pool", "prepare_text",
            "POOL_MIN_BYTES", "POOL_BATCH_BYTES", "POOL_AHEAD", "POOL_MAX_WORKERS", "POOL_MIN_WORKERS",
            "POOL_WRITER_CORES", "ROWS", "SAME", "SKIP", "FAILED"]
 
@@ -227,6 +228,18 @@ def running_now() -> int:
     return 0 if load is None else max(0, load[1] - 1)
 
 
+def cores_free_now() -> int:
+    """Cores a pool could use now: :func:`host_cores` less :func:`busy_cores` (a :class:`TextPreparer`'s default)."""
+    return host_cores() - busy_cores()
+
+
+def may_pool(cores: int) -> bool:
+    """Whether ``cores`` free cores could run a pool at all (``POOL_MIN_WORKERS`` besides the writer's
+    ``POOL_WRITER_CORES``), whatever the files: when not, they are prepared in this process, and a refresh
+    reads each as the walk finds it rather than after the walk (:meth:`.index.DocIndex.refresh`)."""
+    return cores - POOL_WRITER_CORES >= POOL_MIN_WORKERS
+
+
 def batches(tasks: Sequence[TextTask]) -> list[tuple[int, int]]:
     """``tasks`` cut in order into (start, end) runs of about ``POOL_BATCH_BYTES``."""
     out: list[tuple[int, int]] = []
@@ -282,7 +295,7 @@ class TextPreparer:
         self.chunker = chunker
         self.max_chars = max_chars
         self._cuts = batches(self.tasks)
-        self.workers = pool_workers(self.tasks, self._cuts, host_cores() - busy_cores() if cores is None else cores)
+        self.workers = pool_workers(self.tasks, self._cuts, cores_free_now() if cores is None else cores)
         self.notes: list[str] = []
         """What a person should know: a pool worker stopped and the rest was prepared here."""
         self._executor: ProcessPoolExecutor | None = None
