@@ -626,18 +626,18 @@ def hub_row() -> dict:
 KERNEL_STEPS = {
     "exports.InputExports.prepare": ("inputs exported (none)", "the call's inputs, if any, become files"),
     "worker_handle.WorkerHandle.results_queued": (
-        "result socket polled, before the send and after the reply (2 polls)",
-        "memory files queued between calls must not pass for this call's; this call's come before its reply"),
+        "result socket polled before the send (1 poll)",
+        "memory files queued beside an earlier reply must not pass for this call's results"),
     "backend.send_exec": ("request packed + written (1 write)", "the code has to reach the worker"),
     "worker_handle.WorkerHandle.reply_readable": (
         "reply awaited (1 poll: the sleep and the wake-up)",
-        "the wall-clock limit and the memory watchdog wake this loop every 50 ms"),
+        "the wall-clock limit and the memory watchdog need a wait that wakes every 50 ms"),
     "protocol.FrameReader.feed": ("reply read + decoded (1 read)", "the answer has to come back"),
-    "backend._may_name_scratch_files": ("scratch sweep decided", "a reply naming result files has them removed"),
-    "backend.SandboxedInterpreter._build_result": ("result built", "the reply is checked, never trusted"),
 }
 """Kernel-side steps of an empty call (module path under the sandbox package -> label, why it stays); all run
-inside ``SandboxedInterpreter.execute``, whose CPU outside them is its own bookkeeping."""
+inside ``SandboxedInterpreter.execute``, whose CPU outside them is its own bookkeeping (the lock, the reply's
+seq and shape checked, the result made). An empty reply reads no result socket and sweeps no scratch: a reply
+naming results does both (``_may_name_results``, ``_may_name_scratch_files``, ``_build_result``)."""
 
 KERNEL_WHOLE = "backend.SandboxedInterpreter.execute"
 

@@ -8,7 +8,12 @@ Contracts:
   refused with ProtocolError.
 - An empty call's reply is ``{"op": "result", "seq": N}``: the worker leaves out every field at its default.
 - The result socket is read only when something waits on it: an empty call opens no memory file, and a sealed
-  memory file the worker sends without naming it in its reply is closed by that call, never kept.
+  memory file the worker sends without naming it in its reply is closed by that call, never kept. An empty reply
+  is taken as it is (no socket read, no sweep): what the worker queued beside it is closed before the next
+  request, so it never answers a later call, even under that call's own slot number.
+- The wait takes a quick call's reply from its first poll; output, a stale result or a worker ending read there
+  go on to the watchdog's loop as before, and a reply past the first interval, or a time limit below or above
+  it, are met as before.
 - Scratch is swept for result files only after a reply that may have left some (an error, or a result that is
   not inline or sealed); the model's own scratch files stay either way.
 - The worker parses each call's code once for the pre-check and the compile: refusals, syntax errors (with
@@ -681,3 +686,64 @@ def test_a_call_that_tampers_with_its_output_capture_leaves_the_next_call_a_work
     assert after.error is None and after.stdout.startswith("after\nxxx")
     assert "[12 more characters of output dropped]" in after.stdout  # the cap holds again: 'after\n' + big + '\n'
     assert unfriendly.worker_pid == pid
+
+
+# -- an empty reply's short way back ---------------------------------------------------------------------------
+
+
+def test_a_sealed_file_sent_beside_an_empty_reply_never_answers_a_later_call_and_is_closed_before_it(
+        unfriendly) -> None:
+    assert unfriendly.execute("pass", {}, []).error is None
+    before = _memory_files()
+    pid = unfriendly.worker_pid
+    # A memory file sent with no result naming it, its slot then handed out again: the next call's own array gets
+    # the same slot number. The reply names nothing, so this call reads nothing off the result socket.
+    sneak = ("import sys, numpy as np\n"
+             "worker = sys.modules['harness_magic.core.execution.sandbox.transfer_worker']\n"
+             "worker.write_result(np.full(1000, 666), '.', 'x', [])\n"
+             "worker._CHANNEL['slot'] -= 1\n")
+    sneaked = unfriendly.execute(sneak, {}, [])
+    assert (sneaked.error, sneaked.has_value, sneaked.saved) == (None, False, [])
+    own = unfriendly.execute("import numpy as np\nnp.arange(1000)", {}, [])
+    assert own.error is None and own.value.tolist() == list(range(1000))  # its own array, never the one sneaked
+    del own
+    assert not unfriendly._worker.results_queued() and _memory_files() == before  # both closed by now
+    assert unfriendly.worker_pid == pid
+
+
+def test_an_empty_reply_after_output_or_a_stale_result_is_still_this_calls(unfriendly) -> None:
+    streamed: list[str] = []
+    printed = unfriendly.execute("print('first')", {}, [], on_output=streamed.append)
+    assert (printed.error, printed.stdout, "".join(streamed)) == (None, "first\n", "first\n")
+    stale = ("import os, struct, sys\n"
+             "out = sys.modules['harness_magic.core.execution.sandbox.worker']._stream[0]\n"
+             "_ = os.write(out.fd, struct.pack('>IBQ', 9, 2, out.seq - 1))\n")  # the call before's empty reply, again
+    again = unfriendly.execute(stale, {}, [])
+    assert (again.error, again.has_value, again.stdout) == (None, False, "")
+    assert unfriendly.execute("6 * 7", {}, []).value == 42
+
+
+@pytest.mark.parametrize("code, waited", [
+    ("import time\ntime.sleep(0.12)\n7", "a reply after the first watchdog interval"),
+    ("import os\nos._exit(3)", "a worker ending within it"),
+])
+def test_a_reply_past_the_first_interval_or_a_worker_ending_within_it_is_read_as_before(
+        unfriendly, code: str, waited: str) -> None:
+    result = unfriendly.execute(code, {}, [])
+    if waited.startswith("a reply"):
+        assert (result.error, result.value) == (None, 7)
+    else:
+        assert result.error is not None and "died before the code finished" in result.error
+        assert "exit status 3" in result.error
+    assert unfriendly.execute("6 * 7", {}, []).value == 42
+
+
+@pytest.mark.parametrize("timeout", [0.03, 0.2])
+def test_a_time_limit_below_or_above_the_first_interval_still_stops_the_code(timeout: float) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sandbox = SandboxedInterpreter(timeout=timeout, ast_precheck=False, audit_hooks=False, allow_unconfined=True)
+    with sandbox:
+        stopped = sandbox.execute("while True:\n    pass", {}, [])
+        assert stopped.error is not None and f"{timeout:g}-second time limit" in stopped.error
+        assert sandbox.execute("pass", {}, []).error is None

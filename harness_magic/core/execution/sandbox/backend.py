@@ -289,9 +289,14 @@ class SandboxedInterpreter:
                 if isinstance(reply, ExecutionResult):
                     reply.replaced = replaced
                     return reply
+                if len(reply) == 2:  # {"op": "result", "seq": N} (checked by the wait): an empty call's reply
+                    tidy = False  # names no result file, and no result: nothing to sweep or collect
+                    return ExecutionResult(replaced=replaced)
                 tidy = _may_name_scratch_files(reply)
-                # Sent before the reply, so queued by now; a reply without sealed results finds nothing.
-                sealed = receive_sealed(worker.result_sock, _MAX_SAVES + 1) if worker.results_queued() else {}
+                # Sent before the reply, so queued by now. Only a reply naming results reads the socket: anything
+                # queued beside a reply that names none is closed before the next request (_send_request).
+                sealed = (receive_sealed(worker.result_sock, _MAX_SAVES + 1)
+                          if _may_name_results(reply) and worker.results_queued() else {})
                 try:
                     result = self._build_result(reply, taken_names, sealed)
                     result.replaced = replaced
@@ -549,8 +554,6 @@ class SandboxedInterpreter:
 
     def _build_result(self, reply: dict[str, Any], taken_names: Collection[str],
                       sealed: dict[int, list[int]] | None = None) -> ExecutionResult:
-        if len(reply) == 2:  # {"op": "result", "seq": N} (checked by the wait): every field left at its default
-            return ExecutionResult()
         result = ExecutionResult()
         stdout = reply.get("stdout", "")
         if not isinstance(stdout, str):
@@ -604,6 +607,12 @@ def _may_name_scratch_files(reply: Mapping[str, Any]) -> bool:
         return False  # nothing was sent back (an empty call)
     descs = [reply.get("value"), *(item[1] if isinstance(item, list) and len(item) == 2 else item for item in saved)]
     return any(desc is not None and (not isinstance(desc, dict) or "file" in desc) for desc in descs)
+
+
+def _may_name_results(reply: Mapping[str, Any]) -> bool:
+    """Whether a worker's reply names results (a value, or saved values) that may be sealed memory files on the
+    result socket: only then is the socket read after the reply."""
+    return reply.get("value") is not None or "saved" in reply
 
 
 def _ending(status: Mapping[str, Any]) -> str:

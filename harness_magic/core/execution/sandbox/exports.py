@@ -54,6 +54,8 @@ class InputExports:
         """
         descs: dict[str, Any] = {}
         written: list[str] = []
+        if not inputs and (versions is None or not self._exports):
+            return descs, written  # nothing to write, nothing exported to drop (an empty call's usual case)
         if versions is not None:
             self._drop(set(versions.values()))
         try:

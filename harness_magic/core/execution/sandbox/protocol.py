@@ -117,11 +117,17 @@ _EXEC_HEAD = struct.Struct(">BQI")
 """A packed ``exec`` request's head: :data:`EXEC_FRAME`, its seq, the bytes of the JSON object of its other
 fields that follows (0: none); the rest of the frame is the code's UTF-8."""
 
+_EXEC_FRAMED = struct.Struct(">IBQI")
+"""A packed ``exec`` request's frame length (:data:`_HEADER`) and head (:data:`_EXEC_HEAD`), packed at once."""
+
 _EXEC_HEAD_FIELDS = frozenset({"op", "seq", "code"})
 """What a packed request's head and code give: its JSON fields may not name them again."""
 
 _EMPTY_RESULT = struct.Struct(">BQ")
 """A packed empty reply: :data:`RESULT_FRAME` and its seq (the whole frame)."""
+
+_EMPTY_FRAMED = struct.Struct(">IBQ")
+"""A packed empty reply with its frame length first, packed at once."""
 
 _SEQ_LIMIT = 1 << 64
 """Seqs a packed frame holds (a larger one, never sent by the kernel, goes as JSON)."""
@@ -137,8 +143,11 @@ def send_exec(fd: int, seq: int, code: str, fields: dict[str, Any] | None = None
     (never escaped into JSON), and JSON only for ``fields`` (``inputs``, ``taken``), left out when there are
     none. It reads back as ``{"op": "exec", "seq": seq, "code": code, **fields}``."""
     extra = _encode_frame(fields).encode("utf-8", "surrogatepass") if fields else b""
-    _write_frame(fd, b"".join((_EXEC_HEAD.pack(EXEC_FRAME, seq, len(extra)), extra,
-                               code.encode("utf-8", "surrogatepass"))))
+    text = code.encode("utf-8", "surrogatepass")
+    size = _EXEC_HEAD.size + len(extra) + len(text)
+    if size > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {size} bytes exceeds {MAX_FRAME_BYTES}")
+    _write_all(fd, _EXEC_FRAMED.pack(size, EXEC_FRAME, seq, len(extra)) + extra + text)  # one pack, one copy
 
 
 def send_reply(fd: int, reply: dict[str, Any]) -> None:
@@ -146,7 +155,7 @@ def send_reply(fd: int, reply: dict[str, Any]) -> None:
     anything else as JSON (:func:`send_frame`)."""
     seq = reply.get("seq")
     if len(reply) == 2 and reply.get("op") == "result" and type(seq) is int and 0 <= seq < _SEQ_LIMIT:
-        _write_frame(fd, _EMPTY_RESULT.pack(RESULT_FRAME, seq))
+        _write_all(fd, _EMPTY_FRAMED.pack(_EMPTY_RESULT.size, RESULT_FRAME, seq))
     else:
         send_frame(fd, reply)
 
@@ -156,7 +165,11 @@ def _write_frame(fd: int, data: bytes) -> None:
     size = len(data)
     if size > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame of {size} bytes exceeds {MAX_FRAME_BYTES}")
-    data = _HEADER.pack(size) + data
+    _write_all(fd, _HEADER.pack(size) + data)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write ``data`` (a whole frame, its length first): one write when the pipe has room."""
     written = os.write(fd, data)
     if written < len(data):  # a frame larger than the pipe's room: the rest as the reader makes room
         view = memoryview(data)[written:]

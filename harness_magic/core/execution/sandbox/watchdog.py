@@ -76,9 +76,22 @@ def await_reply(worker: WorkerHandle, seq: int, timeout: float, limits: MemoryLi
     flushed before this returns whatever the outcome; a ``result`` frame for
     another ``seq`` (stale or forged) is dropped and the wait goes on.
     """
+    started = time.monotonic()
+    frames = worker.frames
+    first = None
+    if timeout > WATCHDOG_INTERVAL_S and not frames.pending and worker.reply_readable(WATCHDOG_INTERVAL_S):
+        # The usual quick call: its reply, alone, within the first watchdog interval (no check is due before it
+        # ends). Anything else read here (output, a stale result, a failure report) goes on to the loop, which
+        # also meets a closed pipe again (a pipe closed stays at EOF).
+        try:
+            first = frames.feed()
+        except EOFError:
+            first = None
+        if first is not None and first.get("op") == "result" and first.get("seq") == seq:
+            return first
     relay = OutputRelay(seq, on_output)
     try:
-        return ReplyWatch(worker, limits).wait(seq, timeout, relay)
+        return ReplyWatch(worker, limits).wait(seq, timeout, relay, started=started, first=first)
     finally:
         relay.flush()  # what was printed before the end, the interrupt or the kill
 
@@ -91,9 +104,13 @@ class ReplyWatch:
         self.scratch_bytes: int | None = 0
         self.held_bytes = 0
 
-    def wait(self, seq: int, timeout: float, relay: OutputRelay) -> dict[str, Any] | WorkerLost:
+    def wait(self, seq: int, timeout: float, relay: OutputRelay, *, started: float | None = None,
+             first: dict[str, Any] | None = None) -> dict[str, Any] | WorkerLost:
+        """The reply to call ``seq`` (see :func:`await_reply`), the clocks running from ``started`` (default:
+        now); ``first``: a frame already read for this call, taken before any other."""
         worker, limits, frames = self.worker, self.limits, self.worker.frames
-        started = time.monotonic()
+        if started is None:
+            started = time.monotonic()
         deadline, next_check = started + timeout, started + WATCHDOG_INTERVAL_S  # a quick reply pays for no check
         tick = 0
         while True:
@@ -102,7 +119,10 @@ class ReplyWatch:
                 worker.kill()
                 return WorkerLost(f"the code ran past the {timeout:g}-second time limit and was stopped")
             # Frames a read brought with the last one first (poll does not see them), else at most one read.
-            frame = frames.take()
+            if first is not None:
+                frame, first = first, None
+            else:
+                frame = frames.take()
             if frame is None and worker.reply_readable(min(WATCHDOG_INTERVAL_S, left)):
                 try:
                     frame = frames.feed()
