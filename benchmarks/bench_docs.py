@@ -259,7 +259,7 @@ class IndexTimes:
     workers_cpu: float
     workers: int
     overlapped: int = 0
-    """How many of the full indexes ran their full text in the writer's thread (two cores or more:
+    """How many of the full indexes ran their full text in the writer's thread (a core was left for it:
     ``index.FTS_OVERLAP_CORES``)."""
     bulk: int = 0
     """How many of the full indexes were written through the rollback journal (``index.BULK_JOURNAL``)."""
@@ -518,7 +518,7 @@ def measure_hub_row(work: Path) -> dict:
                        f"{HUB_RUNS * HUB_FLOOR_PASSES}, interleaved); pool workers by round "
                        f"{[p.workers for p in pools]} on {prepare.host_cores()} cores (0: none free), full text "
                        f"overlapped in the writer's thread in {sum(p.overlapped for p in pools)} of {HUB_RUNS} rounds "
-                       f"(two cores or more), through the {BULK_JOURNAL} journal in {sum(p.bulk for p in pools)}; "
+                       f"(a core left for it), through the {BULK_JOURNAL} journal in {sum(p.bulk for p in pools)}; "
                        f"CPU: kernel {pooled.kernel_cpu / floor_cpu:.1f}x + workers "
                        f"{pooled.workers_cpu / floor_cpu:.1f}x; "
                        f"the kernel alone {alone.wall / floor_wall:.1f}x wall; SQLite FTS5 alone on the same rows "

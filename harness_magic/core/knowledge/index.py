@@ -10,7 +10,7 @@ hashed and chunked into rows by :mod:`.prepare` (a pool of forked processes from
 writes in one transaction (chunk rows inserted in batches, FTS5 merging its terms
 once): a refresh cut short by an error or an interrupt leaves the index as it was,
 and the next refresh does its work again. The full-text rows are taken from the
-chunk rows by SQL (:class:`_RowWriter`): on a host of two cores or more, one statement
+chunk rows by SQL (:class:`_RowWriter`): with a core left for it, one statement
 a batch in a thread of its own (SQLite runs it without the GIL, so FTS5 tokenises
 one batch while the kernel reads and chunks the next), else one statement at the
 end. A first build (an index with no file yet) is written through SQLite's rollback
@@ -95,6 +95,7 @@ from harness_magic.core.knowledge.prepare import (
     may_pool,
     prepare_file,
     prepare_text,
+    running_now,
 )
 from harness_magic.core.knowledge.ranking import Hit, fuse, lead, normalize_doc_id, snippet
 from harness_magic.core.knowledge.tree import FILE_MAX_BYTES, DocRoot, DocTree
@@ -109,7 +110,7 @@ CANDIDATES = 50
 TITLE_WEIGHT = 3.0
 """BM25 weight of the heading trail relative to the body (1.0)."""
 FTS_BATCH_ROWS = 4_000
-"""Chunks per batch of a refresh at most: one ``executemany`` of chunk rows and, on a host of two cores or more
+"""Chunks per batch of a refresh at most: one ``executemany`` of chunk rows and, with a core left for the writer
 (``FTS_OVERLAP_CORES``), one full-text statement in the writer's thread while the next batch is read and chunked.
 Each statement writes one FTS5 segment holding every distinct term of its batch: 5 batches of 2,000 chunks cost
 FTS5 ~10% more than one statement, 20 of 500 ~50% more (merges off, measured), so batches grow to this size."""
@@ -122,16 +123,17 @@ FTS_SWITCH_INTERVAL_S = 0.0005
 in the writer's thread. That thread needs the GIL only between two statements (to start the next, to hand back
 the last one's end), while the kernel's thread reads and chunks in Python and holds it: the writer waited a
 switch interval each time, up to 10 ms a batch with FTS5 idle. Put back when the refresh ends."""
-FTS_OVERLAP_CORES = 2
-"""Cores of the host (:func:`~.prepare.host_cores`) from which a refresh runs each batch's full-text statement in
-the writer's thread, overlapped with reading and chunking the next batch, whatever the load; below it the
-full-text rows of every chunk the refresh wrote are inserted by one statement at the end. With a core of its own
-a first build of 10,000 chunks took 187-193 ms wall against 258-266 ms in one statement at the end. On the shared
-2-core machine under load it was never slower: at load 2 the median of 16 interleaved builds was 310 against
-371 ms (fastest 232 against 266), at load 2.7 364 against 367 ms (fastest 223 against 269, first quartile 286
-against 310), for 8-12% more CPU (more segments, two threads sharing busy cores and caches). It ran only with a
-core free this instant before; at load ~1 that left most builds in one statement at the end
-(``bench_docs.py --stages`` times both)."""
+FTS_OVERLAP_CORES = 1
+"""Cores left for the writer's thread from which a refresh runs each batch's full-text statement there, overlapped
+with reading and chunking the next batch: the host's cores (:func:`~.prepare.host_cores`) less the kernel's own
+thread or the other tasks runnable this instant (:func:`~.prepare.running_now`), whichever is more. On 2 cores:
+with at most one other task runnable; below it the full-text rows of every chunk the refresh wrote are inserted by
+one statement at the end. Measured on the shared 2-core machine, 10,000 chunks, builds interleaved: with a core
+of its own 187-193 ms wall against 258-266 ms in one statement at the end; at load 2 a median of 310 against
+371 ms (fastest 232 against 266) for 8-12% more CPU (more segments, two threads sharing busy cores and caches);
+at load 3-3.8 the median was 10-20% slower (the kernel's thread, descheduled holding the GIL, holds up the next
+statement), hence the bound. It ran only with no other task runnable before, which at load ~1 left most builds
+in one statement at the end (``bench_docs.py --stages`` times both)."""
 FTS_AUTOMERGE = 4
 """FTS5's ``automerge`` (its default): segments of one level merged once this many are written. Each full-text
 statement writes its rows as one segment; a first build whose batches run in the writer's thread turns it off
@@ -222,7 +224,7 @@ class IndexReport:
     """Whether this refresh was a first build written through a rollback journal (``BULK_JOURNAL``), not WAL."""
     overlapped: bool = False
     """Whether each batch's full-text rows were inserted in the writer's thread while the next batch was read
-    and chunked (the host has ``FTS_OVERLAP_CORES``), rather than by one statement at the end."""
+    and chunked (a core was left for it: ``FTS_OVERLAP_CORES``), rather than by one statement at the end."""
     files: int = 0
     """Files in the index after the refresh."""
     chunks: int = 0
@@ -528,7 +530,7 @@ class DocIndex:
                 plan = listed = list(planned)
                 tasks = [task(*item[:5]) for item in listed if not item[5]]
                 anything = bool(listed)
-            writer = _RowWriter(db, host_cores() >= FTS_OVERLAP_CORES)
+            writer = _RowWriter(db, host_cores() - max(running_now(), 1) >= FTS_OVERLAP_CORES)
             report.overlapped = writer.overlap
             # a first build writes every page new: a rollback journal keeps none of them (WAL writes each twice)
             report.bulk = not known and anything and self._journal(BULK_JOURNAL)
