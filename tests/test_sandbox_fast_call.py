@@ -35,6 +35,10 @@ Contracts:
   (surrogates, NUL, code past one read). A packed frame cut short, padded, with fields past its end, fields that
   are not a JSON object, fields naming ``op``, ``seq`` or ``code`` again, or code that is not UTF-8 is refused.
   A packed reply the code forges for another call is dropped as any stale reply is: it never answers a later call.
+- The pre-check is handed only the nodes of the classes it checks (names, attributes, constants, imports, and
+  their subclasses), in ``ast.walk``'s order: a corpus of allowed and refused sources gets the verdict and the
+  message it got before, and every module of the execution plane and every notebook cell the verdict a walk
+  looking at every node gives.
 - The worker keeps one output capture and empties it for each call: a call's output, its count of dropped
   characters and its stream of output frames are its own, and a call that closes the capture or sets anything on
   it leaves the next call a new one.
@@ -747,3 +751,110 @@ def test_a_time_limit_below_or_above_the_first_interval_still_stops_the_code(tim
         stopped = sandbox.execute("while True:\n    pass", {}, [])
         assert stopped.error is not None and f"{timeout:g}-second time limit" in stopped.error
         assert sandbox.execute("pass", {}, []).error is None
+
+
+# -- the pre-check looks only at the nodes it checks -----------------------------------------------------------
+
+
+_IMPORT_REFUSED = ("import of {!r} is not available in the sandbox. Imports other than "
+                   + ", ".join(sorted(checks.ALLOWED_IMPORTS)) + " are not available.")
+
+_CORPUS = [
+    ('pass', None),
+    ('x = 1', None),
+    ("df.groupby('a')['b'].sum()", None),
+    ('import pandas as pd\nimport numpy.linalg as la', None),
+    ('from collections import Counter', None),
+    ("print(f'{x!r:>10}')", None),
+    ("s = 'a__b'", None),
+    ("s = '__' + 'x'", None),
+    ("eval('1')", "'eval' is not available in the sandbox: work with the cached handles instead."),
+    ('x = exec', "'exec' is not available in the sandbox: work with the cached handles instead."),
+    ('compile', "'compile' is not available in the sandbox: work with the cached handles instead."),
+    ("__import__('os')", "'__import__' is not available in the sandbox: work with the cached handles instead."),
+    ("open('f')", "'open' is not available in the sandbox: work with the cached handles instead."),
+    ('breakpoint()', "'breakpoint' is not available in the sandbox: work with the cached handles instead."),
+    ('vars()', "'vars' is not available in the sandbox: work with the cached handles instead."),
+    ('get_ipython()', "'get_ipython' is not available in the sandbox: work with the cached handles instead."),
+    ('().__class__', "attribute '__class__' is not available in the sandbox."),
+    ('f.__globals__', "attribute '__globals__' is not available in the sandbox."),
+    ("x.__dict__['a']", "attribute '__dict__' is not available in the sandbox."),
+    ('g.gi_frame', "attribute 'gi_frame' is not available in the sandbox."),
+    ('sys.modules', "attribute 'modules' is not available in the sandbox."),
+    ("os.system('ls')", "attribute 'system' is not available in the sandbox."),
+    ('numpy.os.environ', "attribute 'environ' is not available in the sandbox."),
+    ("s = '__globals__'", 'strings naming interpreter internals are not available in the sandbox.'),
+    ("s = f'{x}__subclasses__'", 'strings naming interpreter internals are not available in the sandbox.'),
+    ("b = b'__globals__'", None),
+    ("x = {'__builtins__': 1}", 'strings naming interpreter internals are not available in the sandbox.'),
+    ("match x:\n    case {'a': eval}:\n        pass", None),
+    ('def f(open=1):\n    return open',
+     "'open' is not available in the sandbox: work with the cached handles instead."),
+    ('lambda: quit', "'quit' is not available in the sandbox: work with the cached handles instead."),
+    ("class A:\n    __module__ = 'x'", None),
+    ("x: 'eval' = 1", None),
+    ('async def f():\n    await x.__self__', "attribute '__self__' is not available in the sandbox."),
+    ('try:\n    pass\nexcept E as help:\n    pass', None),
+    ('[y for y in z if y.f_back]', "attribute 'f_back' is not available in the sandbox."),
+    ('import scipy.stats\nfrom sklearn import tree\nx.compat', "attribute 'compat' is not available in the sandbox."),
+    ("'''doc __reduce_ex__'''", 'strings naming interpreter internals are not available in the sandbox.'),
+    ('import os', _IMPORT_REFUSED.format('os')),
+    ('import os.path', _IMPORT_REFUSED.format('os.path')),
+    ('from os import path', _IMPORT_REFUSED.format('os')),
+    ('from . import x', _IMPORT_REFUSED.format('')),
+    ('from .pandas import x', _IMPORT_REFUSED.format('pandas')),
+    ('import pandas, subprocess', _IMPORT_REFUSED.format('subprocess')),
+    ('x = 1\ny = x.__code__\nimport os', _IMPORT_REFUSED.format('os')),
+]
+"""Sources allowed and refused, each with the pre-check's verdict and message as it gave them before it looked
+only at the nodes it checks (the first refusal in ``ast.walk``'s order: statements before what they hold)."""
+
+
+@pytest.mark.parametrize("code, verdict", _CORPUS)
+def test_the_pre_check_gives_every_source_of_the_corpus_the_verdict_and_message_it_gave_before(
+        code: str, verdict: str | None) -> None:
+    assert checks.precheck(code) == verdict
+
+
+def _sources() -> list[str]:
+    """Every module of the execution plane and every code cell of the notebooks: nodes of every kind."""
+    root = Path(__file__).resolve().parents[1]
+    modules = sorted((root / "harness_magic" / "core" / "execution").rglob("*.py"))
+    sources = [path.read_text(encoding="utf-8") for path in modules]
+    for notebook in sorted((root / "notebooks").glob("*.ipynb")):
+        cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+        sources += ["".join(cell["source"]) for cell in cells if cell["cell_type"] == "code"]
+    return sources
+
+
+def test_the_pre_check_gives_each_module_and_notebook_cell_the_verdict_a_walk_looking_at_every_node_gives(
+        monkeypatch) -> None:
+    trees = []
+    for source in _sources():
+        try:
+            trees.append(ast.parse(source))
+        except SyntaxError:
+            continue  # a cell holding a magic: never sent to the worker as it is
+    assert len(trees) > 100
+    verdicts = [checks.precheck_tree(tree) for tree in trees]
+    assert sum(v is not None for v in verdicts) > 30 and None in verdicts  # refused and allowed ones both
+    monkeypatch.setattr(checks, "_nodes", lambda tree, checked_only=False: ast.walk(tree))  # every node looked at
+    assert [checks.precheck_tree(tree) for tree in trees] == verdicts
+
+
+@pytest.mark.parametrize("code", [
+    "pass", "import pandas as pd\nx = df.groupby('a')['b'].sum()\nfrom os import path\n",
+    "class A:\n    def f(self):\n        return [q.__class__ for q in 'ab__cd']\n",
+])
+def test_the_pre_check_is_handed_the_nodes_it_checks_in_ast_walks_order(code: str) -> None:
+    tree = ast.parse(code)
+    assert list(checks._nodes(tree, checked_only=True)) == [n for n in ast.walk(tree) if isinstance(n, checks._CHECKED)]
+
+
+def test_a_subclass_of_a_checked_node_class_is_still_looked_at() -> None:
+    class Quiet(ast.Name):  # never made by the parser: a tree built by hand
+        pass
+
+    tree = ast.Module(body=[ast.Expr(value=Quiet(id="eval", ctx=ast.Load()))], type_ignores=[])
+    assert [type(node).__name__ for node in checks._nodes(tree, checked_only=True)] == ["Quiet"]
+    assert checks.precheck_tree(tree) == "'eval' is not available in the sandbox: work with the cached handles instead."

@@ -73,8 +73,13 @@ their own (``Load``, ``Add``, ``Eq``...) that no check looks at."""
 _SIGNATURE = re.compile(r"(\w+)\((.*)\)")
 """A node class's first docstring line: its ASDL signature, ``Name(identifier id, expr_context ctx)``."""
 
-_BRANCHES: dict[type[ast.AST], tuple[tuple[str, bool], ...] | None] = {}
-"""Node class -> its fields that hold nodes, each with whether it holds a list (``None``: read every field)."""
+_CHECKED = (ast.Name, ast.Attribute, ast.Constant, ast.Import, ast.ImportFrom)
+"""The node classes :func:`precheck_tree` looks at (and their subclasses): every other node is only walked
+through, never looked at."""
+
+_CLASSES: dict[type[ast.AST], tuple[tuple[tuple[str, bool], ...] | None, bool]] = {}
+"""Node class -> (its fields that hold nodes, each with whether it holds a list, ``None`` to read every field;
+whether it is one of :data:`_CHECKED` or a subclass of one), found once per class."""
 
 
 def _branches_of(kind: type[ast.AST]) -> tuple[tuple[str, bool], ...] | None:
@@ -89,21 +94,24 @@ def _branches_of(kind: type[ast.AST]) -> tuple[tuple[str, bool], ...] | None:
     return tuple((name, of.endswith("*")) for of, name in declared if of.rstrip("*?") not in _LEAF_TYPES)
 
 
-def _nodes(tree: ast.AST) -> Iterator[ast.AST]:
+def _nodes(tree: ast.AST, *, checked_only: bool = False) -> Iterator[ast.AST]:
     """The nodes of ``tree`` (one :func:`ast.parse` made) in :func:`ast.walk`'s order (breadth first), without
     the leaf singletons (``Load``, ``Add``...) and without reading the fields that hold text or numbers: each
-    node class's fields that hold nodes are read once from its ASDL signature (:func:`_branches_of`)."""
+    node class's fields that hold nodes are read once from its ASDL signature (:func:`_branches_of`).
+    ``checked_only``: only the nodes of the classes the pre-check looks at (:data:`_CHECKED`), in that order;
+    the others are walked through without being handed out."""
     todo = deque([tree])
     take, add = todo.popleft, todo.append
-    known = _BRANCHES
+    known = _CLASSES
     while todo:
         node = take()
-        yield node
         kind = type(node)
         try:
-            branches = known[kind]
+            branches, looked_at = known[kind]
         except KeyError:
-            branches = known[kind] = _branches_of(kind)
+            branches, looked_at = known[kind] = (_branches_of(kind), issubclass(kind, _CHECKED))
+        if looked_at or not checked_only:
+            yield node
         if branches is None:  # a class without its signature: every field read, as ast.walk does
             for name in node._fields:
                 value = getattr(node, name, None)
@@ -129,7 +137,7 @@ _DUNDER_ATTRIBUTES = tuple(name for name in _FORBIDDEN_ATTRIBUTES if name.starts
 
 def precheck_tree(tree: ast.AST) -> str | None:
     """:func:`precheck` of code already parsed (the worker parses each call's code once)."""
-    for node in _nodes(tree):
+    for node in _nodes(tree, checked_only=True):
         if isinstance(node, ast.Name):
             if node.id in _FORBIDDEN_CALLS:
                 return f"{node.id!r} is not available in the sandbox: work with the cached handles instead."
