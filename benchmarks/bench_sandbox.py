@@ -8,6 +8,8 @@ and moving a large frame each way.
     .venv/bin/python benchmarks/bench_sandbox.py --empty-call    # a call doing nothing vs a pipe round trip
     .venv/bin/python benchmarks/bench_sandbox.py --empty-call-steps  # where an empty call's time goes, per step
     .venv/bin/python benchmarks/bench_sandbox.py --empty-call-floor  # the floor: a child doing its steps one by one
+    .venv/bin/python benchmarks/bench_sandbox.py --kernel-profile    # cProfile of 20,000 empty calls, kernel side
+    .venv/bin/python benchmarks/bench_sandbox.py --worker-code       # parse, compile, pre-check: 'pass' vs cells
 
 ``--empty-call`` (also the first table of every run, and :func:`hub_row`, issue 35's
 row) times, interleaved in one run: a line written to a running Python child
@@ -30,6 +32,11 @@ loop: the two processes take turns on a core, and each call starts with the
 other's data in the caches. A step that sleeps (the reply's poll, the request's
 read) holds the sleep and the wake-up; one that wakes the other process (a
 write) holds the wake-up.
+
+``--kernel-profile`` runs cProfile over 20,000 empty calls on the kernel side, bare and through the session's
+tool (what runs and how often; the profiler inflates every Python call). ``--worker-code`` times what the worker
+does with the code text, for ``pass`` and over 20 notebook cells: ``ast.parse``, ``compile`` of the source and of
+the tree, the pre-check's walk, and the worker's own read (one parse, the tree compiled).
 
 ``--empty-call-floor`` builds the floor a step at a time: running Python children, each doing one more of an
 empty call's steps than the one above (a length-prefixed frame echoed; its fixed fields in a binary header, or
@@ -129,7 +136,19 @@ def main() -> None:
                         help="only the per-step breakdown of an empty call, on both sides")
     parser.add_argument("--empty-call-floor", action="store_true",
                         help="only the floor ladder: a running child doing an empty call's steps one at a time")
+    parser.add_argument("--kernel-profile", action="store_true",
+                        help="only cProfile of the kernel side of empty calls (--profile-calls), bare and through "
+                             "the session's tool")
+    parser.add_argument("--profile-calls", type=int, default=PROFILE_CALLS, help="calls per --kernel-profile run")
+    parser.add_argument("--worker-code", action="store_true",
+                        help="only the worker's parse, compile and pre-check on notebook cells against 'pass'")
     args = parser.parse_args()
+    if args.kernel_profile:
+        kernel_profile(args.profile_calls)
+        return
+    if args.worker_code:
+        print_worker_code(worker_code_costs())
+        return
     if args.empty_call_floor:
         print_floor_ladder(floor_ladder(args.calls))
         return
@@ -603,6 +622,108 @@ def print_floor_ladder(figures: dict[str, dict[str, float | None]]) -> None:
               f"{_us(figure['cpu_there'])}")
         if label != "json":  # an alternative to the rung above it, not a step on from it
             before = wall
+
+
+PROFILE_CALLS = 20_000
+"""Empty calls per ``--kernel-profile`` run."""
+
+PROFILE_ROWS = 25
+"""Functions listed per ``--kernel-profile`` run, by their own time."""
+
+
+def kernel_profile(calls: int = PROFILE_CALLS) -> None:
+    """cProfile of ``calls`` empty calls on the kernel side, bare (``execute("pass")``) and through the session's
+    ``python_interpreter`` tool: function calls per call and the functions by own time. The profiler's own cost
+    is in every figure (each Python call costs more under it): read it for what runs and how often, and
+    ``--empty-call`` for what it costs."""
+    import cProfile
+    import pstats
+
+    from harness_magic.core.config import AgentConfig
+    from harness_magic.core.session import AgentSession
+
+    with contextlib.ExitStack() as stack:
+        sandbox = stack.enter_context(SandboxedInterpreter())
+        runs = stack.enter_context(tempfile.TemporaryDirectory())
+        agent = AgentSession(AgentConfig(sandbox="worker", run_dir=runs))
+        stack.callback(agent.close)
+        tool = next(t for t in agent.harness.tools if t.name == "python_interpreter")
+        for label, call in (("SandboxedInterpreter.execute('pass', {}, [])", lambda: sandbox.execute("pass", {}, [])),
+                            ("AgentSession python_interpreter(code='pass')", lambda: tool.handler(code="pass"))):
+            for _ in range(WARM_CALLS):
+                call()
+            profile = cProfile.Profile()
+            profile.enable()
+            for _ in range(calls):
+                call()
+            profile.disable()
+            stats = pstats.Stats(profile)
+            print(f"\n{label}: {stats.total_calls / calls:.1f} function calls per call "
+                  f"(Python and C), {calls:,} calls; by own time:")
+            stats.sort_stats("tottime").print_stats(PROFILE_ROWS)
+
+
+WORKER_CELLS = 20
+"""Notebook code cells ``--worker-code`` measures (the first that parse and hold no magic)."""
+
+
+def notebook_cells(count: int = WORKER_CELLS) -> list[str]:
+    """The first ``count`` code cells of ``notebooks/*.ipynb`` that parse as Python (typical analysis code)."""
+    import ast
+    import json
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cells = []
+    for name in sorted(os.listdir(os.path.join(root, "notebooks"))):
+        if not name.endswith(".ipynb"):
+            continue
+        with open(os.path.join(root, "notebooks", name), encoding="utf-8") as notebook:
+            for cell in json.load(notebook)["cells"]:
+                source = "".join(cell["source"])
+                if cell["cell_type"] != "code" or not source.strip():
+                    continue
+                try:
+                    ast.parse(source)
+                except SyntaxError:
+                    continue  # a magic or shell line: never sent to the worker as it is
+                cells.append(source)
+    return cells[:count]
+
+
+def worker_code_costs() -> dict[str, dict[str, float]]:
+    """CPU seconds per call (least of 5 runs, this thread) of each way the worker could read code, for ``pass``
+    and on average over :func:`notebook_cells`: ``parse`` (``ast.parse``), ``compile source`` (``compile`` of the
+    text: a second parse inside), ``compile tree`` (``compile`` of the parsed tree, as the worker does),
+    ``pre-check`` (the walk over the tree), ``worker's read`` (``_parse`` + ``split_trailing_expression``: what
+    the worker does, the pre-check aside)."""
+    import ast
+
+    from harness_magic.core.execution.interpreter import split_trailing_expression
+    from harness_magic.core.execution.sandbox import checks
+    from harness_magic.core.execution.sandbox.worker import _parse
+
+    def costs(code: str, calls: int) -> dict[str, float]:
+        tree = ast.parse(code, "<agent>", "exec")
+        return {"parse": _cpu_per_call(lambda: ast.parse(code, "<agent>", "exec"), calls),
+                "compile source": _cpu_per_call(lambda: compile(code, "<agent>", "exec"), calls),
+                "compile tree": _cpu_per_call(lambda: compile(tree, "<agent>", "exec"), calls),
+                "pre-check": _cpu_per_call(lambda: checks.precheck_tree(tree), calls),
+                "worker's read": _cpu_per_call(lambda: split_trailing_expression(_parse(code)), calls)}
+
+    cells = notebook_cells()
+    per_cell = [costs(cell, 500) for cell in cells]
+    return {"pass": costs("pass", 5000),
+            f"{len(cells)} notebook cells (mean)": {key: statistics.mean(c[key] for c in per_cell)
+                                                     for key in per_cell[0]}}
+
+
+def print_worker_code(figures: dict[str, dict[str, float]]) -> None:
+    keys = list(next(iter(figures.values())))
+    print("\nthe worker's reading of the code, CPU per call (least of 5 runs; load average "
+          + " ".join(f"{x:.2f}" for x in os.getloadavg()) + "):")
+    print(f"  {'code':<28s}" + "".join(f"{key:>16s}" for key in keys))
+    for label, row in figures.items():
+        print(f"  {label:<28s}" + "".join(f"{_us(row[key]):>16s}" for key in keys))
 
 
 def hub_row() -> dict:
