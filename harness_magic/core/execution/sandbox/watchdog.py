@@ -119,10 +119,10 @@ class ReplyWatch:
                 worker.kill()
                 return WorkerLost(f"the code ran past the {timeout:g}-second time limit and was stopped")
             # Frames a read brought with the last one first (poll does not see them), else at most one read.
-            if first is not None:
-                frame, first = first, None
-            else:
+            frame: dict[str, Any] | None = first
+            if frame is None:
                 frame = frames.take()
+            first = None
             if frame is None and worker.reply_readable(min(WATCHDOG_INTERVAL_S, left)):
                 try:
                     frame = frames.feed()
