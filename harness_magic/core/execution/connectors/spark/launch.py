@@ -19,7 +19,9 @@ Protocol (JSON lines):
 Lifetime: the supervisor watches the kernel through a pidfd. When the kernel
 exits in any way (``kill -9`` included), when asked, or on SIGTERM, it stops the
 JVM (SIGTERM, SIGKILL after :data:`STOP_GRACE_S`) and removes the private
-directory. The JVM gets ``PR_SET_PDEATHSIG`` = SIGKILL bound to this
+directory. A JVM making the class archive (the plan's ``class_archive``) that the
+kernel asked to stop gets :data:`ARCHIVE_DUMP_GRACE_S` to write it as it exits;
+the archive is then kept (:func:`keep_archive`) before the directory goes. The JVM gets ``PR_SET_PDEATHSIG`` = SIGKILL bound to this
 single-threaded supervisor, so it dies with the supervisor too.
 
 The token reaches the JVM only through a 0600 properties file in the private
@@ -36,12 +38,22 @@ import resource
 import select
 import shutil
 import signal
+import stat
 import sys
+import tempfile
 import time
 from typing import Any
 
 STOP_GRACE_S = 3.0
 """A JVM asked to stop may run its shutdown hooks this long before it is killed."""
+ARCHIVE_DUMP_GRACE_S = 90.0
+"""The same for a JVM writing the class archive as it exits (``class_archive.ARCHIVE_DUMP_GRACE_S``: this
+script runs isolated and imports nothing of the package)."""
+ARCHIVE_MIN_BYTES = 1 << 20
+"""``class_archive.ARCHIVE_MIN_BYTES``: a smaller file is no archive (a JVM killed as it began writing)."""
+ARCHIVE_COPY_CHUNK = 1 << 20
+JVM_STOPPED_BY_SIGTERM = 128 + signal.SIGTERM
+"""The exit status of a JVM that ran its shutdown (and wrote its archive) after SIGTERM."""
 RMTREE_TRIES = 10
 """Attempts to remove the private directory (2 s in all) while a dying JVM may still touch it."""
 OPEN_FILES = 65536
@@ -242,6 +254,44 @@ def _signal_group(pid: int, sig: int) -> None:
             pass
 
 
+def keep_archive(made: str, keep: str) -> bool:
+    """Move the class archive the JVM wrote at ``made`` (in its private directory) to ``keep`` (in the user's
+    private archive folder): read-only, atomically (a private temporary file in that folder renamed over the
+    name), only a regular file of at least :data:`ARCHIVE_MIN_BYTES`. Whether it was kept; never raises."""
+    folder = os.path.dirname(keep)
+    part = None
+    try:
+        info = os.lstat(made)
+        if not stat.S_ISREG(info.st_mode) or info.st_size < ARCHIVE_MIN_BYTES:
+            return False
+        part = tempfile.mkstemp(dir=folder, prefix=".part-", suffix=".jsa")[1]
+        try:
+            os.rename(made, part)  # the same file system: no copy
+        except OSError:
+            with open(made, "rb") as source, open(part, "wb") as target:
+                shutil.copyfileobj(source, target, ARCHIVE_COPY_CHUNK)
+        os.chmod(part, 0o400)
+        os.replace(part, keep)
+        return True
+    except OSError:
+        if part is not None:
+            try:
+                os.unlink(part)
+            except OSError:
+                pass
+        return False
+
+
+def _drop_marker(plan: dict[str, Any]) -> None:
+    """Remove the ``.making`` marker of a server that was to make the class archive (made, or not after all)."""
+    archive = plan.get("class_archive")
+    if archive:
+        try:
+            os.unlink(archive["marker"])
+        except OSError:
+            pass
+
+
 def remove_directory(directory: str) -> None:
     for _ in range(RMTREE_TRIES):
         shutil.rmtree(directory, ignore_errors=True)
@@ -272,6 +322,7 @@ def supervise(plan: dict[str, Any]) -> int:
     except OSError:
         kernel = None
     if kernel is None or os.getppid() != plan["kernel_pid"]:  # the kernel is already gone
+        _drop_marker(plan)
         remove_directory(directory)
         _emit({"error": "the kernel that asked for the Spark server has exited"})
         return 1
@@ -281,6 +332,7 @@ def supervise(plan: dict[str, Any]) -> int:
         pid, layers = _start(plan)
     except Exception as exc:  # noqa: BLE001 - reported to the kernel
         _emit({"error": str(exc), "log": _log_tail(plan["log"])})
+        _drop_marker(plan)
         remove_directory(directory)
         return 1
     jvm = os.pidfd_open(pid)
@@ -289,6 +341,7 @@ def supervise(plan: dict[str, Any]) -> int:
     for fd in (kernel, jvm, sys.stdin.fileno()):
         poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
     code = None
+    asked = False
     while not stopping:
         try:
             events = poller.poll(500)
@@ -303,10 +356,15 @@ def supervise(plan: dict[str, Any]) -> int:
             break
         if sys.stdin.fileno() in ready:
             line = sys.stdin.readline()
-            if not line or line.strip() == "stop":
+            asked = line.strip() == "stop"
+            if not line or asked:
                 break
+    archive = plan.get("class_archive")
     if code is None:
-        _reap(pid, STOP_GRACE_S)
+        code = _reap(pid, ARCHIVE_DUMP_GRACE_S if archive and asked else STOP_GRACE_S)
+        if archive and asked and code == JVM_STOPPED_BY_SIGTERM:
+            keep_archive(archive["made"], archive["keep"])
+    _drop_marker(plan)
     remove_directory(directory)
     _emit({"stopped": True})
     return 0

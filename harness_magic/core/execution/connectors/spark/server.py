@@ -63,6 +63,9 @@ import weakref
 from pathlib import Path
 from typing import Any, Iterable, NoReturn
 
+from harness_magic.core.execution.connectors.spark.class_archive import (ARCHIVE_DUMP_GRACE_S, ArchivePlan,
+                                                                       archive_key, drop_if_refused,
+                                                                       plan_archive)
 from harness_magic.core.confinement.owned_dirs import owned_tempdir
 
 __all__ = ["LocalSparkConnect", "SparkStartError", "START_TIMEOUT_S", "SPARK_LAYERS", "spark_home",
@@ -250,8 +253,8 @@ def spark_confinement_report() -> tuple[str, dict[str, Any]]:
     return f"not started; here it would get (it refuses to start without {required})", probe_spark_confinement()
 
 
-def _stop(proc: subprocess.Popen, directory: str, pid: list[int]) -> None:
-    """Ask the supervisor to stop the JVM; kill both if it does not; remove the directory."""
+def _stop(proc: subprocess.Popen, directory: str, pid: list[int], wait_s: float = STOP_TIMEOUT_S) -> None:
+    """Ask the supervisor to stop the JVM; kill both if it has not within ``wait_s``; remove the directory."""
     try:
         if proc.stdin is not None:
             proc.stdin.write(b"stop\n")
@@ -259,7 +262,7 @@ def _stop(proc: subprocess.Popen, directory: str, pid: list[int]) -> None:
     except (OSError, ValueError):
         pass
     try:
-        proc.wait(timeout=STOP_TIMEOUT_S)
+        proc.wait(timeout=wait_s)
     except subprocess.TimeoutExpired:
         proc.kill()  # the JVM follows through PR_SET_PDEATHSIG
         proc.wait()
@@ -300,7 +303,7 @@ class LocalSparkConnect:
 
     def __init__(self, master: str = "local[2]", conf: dict[str, str] | None = None, *,
                  read_paths: Iterable[str] = (), unconfined: bool = False,
-                 timeout_s: float = START_TIMEOUT_S) -> None:
+                 timeout_s: float = START_TIMEOUT_S, class_archive: bool = True) -> None:
         if not isinstance(master, str) or not (master == "local" or master.startswith("local[")):
             raise ValueError(f"spark master {master!r} is not a local master; use 'local', 'local[N]' or "
                              "'local[*]' (reach a cluster through 'remote': 'sc://host:15002')")
@@ -308,6 +311,10 @@ class LocalSparkConnect:
 
         self.master = master
         self.unconfined = bool(unconfined)
+        self.class_archive = ArchivePlan()
+        """What this server's JVM does with the class archive (:mod:`.class_archive`): maps it, makes it, or
+        neither (``class_archive=False``, or no private cache folder)."""
+        self._use_class_archive = bool(class_archive)
         self._token = secrets.token_hex(16)
         register_secret(self._token)
         for key, value in (conf or {}).items():  # e.g. spark.hadoop.fs.s3a.secret.key: Spark's redaction rule
@@ -337,7 +344,8 @@ class LocalSparkConnect:
         except OSError as exc:
             shutil.rmtree(self.directory, ignore_errors=True)
             raise SparkStartError(f"the Spark supervisor did not start: {exc}") from None
-        self._finalizer = weakref.finalize(self, _stop, self._proc, self.directory, self._pid_box)
+        wait_s = STOP_TIMEOUT_S + (ARCHIVE_DUMP_GRACE_S if self.class_archive.making else 0.0)
+        self._finalizer = weakref.finalize(self, _stop, self._proc, self.directory, self._pid_box, wait_s)
         try:
             self._proc.stdin.write(json.dumps(plan).encode() + b"\n")  # type: ignore[union-attr]  # the supervisor is started with stdin piped
             self._proc.stdin.flush()  # type: ignore[union-attr]  # the supervisor is started with stdin piped
@@ -390,11 +398,18 @@ class LocalSparkConnect:
                  + [p for p in _SYSTEM_READ if os.path.exists(p)] + views)
         heap = properties.get("spark.driver.memory", DRIVER_MEMORY)
         extra = shlex.split(properties.get("spark.driver.extraJavaOptions", ""))
-        classpath = os.pathsep.join([str(home / "conf"), *sorted(str(p) for p in jars.glob("slf4j-api-*.jar")),
-                                     str(jars / "*")])
-        command = [java, "-cp", classpath, f"-Xmx{heap}", *_JVM_OPTIONS,
-                   f"-Djava.io.tmpdir={os.path.join(self.directory, 'tmp')}", f"-Duser.home={self.directory}",
-                   *extra, "org.apache.spark.deploy.SparkSubmit", "--master", self.master,
+        first_jars = sorted(str(p) for p in jars.glob("slf4j-api-*.jar"))
+        classpath = os.pathsep.join([str(home / "conf"), *first_jars, str(jars / "*")])
+        options = [f"-Xmx{heap}", *_JVM_OPTIONS, f"-Djava.io.tmpdir={os.path.join(self.directory, 'tmp')}",
+                   f"-Duser.home={self.directory}", *extra]
+        if self._use_class_archive:
+            key = archive_key(java, java_home, [*first_jars, *sorted(str(p) for p in jars.glob("*.jar"))],
+                              [classpath, *options])
+            self.class_archive = plan_archive(key, os.path.join(self.directory, "tmp"))
+            if self.class_archive.use is not None:
+                reads.append(self.class_archive.use)
+        command = [java, "-cp", classpath, *options, *self.class_archive.jvm_options(),
+                   "org.apache.spark.deploy.SparkSubmit", "--master", self.master,
                    "--properties-file", self._properties_file, "--class", _SERVER_CLASS,
                    "--name", "Spark Connect server", "spark-internal"]
         env = {"LANG": "C.UTF-8", "PATH": bin_dir, "HOME": self.directory,
@@ -409,6 +424,8 @@ class LocalSparkConnect:
             "exec_paths": [java] + ([os.path.realpath(interpreter)] if interpreter else []) + helpers,
             "bind_ports": ports, "connect_ports": ports, "layers": list(SPARK_LAYERS),
             "required": [] if self.unconfined else list(REQUIRED_LAYERS),
+            "class_archive": ({"made": self.class_archive.made, "keep": self.class_archive.keep,
+                               "marker": self.class_archive.marker} if self.class_archive.making else None),
         }
 
     def _message(self, timeout_s: float) -> dict[str, Any] | None:
@@ -455,6 +472,7 @@ class LocalSparkConnect:
                         os.unlink(self._properties_file)
                     except OSError:
                         pass
+                    drop_if_refused(self.class_archive, self.pid)  # mapped long before it listens, if at all
                     return
             message = self._message(0.2)
             if message is not None:
