@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from collections import Counter
 from pathlib import Path
@@ -154,6 +155,19 @@ def run_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     :func:`dbt_project.build_shop_project`, which takes a lock) is made once per run, not once per worker."""
     base = tmp_path_factory.getbasetemp()
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="module", autouse=True)
+def interrupt_handler_stays_as_found():
+    """A test module leaves this process's SIGINT handler as it found it: the stop button's tests interrupt the
+    main thread (``_thread.interrupt_main``, ``SIGINT``), which does nothing once the handler is ``SIG_IGN`` or
+    ``SIG_DFL``, so a module that leaked one made every later interrupt test on its worker fail."""
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    after = signal.getsignal(signal.SIGINT)
+    if after is not before:
+        signal.signal(signal.SIGINT, before)  # the next modules get Python's handler back
+    assert after is before, f"this module left SIGINT's handler changed: {before!r} -> {after!r}"
 
 
 def _provider_keys() -> dict[str, str]:

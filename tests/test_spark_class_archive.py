@@ -80,12 +80,25 @@ def test_the_first_server_makes_the_archive_when_asked_to_stop_and_the_next_one_
         second.stop()
     assert sorted(p.name for p in cache.iterdir()) == [kept.name]
 
-    other = LocalSparkConnect("local[1]", quick_jvm({"spark.driver.memory": "600m"}), class_archive=False)
-    try:  # another heap is another JVM setup (another key); turned off, it neither maps nor makes one
-        assert other.class_archive == ArchivePlan() and not mapped(other, str(cache))
-    finally:
-        other.stop()
-    assert sorted(p.name for p in cache.iterdir()) == [kept.name]
+
+def test_turned_off_a_server_neither_maps_nor_makes_an_archive(cache, monkeypatch):
+    from harness_magic.core.execution.connectors.spark import server as server_module
+
+    planned: list[str] = []
+    monkeypatch.setattr(server_module, "plan_archive", lambda key, *_: planned.append(key) or ArchivePlan())
+    commands: list[list[str]] = []
+
+    def no_supervisor(command, **_):  # the plan is made; the supervisor is not started (no JVM needed)
+        commands.append(command)
+        raise OSError("not started in this test")
+
+    monkeypatch.setattr(server_module.subprocess, "Popen", no_supervisor)
+    with pytest.raises(server_module.SparkStartError, match="not started in this test"):
+        LocalSparkConnect("local[1]", quick_jvm(), class_archive=False)
+    assert commands and planned == [] and not cache.exists()
+    with pytest.raises(server_module.SparkStartError):
+        LocalSparkConnect("local[1]", quick_jvm())
+    assert len(planned) == 1, "on by default"
 
 
 def test_a_server_whose_kernel_left_without_asking_makes_no_archive_and_leaves_no_marker(cache):
