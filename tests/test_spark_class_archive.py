@@ -85,7 +85,12 @@ def test_turned_off_a_server_neither_maps_nor_makes_an_archive(cache, monkeypatc
     from harness_magic.core.execution.connectors.spark import server as server_module
 
     planned: list[str] = []
-    monkeypatch.setattr(server_module, "plan_archive", lambda key, *_: planned.append(key) or ArchivePlan())
+
+    def recorded(key: str, *rest) -> ArchivePlan:
+        planned.append(key)
+        return plan_archive(key, *rest)
+
+    monkeypatch.setattr(server_module, "plan_archive", recorded)
     commands: list[list[str]] = []
 
     def no_supervisor(command, **_):  # the plan is made; the supervisor is not started (no JVM needed)
@@ -99,6 +104,7 @@ def test_turned_off_a_server_neither_maps_nor_makes_an_archive(cache, monkeypatc
     with pytest.raises(server_module.SparkStartError):
         LocalSparkConnect("local[1]", quick_jvm())
     assert len(planned) == 1, "on by default"
+    assert list(cache.iterdir()) == [], "a server that never started releases the right to make the archive"
 
 
 def test_a_server_whose_kernel_left_without_asking_makes_no_archive_and_leaves_no_marker(cache):

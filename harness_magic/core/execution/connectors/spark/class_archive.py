@@ -12,12 +12,13 @@ of 8.1. Contract:
 - **Where:** the user's cache folder (``$XDG_CACHE_HOME`` or ``~/.cache``, then
   ``harness_magic/spark-classes/<key>.jsa``), a 0700 folder; the newest :data:`ARCHIVES_KEPT` are kept
   (each is ~180 MB).
-- **Made** by the first server started without one (:meth:`ArchivePlan.making`): its JVM writes the archive
-  into its own private directory as it exits (``-XX:ArchiveClassesAtExit``; one server at a time: a ``<key>.making`` marker), which it does only when the kernel
-  asked it to stop (``stop()``, the connector closed, the interpreter exiting): the supervisor then waits up to
-  :data:`ARCHIVE_DUMP_GRACE_S` instead of the usual grace and, if the JVM ended by itself, moves the file into
-  the folder read-only and atomically (a private temporary file renamed over the name). A kernel that dies or
-  is signalled makes none: its JVM is stopped as before.
+- **Made** by the first server started without one (:meth:`ArchivePlan.making`; one server at a time, which
+  holds a ``<key>.making`` marker): its JVM writes the archive into its own private directory as it exits
+  (``-XX:ArchiveClassesAtExit``), which it does only when the kernel asked it to stop (``stop()``, the
+  connector closed, the interpreter exiting): the supervisor then waits up to :data:`ARCHIVE_DUMP_GRACE_S`
+  instead of the usual grace and, if the JVM ended by itself, moves the file into the folder read-only and
+  atomically (a private temporary file renamed over the name). A kernel that dies or is signalled makes
+  none: its JVM is stopped as before. The first stop takes ~10 s longer (the archive is written then).
 - **Used** only when it is a regular file (not a link) owned by this user and writable by no one else, in a
   folder of this user's that no one else may write (:func:`usable_archive`); the JVM gets read access to that
   one file. Anything else is not used and is replaced by the next archive made. An archive the JVM did not map

@@ -21,8 +21,9 @@ exits in any way (``kill -9`` included), when asked, or on SIGTERM, it stops the
 JVM (SIGTERM, SIGKILL after :data:`STOP_GRACE_S`) and removes the private
 directory. A JVM making the class archive (the plan's ``class_archive``) that the
 kernel asked to stop gets :data:`ARCHIVE_DUMP_GRACE_S` to write it as it exits;
-the archive is then kept (:func:`keep_archive`) before the directory goes. The JVM gets ``PR_SET_PDEATHSIG`` = SIGKILL bound to this
-single-threaded supervisor, so it dies with the supervisor too.
+the archive is then kept (:func:`keep_archive`) before the directory goes. The
+JVM gets ``PR_SET_PDEATHSIG`` = SIGKILL bound to this single-threaded supervisor,
+so it dies with the supervisor too.
 
 The token reaches the JVM only through a 0600 properties file in the private
 directory, which is read at start-up and deleted by the kernel once the server

@@ -333,6 +333,7 @@ class LocalSparkConnect:
         try:
             plan = self._plan(dict(conf or {}), list(read_paths))
         except BaseException:
+            self._release_archive_marker()
             shutil.rmtree(self.directory, ignore_errors=True)
             raise
         try:
@@ -342,6 +343,7 @@ class LocalSparkConnect:
                     stderr=errors, env={"LANG": "C.UTF-8", "PATH": "/nonexistent"}, cwd=self.directory,
                     start_new_session=True)  # not in the kernel's process group: it outlives a signal to it
         except OSError as exc:
+            self._release_archive_marker()
             shutil.rmtree(self.directory, ignore_errors=True)
             raise SparkStartError(f"the Spark supervisor did not start: {exc}") from None
         wait_s = STOP_TIMEOUT_S + (ARCHIVE_DUMP_GRACE_S if self.class_archive.making else 0.0)
@@ -351,8 +353,18 @@ class LocalSparkConnect:
             self._proc.stdin.flush()  # type: ignore[union-attr]  # the supervisor is started with stdin piped
         except OSError as exc:
             self.stop()
+            self._release_archive_marker()  # the supervisor never got the plan that names it
             raise SparkStartError(f"the Spark supervisor did not start: {exc}") from None
         self._wait(timeout_s)
+
+    def _release_archive_marker(self) -> None:
+        """Remove the class archive's ``.making`` marker this server took, when no supervisor will (it never got
+        the plan): later servers may make the archive at once instead of after the marker goes stale."""
+        if self.class_archive.marker is not None:
+            try:
+                os.unlink(self.class_archive.marker)
+            except OSError:
+                pass
 
     # -- start ------------------------------------------------------------------------------
 
