@@ -9,6 +9,7 @@ user's own is never handed to the JVM. Each test has its own cache folder (``XDG
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -200,3 +201,15 @@ def test_older_archives_beyond_the_kept_number_are_removed_before_one_is_made(ca
     assert planned.making
     kept = sorted(p.name for p in cache.glob("*.jsa"))
     assert kept == [f"old{age}.jsa" for age in range(class_archive.ARCHIVES_KEPT - 1)], "newest first, room for one"
+
+
+def test_a_connector_entry_turns_the_archive_off_and_a_value_that_is_not_true_or_false_is_refused():
+    from harness_magic.core.execution.connectors import connectors_from_config
+
+    off = connectors_from_config([{"type": "spark", "master": "local[1]", "name": "lake", "class_archive": False}])
+    assert off["lake"].engine.class_archive is False  # nothing started: the server starts on first use
+    on = connectors_from_config([{"type": "spark", "master": "local[1]", "name": "lake"}])
+    assert on["lake"].engine.class_archive is True
+    for value in ("false", 0, None, [False]):
+        with pytest.raises(ValueError, match=re.escape(f"class_archive must be true or false, got {value!r}")):
+            connectors_from_config([{"type": "spark", "master": "local[1]", "class_archive": value}])

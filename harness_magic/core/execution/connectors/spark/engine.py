@@ -101,7 +101,8 @@ class SparkEngine:
     def __init__(self, remote: str | None = None, *, master: str | None = None,
                  files: Mapping[str, str] | None = None,
                  conf: Mapping[str, str] | None = None, max_rows: int = DEFAULT_MAX_ROWS,
-                 timeout_s: float = DEFAULT_TIMEOUT_S, count_budget_s: float = COUNT_BUDGET_S) -> None:
+                 timeout_s: float = DEFAULT_TIMEOUT_S, count_budget_s: float = COUNT_BUDGET_S,
+                 class_archive: bool = True) -> None:
         if (remote is None) == (master is None):
             raise ValueError("a spark connector needs exactly one of 'remote' (e.g. 'sc://host:15002') or "
                              "'master' (e.g. 'local[2]')")
@@ -114,7 +115,11 @@ class SparkEngine:
         for what, seconds in (("timeout_s", timeout_s), ("count_budget_s", count_budget_s)):
             if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < float("inf"):
                 raise ValueError(f"spark {what} must be a positive number of seconds, got {seconds!r}")
+        if not isinstance(class_archive, bool):
+            raise ValueError(f"spark class_archive must be true or false, got {class_archive!r}")
         self.remote, self.master = remote, master
+        self.class_archive = class_archive
+        """For ``master``: whether the local server makes and maps Spark's class archive (:mod:`.class_archive`)."""
         self.files: dict[str, tuple[str, str]] = {}
         """View name -> (Spark reader format, path or glob as Spark sees it), registered when the session starts."""
         for view, path in (files or {}).items():
@@ -162,7 +167,7 @@ class SparkEngine:
                         try:
                             self.server = LocalSparkConnect(
                                 self.master, {**self.conf, **PINNED_CONF},
-                                read_paths=[path for _, path in self.files.values()])
+                                read_paths=[path for _, path in self.files.values()], class_archive=self.class_archive)
                         except SparkStartError as exc:
                             raise ToolError(f"Spark did not start: {exc}") from None
                     url = self.server.url
