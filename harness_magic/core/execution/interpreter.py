@@ -193,15 +193,16 @@ def handles_named(code: str, handles: Collection[str]) -> set[str]:
 
 def split_trailing_expression(code: str | ast.Module, filename: str = "<agent>") -> tuple[Any, Any]:
     """Compile ``code`` (source, or a module tree parsed from it, which this consumes) into
-    (body, trailing expression or None)."""
+    (body, trailing expression or None). The code gets only its own ``from __future__`` statements, never this
+    module's (``dont_inherit``): its annotations are objects, as in a notebook cell, unless it asks otherwise."""
     tree = code if isinstance(code, ast.Module) else ast.parse(code, filename=filename, mode="exec")
     last = None
     final = tree.body[-1] if tree.body else None
     if isinstance(final, ast.Expr):
         tree.body.pop()
         last = ast.Expression(final.value)
-    body = compile(tree, filename, "exec")
-    return body, (compile(last, filename, "eval") if last is not None else None)
+    body = compile(tree, filename, "exec", dont_inherit=True)
+    return body, (compile(last, filename, "eval", dont_inherit=True) if last is not None else None)
 
 
 def _capture_figures() -> list[bytes]:
