@@ -1,4 +1,5 @@
-"""Temporary folders a process owns: named after their owner, removed by it, and by a later one if it died first.
+"""The product's folders: temporary ones a process owns (removed by it, or by a later one if it died first), and
+the user's cache folder.
 
 A kernel makes private folders in the temporary directory (a DuckDB engine's spill files, the session
 cache's spill files, the provider host's socket, a local MCP or Spark server's home, a replay's logs).
@@ -26,9 +27,10 @@ import re
 import shutil
 import tempfile
 import threading
-from typing import Collection
+from pathlib import Path
+from typing import Collection, Mapping
 
-__all__ = ["OWNED_KINDS", "OWNED_PREFIX", "owned_tempdir", "owner_pid", "sweep_abandoned"]
+__all__ = ["OWNED_KINDS", "OWNED_PREFIX", "owned_tempdir", "owner_pid", "sweep_abandoned", "user_cache_folder"]
 
 OWNED_PREFIX = "harness-"
 """Every owned folder's name starts with this."""
@@ -39,6 +41,15 @@ _NAME = re.compile(r"harness-(?P<kind>[a-z]+)-(?P<pid>[1-9][0-9]*)-[A-Za-z0-9_.-
 
 _swept = False
 _sweep_lock = threading.Lock()
+
+
+def user_cache_folder(environ: Mapping[str, str] | None = None) -> Path:
+    """The product's folder in the user's cache (``$XDG_CACHE_HOME`` or ``~/.cache``, then ``harness_magic``) for
+    the user whose environment is ``environ`` (default: this process's); not created here. Unlike the owned
+    temporary folders, what is kept there outlives every kernel (the missing-key record, Spark's class archive)."""
+    environ = os.environ if environ is None else environ
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".cache")
+    return Path(base) / "harness_magic"
 
 
 def owner_pid(name: str, kinds: Collection[str] = OWNED_KINDS) -> int | None:

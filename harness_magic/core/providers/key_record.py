@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from harness_magic.core.confinement.owned_dirs import user_cache_folder
 from harness_magic.core.confinement.safe_open import read_regular
 
 __all__ = ["KeyRefusal", "EnvironmentReads", "environment_reads", "record_path", "recorded_refusal",
@@ -160,9 +161,7 @@ def litellm_version() -> str | None:
 
 def record_path(environ: Mapping[str, str] | None = None) -> Path:
     """Where the record lives for the user whose environment is ``environ`` (default: this process's)."""
-    environ = os.environ if environ is None else environ
-    base = environ.get("XDG_CACHE_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".cache")
-    return Path(base) / "harness_magic" / "provider-keys.json"
+    return user_cache_folder(environ) / "provider-keys.json"
 
 
 def _read(path: Path) -> dict[str, Any] | None:

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from harness_magic.core.confinement.owned_dirs import user_cache_folder
+
 __all__ = ["ARCHIVES_KEPT", "ARCHIVE_DUMP_GRACE_S", "ArchivePlan", "archive_folder", "archive_key",
            "drop_if_refused", "plan_archive", "usable_archive"]
 
@@ -61,9 +63,7 @@ _PER_RUN_OPTIONS = ("-Djava.io.tmpdir=", "-Duser.home=")
 
 def archive_folder(environ: Mapping[str, str] | None = None) -> Path:
     """The user's archive folder (not created here)."""
-    environ = os.environ if environ is None else environ
-    base = environ.get("XDG_CACHE_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".cache")
-    return Path(base) / "harness_magic" / "spark-classes"
+    return user_cache_folder(environ) / "spark-classes"
 
 
 def _identity(path: str) -> list[object]:
